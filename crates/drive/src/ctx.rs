@@ -1,0 +1,410 @@
+//! The per-thread I/O context: one io_uring, the completions of synchronous backends, and the
+//! hooks fault injection uses to delay or alter a completion.
+//!
+//! Each engine shard owns one `IoCtx` and is the only thread that touches it, so nothing here is
+//! locked. Other threads wake a shard that sleeps in `poll` through its [`ShardWaker`], an eventfd
+//! the ring polls.
+
+use crate::{Completion, DriveError, IoBuf, Token};
+use io_uring::{opcode, squeue, types, IoUring};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `user_data` of the eventfd poll; ring slots use their index, which never gets this high.
+const WAKER_USER_DATA: u64 = u64::MAX;
+
+#[derive(Clone, Copy, Debug)]
+pub struct IoCtxConfig {
+    /// Submission queue entries; 0 makes a context without a ring (memory drives, simulator).
+    pub ring_entries: u32,
+}
+
+impl Default for IoCtxConfig {
+    fn default() -> Self {
+        IoCtxConfig { ring_entries: 256 }
+    }
+}
+
+/// An operation in the ring. The buffer lives here until its CQE arrives, whatever happens to
+/// the future that asked for it, because the kernel may write into it until then.
+struct RingSlot {
+    token: Token,
+    buf: Option<IoBuf>,
+    /// For short transfers: what was already done and the op to resubmit for the rest.
+    done_bytes: usize,
+    resubmit: Option<Resubmit>,
+}
+
+#[derive(Clone, Copy)]
+struct Resubmit {
+    fd: RawFd,
+    offset_bytes: u64,
+    write: bool,
+}
+
+struct Delayed {
+    due: Instant,
+    sequence: u64,
+}
+
+impl PartialEq for Delayed {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.sequence) == (other.due, other.sequence)
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Delayed {
+    // Reversed: BinaryHeap is a max-heap and we want the earliest deadline first.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.due, other.sequence).cmp(&(self.due, self.sequence))
+    }
+}
+
+/// Something to do to a completion before the submitter sees it.
+pub(crate) enum Hook {
+    Delay(Duration),
+    Transform(Box<dyn FnOnce(&mut Completion)>),
+}
+
+/// Wakes a shard sleeping in [`IoCtx::poll`]; cheap when the shard is awake.
+pub struct ShardWaker {
+    eventfd: OwnedFd,
+    sleeping: AtomicBool,
+}
+
+impl ShardWaker {
+    pub fn wake(&self) {
+        if self.sleeping.swap(false, Ordering::AcqRel) {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+            let _ = unsafe { libc::write(self.eventfd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+pub struct IoCtx {
+    ring: Option<IoUring>,
+    slots: Vec<Option<RingSlot>>,
+    free_slots: Vec<usize>,
+    in_ring: usize,
+    unsubmitted: usize,
+    ready: VecDeque<Completion>,
+    hooks: HashMap<Token, Vec<Hook>>,
+    delayed: BinaryHeap<Delayed>,
+    delayed_completions: HashMap<u64, Completion>,
+    delay_sequence: u64,
+    waker: Option<Arc<ShardWaker>>,
+    waker_armed: bool,
+}
+
+impl IoCtx {
+    /// # Errors
+    /// If the kernel refuses to set up an io_uring (too old, or disabled by sysctl).
+    pub fn new(config: IoCtxConfig) -> io::Result<IoCtx> {
+        let ring = if config.ring_entries == 0 {
+            None
+        } else {
+            let ring = IoUring::new(config.ring_entries).map_err(|e| {
+                io::Error::new(e.kind(), format!("io_uring setup failed ({e}); storc needs Linux 5.11 or later with io_uring enabled"))
+            })?;
+            Some(ring)
+        };
+        Ok(IoCtx {
+            ring,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            in_ring: 0,
+            unsubmitted: 0,
+            ready: VecDeque::new(),
+            hooks: HashMap::new(),
+            delayed: BinaryHeap::new(),
+            delayed_completions: HashMap::new(),
+            delay_sequence: 0,
+            waker: None,
+            waker_armed: false,
+        })
+    }
+
+    /// A context without a ring: only synchronous backends (memory, simulator) can submit.
+    pub fn without_ring() -> IoCtx {
+        IoCtx::new(IoCtxConfig { ring_entries: 0 }).expect("a context without a ring cannot fail")
+    }
+
+    pub fn has_ring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// The handle other threads use to wake this context's thread; created on first use.
+    ///
+    /// # Panics
+    /// On a context without a ring, which never sleeps.
+    pub fn waker(&mut self) -> Arc<ShardWaker> {
+        assert!(self.ring.is_some(), "a context without a ring never sleeps");
+        if let Some(waker) = &self.waker {
+            return Arc::clone(waker);
+        }
+        // SAFETY: plain syscall; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd failed: {}", io::Error::last_os_error());
+        // SAFETY: fd is a fresh descriptor that nothing else owns.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let waker = Arc::new(ShardWaker { eventfd, sleeping: AtomicBool::new(false) });
+        self.waker = Some(Arc::clone(&waker));
+        waker
+    }
+
+    /// Completes an operation now (synchronous backends and errors found at submit).
+    pub fn complete(&mut self, completion: Completion) {
+        self.ready.push_back(completion);
+    }
+
+    /// Completes `token` with an error, returning the buffer it carried.
+    pub fn fail(&mut self, token: Token, error: DriveError, buf: Option<IoBuf>) {
+        self.complete(Completion { token, result: Err(error), buf });
+    }
+
+    pub(crate) fn add_hook(&mut self, token: Token, hook: Hook) {
+        self.hooks.entry(token).or_default().push(hook);
+    }
+
+    /// Queues a read or write on the ring; the buffer is kept until the CQE arrives.
+    ///
+    /// # Safety
+    /// `fd` must stay open until the operation completes.
+    pub(crate) unsafe fn push_rw(&mut self, fd: RawFd, token: Token, offset_bytes: u64, mut buf: IoBuf, write: bool) {
+        let len = u32::try_from(buf.len()).expect("a single I/O is under 4 GiB");
+        let entry = if write {
+            opcode::Write::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset_bytes).build()
+        } else {
+            opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset_bytes).build()
+        };
+        let resubmit = Some(Resubmit { fd, offset_bytes, write });
+        self.push_entry(entry, RingSlot { token, buf: Some(buf), done_bytes: 0, resubmit });
+    }
+
+    /// Queues an fdatasync of `fd`.
+    pub(crate) fn push_flush(&mut self, fd: RawFd, token: Token) {
+        let entry = opcode::Fsync::new(types::Fd(fd)).flags(types::FsyncFlags::DATASYNC).build();
+        self.push_entry(entry, RingSlot { token, buf: None, done_bytes: 0, resubmit: None });
+    }
+
+    fn push_entry(&mut self, entry: squeue::Entry, slot: RingSlot) {
+        let index = match self.free_slots.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        debug_assert!(self.slots[index].is_none());
+        self.slots[index] = Some(slot);
+        self.in_ring += 1;
+        self.push_sqe(entry.user_data(index as u64));
+    }
+
+    fn push_sqe(&mut self, entry: squeue::Entry) {
+        let ring = self.ring.as_mut().expect("ring operations need a context with a ring");
+        loop {
+            // SAFETY: every buffer and fd an entry refers to is kept alive in `slots` (or by the
+            // caller's contract for fds) until its CQE is reaped.
+            if unsafe { ring.submission().push(&entry) }.is_ok() {
+                break;
+            }
+            // Submission queue full: hand what we have to the kernel and retry.
+            ring.submit().expect("io_uring submit failed");
+            self.unsubmitted = 0;
+        }
+        self.unsubmitted += 1;
+    }
+
+    /// Operations submitted on this context that have not completed yet (ring and delayed).
+    pub fn in_flight(&self) -> usize {
+        self.in_ring + self.delayed_completions.len()
+    }
+
+    /// Moves finished completions into `out`. With `wait`, blocks until at least one completion
+    /// is available or the waker fires (only when the caller has nothing else to do).
+    pub fn poll(&mut self, out: &mut Vec<Completion>, wait: bool) {
+        let must_wait = wait && self.ready.is_empty();
+        self.submit_and_reap(must_wait);
+        self.release_due_delays();
+        while let Some(completion) = self.ready.pop_front() {
+            self.finish(completion, out);
+        }
+    }
+
+    fn submit_and_reap(&mut self, wait: bool) {
+        if self.ring.is_none() {
+            return;
+        }
+        if wait {
+            self.arm_waker();
+        }
+        let timeout = self.delayed.peek().map(|d| d.due.saturating_duration_since(Instant::now()));
+        let sleeping = wait && self.waker.as_ref().is_some_and(|w| {
+            w.sleeping.store(true, Ordering::Release);
+            true
+        });
+        let ring = self.ring.as_mut().expect("checked above");
+        let result = match (wait, timeout) {
+            (true, Some(timeout)) => {
+                let ts = types::Timespec::from(timeout);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                ring.submitter().submit_with_args(1, &args)
+            }
+            (true, None) => ring.submit_and_wait(1),
+            (false, _) if self.unsubmitted > 0 => ring.submit(),
+            (false, _) => Ok(0),
+        };
+        if sleeping {
+            self.waker.as_ref().expect("set above").sleeping.store(false, Ordering::Release);
+        }
+        match result {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) || e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => panic!("io_uring submit failed: {e}"),
+        }
+        self.unsubmitted = 0;
+        self.reap();
+    }
+
+    fn arm_waker(&mut self) {
+        if self.waker_armed {
+            return;
+        }
+        let Some(waker) = &self.waker else { return };
+        let fd = waker.eventfd.as_raw_fd();
+        let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(WAKER_USER_DATA);
+        self.push_sqe(entry);
+        self.waker_armed = true;
+    }
+
+    fn reap(&mut self) {
+        let ring = self.ring.as_mut().expect("reap needs a ring");
+        let cqes: Vec<(u64, i32)> = ring.completion().map(|cqe| (cqe.user_data(), cqe.result())).collect();
+        for (user_data, result) in cqes {
+            if user_data == WAKER_USER_DATA {
+                self.drain_waker();
+                continue;
+            }
+            self.ring_completed(user_data as usize, result);
+        }
+    }
+
+    fn drain_waker(&mut self) {
+        self.waker_armed = false;
+        let mut value: u64 = 0;
+        let fd = self.waker.as_ref().expect("only armed with a waker").eventfd.as_raw_fd();
+        // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd we own.
+        let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+    }
+
+    fn ring_completed(&mut self, index: usize, result: i32) {
+        let mut slot = self.slots[index].take().expect("CQE for an empty slot");
+        if result >= 0 {
+            if let Some(next) = self.short_transfer_rest(&mut slot, result as usize) {
+                // SAFETY: the fd was valid for the first part and the caller keeps it open until
+                // the whole operation completes.
+                self.slots[index] = Some(slot);
+                self.push_sqe(next.user_data(index as u64));
+                return;
+            }
+        }
+        self.in_ring -= 1;
+        self.free_slots.push(index);
+        let result = if result < 0 { Err(DriveError::Io(-result)) } else { Ok(()) };
+        self.ready.push_back(Completion { token: slot.token, result, buf: slot.buf });
+    }
+
+    /// For a short read or write, the entry that continues it; `None` when done.
+    fn short_transfer_rest(&mut self, slot: &mut RingSlot, transferred_bytes: usize) -> Option<squeue::Entry> {
+        let resubmit = slot.resubmit?;
+        let buf = slot.buf.as_mut()?;
+        slot.done_bytes += transferred_bytes;
+        if slot.done_bytes >= buf.len() {
+            return None;
+        }
+        if transferred_bytes == 0 {
+            // End of file on a read: the rest reads as zeros (a file shorter than its drive).
+            if !resubmit.write {
+                buf.as_mut_slice()[slot.done_bytes..].fill(0);
+            }
+            return None;
+        }
+        let done = slot.done_bytes;
+        let len = (buf.len() - done) as u32;
+        // SAFETY: `done < buf.len()`, so the pointer stays inside the buffer the slot keeps alive.
+        let ptr = unsafe { buf.as_mut_ptr().add(done) };
+        let offset = resubmit.offset_bytes + done as u64;
+        let fd = types::Fd(resubmit.fd);
+        Some(match resubmit.write {
+            true => opcode::Write::new(fd, ptr, len).offset(offset).build(),
+            false => opcode::Read::new(fd, ptr, len).offset(offset).build(),
+        })
+    }
+
+    /// Runs hooks; a delayed completion is parked, everything else goes to `out`.
+    fn finish(&mut self, mut completion: Completion, out: &mut Vec<Completion>) {
+        if !self.hooks.is_empty() {
+            if let Some(hooks) = self.hooks.remove(&completion.token) {
+                let mut delay = None;
+                for hook in hooks {
+                    match hook {
+                        Hook::Delay(d) => delay = Some(d),
+                        Hook::Transform(transform) => transform(&mut completion),
+                    }
+                }
+                if let Some(delay) = delay {
+                    self.park(completion, delay);
+                    return;
+                }
+            }
+        }
+        out.push(completion);
+    }
+
+    fn park(&mut self, completion: Completion, delay: Duration) {
+        self.delay_sequence += 1;
+        let sequence = self.delay_sequence;
+        self.delayed.push(Delayed { due: Instant::now() + delay, sequence });
+        self.delayed_completions.insert(sequence, completion);
+    }
+
+    fn release_due_delays(&mut self) {
+        let now = Instant::now();
+        while self.delayed.peek().is_some_and(|d| d.due <= now) {
+            let delayed = self.delayed.pop().expect("peeked");
+            let completion = self.delayed_completions.remove(&delayed.sequence).expect("parked");
+            self.ready.push_back(completion);
+        }
+        if self.ring.is_none() && !self.delayed.is_empty() && self.ready.is_empty() {
+            // No ring to sleep in: wait for the next deadline here.
+            let due = self.delayed.peek().expect("not empty").due;
+            std::thread::sleep(due.saturating_duration_since(now));
+            self.release_due_delays();
+        }
+    }
+}
+
+impl Drop for IoCtx {
+    fn drop(&mut self) {
+        // Buffers in the ring may still be written by the kernel: wait for every CQE first.
+        while self.in_ring > 0 {
+            let ring = self.ring.as_mut().expect("in_ring > 0 implies a ring");
+            if ring.submit_and_wait(1).is_err() {
+                break;
+            }
+            self.reap();
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Fault injection around any drive, switchable while I/O runs: the simulator and the tests use
+//! it to fail whole drives, fail reads or writes in offset ranges, corrupt what a read returns,
+//! and slow a drive down.
+
+use crate::ctx::Hook;
+use crate::{Completion, Drive, DriveError, DriveInfo, DriveOp, IoCtx, OpKind, Token};
+use std::ops::Range;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// The faults in force. Ranges are drive byte offsets; an operation that overlaps one is hit.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// Every operation fails with `DriveError::Gone`, as a pulled drive does.
+    pub failed: bool,
+    pub read_error_ranges: Vec<Range<u64>>,
+    pub write_error_ranges: Vec<Range<u64>>,
+    /// Reads that overlap these succeed but return flipped bytes in the overlap.
+    pub corrupt_read_ranges: Vec<Range<u64>>,
+    /// Added to every completion.
+    pub latency: Option<Duration>,
+}
+
+pub struct FaultyDrive {
+    inner: Arc<dyn Drive>,
+    faults: RwLock<Faults>,
+}
+
+impl FaultyDrive {
+    pub fn new(inner: Arc<dyn Drive>) -> FaultyDrive {
+        FaultyDrive { inner, faults: RwLock::new(Faults::default()) }
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        *self.faults.write().expect("faults lock poisoned") = faults;
+    }
+
+    pub fn update_faults(&self, change: impl FnOnce(&mut Faults)) {
+        change(&mut self.faults.write().expect("faults lock poisoned"));
+    }
+
+    pub fn faults(&self) -> Faults {
+        self.faults.read().expect("faults lock poisoned").clone()
+    }
+
+    /// Fails the whole drive (true) or brings it back (false).
+    pub fn set_failed(&self, failed: bool) {
+        self.update_faults(|f| f.failed = failed);
+    }
+
+    pub fn inner(&self) -> &Arc<dyn Drive> {
+        &self.inner
+    }
+}
+
+fn overlaps(ranges: &[Range<u64>], start: u64, len: u64) -> bool {
+    ranges.iter().any(|r| r.start < start + len && start < r.end)
+}
+
+impl Drive for FaultyDrive {
+    fn info(&self) -> &DriveInfo {
+        self.inner.info()
+    }
+
+    fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
+        let faults = self.faults.read().expect("faults lock poisoned");
+        let (start, len) = op.range_bytes().unwrap_or((0, 0));
+        let error = match op.kind() {
+            _ if faults.failed => Some(DriveError::Gone),
+            OpKind::Read if overlaps(&faults.read_error_ranges, start, len) => Some(DriveError::Io(libc::EIO)),
+            OpKind::Write if overlaps(&faults.write_error_ranges, start, len) => Some(DriveError::Io(libc::EIO)),
+            _ => None,
+        };
+        if let Some(latency) = faults.latency {
+            ctx.add_hook(token, Hook::Delay(latency));
+        }
+        if let Some(error) = error {
+            drop(faults);
+            return ctx.complete(Completion { token, result: Err(error), buf: op.into_buf() });
+        }
+        if op.kind() == OpKind::Read && overlaps(&faults.corrupt_read_ranges, start, len) {
+            let ranges = faults.corrupt_read_ranges.clone();
+            ctx.add_hook(token, Hook::Transform(Box::new(move |c: &mut Completion| corrupt(c, start, &ranges))));
+        }
+        drop(faults);
+        self.inner.submit(ctx, token, op);
+    }
+}
+
+/// Flips every byte of a successful read that falls in a corrupt range.
+fn corrupt(completion: &mut Completion, start: u64, ranges: &[Range<u64>]) {
+    let (Ok(()), Some(buf)) = (&completion.result, completion.buf.as_mut()) else { return };
+    let len = buf.len() as u64;
+    for range in ranges {
+        let from = range.start.max(start);
+        let to = range.end.min(start + len);
+        if from >= to {
+            continue;
+        }
+        for byte in &mut buf.as_mut_slice()[(from.saturating_sub(start)) as usize..(to.saturating_sub(start)) as usize] {
+            *byte ^= 0xA5;
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! A regular file or block device driven through io_uring.
+//!
+//! O_DIRECT keeps the page cache out of the measurements and out of the durability argument. It
+//! is used whenever the filesystem accepts 512-byte-aligned direct I/O; otherwise (tmpfs, or a
+//! device with 4 KiB logical sectors) the drive runs buffered and says so once in the log.
+
+use crate::{check_op_range, Completion, Drive, DriveError, DriveInfo, DriveKind, DriveOp, IoBuf, IoCtx, Token};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Default)]
+pub struct FileDriveConfig {
+    /// Create the file (sparse) with this size if it does not exist.
+    pub create_size_bytes: Option<u64>,
+    pub direct_io: DirectIo,
+}
+
+/// Whether the drive bypasses the page cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DirectIo {
+    /// O_DIRECT where the filesystem takes it, buffered with a warning where it does not.
+    #[default]
+    Auto,
+    /// O_DIRECT or an error.
+    Required,
+    /// Buffered I/O through the page cache.
+    Off,
+}
+
+pub struct FileDrive {
+    file: File,
+    path: PathBuf,
+    info: DriveInfo,
+}
+
+impl FileDrive {
+    /// # Errors
+    /// If the path cannot be opened or created, or is neither a file nor a block device.
+    pub fn open(path: &Path, config: &FileDriveConfig) -> io::Result<FileDrive> {
+        let context = |e: io::Error| io::Error::new(e.kind(), format!("drive {}: {e}", path.display()));
+        if let Some(size) = config.create_size_bytes {
+            if !path.exists() {
+                let file = OpenOptions::new().create_new(true).write(true).open(path).map_err(context)?;
+                file.set_len(size).map_err(context)?;
+            }
+        }
+        let open = |flags| OpenOptions::new().read(true).write(true).custom_flags(flags).open(path);
+        let (file, direct_io) = open_direct_or_buffered(open, config.direct_io).map_err(|e| {
+            tracing::debug!(path = %path.display(), "direct I/O refused");
+            context(e)
+        })?;
+        if config.direct_io == DirectIo::Auto && !direct_io {
+            tracing::warn!(path = %path.display(), "O_DIRECT with 512-byte alignment is not supported here; using buffered I/O");
+        }
+        let metadata = file.metadata().map_err(context)?;
+        let (kind, capacity_bytes) = if metadata.file_type().is_block_device() {
+            (DriveKind::BlockDevice, block_device_size_bytes(&file).map_err(context)?)
+        } else if metadata.is_file() {
+            (DriveKind::File, metadata.len())
+        } else {
+            return Err(context(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file or block device")));
+        };
+        let capacity_bytes = capacity_bytes - capacity_bytes % crate::SECTOR_BYTES;
+        let info = DriveInfo { name: path.display().to_string(), kind, capacity_bytes, direct_io };
+        Ok(FileDrive { file, path: path.to_path_buf(), info })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Without a ring (simulator, tests) the drive works synchronously.
+    fn submit_sync(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
+        let (result, buf) = match op {
+            DriveOp::Read { offset_bytes, mut buf } => (self.file.read_exact_at(buf.as_mut_slice(), offset_bytes), Some(buf)),
+            DriveOp::Write { offset_bytes, buf } => (self.file.write_all_at(buf.as_slice(), offset_bytes), Some(buf)),
+            DriveOp::Flush => (self.file.sync_data(), None),
+        };
+        let result = result.map_err(|e| DriveError::Io(e.raw_os_error().unwrap_or(libc::EIO)));
+        ctx.complete(Completion { token, result, buf });
+    }
+}
+
+impl Drive for FileDrive {
+    fn info(&self) -> &DriveInfo {
+        &self.info
+    }
+
+    fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
+        if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
+            return ctx.fail(token, error, op.into_buf());
+        }
+        if !ctx.has_ring() {
+            return self.submit_sync(ctx, token, op);
+        }
+        let fd = self.file.as_raw_fd();
+        match op {
+            // SAFETY: the fd belongs to self.file; the engine keeps every drive alive (Arc) for
+            // as long as any shard context can have operations in flight on it.
+            DriveOp::Read { offset_bytes, buf } => unsafe { ctx.push_rw(fd, token, offset_bytes, buf, false) },
+            DriveOp::Write { offset_bytes, buf } => unsafe { ctx.push_rw(fd, token, offset_bytes, buf, true) },
+            DriveOp::Flush => ctx.push_flush(fd, token),
+        }
+    }
+}
+
+/// Opens with O_DIRECT if allowed and working, else buffered (unless direct I/O is required).
+pub(crate) fn open_direct_or_buffered(open: impl Fn(i32) -> io::Result<File>, mode: DirectIo) -> io::Result<(File, bool)> {
+    if mode == DirectIo::Off {
+        return Ok((open(0)?, false));
+    }
+    match open(libc::O_DIRECT) {
+        Ok(file) if direct_io_works(&file) => return Ok((file, true)),
+        Ok(_) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        Err(e) => return Err(e),
+    }
+    if mode == DirectIo::Required {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, "O_DIRECT with 512-byte alignment is not supported here"));
+    }
+    Ok((open(0)?, false))
+}
+
+/// Whether a 512-byte direct read at a 512-byte offset is accepted (4 KiB-sector devices refuse).
+fn direct_io_works(file: &File) -> bool {
+    let mut probe = IoBuf::zeroed(4096);
+    let sector = &mut probe.as_mut_slice()[..512];
+    match file.read_at(sector, 512) {
+        Ok(_) => true,
+        Err(e) => e.raw_os_error() != Some(libc::EINVAL),
+    }
+}
+
+fn block_device_size_bytes(file: &File) -> io::Result<u64> {
+    const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points to a live u64.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(size)
+}

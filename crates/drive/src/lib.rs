@@ -1,0 +1,165 @@
+//! Member drives: the `Drive` interface and its backends.
+//!
+//! A [`Drive`] accepts an operation with a caller-chosen [`Token`] and reports its [`Completion`]
+//! later through the per-thread [`IoCtx`] it was submitted on. This is the io_uring shape
+//! (`user_data` in, CQE out) and it is the only shape the engine sees, so the same engine code
+//! runs over io_uring files, memory drives, emulated drives and the deterministic simulator.
+//!
+//! Backends:
+//! - [`FileDrive`]: a regular file or block device through io_uring, with O_DIRECT where the
+//!   filesystem allows it (tmpfs does not: buffered I/O with a logged warning);
+//! - [`MemDrive`]: sparse RAM, completes synchronously;
+//! - [`FaultyDrive`]: wraps any drive and fails it whole, fails reads or writes in offset ranges,
+//!   returns corrupted data or adds latency, switchable at run time.
+//!
+//! This crate is the only place with io_uring `unsafe`; every `unsafe` block says why it holds.
+
+mod buf;
+mod ctx;
+mod faulty;
+mod file;
+mod mem;
+
+pub use buf::{IoBuf, BUF_ALIGN_BYTES};
+pub use ctx::{IoCtx, IoCtxConfig, ShardWaker};
+pub use faulty::{FaultyDrive, Faults};
+pub use file::{DirectIo, FileDrive, FileDriveConfig};
+pub use mem::MemDrive;
+
+use std::fmt;
+
+/// Identifies one submitted operation; chosen by the submitter, returned in its completion.
+pub type Token = u64;
+
+/// The unit every drive offset and length is aligned to.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// One operation on a drive. Buffers move into the operation and come back in the completion.
+#[derive(Debug)]
+pub enum DriveOp {
+    Read { offset_bytes: u64, buf: IoBuf },
+    Write { offset_bytes: u64, buf: IoBuf },
+    /// Makes every completed write durable (the drive's own cache included).
+    Flush,
+}
+
+impl DriveOp {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            DriveOp::Read { .. } => OpKind::Read,
+            DriveOp::Write { .. } => OpKind::Write,
+            DriveOp::Flush => OpKind::Flush,
+        }
+    }
+
+    /// `(offset, len)` for reads and writes.
+    pub fn range_bytes(&self) -> Option<(u64, u64)> {
+        match self {
+            DriveOp::Read { offset_bytes, buf } | DriveOp::Write { offset_bytes, buf } => {
+                Some((*offset_bytes, buf.len() as u64))
+            }
+            DriveOp::Flush => None,
+        }
+    }
+
+    fn into_buf(self) -> Option<IoBuf> {
+        match self {
+            DriveOp::Read { buf, .. } | DriveOp::Write { buf, .. } => Some(buf),
+            DriveOp::Flush => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Read,
+    Write,
+    Flush,
+}
+
+/// Why a drive operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DriveError {
+    #[error("I/O error (errno {0})")]
+    Io(i32),
+    #[error("the drive is gone")]
+    Gone,
+    #[error("range {offset_bytes}+{len_bytes} is past the end of the drive ({capacity_bytes} bytes)")]
+    OutOfRange { offset_bytes: u64, len_bytes: u64, capacity_bytes: u64 },
+    #[error("offset {offset_bytes} or length {len_bytes} is not a multiple of 512 bytes")]
+    Misaligned { offset_bytes: u64, len_bytes: u64 },
+}
+
+/// The result of one operation; the buffer comes back for reads and writes.
+#[derive(Debug)]
+pub struct Completion {
+    pub token: Token,
+    pub result: Result<(), DriveError>,
+    pub buf: Option<IoBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriveKind {
+    Memory,
+    File,
+    BlockDevice,
+    Emulated,
+}
+
+/// What a drive is, as reported to the controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriveInfo {
+    /// Where the drive came from (`mem:4GiB`, a path).
+    pub name: String,
+    pub kind: DriveKind,
+    pub capacity_bytes: u64,
+    /// Whether data reaches the medium without the page cache (O_DIRECT).
+    pub direct_io: bool,
+}
+
+/// A member drive. Shared by every shard thread; each submits on its own [`IoCtx`].
+pub trait Drive: Send + Sync {
+    fn info(&self) -> &DriveInfo;
+
+    /// Starts `op`; its completion, carrying `token`, is later returned by `ctx.poll`. Never
+    /// blocks on the medium. Errors (range, alignment, failed drive) also arrive as completions.
+    fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp);
+}
+
+impl fmt::Debug for dyn Drive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Drive({})", self.info().name)
+    }
+}
+
+/// Checks range and alignment; the error a backend completes with when they are wrong.
+pub fn check_op_range(op: &DriveOp, capacity_bytes: u64) -> Result<(), DriveError> {
+    let Some((offset_bytes, len_bytes)) = op.range_bytes() else { return Ok(()) };
+    if offset_bytes % SECTOR_BYTES != 0 || len_bytes % SECTOR_BYTES != 0 {
+        return Err(DriveError::Misaligned { offset_bytes, len_bytes });
+    }
+    if offset_bytes.checked_add(len_bytes).is_none_or(|end| end > capacity_bytes) {
+        return Err(DriveError::OutOfRange { offset_bytes, len_bytes, capacity_bytes });
+    }
+    Ok(())
+}
+
+/// Parses sizes the way the CLI accepts them: `4GiB`, `512MiB`, `64KiB`, `4G`, `1048576`.
+pub fn parse_size_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits.parse().map_err(|_| format!("size {text:?} does not start with a number"))?;
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        "t" | "tib" | "tb" => 1 << 40,
+        _ => return Err(format!("unknown size unit {unit:?} in {text:?}; allowed: B, KiB, MiB, GiB, TiB")),
+    };
+    number.checked_mul(multiplier).ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+use super::*;
+use std::sync::Arc;
+
+/// Submits one op and waits for its completion.
+fn run(drive: &dyn Drive, ctx: &mut IoCtx, op: DriveOp) -> Completion {
+    drive.submit(ctx, 7, op);
+    let mut out = Vec::new();
+    while out.is_empty() {
+        ctx.poll(&mut out, true);
+    }
+    assert_eq!(out.len(), 1);
+    out.pop().unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> IoBuf {
+    let bytes: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    IoBuf::from_slice(&bytes)
+}
+
+/// Writes a pattern at two offsets, reads both back, checks a fresh area reads as zeros.
+fn check_round_trip(drive: &dyn Drive, ctx: &mut IoCtx) {
+    for (offset, seed) in [(0u64, 1u8), (3 * 1024 * 1024 - 4096, 2)] {
+        let written = pattern(8192, seed);
+        let expected = written.as_slice().to_vec();
+        let done = run(drive, ctx, DriveOp::Write { offset_bytes: offset, buf: written });
+        assert_eq!(done.result, Ok(()));
+        let read = run(drive, ctx, DriveOp::Read { offset_bytes: offset, buf: IoBuf::zeroed(8192) });
+        assert_eq!(read.result, Ok(()));
+        assert_eq!(read.buf.unwrap().as_slice(), &expected[..], "{} at {offset}", drive.info().name);
+    }
+    let fresh = run(drive, ctx, DriveOp::Read { offset_bytes: 1 << 20, buf: IoBuf::zeroed(4096) });
+    assert!(fresh.buf.unwrap().as_slice().iter().all(|&b| b == 0));
+    assert_eq!(run(drive, ctx, DriveOp::Flush).result, Ok(()));
+}
+
+#[test]
+fn memory_drive_round_trips_across_chunks() {
+    let drive = MemDrive::new(4 << 20);
+    check_round_trip(&drive, &mut IoCtx::without_ring());
+    assert_eq!(drive.allocated_bytes(), 3 << 20, "only the chunks written are allocated (0, 2 and 3)");
+}
+
+#[test]
+fn file_drive_round_trips_through_io_uring_with_o_direct() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("d0");
+    let config = FileDriveConfig { create_size_bytes: Some(4 << 20), ..Default::default() };
+    let drive = FileDrive::open(&path, &config).unwrap();
+    assert_eq!(drive.info().capacity_bytes, 4 << 20);
+    assert!(drive.info().direct_io, "/var/tmp on a disk filesystem takes O_DIRECT");
+    let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();
+    check_round_trip(&drive, &mut ctx);
+    check_round_trip(&drive, &mut IoCtx::without_ring());
+}
+
+#[test]
+fn a_filesystem_that_refuses_o_direct_gets_buffered_io_unless_direct_is_required() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("d0");
+    std::fs::write(&path, vec![0u8; 8192]).unwrap();
+    // Stands in for a filesystem without O_DIRECT (older tmpfs): opening with it gives EINVAL.
+    let open = |flags: i32| {
+        if flags & libc::O_DIRECT != 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        std::fs::OpenOptions::new().read(true).write(true).open(&path)
+    };
+    let (_, direct) = file::open_direct_or_buffered(open, DirectIo::Auto).unwrap();
+    assert!(!direct);
+    let error = file::open_direct_or_buffered(open, DirectIo::Required).err().unwrap();
+    assert!(error.to_string().contains("O_DIRECT"), "{error}");
+    let config = FileDriveConfig { direct_io: DirectIo::Off, ..Default::default() };
+    let drive = FileDrive::open(&path, &config).unwrap();
+    assert!(!drive.info().direct_io);
+    let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();
+    let done = run(&drive, &mut ctx, DriveOp::Write { offset_bytes: 512, buf: pattern(512, 3) });
+    assert_eq!(done.result, Ok(()));
+}
+
+#[test]
+fn bad_ranges_complete_with_errors_that_name_them() {
+    let drive = MemDrive::new(1 << 20);
+    let mut ctx = IoCtx::without_ring();
+    let past_end = run(&drive, &mut ctx, DriveOp::Read { offset_bytes: 1 << 20, buf: IoBuf::zeroed(512) });
+    assert_eq!(past_end.result.unwrap_err().to_string(), "range 1048576+512 is past the end of the drive (1048576 bytes)");
+    let misaligned = run(&drive, &mut ctx, DriveOp::Write { offset_bytes: 100, buf: IoBuf::zeroed(512) });
+    assert_eq!(misaligned.result.unwrap_err().to_string(), "offset 100 or length 512 is not a multiple of 512 bytes");
+}
+
+#[test]
+fn faulty_drive_fails_corrupts_and_delays_on_demand() {
+    let faulty = FaultyDrive::new(Arc::new(MemDrive::new(1 << 20)));
+    let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();
+    let data = pattern(4096, 9);
+    let expected = data.as_slice().to_vec();
+    assert_eq!(run(&faulty, &mut ctx, DriveOp::Write { offset_bytes: 0, buf: data }).result, Ok(()));
+
+    faulty.update_faults(|f| f.read_error_ranges = vec![1024..1536]);
+    let hit = run(&faulty, &mut ctx, DriveOp::Read { offset_bytes: 0, buf: IoBuf::zeroed(4096) });
+    assert_eq!(hit.result, Err(DriveError::Io(libc::EIO)));
+    let miss = run(&faulty, &mut ctx, DriveOp::Read { offset_bytes: 2048, buf: IoBuf::zeroed(512) });
+    assert_eq!(miss.result, Ok(()));
+
+    faulty.set_faults(Faults { corrupt_read_ranges: vec![512..1024], ..Default::default() });
+    let corrupted = run(&faulty, &mut ctx, DriveOp::Read { offset_bytes: 0, buf: IoBuf::zeroed(4096) });
+    let bytes = corrupted.buf.unwrap();
+    assert_eq!(&bytes.as_slice()[..512], &expected[..512]);
+    assert_ne!(&bytes.as_slice()[512..1024], &expected[512..1024]);
+    assert_eq!(&bytes.as_slice()[1024..], &expected[1024..]);
+
+    faulty.set_faults(Faults { latency: Some(std::time::Duration::from_millis(30)), ..Default::default() });
+    let started = std::time::Instant::now();
+    assert_eq!(run(&faulty, &mut ctx, DriveOp::Flush).result, Ok(()));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(30));
+
+    faulty.set_failed(true);
+    assert_eq!(run(&faulty, &mut ctx, DriveOp::Flush).result, Err(DriveError::Gone));
+}
+
+#[test]
+fn a_waker_interrupts_a_sleeping_poll() {
+    let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();
+    let waker = ctx.waker();
+    let thread = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        waker.wake();
+    });
+    let mut out = Vec::new();
+    ctx.poll(&mut out, true); // returns once woken, with nothing completed
+    assert!(out.is_empty());
+    thread.join().unwrap();
+}
+
+#[test]
+fn sizes_parse_with_units_and_reject_garbage() {
+    assert_eq!(parse_size_bytes("4GiB"), Ok(4 << 30));
+    assert_eq!(parse_size_bytes("64k"), Ok(64 << 10));
+    assert_eq!(parse_size_bytes("512"), Ok(512));
+    assert_eq!(parse_size_bytes("4XB").unwrap_err(), "unknown size unit \"XB\" in \"4XB\"; allowed: B, KiB, MiB, GiB, TiB");
+}
