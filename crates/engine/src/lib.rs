@@ -1,0 +1,357 @@
+//! The storc engine: virtual drives over member drives, and the threads that serve them.
+//!
+//! # Design
+//!
+//! Thread per core. The engine runs as N shards, each one thread with its own io_uring
+//! ([`drive::IoCtx`]) and its own small executor ([`runtime`]). Row `r` of every VD belongs to
+//! shard `r % N`: the shard that owns a row is the only one that locks it, so row locks are plain
+//! single-threaded queues, and a large request is served by several shards at once. Frontends
+//! (NBD, the benchmark) call [`Engine::submit`] from their own threads; it cuts the request at
+//! row boundaries, queues each piece to its shard and completes the caller's callback when the
+//! last piece is done.
+//!
+//! The I/O paths ([`io`]) are `async fn`s over the [`drive::Drive`] interface only. They run
+//! unchanged in [`LocalEngine`], a single shard on the caller's thread whose completion order is
+//! chosen by a seed: that is how the simulator explores interleavings and replays a failure.
+//!
+//! The engine knows nothing of NBD, HTTP or JSON, and does no blocking system call on a shard.
+
+pub mod io;
+pub mod runtime;
+pub mod vd;
+
+pub use runtime::CompletionOrder;
+pub use vd::{
+    Member, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES,
+};
+
+use crossbeam_channel::{Receiver, Sender};
+use drive::{Completion, Drive, DriveOp, IoBuf, IoCtx, IoCtxConfig, ShardWaker};
+use runtime::{Executor, Reactor};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Called once with the outcome of a request, on a shard thread.
+pub type Done = Box<dyn FnOnce(VdCompletion) + Send>;
+/// Called once with the completion of a raw drive operation, on a shard thread.
+pub type RawDone = Box<dyn FnOnce(Completion) + Send>;
+
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    /// Shard threads; default: one per core.
+    pub shard_count: usize,
+    /// io_uring submission queue entries per shard.
+    pub ring_entries: u32,
+    /// Messages a shard's inbox holds before submitters block (back-pressure).
+    pub inbox_depth: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        EngineConfig { shard_count: cores, ring_entries: 512, inbox_depth: 4096 }
+    }
+}
+
+enum ShardMsg {
+    Request { vd: Arc<VirtualDrive>, request: VdRequest, done: Done },
+    Raw { drive: Arc<dyn Drive>, op: DriveOp, done: RawDone },
+    Stop,
+}
+
+struct ShardHandle {
+    inbox: Sender<ShardMsg>,
+    waker: Arc<ShardWaker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ShardHandle {
+    fn send(&self, msg: ShardMsg) {
+        if self.inbox.send(msg).is_ok() {
+            self.waker.wake();
+        }
+    }
+}
+
+/// The running engine: shard threads serving any number of virtual drives.
+pub struct Engine {
+    shards: Vec<ShardHandle>,
+    next_shard: AtomicUsize,
+}
+
+impl Engine {
+    /// Starts the shard threads.
+    ///
+    /// # Errors
+    /// If a shard cannot set up its io_uring (the message says what the kernel lacks).
+    pub fn start(config: EngineConfig) -> std::io::Result<Engine> {
+        assert!(config.shard_count > 0, "an engine needs at least one shard");
+        let mut shards = Vec::with_capacity(config.shard_count);
+        for index in 0..config.shard_count {
+            shards.push(start_shard(index, config)?);
+        }
+        Ok(Engine { shards, next_shard: AtomicUsize::new(0) })
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Queues a request; `done` runs on a shard thread when it completes. Bad requests
+    /// (misaligned, past the end) complete at once with an error and touch nothing.
+    pub fn submit(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
+        if let Err(error) = validate(vd, &request) {
+            return done(VdCompletion { result: Err(error), buf: request.into_buf() });
+        }
+        match request {
+            VdRequest::Flush => {
+                // Any shard can flush: member caches are per drive, not per ring.
+                let shard = self.next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+                self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done });
+            }
+            VdRequest::Read { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, false, done),
+            VdRequest::Write { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, true, done),
+        }
+    }
+
+    /// Cuts a request into runs of rows owned by one shard and sends each to its shard.
+    fn submit_pieces(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf, write: bool, done: Done) {
+        let shard_count = self.shards.len() as u64;
+        let mut pieces: Vec<(usize, u64, IoBuf)> = Vec::new();
+        let mut run_start = offset_bytes;
+        let mut run_shard = None;
+        for row in vd.geometry().rows(offset_bytes, buf.len() as u64) {
+            let shard = (row.row % shard_count) as usize;
+            if run_shard.is_some_and(|s| s != shard) {
+                let rest = buf.split_off((row.vd_offset_bytes - run_start) as usize);
+                pieces.push((run_shard.expect("checked"), run_start, std::mem::replace(&mut buf, rest)));
+                run_start = row.vd_offset_bytes;
+            }
+            run_shard = Some(shard);
+        }
+        pieces.push((run_shard.unwrap_or(0), run_start, buf));
+        let request = |offset_bytes, buf| match write {
+            true => VdRequest::Write { offset_bytes, buf },
+            false => VdRequest::Read { offset_bytes, buf },
+        };
+        if pieces.len() == 1 {
+            let (shard, offset, buf) = pieces.pop().expect("one piece");
+            return self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request: request(offset, buf), done });
+        }
+        let joiner = Joiner::new(pieces.len(), done);
+        for (index, (shard, offset, buf)) in pieces.into_iter().enumerate() {
+            let joiner = Arc::clone(&joiner);
+            let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
+            self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request: request(offset, buf), done });
+        }
+    }
+
+    /// Runs one operation on a drive directly, bypassing every RAID layer: the baseline the
+    /// benchmark compares virtual drives with. `shard` picks the shard (modulo the count).
+    pub fn submit_raw(&self, shard: usize, drive: &Arc<dyn Drive>, op: DriveOp, done: RawDone) {
+        let shard = shard % self.shards.len();
+        self.shards[shard].send(ShardMsg::Raw { drive: Arc::clone(drive), op, done });
+    }
+
+    /// Submits and waits: for tests, tools and the control plane, never for the data path.
+    pub fn run(&self, vd: &Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.submit(vd, request, Box::new(move |completion| tx.send(completion).expect("waiter is alive")));
+        rx.recv().unwrap_or(VdCompletion { result: Err(VdError::Stopped), buf: None })
+    }
+
+    /// Reads `len_bytes` at `offset_bytes`, waiting for the result.
+    ///
+    /// # Errors
+    /// What the VD reported.
+    pub fn read_at(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, len_bytes: usize) -> Result<IoBuf, VdError> {
+        let done = self.run(vd, VdRequest::Read { offset_bytes, buf: IoBuf::zeroed(len_bytes) });
+        done.result.map(|()| done.buf.expect("a read returns its buffer"))
+    }
+
+    /// Writes `data` at `offset_bytes`, waiting for the result.
+    ///
+    /// # Errors
+    /// What the VD reported.
+    pub fn write_at(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, data: &[u8]) -> Result<(), VdError> {
+        self.run(vd, VdRequest::Write { offset_bytes, buf: IoBuf::from_slice(data) }).result
+    }
+
+    /// Flushes, waiting for the result.
+    ///
+    /// # Errors
+    /// What the VD reported.
+    pub fn flush(&self, vd: &Arc<VirtualDrive>) -> Result<(), VdError> {
+        self.run(vd, VdRequest::Flush).result
+    }
+}
+
+impl Drop for Engine {
+    /// Lets in-flight requests finish, then stops the shard threads.
+    fn drop(&mut self) {
+        for shard in &self.shards {
+            shard.send(ShardMsg::Stop);
+        }
+        for shard in &mut self.shards {
+            if let Some(thread) = shard.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// Checks a request against the VD before anything is queued.
+fn validate(vd: &VirtualDrive, request: &VdRequest) -> Result<(), VdError> {
+    match request.range_bytes() {
+        Some((offset_bytes, len_bytes)) => vd.check_range(offset_bytes, len_bytes),
+        None => Ok(()),
+    }
+}
+
+fn start_shard(index: usize, config: EngineConfig) -> std::io::Result<ShardHandle> {
+    let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(config.inbox_depth);
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new().name(format!("storc-shard-{index}")).spawn(move || {
+        let ctx = match IoCtx::new(IoCtxConfig { ring_entries: config.ring_entries }) {
+            Ok(ctx) => ctx,
+            Err(error) => return ready_tx.send(Err(error)).expect("starter waits"),
+        };
+        shard_main(ctx, inbox_rx, ready_tx);
+    })?;
+    let waker = ready_rx.recv().expect("shard reports whether it started")?;
+    Ok(ShardHandle { inbox: inbox_tx, waker, thread: Some(thread) })
+}
+
+type ReadyTx = std::sync::mpsc::SyncSender<std::io::Result<Arc<ShardWaker>>>;
+
+/// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
+fn shard_main(mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
+    let waker = ctx.waker();
+    ready.send(Ok(Arc::clone(&waker))).expect("starter waits");
+    let reactor = Reactor::new(ctx, CompletionOrder::Fifo);
+    let mut executor = Executor::new(Rc::clone(&reactor));
+    let mut stopping = false;
+    loop {
+        while let Ok(msg) = inbox.try_recv() {
+            stopping |= spawn_msg(&mut executor, msg);
+        }
+        if stopping && executor.live_tasks() == 0 && reactor.in_flight() == 0 {
+            return;
+        }
+        waker.prepare_sleep();
+        if !inbox.is_empty() {
+            waker.cancel_sleep();
+            continue;
+        }
+        executor.turn(true);
+        waker.cancel_sleep();
+    }
+}
+
+/// Turns a message into a task. Returns whether it asked the shard to stop.
+fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
+    let reactor = Rc::clone(executor.reactor());
+    match msg {
+        ShardMsg::Request { vd, request, done } => {
+            executor.spawn(async move { done(io::serve(reactor, vd, request).await) });
+            false
+        }
+        ShardMsg::Raw { drive, op, done } => {
+            executor.spawn(async move {
+                let finished = reactor.submit(&*drive, op).await;
+                done(Completion { token: 0, result: finished.result, buf: finished.buf });
+            });
+            false
+        }
+        ShardMsg::Stop => true,
+    }
+}
+
+/// Gathers the pieces of a request served by several shards.
+struct Joiner {
+    remaining: AtomicUsize,
+    state: Mutex<JoinState>,
+}
+
+struct JoinState {
+    bufs: Vec<Option<IoBuf>>,
+    error: Option<VdError>,
+    done: Option<Done>,
+}
+
+impl Joiner {
+    fn new(piece_count: usize, done: Done) -> Arc<Joiner> {
+        let bufs = (0..piece_count).map(|_| None).collect();
+        Arc::new(Joiner { remaining: AtomicUsize::new(piece_count), state: Mutex::new(JoinState { bufs, error: None, done: Some(done) }) })
+    }
+
+    fn piece_done(&self, index: usize, completion: VdCompletion) {
+        let mut state = self.state.lock().expect("joiner poisoned");
+        state.bufs[index] = completion.buf;
+        if let Err(error) = completion.result {
+            state.error.get_or_insert(error);
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let buf = IoBuf::join(state.bufs.drain(..).map(|b| b.expect("every piece returns its buffer")));
+        let result = state.error.take().map_or(Ok(()), Err);
+        let done = state.done.take().expect("completed once");
+        drop(state);
+        done(VdCompletion { result, buf: Some(buf) });
+    }
+}
+
+/// One shard on the caller's thread, with completion order chosen by the caller: the
+/// deterministic simulator and unit tests drive the real I/O paths through it.
+pub struct LocalEngine {
+    executor: Executor,
+}
+
+impl LocalEngine {
+    pub fn new(order: CompletionOrder) -> LocalEngine {
+        let reactor = Reactor::new(IoCtx::without_ring(), order);
+        LocalEngine { executor: Executor::new(reactor) }
+    }
+
+    /// Queues a request; `done` runs during a later [`LocalEngine::step`].
+    pub fn submit(&mut self, vd: &Arc<VirtualDrive>, request: VdRequest, done: impl FnOnce(VdCompletion) + 'static) {
+        if let Err(error) = validate(vd, &request) {
+            return done(VdCompletion { result: Err(error), buf: request.into_buf() });
+        }
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::serve(reactor, vd, request).await) });
+    }
+
+    /// One turn of the loop. Returns whether anything happened.
+    pub fn step(&mut self) -> bool {
+        self.executor.turn(false)
+    }
+
+    /// Turns until every request has completed.
+    pub fn run_until_idle(&mut self) {
+        while self.executor.live_tasks() > 0 || self.executor.reactor().in_flight() > 0 {
+            self.step();
+        }
+    }
+
+    pub fn requests_in_flight(&self) -> usize {
+        self.executor.live_tasks()
+    }
+
+    /// Runs one request to completion and returns its outcome.
+    pub fn run(&mut self, vd: &Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        self.submit(vd, request, move |completion| *out.borrow_mut() = Some(completion));
+        self.run_until_idle();
+        let completion = slot.borrow_mut().take();
+        completion.expect("request completed")
+    }
+}
+
+#[cfg(test)]
+mod tests;

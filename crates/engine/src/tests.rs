@@ -1,0 +1,155 @@
+use super::*;
+use drive::{FaultyDrive, Faults, MemDrive};
+use layout::{Level, KIB, MIB};
+
+const MEMBER_BYTES: u64 = MEMBER_RESERVED_BYTES + 2 * MIB;
+
+struct Rig {
+    vd: Arc<VirtualDrive>,
+    drives: Vec<Arc<FaultyDrive>>,
+}
+
+fn rig(level: Level, drive_count: usize, strip_kib: u64) -> Rig {
+    let drives: Vec<Arc<FaultyDrive>> =
+        (0..drive_count).map(|_| Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(MEMBER_BYTES))))).collect();
+    let members = drives.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
+    let layout = VdLayout { level, strip_size_bytes: strip_kib * KIB, drives_per_span: None };
+    let vd = Arc::new(VirtualDrive::new(1, "v0", layout, members).unwrap());
+    Rig { vd, drives }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len as u64).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97) >> 7) as u8).collect()
+}
+
+/// Compares without printing megabytes: names the first differing byte.
+#[track_caller]
+fn assert_same(got: &[u8], expected: &[u8], what: &str) {
+    assert_eq!(got.len(), expected.len(), "{what}: length");
+    if let Some(i) = got.iter().zip(expected).position(|(a, b)| a != b) {
+        panic!("{what}: first difference at byte {i} (got {}, expected {})", got[i], expected[i]);
+    }
+}
+
+fn write(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, offset: u64, data: &[u8]) {
+    let done = engine.run(vd, VdRequest::Write { offset_bytes: offset, buf: IoBuf::from_slice(data) });
+    assert_eq!(done.result, Ok(()), "write at {offset}");
+}
+
+fn read(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, offset: u64, len: usize) -> Result<Vec<u8>, VdError> {
+    let done = engine.run(vd, VdRequest::Read { offset_bytes: offset, buf: IoBuf::zeroed(len) });
+    done.result.map(|()| done.buf.unwrap().as_slice().to_vec())
+}
+
+/// Writes a range, fails members one by one up to the tolerance, and reads it back each time.
+fn check_survives_failures(level: Level, drive_count: usize, fail: &[usize]) {
+    let rig = rig(level, drive_count, 16);
+    let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+    let data = pattern(300 * KIB as usize, 1);
+    write(&mut engine, &rig.vd, 8 * KIB, &data);
+    for &member in fail {
+        rig.drives[member].set_failed(true);
+        assert_same(&read(&mut engine, &rig.vd, 8 * KIB, data.len()).unwrap(), &data, &format!("{level} after failing {member}"));
+    }
+    // Writes while degraded must stay readable too.
+    let more = pattern(100 * KIB as usize, 2);
+    write(&mut engine, &rig.vd, 40 * KIB + 512, &more);
+    let mut expected = data.clone();
+    expected[(32 * KIB + 512) as usize..(32 * KIB + 512) as usize + more.len()].copy_from_slice(&more);
+    assert_same(&read(&mut engine, &rig.vd, 8 * KIB, expected.len()).unwrap(), &expected, &format!("{level} degraded write"));
+}
+
+#[test]
+fn every_level_reads_back_through_its_tolerated_failures() {
+    check_survives_failures(Level::Raid0, 3, &[]);
+    check_survives_failures(Level::Jbod, 1, &[]);
+    check_survives_failures(Level::Raid1, 2, &[1]);
+    check_survives_failures(Level::Raid1E, 5, &[1, 3]);
+    check_survives_failures(Level::Raid5, 4, &[2]);
+    check_survives_failures(Level::Raid6, 5, &[0, 3]);
+    check_survives_failures(Level::Raid10, 6, &[0, 3, 5]);
+    check_survives_failures(Level::Raid50, 6, &[1, 4]);
+    check_survives_failures(Level::Raid60, 8, &[0, 1, 5, 6]);
+}
+
+#[test]
+fn a_vd_past_its_tolerance_fails_io_instead_of_returning_wrong_data() {
+    let rig = rig(Level::Raid5, 4, 16);
+    let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+    write(&mut engine, &rig.vd, 0, &pattern(256 * KIB as usize, 3));
+    rig.drives[0].set_failed(true);
+    rig.drives[1].set_failed(true);
+    let error = read(&mut engine, &rig.vd, 0, 256 * KIB as usize).unwrap_err();
+    assert_eq!(rig.vd.state(), VdState::Offline);
+    assert_eq!(error.to_string(), "virtual drive v0 is offline: it lost more members than RAID5 tolerates");
+}
+
+#[test]
+fn a_read_error_is_repaired_from_parity_and_the_member_stays_online() {
+    let rig = rig(Level::Raid5, 4, 16);
+    let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+    let data = pattern(192 * KIB as usize, 4);
+    write(&mut engine, &rig.vd, 0, &data);
+    let start = MEMBER_RESERVED_BYTES;
+    rig.drives[1].update_faults(|f| f.read_error_ranges = vec![start..start + 4 * KIB]);
+    assert_same(&read(&mut engine, &rig.vd, 0, data.len()).unwrap(), &data, "RAID5 repaired");
+    assert_eq!(rig.vd.member(1).state(), MemberState::Online);
+    assert_eq!(rig.vd.member(1).read_error_count(), 1);
+    // The repaired sector was written back: with the fault cleared the member has good data.
+    rig.drives[1].set_faults(Faults::default());
+    rig.drives[0].set_failed(true);
+    assert_same(&read(&mut engine, &rig.vd, 0, data.len()).unwrap(), &data, "RAID5 repaired");
+}
+
+#[test]
+fn a_failed_write_takes_the_member_out_and_the_data_stays_recoverable() {
+    for level in [Level::Raid1, Level::Raid5, Level::Raid6] {
+        let count = match level {
+            Level::Raid1 => 2,
+            _ => 4,
+        };
+        let rig = rig(level, count, 16);
+        let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+        rig.drives[1].update_faults(|f| f.write_error_ranges = vec![0..u64::MAX]);
+        let data = pattern(100 * KIB as usize, 5);
+        write(&mut engine, &rig.vd, 4 * KIB, &data);
+        assert_eq!(rig.vd.member(1).state(), MemberState::Failed, "{level}");
+        assert_same(&read(&mut engine, &rig.vd, 4 * KIB, data.len()).unwrap(), &data, &format!("{level}"));
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_without_touching_the_drives() {
+    let rig = rig(Level::Raid0, 2, 16);
+    let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+    let capacity = rig.vd.capacity_bytes();
+    let past_end = read(&mut engine, &rig.vd, capacity - 512, 1024).unwrap_err();
+    assert_eq!(past_end.to_string(), format!("range {}+1024 is past the end of virtual drive v0 ({capacity} bytes)", capacity - 512));
+    let misaligned = read(&mut engine, &rig.vd, 100, 512).unwrap_err();
+    assert_eq!(misaligned.to_string(), "offset 100 and length 512 must be multiples of 512 bytes");
+}
+
+#[test]
+fn mirror_reads_prefer_the_idle_copy() {
+    let rig = rig(Level::Raid1, 2, 64);
+    let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+    write(&mut engine, &rig.vd, 0, &pattern(64 * KIB as usize, 6));
+    rig.vd.member(0).outstanding.store(5, Ordering::Relaxed);
+    rig.drives[0].update_faults(|f| f.read_error_ranges = vec![0..u64::MAX]);
+    // Copy 0 is busy, so the read goes to copy 1 and never meets copy 0's error.
+    read(&mut engine, &rig.vd, 0, 4096).unwrap();
+    assert_eq!(rig.vd.member(0).read_error_count(), 0);
+}
+
+#[test]
+fn the_threaded_engine_serves_requests_that_span_shards() {
+    let rig = rig(Level::Raid5, 5, 16);
+    let engine = Engine::start(EngineConfig { shard_count: 2, ..Default::default() }).unwrap();
+    let data = pattern(MIB as usize, 7);
+    engine.write_at(&rig.vd, 512 * 3, &data).unwrap();
+    assert_same(engine.read_at(&rig.vd, 512 * 3, data.len()).unwrap().as_slice(), &data, "threaded");
+    engine.flush(&rig.vd).unwrap();
+    rig.drives[4].set_failed(true);
+    assert_same(engine.read_at(&rig.vd, 512 * 3, data.len()).unwrap().as_slice(), &data, "threaded");
+    assert_eq!(rig.vd.state(), VdState::Degraded);
+}

@@ -1,0 +1,297 @@
+//! A virtual drive: its layout, its members and their states. No I/O happens here; the paths in
+//! `io` read this state at the start of every attempt.
+
+use drive::{Drive, DriveError, IoBuf, OpKind};
+use layout::{Geometry, GeometryConfig, Level, SpanKind};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Bytes reserved at the start of every member for controller metadata (two copies of the
+/// configuration plus room to grow; see docs/on-disk-format.md).
+pub const MEMBER_RESERVED_BYTES: u64 = 4 << 20;
+
+/// Read errors a member may return before it is taken out of service. Each one is repaired
+/// from redundancy; a drive that keeps failing is more dangerous than a missing one.
+pub const MEMBER_READ_ERRORS_MAX: u32 = 16;
+
+/// The state of a member as the engine sees it. Only `Online` members are read or written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MemberState {
+    Online = 0,
+    /// Taken out by errors or by the administrator; its contents are stale from then on.
+    Failed = 1,
+    /// Not present at all.
+    Missing = 2,
+}
+
+impl MemberState {
+    fn from_u8(value: u8) -> MemberState {
+        match value {
+            0 => MemberState::Online,
+            1 => MemberState::Failed,
+            _ => MemberState::Missing,
+        }
+    }
+}
+
+/// The health of a whole VD, in MegaRAID's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VdState {
+    /// Every member online.
+    Optimal,
+    /// RAID6/60 that lost one member per span at most: still redundant.
+    PartiallyDegraded,
+    /// Serving, but one more loss in some span loses data.
+    Degraded,
+    /// Lost more than it tolerates: every I/O fails.
+    Offline,
+}
+
+impl VdState {
+    pub fn short_name(self) -> &'static str {
+        match self {
+            VdState::Optimal => "Optl",
+            VdState::PartiallyDegraded => "Pdgd",
+            VdState::Degraded => "Dgrd",
+            VdState::Offline => "OfLn",
+        }
+    }
+}
+
+/// One member drive of a VD and what the engine tracks about it.
+pub struct Member {
+    pub drive: Arc<dyn Drive>,
+    state: AtomicU8,
+    /// I/Os submitted and not completed, across shards (mirror read selection).
+    pub(crate) outstanding: AtomicU32,
+    /// Where the last I/O ended: the head position for "nearer copy" decisions.
+    pub(crate) last_end_bytes: AtomicU64,
+    read_errors: AtomicU32,
+}
+
+impl Member {
+    fn new(drive: Arc<dyn Drive>) -> Member {
+        Member {
+            drive,
+            state: AtomicU8::new(MemberState::Online as u8),
+            outstanding: AtomicU32::new(0),
+            last_end_bytes: AtomicU64::new(0),
+            read_errors: AtomicU32::new(0),
+        }
+    }
+
+    pub fn state(&self) -> MemberState {
+        MemberState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub fn read_error_count(&self) -> u32 {
+        self.read_errors.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a VD request failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VdError {
+    #[error("range {offset_bytes}+{len_bytes} is past the end of virtual drive {vd} ({capacity_bytes} bytes)")]
+    OutOfRange { vd: String, offset_bytes: u64, len_bytes: u64, capacity_bytes: u64 },
+    #[error("offset {offset_bytes} and length {len_bytes} must be multiples of 512 bytes")]
+    Misaligned { offset_bytes: u64, len_bytes: u64 },
+    #[error("virtual drive {vd} is offline: it lost more members than {level} tolerates")]
+    Offline { vd: String, level: Level },
+    #[error("virtual drive {vd}: member {member} failed and the data has no other copy: {error}")]
+    Unrecoverable { vd: String, member: usize, error: DriveError },
+    #[error("the engine is stopped")]
+    Stopped,
+}
+
+/// How a VD is laid out, before the member sizes are known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VdLayout {
+    pub level: Level,
+    pub strip_size_bytes: u64,
+    /// Drives per span for RAID 10/50/60 (`pdperarray`).
+    pub drives_per_span: Option<usize>,
+}
+
+pub struct VirtualDrive {
+    id: u64,
+    name: String,
+    geometry: Geometry,
+    members: Vec<Member>,
+    /// Serialises state changes so that two shards failing members at once see each other.
+    state_change: Mutex<()>,
+}
+
+impl VirtualDrive {
+    /// Lays a VD out over `drives` (in member order).
+    ///
+    /// # Errors
+    /// The layout rule the drives break (count, strip size, size), with what is allowed.
+    pub fn new(id: u64, name: &str, layout: VdLayout, drives: Vec<Arc<dyn Drive>>) -> Result<VirtualDrive, layout::LayoutError> {
+        let member_size_bytes = drives.iter().map(|d| d.info().capacity_bytes).min().unwrap_or(0);
+        let geometry = Geometry::new(GeometryConfig {
+            level: layout.level,
+            drive_count: drives.len(),
+            drives_per_span: layout.drives_per_span,
+            strip_size_bytes: layout.strip_size_bytes,
+            member_size_bytes,
+            member_reserved_bytes: MEMBER_RESERVED_BYTES,
+        })?;
+        let members = drives.into_iter().map(Member::new).collect();
+        Ok(VirtualDrive { id, name: name.to_string(), geometry, members, state_change: Mutex::new(()) })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+    pub fn capacity_bytes(&self) -> u64 {
+        self.geometry.capacity_bytes()
+    }
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+    pub fn member(&self, index: usize) -> &Member {
+        &self.members[index]
+    }
+
+    /// Members that must not be read or written now.
+    pub(crate) fn unavailable(&self) -> MemberSet {
+        let mut set = MemberSet::default();
+        for (index, member) in self.members.iter().enumerate() {
+            if member.state() != MemberState::Online {
+                set.insert(index);
+            }
+        }
+        set
+    }
+
+    pub fn state(&self) -> VdState {
+        let lost = self.unavailable();
+        let lost_mask: Vec<bool> = (0..self.members.len()).map(|m| lost.contains(m)).collect();
+        if lost.is_empty() {
+            VdState::Optimal
+        } else if !self.geometry.survives(&lost_mask) {
+            VdState::Offline
+        } else if self.geometry.span_kind() == SpanKind::DoubleParity && self.max_lost_per_span(&lost) <= 1 {
+            VdState::PartiallyDegraded
+        } else {
+            VdState::Degraded
+        }
+    }
+
+    fn max_lost_per_span(&self, lost: &MemberSet) -> usize {
+        let per_span = self.geometry.drives_per_span();
+        (0..self.geometry.span_count())
+            .map(|span| (span * per_span..(span + 1) * per_span).filter(|&m| lost.contains(m)).count())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Sets a member's state by hand (administrator, tests). Returns the VD state after.
+    pub fn set_member_state(&self, index: usize, state: MemberState) -> VdState {
+        let _guard = self.state_change.lock().expect("state lock poisoned");
+        let before = self.members[index].state();
+        self.members[index].state.store(state as u8, Ordering::Release);
+        if before != state {
+            tracing::warn!(vd = %self.name, member = index, ?before, after = ?state, "member state changed");
+        }
+        drop(_guard);
+        self.state()
+    }
+
+    /// Books an error a member returned and takes the member out of service when it must be:
+    /// at once for a vanished drive or a failed write (its contents are now stale), after
+    /// [`MEMBER_READ_ERRORS_MAX`] repaired read errors otherwise. Returns whether it was failed.
+    pub(crate) fn member_error(&self, index: usize, kind: OpKind, error: &DriveError) -> bool {
+        let member = &self.members[index];
+        let fail = match (kind, error) {
+            (_, DriveError::Gone) => true,
+            (OpKind::Read, _) => member.read_errors.fetch_add(1, Ordering::Relaxed) + 1 >= MEMBER_READ_ERRORS_MAX,
+            _ => true,
+        };
+        tracing::warn!(vd = %self.name, member = index, drive = %member.drive.info().name, ?kind, %error, fail, "member I/O error");
+        if fail && member.state() == MemberState::Online {
+            self.set_member_state(index, MemberState::Failed);
+        }
+        fail
+    }
+
+    pub(crate) fn offline_error(&self) -> VdError {
+        VdError::Offline { vd: self.name.clone(), level: self.geometry.level() }
+    }
+
+    /// Checks that a request fits the VD and is sector-aligned.
+    pub fn check_range(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), VdError> {
+        if offset_bytes % layout::SECTOR_BYTES != 0 || len_bytes % layout::SECTOR_BYTES != 0 {
+            return Err(VdError::Misaligned { offset_bytes, len_bytes });
+        }
+        let capacity_bytes = self.capacity_bytes();
+        if offset_bytes.checked_add(len_bytes).is_none_or(|end| end > capacity_bytes) {
+            return Err(VdError::OutOfRange { vd: self.name.clone(), offset_bytes, len_bytes, capacity_bytes });
+        }
+        Ok(())
+    }
+}
+
+/// A set of member indices (a VD has at most 8 spans of 32 drives).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MemberSet([u64; 4]);
+
+impl MemberSet {
+    pub(crate) fn insert(&mut self, index: usize) {
+        self.0[index / 64] |= 1 << (index % 64);
+    }
+    pub(crate) fn contains(&self, index: usize) -> bool {
+        self.0[index / 64] & (1 << (index % 64)) != 0
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
+    pub(crate) fn union(mut self, other: MemberSet) -> MemberSet {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a |= b;
+        }
+        self
+    }
+}
+
+/// A request to a VD. Buffers move in and come back in the completion.
+#[derive(Debug)]
+pub enum VdRequest {
+    Read { offset_bytes: u64, buf: IoBuf },
+    Write { offset_bytes: u64, buf: IoBuf },
+    /// Every write completed before the flush was submitted is durable when it completes.
+    Flush,
+}
+
+impl VdRequest {
+    pub fn range_bytes(&self) -> Option<(u64, u64)> {
+        match self {
+            VdRequest::Read { offset_bytes, buf } | VdRequest::Write { offset_bytes, buf } => {
+                Some((*offset_bytes, buf.len() as u64))
+            }
+            VdRequest::Flush => None,
+        }
+    }
+
+    pub(crate) fn into_buf(self) -> Option<IoBuf> {
+        match self {
+            VdRequest::Read { buf, .. } | VdRequest::Write { buf, .. } => Some(buf),
+            VdRequest::Flush => None,
+        }
+    }
+}
+
+/// The outcome of a request: the result and the buffer (read data, or the written buffer back).
+#[derive(Debug)]
+pub struct VdCompletion {
+    pub result: Result<(), VdError>,
+    pub buf: Option<IoBuf>,
+}
