@@ -349,10 +349,13 @@ fn generate_parity(kind: SpanKind, data: &[&[u8]], p: &mut [u8], q: Option<&mut 
 async fn parity_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Result<(), VdError> {
     let mut avoid = MemberSet::default();
     for _ in 0..retry_limit(&env.vd) {
-        let unavailable = env.vd.unavailable().union(avoid);
-        let degraded = row.span_members().iter().any(|&(member, _)| unavailable.contains(member));
+        // Members that failed a read are not read again in this request but are still written:
+        // the write replaces the bad sectors (md does the same).
+        let unwritable = env.vd.unavailable();
+        let unreadable = unwritable.union(avoid);
+        let degraded = row.span_members().iter().any(|&(member, _)| unreadable.contains(member));
         let attempt = if degraded {
-            degraded_write(env, row, views, unavailable).await
+            degraded_write(env, row, views, unreadable, unwritable).await
         } else if rcw_read_count(row) <= rmw_read_count(row) {
             reconstruct_write(env, row, views).await
         } else {
@@ -479,8 +482,8 @@ async fn read_modify_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Atte
 
 /// A write to a row with lost members: rebuild the touched columns of every strip in memory,
 /// apply the new data, recompute parity and write what still has a member to go to.
-async fn degraded_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>, unavailable: MemberSet) -> Attempt<()> {
-    let mut columns = read_and_recover_columns(env, row, row.lo, row.hi, unavailable).await?;
+async fn degraded_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>, unreadable: MemberSet, unwritable: MemberSet) -> Attempt<()> {
+    let mut columns = read_and_recover_columns(env, row, row.lo, row.hi, unreadable).await?;
     let m = row.map.data_strip_count();
     for (i, piece) in row.pieces.iter().enumerate() {
         let at = (piece.offset_in_strip_bytes - row.lo) as usize;
@@ -488,7 +491,7 @@ async fn degraded_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>, unavailabl
     }
     let data: Vec<&[u8]> = columns[..m].iter().map(|c| c.as_slice()).collect();
     let (p, q) = new_parity(env, row, &data);
-    write_row(env, row, views, p, q, unavailable).await
+    write_row(env, row, views, p, q, unwritable).await
 }
 
 /// Reads columns `[lo, hi)` of every member of the row's span that is available and recovers
