@@ -82,8 +82,20 @@ pub struct ShardWaker {
 }
 
 impl ShardWaker {
+    /// Called by the shard before it checks its inbox one last time and sleeps: a message sent
+    /// after this point finds the flag set and writes the eventfd, so no wake-up is lost.
+    pub fn prepare_sleep(&self) {
+        self.sleeping.store(true, Ordering::SeqCst);
+    }
+
+    /// Called by the shard when it did not sleep after all, or has woken.
+    pub fn cancel_sleep(&self) {
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Called by other threads after they queued work for the shard.
     pub fn wake(&self) {
-        if self.sleeping.swap(false, Ordering::AcqRel) {
+        if self.sleeping.swap(false, Ordering::SeqCst) {
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
             let _ = unsafe { libc::write(self.eventfd.as_raw_fd(), (&one as *const u64).cast(), 8) };
@@ -250,10 +262,6 @@ impl IoCtx {
             self.arm_waker();
         }
         let timeout = self.delayed.peek().map(|d| d.due.saturating_duration_since(Instant::now()));
-        let sleeping = wait && self.waker.as_ref().is_some_and(|w| {
-            w.sleeping.store(true, Ordering::Release);
-            true
-        });
         let ring = self.ring.as_mut().expect("checked above");
         let result = match (wait, timeout) {
             (true, Some(timeout)) => {
@@ -265,9 +273,6 @@ impl IoCtx {
             (false, _) if self.unsubmitted > 0 => ring.submit(),
             (false, _) => Ok(0),
         };
-        if sleeping {
-            self.waker.as_ref().expect("set above").sleeping.store(false, Ordering::Release);
-        }
         match result {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::ETIME) || e.raw_os_error() == Some(libc::EINTR) => {}

@@ -2,14 +2,15 @@
 //! it is used and reads of untouched areas return zeros, like a new sparse file.
 
 use crate::{check_op_range, Completion, Drive, DriveInfo, DriveKind, DriveOp, IoCtx, Token};
-use std::sync::Mutex;
+use std::sync::RwLock;
 
-/// Allocation and locking unit. Large enough that a 1 MiB I/O takes one or two locks.
-const CHUNK_BYTES: u64 = 1 << 20;
+/// Allocation and locking unit. One strip-sized chunk per lock, so that shards serving
+/// neighbouring rows of a VD do not queue behind each other on one lock; readers share it.
+const CHUNK_BYTES: u64 = 64 << 10;
 
 pub struct MemDrive {
     info: DriveInfo,
-    chunks: Box<[Mutex<Option<Box<[u8]>>>]>,
+    chunks: Box<[RwLock<Option<Box<[u8]>>>]>,
 }
 
 impl MemDrive {
@@ -19,7 +20,7 @@ impl MemDrive {
 
     pub fn named(name: String, capacity_bytes: u64) -> MemDrive {
         let chunk_count = capacity_bytes.div_ceil(CHUNK_BYTES) as usize;
-        let chunks = (0..chunk_count).map(|_| Mutex::new(None)).collect();
+        let chunks = (0..chunk_count).map(|_| RwLock::new(None)).collect();
         let info = DriveInfo { name, kind: DriveKind::Memory, capacity_bytes, direct_io: true };
         MemDrive { info, chunks }
     }
@@ -33,16 +34,16 @@ impl MemDrive {
             let in_chunk = (offset % CHUNK_BYTES) as usize;
             let len = (CHUNK_BYTES as usize - in_chunk).min(bytes.len() - done);
             let part = &mut bytes[done..done + len];
-            let mut chunk = self.chunks[chunk_index].lock().expect("memory drive lock poisoned");
-            match (write, chunk.as_mut()) {
-                (true, Some(data)) => data[in_chunk..in_chunk + len].copy_from_slice(part),
-                (true, None) => {
-                    let mut data = vec![0u8; CHUNK_BYTES as usize].into_boxed_slice();
-                    data[in_chunk..in_chunk + len].copy_from_slice(part);
-                    *chunk = Some(data);
+            let chunk = &self.chunks[chunk_index];
+            if write {
+                let mut data = chunk.write().expect("memory drive lock poisoned");
+                let data = data.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
+                data[in_chunk..in_chunk + len].copy_from_slice(part);
+            } else {
+                match chunk.read().expect("memory drive lock poisoned").as_ref() {
+                    Some(data) => part.copy_from_slice(&data[in_chunk..in_chunk + len]),
+                    None => part.fill(0),
                 }
-                (false, Some(data)) => part.copy_from_slice(&data[in_chunk..in_chunk + len]),
-                (false, None) => part.fill(0),
             }
             done += len;
         }
@@ -50,7 +51,7 @@ impl MemDrive {
 
     /// Bytes of RAM the drive holds now.
     pub fn allocated_bytes(&self) -> u64 {
-        let allocated = self.chunks.iter().filter(|c| c.lock().map(|c| c.is_some()).unwrap_or(false)).count();
+        let allocated = self.chunks.iter().filter(|c| c.read().map(|c| c.is_some()).unwrap_or(false)).count();
         allocated as u64 * CHUNK_BYTES
     }
 }

@@ -37,7 +37,7 @@ fn check_round_trip(drive: &dyn Drive, ctx: &mut IoCtx) {
 fn memory_drive_round_trips_across_chunks() {
     let drive = MemDrive::new(4 << 20);
     check_round_trip(&drive, &mut IoCtx::without_ring());
-    assert_eq!(drive.allocated_bytes(), 3 << 20, "only the chunks written are allocated (0, 2 and 3)");
+    assert_eq!(drive.allocated_bytes(), 4 * 64 * 1024, "only the chunks written are allocated");
 }
 
 #[test]
@@ -125,6 +125,7 @@ fn a_waker_interrupts_a_sleeping_poll() {
         std::thread::sleep(std::time::Duration::from_millis(50));
         waker.wake();
     });
+    ctx.waker().prepare_sleep();
     let mut out = Vec::new();
     ctx.poll(&mut out, true); // returns once woken, with nothing completed
     assert!(out.is_empty());

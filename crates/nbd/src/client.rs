@@ -1,0 +1,646 @@
+//! A small blocking NBD client for storc's benchmark and tests: fixed newstyle, NBD_OPT_GO,
+//! optional structured replies, and pipelined requests matched to replies by cookie.
+//!
+//! One thread drives a client: `submit_*` queue requests (sent on the next `wait`), `wait`
+//! returns completions in the order the server sends them. A caller keeping N in flight should
+//! keep N within the server's bound (storc: 128 requests, 64 MiB), since a server that stops
+//! reading while this thread is blocked writing a large payload would wait on replies that
+//! nobody reads.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+
+use crate::proto::{
+    self, BlockSizes, ClientFlags, Command, Info, InfoRequest, ProtoError, ReplyHeader, Request,
+};
+use crate::socket::Socket;
+use crate::uri::NbdUri;
+
+/// Choices made during the handshake.
+#[derive(Debug, Clone, Default)]
+pub struct ClientConfig {
+    /// Ask for structured replies (reads then arrive as chunks, errors with messages).
+    pub structured_replies: bool,
+}
+
+/// What the server said about the export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    pub export_name: String,
+    pub size_bytes: u64,
+    pub transmission_flags: u16,
+    /// `None` if the server sent no NBD_INFO_BLOCK_SIZE.
+    pub block_sizes: Option<BlockSizes>,
+    pub description: Option<String>,
+    pub structured_replies: bool,
+}
+
+/// An error the server returned for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NbdError {
+    /// The NBD error value (`proto::NBD_E*`).
+    pub error: u32,
+    /// The server's explanation; empty with simple replies.
+    pub message: String,
+}
+
+impl fmt::Display for NbdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", proto::error_name(self.error), self.error)?;
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NbdError {}
+
+/// Why the client could not go on.
+#[derive(Debug)]
+pub enum ClientError {
+    Io(io::Error),
+    Protocol(ProtoError),
+    /// The server refused an option during the handshake (e.g. an unknown export).
+    OptionRejected {
+        option: u32,
+        reply_type: u32,
+        message: String,
+    },
+    /// A blocking call's request failed on the server.
+    Server(NbdError),
+    /// `wait` was called with no request in flight.
+    NothingInFlight,
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Io(error) => write!(f, "NBD connection: {error}"),
+            ClientError::Protocol(error) => write!(f, "NBD protocol: {error}"),
+            ClientError::OptionRejected {
+                option,
+                reply_type,
+                message,
+            } => write!(
+                f,
+                "server refused option {option} with reply {reply_type:#x}: {message}"
+            ),
+            ClientError::Server(error) => write!(f, "server error {error}"),
+            ClientError::NothingInFlight => write!(f, "wait() called with no request in flight"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<io::Error> for ClientError {
+    fn from(error: io::Error) -> Self {
+        ClientError::Io(error)
+    }
+}
+
+impl From<ProtoError> for ClientError {
+    fn from(error: ProtoError) -> Self {
+        ClientError::Protocol(error)
+    }
+}
+
+fn bad_reply(reason: String) -> ClientError {
+    ClientError::Protocol(ProtoError::BadReply { reason })
+}
+
+/// One finished request. `result` holds the data of a READ (empty for other commands).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub cookie: u64,
+    pub command: Command,
+    pub result: Result<Vec<u8>, NbdError>,
+}
+
+struct Pending {
+    command: Command,
+    offset: u64,
+    /// A READ's data, assembled from chunks in any order.
+    data: Vec<u8>,
+    /// The first error chunk of a structured reply.
+    error: Option<NbdError>,
+}
+
+/// A connection to one export, in the transmission phase.
+pub struct Client {
+    reader: BufReader<Socket>,
+    writer: BufWriter<Socket>,
+    export: ExportInfo,
+    next_cookie: u64,
+    pending: HashMap<u64, Pending>,
+    /// Completions that arrived while a blocking call waited for another cookie.
+    ready: VecDeque<Completion>,
+}
+
+impl Client {
+    /// Connects and negotiates the export the URI names.
+    pub fn connect(uri: &NbdUri, config: &ClientConfig) -> Result<Client, ClientError> {
+        let socket = match uri {
+            NbdUri::Tcp { host, port, .. } => {
+                let stream = TcpStream::connect((host.as_str(), *port))?;
+                stream.set_nodelay(true)?;
+                Socket::Tcp(stream)
+            }
+            NbdUri::Unix { socket_path, .. } => Socket::Unix(UnixStream::connect(socket_path)?),
+        };
+        let mut reader = BufReader::new(socket.try_clone()?);
+        let mut writer = BufWriter::new(socket);
+        let export = handshake(&mut reader, &mut writer, uri.export_name(), config)?;
+        Ok(Client {
+            reader,
+            writer,
+            export,
+            next_cookie: 1,
+            pending: HashMap::new(),
+            ready: VecDeque::new(),
+        })
+    }
+
+    pub fn export(&self) -> &ExportInfo {
+        &self.export
+    }
+
+    /// Requests sent or queued whose completion has not been returned yet.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len() + self.ready.len()
+    }
+
+    pub fn submit_read(&mut self, offset: u64, len_bytes: u32) -> Result<u64, ClientError> {
+        self.submit_request(Command::Read, 0, offset, len_bytes, &[])
+    }
+
+    pub fn submit_write(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<u64, ClientError> {
+        let flags = if fua { proto::NBD_CMD_FLAG_FUA } else { 0 };
+        let len_bytes = u32::try_from(data.len()).expect("a write fits in u32 bytes");
+        self.submit_request(Command::Write, flags, offset, len_bytes, data)
+    }
+
+    pub fn submit_flush(&mut self) -> Result<u64, ClientError> {
+        self.submit_request(Command::Flush, 0, 0, 0, &[])
+    }
+
+    pub fn submit_trim(&mut self, offset: u64, len_bytes: u32) -> Result<u64, ClientError> {
+        self.submit_request(Command::Trim, 0, offset, len_bytes, &[])
+    }
+
+    pub fn submit_write_zeroes(
+        &mut self,
+        offset: u64,
+        len_bytes: u32,
+        no_hole: bool,
+    ) -> Result<u64, ClientError> {
+        let flags = if no_hole {
+            proto::NBD_CMD_FLAG_NO_HOLE
+        } else {
+            0
+        };
+        self.submit_request(Command::WriteZeroes, flags, offset, len_bytes, &[])
+    }
+
+    /// Queues any request with any flags, unchecked, so tests can send what a careless client
+    /// would. `payload` must be the WRITE's `len_bytes` bytes, and empty otherwise.
+    pub fn submit_request(
+        &mut self,
+        command: Command,
+        flags: u16,
+        offset: u64,
+        len_bytes: u32,
+        payload: &[u8],
+    ) -> Result<u64, ClientError> {
+        assert!(command != Command::Disc, "use disconnect()");
+        let expected_payload_bytes = if command == Command::Write {
+            len_bytes as usize
+        } else {
+            0
+        };
+        assert_eq!(
+            payload.len(),
+            expected_payload_bytes,
+            "payload must match the request"
+        );
+        let cookie = self.next_cookie;
+        self.next_cookie += 1;
+        let request = Request {
+            flags,
+            command,
+            cookie,
+            offset,
+            len_bytes,
+        };
+        self.writer.write_all(&proto::encode_request(&request))?;
+        self.writer.write_all(payload)?;
+        let data = if command == Command::Read {
+            vec![0; len_bytes as usize]
+        } else {
+            Vec::new()
+        };
+        self.pending.insert(
+            cookie,
+            Pending {
+                command,
+                offset,
+                data,
+                error: None,
+            },
+        );
+        Ok(cookie)
+    }
+
+    /// Sends what is queued and returns the next completion, in the server's order.
+    pub fn wait(&mut self) -> Result<Completion, ClientError> {
+        if let Some(completion) = self.ready.pop_front() {
+            return Ok(completion);
+        }
+        if self.pending.is_empty() {
+            return Err(ClientError::NothingInFlight);
+        }
+        self.writer.flush()?;
+        loop {
+            if let Some(completion) = self.read_message()? {
+                return Ok(completion);
+            }
+        }
+    }
+
+    /// Waits for one cookie; other completions are kept for later `wait` calls.
+    pub fn wait_for(&mut self, cookie: u64) -> Result<Completion, ClientError> {
+        if let Some(position) = self
+            .ready
+            .iter()
+            .position(|completion| completion.cookie == cookie)
+        {
+            return Ok(self.ready.remove(position).expect("position is valid"));
+        }
+        assert!(
+            self.pending.contains_key(&cookie),
+            "cookie {cookie} is not in flight"
+        );
+        self.writer.flush()?;
+        loop {
+            let Some(completion) = self.read_message()? else {
+                continue;
+            };
+            if completion.cookie == cookie {
+                return Ok(completion);
+            }
+            self.ready.push_back(completion);
+        }
+    }
+
+    /// Reads `len_bytes` at `offset`, blocking.
+    pub fn read(&mut self, offset: u64, len_bytes: u32) -> Result<Vec<u8>, ClientError> {
+        let cookie = self.submit_read(offset, len_bytes)?;
+        self.wait_for(cookie)?.result.map_err(ClientError::Server)
+    }
+
+    /// Writes `data` at `offset`, blocking until the server acknowledges it.
+    pub fn write(&mut self, offset: u64, data: &[u8], fua: bool) -> Result<(), ClientError> {
+        let cookie = self.submit_write(offset, data, fua)?;
+        self.finish(cookie)
+    }
+
+    pub fn flush(&mut self) -> Result<(), ClientError> {
+        let cookie = self.submit_flush()?;
+        self.finish(cookie)
+    }
+
+    pub fn trim(&mut self, offset: u64, len_bytes: u32) -> Result<(), ClientError> {
+        let cookie = self.submit_trim(offset, len_bytes)?;
+        self.finish(cookie)
+    }
+
+    pub fn write_zeroes(
+        &mut self,
+        offset: u64,
+        len_bytes: u32,
+        no_hole: bool,
+    ) -> Result<(), ClientError> {
+        let cookie = self.submit_write_zeroes(offset, len_bytes, no_hole)?;
+        self.finish(cookie)
+    }
+
+    fn finish(&mut self, cookie: u64) -> Result<(), ClientError> {
+        self.wait_for(cookie)?
+            .result
+            .map(drop)
+            .map_err(ClientError::Server)
+    }
+
+    /// Sends NBD_CMD_DISC (a soft disconnect) after waiting for everything in flight.
+    pub fn disconnect(mut self) -> Result<Vec<Completion>, ClientError> {
+        let mut completions = Vec::new();
+        while self.in_flight() > 0 {
+            completions.push(self.wait()?);
+        }
+        let request = Request {
+            flags: 0,
+            command: Command::Disc,
+            cookie: 0,
+            offset: 0,
+            len_bytes: 0,
+        };
+        self.writer.write_all(&proto::encode_request(&request))?;
+        self.writer.flush()?;
+        let _ = self.writer.get_ref().shutdown(Shutdown::Write);
+        Ok(completions)
+    }
+
+    /// Reads one reply message; returns a completion when it finished a request.
+    fn read_message(&mut self) -> Result<Option<Completion>, ClientError> {
+        let mut header = [0u8; proto::STRUCTURED_REPLY_HEADER_BYTES];
+        self.reader.read_exact(&mut header[..4])?;
+        let header_bytes = proto::reply_header_bytes(&header[..4])?;
+        self.reader.read_exact(&mut header[4..header_bytes])?;
+        match proto::parse_reply_header(&header[..header_bytes])? {
+            ReplyHeader::Simple { error, cookie } => self.read_simple(error, cookie).map(Some),
+            ReplyHeader::Chunk {
+                flags,
+                chunk_type,
+                cookie,
+                payload_len_bytes,
+            } => {
+                self.read_chunk(chunk_type, cookie, payload_len_bytes)?;
+                if flags & proto::NBD_REPLY_FLAG_DONE == 0 {
+                    return Ok(None);
+                }
+                let pending = self.take_pending(cookie)?;
+                Ok(Some(complete(cookie, pending)))
+            }
+        }
+    }
+
+    fn take_pending(&mut self, cookie: u64) -> Result<Pending, ClientError> {
+        self.pending
+            .remove(&cookie)
+            .ok_or_else(|| bad_reply(format!("reply for unknown cookie {cookie}")))
+    }
+
+    fn read_simple(&mut self, error: u32, cookie: u64) -> Result<Completion, ClientError> {
+        let mut pending = self.take_pending(cookie)?;
+        if error != 0 {
+            pending.error = Some(NbdError {
+                error,
+                message: String::new(),
+            });
+        } else if pending.command == Command::Read {
+            self.reader.read_exact(&mut pending.data)?;
+        }
+        Ok(complete(cookie, pending))
+    }
+
+    fn read_chunk(
+        &mut self,
+        chunk_type: u16,
+        cookie: u64,
+        payload_len_bytes: u32,
+    ) -> Result<(), ClientError> {
+        let pending = self
+            .pending
+            .get_mut(&cookie)
+            .ok_or_else(|| bad_reply(format!("chunk for unknown cookie {cookie}")))?;
+        let payload_len_bytes = payload_len_bytes as usize;
+        match chunk_type {
+            proto::NBD_REPLY_TYPE_NONE if payload_len_bytes == 0 => Ok(()),
+            proto::NBD_REPLY_TYPE_OFFSET_DATA if payload_len_bytes > 8 => {
+                let start =
+                    chunk_start(pending, read_u64(&mut self.reader)?, payload_len_bytes - 8)?;
+                self.reader
+                    .read_exact(&mut pending.data[start..start + payload_len_bytes - 8])?;
+                Ok(())
+            }
+            proto::NBD_REPLY_TYPE_OFFSET_HOLE if payload_len_bytes == 12 => {
+                let offset = read_u64(&mut self.reader)?;
+                let mut hole_bytes = [0u8; 4];
+                self.reader.read_exact(&mut hole_bytes)?;
+                let hole_len_bytes = u32::from_be_bytes(hole_bytes) as usize;
+                let start = chunk_start(pending, offset, hole_len_bytes)?;
+                pending.data[start..start + hole_len_bytes].fill(0);
+                Ok(())
+            }
+            error_type if error_type & proto::NBD_REPLY_TYPE_ERROR_BIT != 0 => {
+                if payload_len_bytes > proto::STRING_MAX_BYTES + 14 {
+                    return Err(bad_reply(format!(
+                        "error chunk of {payload_len_bytes} bytes"
+                    )));
+                }
+                let mut payload = vec![0u8; payload_len_bytes];
+                self.reader.read_exact(&mut payload)?;
+                let chunk = proto::parse_error_chunk(error_type, &payload)?;
+                pending.error.get_or_insert(NbdError {
+                    error: chunk.error,
+                    message: chunk.message,
+                });
+                Ok(())
+            }
+            _ => Err(bad_reply(format!(
+                "unexpected chunk type {chunk_type} with {payload_len_bytes} bytes"
+            ))),
+        }
+    }
+}
+
+/// Where a content chunk starts inside its READ's buffer; it must lie within the request.
+fn chunk_start(pending: &Pending, offset: u64, len_bytes: usize) -> Result<usize, ClientError> {
+    let start = offset
+        .checked_sub(pending.offset)
+        .map(|start| start as usize);
+    match start {
+        Some(start)
+            if pending.command == Command::Read && start + len_bytes <= pending.data.len() =>
+        {
+            Ok(start)
+        }
+        _ => Err(bad_reply(format!(
+            "chunk at offset {offset} of {len_bytes} bytes lies outside its request"
+        ))),
+    }
+}
+
+fn complete(cookie: u64, pending: Pending) -> Completion {
+    let result = match pending.error {
+        Some(error) => Err(error),
+        None => Ok(pending.data),
+    };
+    Completion {
+        cookie,
+        command: pending.command,
+        result,
+    }
+}
+
+fn read_u64(reader: &mut impl Read) -> io::Result<u64> {
+    let mut bytes = [0u8; 8];
+    reader.read_exact(&mut bytes)?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+// ---- Handshake -------------------------------------------------------------------------------
+
+fn handshake(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    export_name: &str,
+    config: &ClientConfig,
+) -> Result<ExportInfo, ClientError> {
+    let mut greeting = [0u8; proto::GREETING_BYTES];
+    reader.read_exact(&mut greeting)?;
+    let handshake_flags = proto::parse_greeting(&greeting)?;
+    let no_zeroes = handshake_flags & proto::NBD_FLAG_NO_ZEROES != 0;
+    writer.write_all(&proto::encode_client_flags(ClientFlags {
+        fixed_newstyle: true,
+        no_zeroes,
+    }))?;
+    let structured_replies =
+        config.structured_replies && negotiate_structured_replies(reader, writer)?;
+    let mut export = go(reader, writer, export_name, no_zeroes)?;
+    export.structured_replies = structured_replies;
+    Ok(export)
+}
+
+fn send_option(writer: &mut impl Write, option: u32, data: &[u8]) -> io::Result<()> {
+    writer.write_all(&proto::encode_option(option, data))?;
+    writer.flush()
+}
+
+fn read_option_reply(
+    reader: &mut impl Read,
+    option: u32,
+) -> Result<(proto::OptionReplyHeader, Vec<u8>), ClientError> {
+    let mut header_bytes = [0u8; proto::OPTION_REPLY_HEADER_BYTES];
+    reader.read_exact(&mut header_bytes)?;
+    let header = proto::parse_option_reply_header(&header_bytes)?;
+    if header.option != option {
+        return Err(bad_reply(format!(
+            "reply to option {} while waiting for {option}",
+            header.option
+        )));
+    }
+    let mut data = vec![0u8; header.len_bytes as usize];
+    reader.read_exact(&mut data)?;
+    Ok((header, data))
+}
+
+fn rejected(header: &proto::OptionReplyHeader, data: &[u8]) -> ClientError {
+    ClientError::OptionRejected {
+        option: header.option,
+        reply_type: header.reply_type,
+        message: String::from_utf8_lossy(data).into_owned(),
+    }
+}
+
+fn negotiate_structured_replies(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+) -> Result<bool, ClientError> {
+    send_option(writer, proto::NBD_OPT_STRUCTURED_REPLY, &[])?;
+    let (header, data) = read_option_reply(reader, proto::NBD_OPT_STRUCTURED_REPLY)?;
+    match header.reply_type {
+        proto::NBD_REP_ACK => Ok(true),
+        proto::NBD_REP_ERR_UNSUP => Ok(false),
+        _ => Err(rejected(&header, &data)),
+    }
+}
+
+/// NBD_OPT_GO, asking for block sizes, name and description; falls back to EXPORT_NAME only
+/// for a server that does not know GO.
+fn go(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    export_name: &str,
+    no_zeroes: bool,
+) -> Result<ExportInfo, ClientError> {
+    let request = InfoRequest {
+        export_name: export_name.to_string(),
+        info_types: vec![
+            proto::NBD_INFO_BLOCK_SIZE,
+            proto::NBD_INFO_NAME,
+            proto::NBD_INFO_DESCRIPTION,
+        ],
+    };
+    send_option(
+        writer,
+        proto::NBD_OPT_GO,
+        &proto::encode_info_request(&request),
+    )?;
+    let mut export = ExportInfo {
+        export_name: export_name.to_string(),
+        size_bytes: 0,
+        transmission_flags: 0,
+        block_sizes: None,
+        description: None,
+        structured_replies: false,
+    };
+    let mut got_export_info = false;
+    loop {
+        let (header, data) = read_option_reply(reader, proto::NBD_OPT_GO)?;
+        match header.reply_type {
+            proto::NBD_REP_INFO => {
+                got_export_info |= record_info(&mut export, proto::parse_rep_info(&data)?)
+            }
+            proto::NBD_REP_ACK if got_export_info => return Ok(export),
+            proto::NBD_REP_ACK => {
+                return Err(bad_reply("GO succeeded without NBD_INFO_EXPORT".into()))
+            }
+            proto::NBD_REP_ERR_UNSUP => {
+                return export_name_fallback(reader, writer, export, no_zeroes)
+            }
+            _ => return Err(rejected(&header, &data)),
+        }
+    }
+}
+
+/// Returns whether `info` was the mandatory NBD_INFO_EXPORT.
+fn record_info(export: &mut ExportInfo, info: Info) -> bool {
+    match info {
+        Info::Export {
+            size_bytes,
+            transmission_flags,
+        } => {
+            export.size_bytes = size_bytes;
+            export.transmission_flags = transmission_flags;
+            return true;
+        }
+        Info::Name(name) => export.export_name = name,
+        Info::Description(description) => export.description = Some(description),
+        Info::BlockSize(sizes) => export.block_sizes = Some(sizes),
+        Info::Unknown { .. } => {}
+    }
+    false
+}
+
+fn export_name_fallback(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    mut export: ExportInfo,
+    no_zeroes: bool,
+) -> Result<ExportInfo, ClientError> {
+    send_option(
+        writer,
+        proto::NBD_OPT_EXPORT_NAME,
+        export.export_name.as_bytes(),
+    )?;
+    let mut reply = [0u8; proto::EXPORT_NAME_REPLY_BYTES + proto::EXPORT_NAME_REPLY_ZEROES_BYTES];
+    let reply_bytes = if no_zeroes {
+        proto::EXPORT_NAME_REPLY_BYTES
+    } else {
+        reply.len()
+    };
+    reader.read_exact(&mut reply[..reply_bytes])?;
+    export.size_bytes = u64::from_be_bytes(reply[..8].try_into().expect("8 bytes"));
+    export.transmission_flags = u16::from_be_bytes(reply[8..10].try_into().expect("2 bytes"));
+    Ok(export)
+}

@@ -1,0 +1,60 @@
+//! NBD for storc: the protocol, a server that exports any [`BlockDevice`], and a small client.
+//!
+//! This is the only crate that knows NBD, and it knows nothing of RAID: the engine implements
+//! [`BlockDevice`] for its virtual drives and hands them to a [`Server`] as [`Export`]s.
+//!
+//! # Map
+//!
+//! - [`proto`]: constants and pure parse/encode of every message the server and client use.
+//!   No I/O, so every boundary is unit-tested with bytes, including malformed ones.
+//! - [`BlockDevice`] and [`IoError`]: the interface the server drives.
+//! - [`Server`]: listeners on Unix sockets and TCP; per connection, the handshake, then the
+//!   transmission phase.
+//! - [`Client`] and [`NbdUri`]: a blocking, pipelining client for storc's benchmark and tests.
+//! - [`testing::MemDevice`]: a `Vec`-backed device to test the server alone.
+//!
+//! # Design decisions
+//!
+//! **Threads per connection, not an async runtime.** Each connection has a reader thread that
+//! parses requests and submits them to the device without waiting, and a writer thread that
+//! sends replies as completions arrive, in completion order. The device completes from its own
+//! threads (the engine's shards) through a callback that posts to the writer's channel. NBD
+//! connections are few (one or a handful per client), so two threads each cost nothing that
+//! matters, while blocking std sockets keep the code straight-line, the stack traces readable,
+//! and the crate free of a runtime the engine's thread-per-core design does not want on its
+//! data path. Concurrency comes from many requests in flight per connection, not from many
+//! tasks.
+//!
+//! **Bounded in flight.** A connection may have at most 128 requests or 64 MiB of payload in
+//! flight (see [`ServerConfig`]); beyond that its reader stops reading, and TCP pushes back on
+//! the client. Each request holds a credit from submission until its reply has been written,
+//! released on drop, so a client that disconnects mid-request, a write error, or a device that
+//! drops a callback cannot leak one. Without the bound a client could make the server hold
+//! arbitrary memory; with it, memory per connection is known in advance.
+//!
+//! **One `match` from errors to the wire.** Device errors and the server's own request checks
+//! (misaligned, past the end, unknown flag) are both [`IoError`]s, and [`IoError::nbd_error`]
+//! is the single place that picks an NBD error value, so the spec's rules (ENOSPC for a write
+//! past the end, EINVAL for a read past the end or a misaligned request) live in one table.
+//!
+//! **Hostile clients.** Every length is checked before memory is committed to it. A request
+//! with a bad magic, a WRITE longer than the advertised maximum (32 MiB), or an oversized
+//! option ends that connection only (a hard disconnect, as the spec allows); an unknown command
+//! or flag gets EINVAL and the connection goes on, as the spec asks.
+//!
+//! **Generic hot path.** Exports of different device types live in one list behind an
+//! object-safe wrapper, but the transmission phase is compiled per device type, so buffers move
+//! from the device's pool to the socket and back without boxing or copying.
+
+pub mod client;
+mod device;
+pub mod proto;
+pub mod server;
+mod socket;
+pub mod testing;
+mod uri;
+
+pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdError};
+pub use device::{BlockDevice, Done, IoError, ReadDone};
+pub use server::{Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle};
+pub use uri::{NbdUri, UriError};

@@ -1,0 +1,805 @@
+//! The transmission phase of one connection: this thread reads requests and submits them to
+//! the device without waiting; a writer thread sends each reply as its completion arrives.
+//!
+//! Every request holds a [`Credit`] from submission until its reply is on the wire (or
+//! abandoned because the client is gone). Credits are bounded per connection, so a client
+//! cannot make the server hold unbounded memory, and a `Credit` is released on drop, so no path
+//! (error, disconnect, a device that drops a callback) can leak one.
+
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::Shutdown;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+
+use super::{ConnectionError, ListenerState, ServerConfig};
+use crate::device::{BlockDevice, Done, IoError};
+use crate::proto::{self, Command, ProtoError, Request};
+use crate::socket::Socket;
+
+/// What the handshake hands to the transmission phase.
+pub(crate) struct Session {
+    /// May already hold bytes the client pipelined after its GO.
+    pub(crate) reader: BufReader<Socket>,
+    pub(crate) socket: Socket,
+    pub(crate) structured_replies: bool,
+    pub(crate) limits: RequestLimits,
+    pub(crate) in_flight: Arc<InFlight>,
+}
+
+/// What a request is checked against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestLimits {
+    pub(crate) size_bytes: u64,
+    /// The advertised minimum block size: offsets and lengths must be multiples of it.
+    pub(crate) block_size_bytes: u32,
+    /// The advertised maximum block size.
+    pub(crate) payload_max_bytes: u32,
+    pub(crate) transmission_flags: u16,
+}
+
+/// Runs the transmission phase until the client disconnects or breaks the protocol, then
+/// waits for every in-flight request to complete and its reply to be sent.
+pub(crate) fn serve<D: BlockDevice>(
+    device: Arc<D>,
+    mut session: Session,
+) -> Result<(), ConnectionError> {
+    let (replies, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
+    let writer_socket = session.socket.try_clone()?;
+    let structured_replies = session.structured_replies;
+    let writer = thread::Builder::new()
+        .name("nbd-writer".into())
+        .spawn(move || write_replies(writer_socket, replies_rx, structured_replies))?;
+    let result = read_requests(&device, &mut session, &replies);
+    // The writer ends once this sender and every pending completion's sender are gone.
+    drop(replies);
+    if writer.join().is_err() {
+        tracing::error!("nbd: reply writer panicked");
+    }
+    result
+}
+
+// ---- Reading requests ------------------------------------------------------------------------
+
+fn read_requests<D: BlockDevice>(
+    device: &Arc<D>,
+    session: &mut Session,
+    replies: &Sender<Reply<D::Buf>>,
+) -> Result<(), ConnectionError> {
+    let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
+    loop {
+        if !read_header(&mut session.reader, &mut header)? {
+            return Ok(()); // The client closed between requests.
+        }
+        let request = match proto::parse_request(&header) {
+            Ok(request) => request,
+            Err(error @ ProtoError::UnknownCommand { cookie, .. }) => {
+                // The spec: answer an unknown command with EINVAL and carry on.
+                let credit = session.in_flight.acquire(0);
+                send_failure(
+                    replies,
+                    cookie,
+                    false,
+                    credit,
+                    IoError::Invalid,
+                    error.to_string(),
+                );
+                continue;
+            }
+            // A bad magic means we have lost the framing: nothing after it can be trusted.
+            Err(error) => return Err(ConnectionError::Protocol(error.to_string())),
+        };
+        if request.command == Command::Disc {
+            return Ok(()); // In-flight replies are still sent before the socket closes.
+        }
+        handle_request(device, session, replies, request)?;
+    }
+}
+
+/// Fills `header`; `Ok(false)` if the stream ended cleanly before its first byte.
+fn read_header(reader: &mut impl Read, header: &mut [u8]) -> io::Result<bool> {
+    let mut filled_bytes = 0;
+    while filled_bytes < header.len() {
+        match reader.read(&mut header[filled_bytes..]) {
+            Ok(0) if filled_bytes == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(read_bytes) => filled_bytes += read_bytes,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(true)
+}
+
+fn handle_request<D: BlockDevice>(
+    device: &Arc<D>,
+    session: &mut Session,
+    replies: &Sender<Reply<D::Buf>>,
+    request: Request,
+) -> Result<(), ConnectionError> {
+    let is_read = request.command == Command::Read;
+    if let Err(rejection) = check_request(&request, &session.limits) {
+        let credit = session.in_flight.acquire(0);
+        send_failure(
+            replies,
+            request.cookie,
+            is_read,
+            credit,
+            rejection.error,
+            rejection.message,
+        );
+        if request.command == Command::Write {
+            skip_payload(session, &request)?;
+        }
+        return Ok(());
+    }
+    let credit = session.in_flight.acquire(payload_bytes(&request));
+    submit(device, &mut session.reader, replies, request, credit)?;
+    Ok(())
+}
+
+/// Reads past the payload of a rejected WRITE to keep the stream framed, unless it is too long
+/// to be honest (the spec allows a hard disconnect then).
+fn skip_payload(session: &mut Session, request: &Request) -> Result<(), ConnectionError> {
+    if request.len_bytes > session.limits.payload_max_bytes {
+        return Err(ConnectionError::Protocol(format!(
+            "WRITE payload of {} bytes exceeds the maximum of {} bytes",
+            request.len_bytes, session.limits.payload_max_bytes
+        )));
+    }
+    let mut payload = (&mut session.reader).take(u64::from(request.len_bytes));
+    let skipped_bytes = io::copy(&mut payload, &mut io::sink())?;
+    if skipped_bytes != u64::from(request.len_bytes) {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(())
+}
+
+/// Bytes of buffer a request holds while in flight.
+fn payload_bytes(request: &Request) -> usize {
+    match request.command {
+        Command::Read | Command::Write => request.len_bytes as usize,
+        Command::WriteZeroes if request.has_flag(proto::NBD_CMD_FLAG_NO_HOLE) => {
+            request.len_bytes as usize
+        }
+        _ => 0,
+    }
+}
+
+/// Hands a checked request to the device. Returns once it is submitted, not completed.
+fn submit<D: BlockDevice>(
+    device: &Arc<D>,
+    reader: &mut impl Read,
+    replies: &Sender<Reply<D::Buf>>,
+    request: Request,
+    credit: Credit,
+) -> io::Result<()> {
+    let fua = request.has_flag(proto::NBD_CMD_FLAG_FUA);
+    let len_bytes = request.len_bytes as usize;
+    if len_bytes == 0 && request.command != Command::Flush {
+        // The spec leaves zero-length requests unspecified; succeeding without I/O is harmless.
+        send(
+            replies,
+            Reply {
+                cookie: request.cookie,
+                is_read: request.command == Command::Read,
+                outcome: Outcome::Done,
+                _credit: credit,
+            },
+        );
+        return Ok(());
+    }
+    match request.command {
+        Command::Read => {
+            let buf = alloc(&**device, len_bytes);
+            device.read(request.offset, buf, read_done(replies, request, credit));
+        }
+        Command::Write => {
+            let mut buf = alloc(&**device, len_bytes);
+            reader.read_exact(buf.as_mut())?;
+            device.write(request.offset, buf, fua, done(replies, request, credit));
+        }
+        Command::WriteZeroes if request.has_flag(proto::NBD_CMD_FLAG_NO_HOLE) => {
+            // The device's write_zeroes may deallocate; a write of zeros stays provisioned.
+            let mut buf = alloc(&**device, len_bytes);
+            buf.as_mut().fill(0);
+            device.write(request.offset, buf, fua, done(replies, request, credit));
+        }
+        Command::WriteZeroes => {
+            let len_bytes = u64::from(request.len_bytes);
+            device.write_zeroes(
+                request.offset,
+                len_bytes,
+                fua,
+                done(replies, request, credit),
+            );
+        }
+        Command::Trim => {
+            let done = done(replies, request, credit);
+            // The device's trim has no FUA: a flush after it persists the deallocation.
+            let done = if fua {
+                flush_then(Arc::clone(device), done)
+            } else {
+                done
+            };
+            device.trim(request.offset, u64::from(request.len_bytes), done);
+        }
+        Command::Flush => device.flush(done(replies, request, credit)),
+        Command::Disc => unreachable!("DISC ends the reader before submission"),
+    }
+    Ok(())
+}
+
+/// A completion that, on success, flushes the device before calling `done`.
+fn flush_then<D: BlockDevice>(device: Arc<D>, done: Done) -> Done {
+    Box::new(move |result| match result {
+        Ok(()) => device.flush(done),
+        Err(error) => done(Err(error)),
+    })
+}
+
+fn alloc<D: BlockDevice>(device: &D, len_bytes: usize) -> D::Buf {
+    let mut buf = device.alloc(len_bytes);
+    assert_eq!(
+        buf.as_mut().len(),
+        len_bytes,
+        "BlockDevice::alloc must return exactly the bytes asked for"
+    );
+    buf
+}
+
+/// The completion of a READ: sends the filled buffer, or the error, to the writer.
+fn read_done<B: Send + 'static>(
+    replies: &Sender<Reply<B>>,
+    request: Request,
+    credit: Credit,
+) -> Box<dyn FnOnce(Result<B, IoError>) + Send> {
+    let replies = replies.clone();
+    Box::new(move |result| {
+        let outcome = match result {
+            Ok(buf) => Outcome::Data {
+                offset: request.offset,
+                buf,
+            },
+            Err(error) => Outcome::Failed {
+                error,
+                message: failure_message(&request, error),
+            },
+        };
+        send(
+            &replies,
+            Reply {
+                cookie: request.cookie,
+                is_read: true,
+                outcome,
+                _credit: credit,
+            },
+        );
+    })
+}
+
+/// The completion of any request without reply data.
+fn done<B: Send + 'static>(replies: &Sender<Reply<B>>, request: Request, credit: Credit) -> Done {
+    let replies = replies.clone();
+    Box::new(move |result| {
+        let outcome = match result {
+            Ok(()) => Outcome::Done,
+            Err(error) => Outcome::Failed {
+                error,
+                message: failure_message(&request, error),
+            },
+        };
+        send(
+            &replies,
+            Reply {
+                cookie: request.cookie,
+                is_read: false,
+                outcome,
+                _credit: credit,
+            },
+        );
+    })
+}
+
+fn failure_message(request: &Request, error: IoError) -> String {
+    format!(
+        "{:?} of {} bytes at offset {}: {error}",
+        request.command, request.len_bytes, request.offset
+    )
+}
+
+fn send_failure<B>(
+    replies: &Sender<Reply<B>>,
+    cookie: u64,
+    is_read: bool,
+    credit: Credit,
+    error: IoError,
+    message: String,
+) {
+    send(
+        replies,
+        Reply {
+            cookie,
+            is_read,
+            outcome: Outcome::Failed { error, message },
+            _credit: credit,
+        },
+    );
+}
+
+fn send<B>(replies: &Sender<Reply<B>>, reply: Reply<B>) {
+    // The writer outlives every sender, so this cannot fail; if it ever did, dropping the
+    // reply still releases its credit.
+    let _ = replies.send(reply);
+}
+
+// ---- Checking requests -----------------------------------------------------------------------
+
+/// Why a request is refused without reaching the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rejection {
+    pub(crate) error: IoError,
+    pub(crate) message: String,
+}
+
+/// Checks a request against the spec and the export (pure). Rules, in order: flags valid for
+/// the command, command advertised, offset and length aligned to the minimum block size, length
+/// within the maximum block size, range within the export (ENOSPC for writes, EINVAL otherwise).
+pub(crate) fn check_request(request: &Request, limits: &RequestLimits) -> Result<(), Rejection> {
+    let invalid = |message: String| {
+        Err(Rejection {
+            error: IoError::Invalid,
+            message,
+        })
+    };
+    let allowed = allowed_flags(request.command, limits.transmission_flags);
+    if request.flags & !allowed != 0 {
+        return invalid(format!(
+            "flags {:#x} are not valid on {:?}; allowed: {allowed:#x}",
+            request.flags & !allowed,
+            request.command
+        ));
+    }
+    let advertised = match request.command {
+        Command::Trim => limits.transmission_flags & proto::NBD_FLAG_SEND_TRIM != 0,
+        Command::Flush | Command::Disc => return Ok(()), // offset and length are reserved
+        _ => true,
+    };
+    if !advertised {
+        return invalid(format!(
+            "{:?} is not supported by this export",
+            request.command
+        ));
+    }
+    let block_size_bytes = u64::from(limits.block_size_bytes);
+    if !request.offset.is_multiple_of(block_size_bytes)
+        || !u64::from(request.len_bytes).is_multiple_of(block_size_bytes)
+    {
+        return invalid(format!(
+            "offset {} and length {} must be multiples of the minimum block size {block_size_bytes}",
+            request.offset, request.len_bytes
+        ));
+    }
+    if request.command != Command::Trim && request.len_bytes > limits.payload_max_bytes {
+        return invalid(format!(
+            "length {} exceeds the maximum block size {}",
+            request.len_bytes, limits.payload_max_bytes
+        ));
+    }
+    check_range(request, limits.size_bytes)
+}
+
+fn allowed_flags(command: Command, transmission_flags: u16) -> u16 {
+    let advertised = |flag: u16, command_flag: u16| {
+        if transmission_flags & flag != 0 {
+            command_flag
+        } else {
+            0
+        }
+    };
+    // The spec: with SEND_FUA the server MUST accept FUA on every command.
+    let fua = advertised(proto::NBD_FLAG_SEND_FUA, proto::NBD_CMD_FLAG_FUA);
+    match command {
+        Command::Read => fua | advertised(proto::NBD_FLAG_SEND_DF, proto::NBD_CMD_FLAG_DF),
+        Command::WriteZeroes => fua | proto::NBD_CMD_FLAG_NO_HOLE,
+        Command::Write | Command::Flush | Command::Trim | Command::Disc => fua,
+    }
+}
+
+fn check_range(request: &Request, size_bytes: u64) -> Result<(), Rejection> {
+    let end = request.offset.checked_add(u64::from(request.len_bytes));
+    if end.is_some_and(|end| end <= size_bytes) {
+        return Ok(());
+    }
+    let error = match request.command {
+        Command::Write | Command::WriteZeroes => IoError::NoSpace,
+        _ => IoError::Invalid,
+    };
+    let message = format!(
+        "{:?} of {} bytes at offset {} ends past the export size of {size_bytes} bytes",
+        request.command, request.len_bytes, request.offset
+    );
+    Err(Rejection { error, message })
+}
+
+// ---- In-flight bound -------------------------------------------------------------------------
+
+/// Bounds one connection's requests in flight by count and by payload bytes.
+pub(crate) struct InFlight {
+    state: Mutex<InFlightState>,
+    released: Condvar,
+    requests_max: usize,
+    payload_bytes_max: usize,
+    listener: Arc<ListenerState>,
+}
+
+#[derive(Default)]
+struct InFlightState {
+    requests: usize,
+    payload_bytes: usize,
+}
+
+impl InFlight {
+    pub(crate) fn new(config: &ServerConfig, listener: Arc<ListenerState>) -> Arc<InFlight> {
+        Arc::new(InFlight {
+            state: Mutex::new(InFlightState::default()),
+            released: Condvar::new(),
+            requests_max: config.requests_in_flight_max,
+            payload_bytes_max: config.payload_in_flight_bytes_max,
+            listener,
+        })
+    }
+
+    /// Blocks until the request fits. A request alone always fits, so nothing waits forever.
+    fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
+        let mut state = self.state.lock().unwrap();
+        while state.requests >= self.requests_max
+            || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max)
+        {
+            state = self.released.wait(state).unwrap();
+        }
+        state.requests += 1;
+        state.payload_bytes += payload_bytes;
+        self.listener
+            .requests_in_flight
+            .fetch_add(1, Ordering::SeqCst);
+        Credit {
+            in_flight: Arc::clone(self),
+            payload_bytes,
+        }
+    }
+}
+
+/// One request's share of its connection's in-flight bound, returned on drop.
+pub(crate) struct Credit {
+    in_flight: Arc<InFlight>,
+    payload_bytes: usize,
+}
+
+impl Drop for Credit {
+    fn drop(&mut self) {
+        let mut state = self.in_flight.state.lock().unwrap();
+        assert!(state.requests > 0 && state.payload_bytes >= self.payload_bytes);
+        state.requests -= 1;
+        state.payload_bytes -= self.payload_bytes;
+        self.in_flight
+            .listener
+            .requests_in_flight
+            .fetch_sub(1, Ordering::SeqCst);
+        drop(state);
+        // Only the connection's reader ever waits.
+        self.in_flight.released.notify_one();
+    }
+}
+
+// ---- Writing replies -------------------------------------------------------------------------
+
+/// A completed request on its way to the writer.
+pub(crate) struct Reply<B> {
+    cookie: u64,
+    /// Reads must be answered with structured replies once negotiated, even errors.
+    is_read: bool,
+    outcome: Outcome<B>,
+    /// Held until the reply is written, so the in-flight bound covers queued replies too.
+    _credit: Credit,
+}
+
+enum Outcome<B> {
+    Done,
+    Data { offset: u64, buf: B },
+    Failed { error: IoError, message: String },
+}
+
+/// Sends replies in completion order, batching writes while more are queued. After a write
+/// error it keeps draining so that every credit is released, then closes the socket.
+fn write_replies<B: AsRef<[u8]>>(
+    socket: Socket,
+    replies: Receiver<Reply<B>>,
+    structured_replies: bool,
+) {
+    let mut out = match socket.try_clone() {
+        Ok(clone) => Some(BufWriter::with_capacity(64 * 1024, clone)),
+        Err(error) => {
+            tracing::warn!(%error, "nbd: cannot clone socket for replies");
+            None
+        }
+    };
+    while let Some(reply) = next_reply(&replies, &mut out, &socket) {
+        if let Some(writer) = &mut out {
+            if let Err(error) = write_reply(writer, &reply, structured_replies) {
+                abandon(&mut out, &socket, &error);
+            }
+        }
+        drop(reply);
+    }
+    if let Some(writer) = &mut out {
+        let _ = writer.flush();
+    }
+    let _ = socket.shutdown(Shutdown::Both);
+}
+
+/// The next reply; flushes first if none is queued, so replies go out as soon as the queue
+/// runs dry. `None` once every sender is gone.
+fn next_reply<B>(
+    replies: &Receiver<Reply<B>>,
+    out: &mut Option<BufWriter<Socket>>,
+    socket: &Socket,
+) -> Option<Reply<B>> {
+    match replies.try_recv() {
+        Ok(reply) => return Some(reply),
+        Err(TryRecvError::Disconnected) => return None,
+        Err(TryRecvError::Empty) => {}
+    }
+    if let Some(writer) = out {
+        if let Err(error) = writer.flush() {
+            abandon(out, socket, &error);
+        }
+    }
+    replies.recv().ok()
+}
+
+/// The client is gone or stuck: stop writing, and close the socket so the reader stops too.
+fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, error: &io::Error) {
+    tracing::debug!(%error, "nbd: cannot send replies; dropping the connection");
+    *out = None;
+    let _ = socket.shutdown(Shutdown::Both);
+}
+
+fn write_reply<B: AsRef<[u8]>>(
+    out: &mut impl Write,
+    reply: &Reply<B>,
+    structured_replies: bool,
+) -> io::Result<()> {
+    let cookie = reply.cookie;
+    match (&reply.outcome, structured_replies) {
+        (Outcome::Done, true) if reply.is_read => out.write_all(&proto::encode_none_chunk(cookie)),
+        (Outcome::Done, _) => out.write_all(&proto::encode_simple_reply(cookie, 0)),
+        (Outcome::Data { buf, .. }, false) => {
+            out.write_all(&proto::encode_simple_reply(cookie, 0))?;
+            out.write_all(buf.as_ref())
+        }
+        (Outcome::Data { offset, buf }, true) => {
+            let data = buf.as_ref();
+            let data_len_bytes =
+                u32::try_from(data.len()).expect("reads are at most PAYLOAD_MAX_BYTES");
+            // One chunk, marked done: the data is complete, so no error can follow it.
+            out.write_all(&proto::encode_offset_data_header(
+                cookie,
+                *offset,
+                data_len_bytes,
+                true,
+            ))?;
+            out.write_all(data)
+        }
+        (Outcome::Failed { error, .. }, false) => {
+            out.write_all(&proto::encode_simple_reply(cookie, error.nbd_error()))
+        }
+        (Outcome::Failed { error, message }, true) => out.write_all(&proto::encode_error_chunk(
+            cookie,
+            error.nbd_error(),
+            message,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZE_BYTES: u64 = 1 << 20;
+
+    fn limits(transmission_flags: u16) -> RequestLimits {
+        RequestLimits {
+            size_bytes: SIZE_BYTES,
+            block_size_bytes: 512,
+            payload_max_bytes: proto::PAYLOAD_MAX_BYTES,
+            transmission_flags,
+        }
+    }
+
+    const ALL: u16 = proto::NBD_FLAG_HAS_FLAGS
+        | proto::NBD_FLAG_SEND_FLUSH
+        | proto::NBD_FLAG_SEND_FUA
+        | proto::NBD_FLAG_SEND_TRIM
+        | proto::NBD_FLAG_SEND_WRITE_ZEROES
+        | proto::NBD_FLAG_SEND_DF;
+
+    /// Checks one request against an export of 1 MiB with 512-byte blocks; `expected` is
+    /// `None` for acceptance or the error it must be refused with.
+    fn check(
+        command: Command,
+        flags: u16,
+        offset: u64,
+        len_bytes: u32,
+        transmission_flags: u16,
+        expected: Option<IoError>,
+    ) {
+        let request = Request {
+            flags,
+            command,
+            cookie: 1,
+            offset,
+            len_bytes,
+        };
+        let actual = check_request(&request, &limits(transmission_flags))
+            .map_err(|rejection| rejection.error);
+        assert_eq!(actual.err(), expected, "{request:?}");
+    }
+
+    #[test]
+    fn well_formed_requests_pass() {
+        check(Command::Read, 0, 0, 4096, ALL, None);
+        check(
+            Command::Write,
+            proto::NBD_CMD_FLAG_FUA,
+            SIZE_BYTES - 512,
+            512,
+            ALL,
+            None,
+        );
+        check(Command::Read, proto::NBD_CMD_FLAG_DF, 512, 512, ALL, None);
+        check(
+            Command::WriteZeroes,
+            proto::NBD_CMD_FLAG_NO_HOLE | proto::NBD_CMD_FLAG_FUA,
+            0,
+            1024,
+            ALL,
+            None,
+        );
+        check(Command::Trim, 0, 0, 512, ALL, None);
+        check(Command::Flush, 0, 7, 3, ALL, None); // offset and length of a flush are reserved
+    }
+
+    #[test]
+    fn misaligned_requests_are_invalid() {
+        check(Command::Read, 0, 1, 512, ALL, Some(IoError::Invalid));
+        check(Command::Write, 0, 0, 511, ALL, Some(IoError::Invalid));
+        check(Command::Trim, 0, 256, 512, ALL, Some(IoError::Invalid));
+        check(Command::WriteZeroes, 0, 0, 100, ALL, Some(IoError::Invalid));
+    }
+
+    #[test]
+    fn past_the_end_is_enospc_for_writes_and_einval_otherwise() {
+        check(
+            Command::Write,
+            0,
+            SIZE_BYTES,
+            512,
+            ALL,
+            Some(IoError::NoSpace),
+        );
+        check(
+            Command::WriteZeroes,
+            0,
+            SIZE_BYTES - 512,
+            1024,
+            ALL,
+            Some(IoError::NoSpace),
+        );
+        check(
+            Command::Read,
+            0,
+            SIZE_BYTES - 512,
+            1024,
+            ALL,
+            Some(IoError::Invalid),
+        );
+        check(
+            Command::Trim,
+            0,
+            SIZE_BYTES,
+            512,
+            ALL,
+            Some(IoError::Invalid),
+        );
+        // An offset near u64::MAX must not wrap around into range.
+        check(
+            Command::Read,
+            0,
+            u64::MAX - 511,
+            512,
+            ALL,
+            Some(IoError::Invalid),
+        );
+    }
+
+    #[test]
+    fn flags_and_commands_must_be_advertised() {
+        check(
+            Command::Read,
+            proto::NBD_CMD_FLAG_DF,
+            0,
+            512,
+            ALL & !proto::NBD_FLAG_SEND_DF,
+            Some(IoError::Invalid),
+        );
+        check(
+            Command::Write,
+            proto::NBD_CMD_FLAG_NO_HOLE,
+            0,
+            512,
+            ALL,
+            Some(IoError::Invalid),
+        );
+        check(
+            Command::WriteZeroes,
+            proto::NBD_CMD_FLAG_FAST_ZERO,
+            0,
+            512,
+            ALL,
+            Some(IoError::Invalid),
+        );
+        check(Command::Read, 1 << 9, 0, 512, ALL, Some(IoError::Invalid));
+        check(
+            Command::Trim,
+            0,
+            0,
+            512,
+            ALL & !proto::NBD_FLAG_SEND_TRIM,
+            Some(IoError::Invalid),
+        );
+        check(Command::Flush, proto::NBD_CMD_FLAG_FUA, 0, 0, ALL, None);
+    }
+
+    #[test]
+    fn oversized_lengths_are_invalid_except_for_trim() {
+        let big_limits = RequestLimits {
+            size_bytes: 1 << 40,
+            ..limits(ALL)
+        };
+        let over = proto::PAYLOAD_MAX_BYTES + 512;
+        for (command, expected) in [
+            (Command::Read, Some(IoError::Invalid)),
+            (Command::Write, Some(IoError::Invalid)),
+            (Command::WriteZeroes, Some(IoError::Invalid)),
+            (Command::Trim, None),
+        ] {
+            let request = Request {
+                flags: 0,
+                command,
+                cookie: 1,
+                offset: 0,
+                len_bytes: over,
+            };
+            let actual = check_request(&request, &big_limits).map_err(|rejection| rejection.error);
+            assert_eq!(actual.err(), expected, "{command:?}");
+        }
+    }
+
+    #[test]
+    fn rejections_explain_themselves() {
+        let request = Request {
+            flags: 0,
+            command: Command::Write,
+            cookie: 1,
+            offset: SIZE_BYTES,
+            len_bytes: 512,
+        };
+        let rejection = check_request(&request, &limits(ALL)).unwrap_err();
+        assert_eq!(
+            rejection.message,
+            "Write of 512 bytes at offset 1048576 ends past the export size of 1048576 bytes"
+        );
+    }
+}

@@ -1,0 +1,53 @@
+//! `storc`: the command line of the storc RAID controller.
+//!
+//! This crate is the outside edge: argument parsing, human and JSON output, and (as the
+//! controller grows) the daemon, management API and console. Everything it shows comes from the
+//! library crates; it computes nothing of its own.
+
+mod bench_engine;
+mod bench_parity;
+mod report;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "storc", version, about = "A RAID controller in software")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmarks: parity kernels and the engine against raw drives.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Parity kernel throughput (XOR, P+Q, recovery) with the kernel set this CPU uses.
+    Parity(bench_parity::Args),
+    /// A RAID level over N drives next to the same drives driven raw, in one run.
+    Engine(bench_engine::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("STORC_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Bench(BenchCommand::Parity(args)) => bench_parity::run(&args),
+        Command::Bench(BenchCommand::Engine(args)) => bench_engine::run(&args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("storc: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
