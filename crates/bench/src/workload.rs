@@ -129,7 +129,7 @@ fn worker_state(worker: &Worker, seed: u64) -> WorkerState {
 }
 
 /// 1 ns to 10 minutes at 3 significant digits; longer latencies are recorded as 10 minutes.
-fn latency_histogram() -> Histogram<u64> {
+pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000_000, 3).expect("valid histogram bounds")
 }
 

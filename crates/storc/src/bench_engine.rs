@@ -6,7 +6,7 @@ use bench::target::{RawDriveTarget, Target, VdTarget};
 use bench::workload::{self, Access, Measurement, RunConfig, Worker};
 use drive::{Drive, FileDrive, FileDriveConfig, MemDrive};
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive, MEMBER_RESERVED_BYTES};
-use layout::{Level, KIB, MIB};
+use layout::{Level, SpanKind, KIB, MIB};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +51,9 @@ pub struct Args {
     /// Also run fio on the same files with the same total queue depth (file drives only).
     #[arg(long)]
     fio: bool,
+    /// Rounds; targets alternate within each round and the median round is reported.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     #[arg(long)]
     json: bool,
 }
@@ -76,14 +79,47 @@ fn patterns(args: &Args) -> Vec<Pattern> {
     ]
 }
 
-/// One measured point, for the table and JSON.
+/// One target under one pattern, summarised over the rounds of the run.
 struct Point {
     pattern: String,
     target: String,
     block_bytes: u64,
+    /// The round with the median MB/s.
     measurement: Measurement,
-    baseline: &'static str,
-    baseline_mb_per_sec: Option<f64>,
+    /// Medians over rounds of this round's MB/s divided by the baseline's in the same round.
+    vs_raw: Option<f64>,
+    vs_fio: Option<f64>,
+    vs_first_level: Option<f64>,
+}
+
+/// MB/s of every target in every round, in the order measured.
+#[derive(Default)]
+struct Rounds {
+    samples: Vec<(String, String, u64, Vec<Measurement>)>,
+}
+
+impl Rounds {
+    fn add(&mut self, pattern: &str, target: &str, block_bytes: u64, measurement: Measurement) {
+        match self.samples.iter_mut().find(|(p, t, _, _)| p == pattern && t == target) {
+            Some((_, _, _, list)) => list.push(measurement),
+            None => self.samples.push((pattern.to_string(), target.to_string(), block_bytes, vec![measurement])),
+        }
+    }
+
+    fn mb_per_sec(&self, pattern: &str, target: &str) -> Option<Vec<f64>> {
+        self.samples.iter().find(|(p, t, _, _)| p == pattern && t == target).map(|(_, _, _, list)| list.iter().map(Measurement::mb_per_sec).collect())
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+/// Median over rounds of `a[i] / b[i]`.
+fn median_ratio(a: &[f64], b: Option<Vec<f64>>) -> Option<f64> {
+    let b = b?;
+    Some(median(a.iter().zip(&b).map(|(x, y)| x / y).collect()))
 }
 
 struct Setup {
@@ -180,7 +216,10 @@ fn vd_worker(setup: &Setup, vd: &Arc<VirtualDrive>, access: Access, queue_depth:
     Worker { target, access, queue_depth, zone: 0..zone_bytes.min(vd.capacity_bytes()) }
 }
 
-fn measure_all(args: &Args, setup: &Setup, levels: &[Level]) -> Result<Vec<Point>, String> {
+const RAW: &str = "raw drives";
+const FIO: &str = "fio on the same files";
+
+fn make_vds(args: &Args, setup: &Setup, levels: &[Level]) -> Result<Vec<Arc<VirtualDrive>>, String> {
     let mut vds = Vec::new();
     for (i, level) in levels.iter().enumerate() {
         let layout = VdLayout { level: *level, strip_size_bytes: args.strip_kib * KIB, drives_per_span: None };
@@ -189,64 +228,86 @@ fn measure_all(args: &Args, setup: &Setup, levels: &[Level]) -> Result<Vec<Point
         let vd = VirtualDrive::new(i as u64, &format!("v{i}"), layout, members).map_err(|e| format!("{level}: {e}"))?;
         vds.push(Arc::new(vd));
     }
-    let mut points = Vec::new();
-    for pattern in patterns(args) {
-        let raw = workload::run(&raw_workers(setup, pattern.access, pattern.queue_depth), setup.config);
-        let raw_mb = raw.mb_per_sec();
-        for vd in &vds {
-            let measurement = workload::run(&[vd_worker(setup, vd, pattern.access, pattern.queue_depth)], setup.config);
-            points.push(point(&pattern.name, vd, pattern.access.block_bytes, measurement, "raw", Some(raw_mb)));
-        }
-        if args.fio && args.drive_kind == "file" {
-            let fio_mb = fio_baseline(setup, &pattern)?;
-            let raw_point = point(&pattern.name, &vds[0], pattern.access.block_bytes, raw, "fio", Some(fio_mb));
-            points.push(Point { target: format!("{} raw drives (storc)", setup.drives.len()), ..raw_point });
-            for vd in &vds {
-                let same = points.iter().find(|p| p.pattern == pattern.name && p.target == describe(vd)).expect("measured above");
-                let measurement = clone_measurement(&same.measurement);
-                points.push(point(&pattern.name, vd, pattern.access.block_bytes, measurement, "fio", Some(fio_mb)));
-            }
-        } else {
-            points.push(Point {
-                pattern: pattern.name.clone(),
-                target: format!("{} raw drives", setup.drives.len()),
-                block_bytes: pattern.access.block_bytes,
-                measurement: raw,
-                baseline: "-",
-                baseline_mb_per_sec: None,
-            });
-        }
-        points.extend(full_stripe_points(setup, &vds, &pattern));
-    }
-    Ok(points)
+    Ok(vds)
 }
 
-/// For parity levels, sequential writes of whole rows: the full-stripe path.
-fn full_stripe_points(setup: &Setup, vds: &[Arc<VirtualDrive>], pattern: &Pattern) -> Vec<Point> {
-    if pattern.name != "seq-write-1m" {
-        return Vec::new();
+/// Measures every target once per round, alternating, so that drift in the machine hits all
+/// targets alike; then summarises each target by its median round.
+fn measure_all(args: &Args, setup: &Setup, levels: &[Level]) -> Result<Vec<Point>, String> {
+    let vds = make_vds(args, setup, levels)?;
+    let use_fio = args.fio && args.drive_kind == "file";
+    if args.fio && !use_fio {
+        return Err("--fio needs --drive-kind file".to_string());
     }
-    let raw_mb = None;
-    vds.iter()
-        .filter(|vd| vd.geometry().level().span_kind().failures_tolerated() > 0 && vd.geometry().row_data_bytes() % 512 == 0)
-        .filter(|vd| matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity))
-        .map(|vd| {
+    let mut rounds = Rounds::default();
+    for pattern in patterns(args) {
+        for _ in 0..args.repeat.max(1) {
+            measure_round(setup, &vds, &pattern, use_fio, &mut rounds)?;
+        }
+    }
+    Ok(summarise(rounds, &vds))
+}
+
+fn measure_round(setup: &Setup, vds: &[Arc<VirtualDrive>], pattern: &Pattern, use_fio: bool, rounds: &mut Rounds) -> Result<(), String> {
+    let block = pattern.access.block_bytes;
+    let raw = workload::run(&raw_workers(setup, pattern.access, pattern.queue_depth), setup.config);
+    rounds.add(&pattern.name, RAW, block, raw);
+    if use_fio {
+        let fio_mb = fio_baseline(setup, pattern)?;
+        let elapsed = setup.config.duration;
+        let bytes = (fio_mb * 1e6 * elapsed.as_secs_f64()) as u64;
+        let fio = Measurement { ops: bytes / block, bytes, errors: 0, elapsed, latency_ns: bench::workload::latency_histogram(), first_error: None };
+        rounds.add(&pattern.name, FIO, block, fio);
+    }
+    for vd in vds {
+        let measurement = workload::run(&[vd_worker(setup, vd, pattern.access, pattern.queue_depth)], setup.config);
+        rounds.add(&pattern.name, &describe(vd), block, measurement);
+    }
+    if pattern.name == "seq-write-1m" {
+        for vd in vds.iter().filter(|vd| matches!(vd.geometry().span_kind(), SpanKind::Parity | SpanKind::DoubleParity)) {
+            // Whole rows per request: the full-stripe write path, no reads.
             let row_bytes = vd.geometry().row_data_bytes();
-            let block_bytes = row_bytes * (MIB / row_bytes).max(1);
-            let access = Access { block_bytes, ..pattern.access };
+            let access = Access { block_bytes: row_bytes * (MIB / row_bytes).max(1), ..pattern.access };
             let measurement = workload::run(&[vd_worker(setup, vd, access, pattern.queue_depth)], setup.config);
-            point("full-stripe-write", vd, block_bytes, measurement, "-", raw_mb)
-        })
-        .collect()
+            rounds.add("full-stripe-write", &describe(vd), access.block_bytes, measurement);
+        }
+    }
+    Ok(())
+}
+
+fn summarise(rounds: Rounds, vds: &[Arc<VirtualDrive>]) -> Vec<Point> {
+    let first_level = vds.first().map(|vd| describe(vd));
+    let mut points = Vec::new();
+    for (pattern, target, block_bytes, _) in &rounds.samples {
+        let mb = rounds.mb_per_sec(pattern, target).expect("listed");
+        let baseline_pattern = if pattern == "full-stripe-write" { "seq-write-1m" } else { pattern.as_str() };
+        let is_vd = target != RAW && target != FIO;
+        let vs_raw = if target == FIO { None } else { median_ratio(&mb, rounds.mb_per_sec(baseline_pattern, RAW)) };
+        let vs_raw = vs_raw.filter(|_| target != RAW);
+        let vs_fio = median_ratio(&mb, rounds.mb_per_sec(baseline_pattern, FIO)).filter(|_| target != FIO);
+        let vs_first_level = first_level
+            .as_ref()
+            .filter(|first| is_vd && (*first != target || pattern != baseline_pattern))
+            .and_then(|first| median_ratio(&mb, rounds.mb_per_sec(baseline_pattern, first)));
+        let median_mb = median(mb.clone());
+        let list = &rounds.samples.iter().find(|(p, t, _, _)| p == pattern && t == target).expect("listed").3;
+        let chosen = list.iter().find(|m| m.mb_per_sec() == median_mb).expect("median is a sample");
+        points.push(Point {
+            pattern: pattern.clone(),
+            target: target.clone(),
+            block_bytes: *block_bytes,
+            measurement: clone_measurement(chosen),
+            vs_raw,
+            vs_fio,
+            vs_first_level,
+        });
+    }
+    points
 }
 
 fn describe(vd: &VirtualDrive) -> String {
     let g = vd.geometry();
     format!("{} {}x strip {}K", g.level(), g.drive_count(), g.strip_size_bytes() / KIB)
-}
-
-fn point(pattern: &str, vd: &VirtualDrive, block_bytes: u64, measurement: Measurement, baseline: &'static str, baseline_mb: Option<f64>) -> Point {
-    Point { pattern: pattern.to_string(), target: describe(vd), block_bytes, measurement, baseline, baseline_mb_per_sec: baseline_mb }
 }
 
 fn clone_measurement(m: &Measurement) -> Measurement {
@@ -291,6 +352,10 @@ fn fio_baseline(setup: &Setup, pattern: &Pattern) -> Result<f64, String> {
     job[side]["bw_bytes"].as_f64().map(|b| b / 1e6).ok_or_else(|| "fio JSON has no bw_bytes".to_string())
 }
 
+fn ratio_text(ratio: Option<f64>) -> String {
+    ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into())
+}
+
 fn print_points(args: &Args, setup: &Setup, points: &[Point]) {
     if args.json {
         let rows: Vec<serde_json::Value> = points
@@ -302,8 +367,7 @@ fn print_points(args: &Args, setup: &Setup, points: &[Point]) {
                     "latency_us_mean": p.measurement.mean_latency_us(),
                     "latency_us_p99": p.measurement.latency_ns.value_at_quantile(0.99) as f64 / 1e3,
                     "errors": p.measurement.errors,
-                    "baseline": p.baseline,
-                    "ratio": p.baseline_mb_per_sec.map(|b| p.measurement.mb_per_sec() / b),
+                    "ratio_vs_raw": p.vs_raw, "ratio_vs_fio": p.vs_fio, "ratio_vs_first_level": p.vs_first_level,
                 })
             })
             .collect();
@@ -311,20 +375,21 @@ fn print_points(args: &Args, setup: &Setup, points: &[Point]) {
         return;
     }
     println!(
-        "storc bench engine: {} {} drives, zone {} MiB each, {} shards, {:.1} s per point (+{:.1} s ramp), parity kernels {}",
+        "storc bench engine: {} {} drives, zone {} MiB each, {} shards, {} round(s) of {:.1} s per point (+{:.1} s ramp), parity kernels {}",
         setup.drives.len(),
         args.drive_kind,
         setup.zone_bytes / MIB,
         setup.engine.shard_count(),
+        args.repeat.max(1),
         args.duration,
         args.ramp,
         parity::active_kernel_name()
     );
+    println!("ratios are medians over rounds of (this target / the baseline in the same round); full-stripe-write is compared with seq-write-1m");
     let rows: Vec<Vec<String>> = points
         .iter()
         .map(|p| {
             let m = &p.measurement;
-            let ratio = p.baseline_mb_per_sec.map(|b| format!("{:.2}", m.mb_per_sec() / b)).unwrap_or_else(|| "-".into());
             vec![
                 p.pattern.clone(),
                 p.target.clone(),
@@ -334,10 +399,12 @@ fn print_points(args: &Args, setup: &Setup, points: &[Point]) {
                 format!("{:.0}", m.mean_latency_us()),
                 format!("{:.0}", m.latency_ns.value_at_quantile(0.99) as f64 / 1e3),
                 format!("{}", m.errors),
-                p.baseline.to_string(),
-                ratio,
+                ratio_text(p.vs_raw),
+                ratio_text(p.vs_fio),
+                ratio_text(p.vs_first_level),
             ]
         })
         .collect();
-    println!("{}", table(&["pattern", "target", "block", "MB/s", "IOPS", "lat us", "p99 us", "errors", "vs", "ratio"], &rows));
+    let first = format!("vs {}", args.levels.first().map(String::as_str).unwrap_or("-"));
+    println!("{}", table(&["pattern", "target", "block", "MB/s", "IOPS", "lat us", "p99 us", "errors", "vs raw", "vs fio", &first], &rows));
 }
