@@ -34,6 +34,9 @@ impl Default for IoCtxConfig {
 struct RingSlot {
     token: Token,
     buf: Option<IoBuf>,
+    /// Buffers of a vectored op and the iovec array the kernel reads (kept alive together).
+    bufs: Vec<IoBuf>,
+    iovecs: Vec<libc::iovec>,
     /// For short transfers: what was already done and the op to resubmit for the rest.
     done_bytes: usize,
     resubmit: Option<Resubmit>,
@@ -179,13 +182,22 @@ impl IoCtx {
         self.ready.push_back(completion);
     }
 
-    /// Completes `token` with an error, returning the buffer it carried.
-    pub fn fail(&mut self, token: Token, error: DriveError, buf: Option<IoBuf>) {
-        self.complete(Completion { token, result: Err(error), buf });
+    /// Completes `op` with an error, returning the buffers it carried.
+    pub fn fail(&mut self, token: Token, error: DriveError, op: crate::DriveOp) {
+        self.complete(Completion::of(token, Err(error), op));
     }
 
     pub(crate) fn add_hook(&mut self, token: Token, hook: Hook) {
         self.hooks.entry(token).or_default().push(hook);
+    }
+
+    /// Completes an operation at `due` and not before: for emulated drives, which know their
+    /// service time at submit. The token's hooks run when it is released, as for any completion.
+    pub(crate) fn complete_at(&mut self, completion: Completion, due: Instant) {
+        self.delay_sequence += 1;
+        let sequence = self.delay_sequence;
+        self.delayed.push(Delayed { due, sequence });
+        self.delayed_completions.insert(sequence, completion);
     }
 
     /// Queues a read or write on the ring; the buffer is kept until the CQE arrives.
@@ -200,13 +212,26 @@ impl IoCtx {
             opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset_bytes).build()
         };
         let resubmit = Some(Resubmit { fd, offset_bytes, write });
-        self.push_entry(entry, RingSlot { token, buf: Some(buf), done_bytes: 0, resubmit });
+        let slot = RingSlot { token, buf: Some(buf), bufs: Vec::new(), iovecs: Vec::new(), done_bytes: 0, resubmit };
+        self.push_entry(entry, slot);
+    }
+
+    /// Queues a vectored read or write (readv/writev) of `bufs`, in order from `offset_bytes`.
+    ///
+    /// # Safety
+    /// `fd` must stay open until the operation completes.
+    pub(crate) unsafe fn push_rwv(&mut self, fd: RawFd, token: Token, offset_bytes: u64, mut bufs: Vec<IoBuf>, write: bool) {
+        let iovecs: Vec<libc::iovec> =
+            bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+        let entry = vectored_entry(fd, &iovecs, offset_bytes, write);
+        let resubmit = Some(Resubmit { fd, offset_bytes, write });
+        self.push_entry(entry, RingSlot { token, buf: None, bufs, iovecs, done_bytes: 0, resubmit });
     }
 
     /// Queues an fdatasync of `fd`.
     pub(crate) fn push_flush(&mut self, fd: RawFd, token: Token) {
         let entry = opcode::Fsync::new(types::Fd(fd)).flags(types::FsyncFlags::DATASYNC).build();
-        self.push_entry(entry, RingSlot { token, buf: None, done_bytes: 0, resubmit: None });
+        self.push_entry(entry, RingSlot { token, buf: None, bufs: Vec::new(), iovecs: Vec::new(), done_bytes: 0, resubmit: None });
     }
 
     fn push_entry(&mut self, entry: squeue::Entry, slot: RingSlot) {
@@ -318,8 +343,8 @@ impl IoCtx {
         let mut slot = self.slots[index].take().expect("CQE for an empty slot");
         if result >= 0 {
             if let Some(next) = self.short_transfer_rest(&mut slot, result as usize) {
-                // SAFETY: the fd was valid for the first part and the caller keeps it open until
-                // the whole operation completes.
+                // The continuation points into the slot's buffers and iovecs, which move back into
+                // the slot table without their heap storage moving.
                 self.slots[index] = Some(slot);
                 self.push_sqe(next.user_data(index as u64));
                 return;
@@ -328,34 +353,27 @@ impl IoCtx {
         self.in_ring -= 1;
         self.free_slots.push(index);
         let result = if result < 0 { Err(DriveError::Io(-result)) } else { Ok(()) };
-        self.ready.push_back(Completion { token: slot.token, result, buf: slot.buf });
+        self.ready.push_back(Completion { token: slot.token, result, buf: slot.buf, bufs: slot.bufs });
     }
 
     /// For a short read or write, the entry that continues it; `None` when done.
     fn short_transfer_rest(&mut self, slot: &mut RingSlot, transferred_bytes: usize) -> Option<squeue::Entry> {
         let resubmit = slot.resubmit?;
-        let buf = slot.buf.as_mut()?;
+        let total_bytes: usize = slot.buf.iter().chain(&slot.bufs).map(|b| b.len()).sum();
         slot.done_bytes += transferred_bytes;
-        if slot.done_bytes >= buf.len() {
+        if slot.done_bytes >= total_bytes {
             return None;
         }
         if transferred_bytes == 0 {
             // End of file on a read: the rest reads as zeros (a file shorter than its drive).
             if !resubmit.write {
-                buf.as_mut_slice()[slot.done_bytes..].fill(0);
+                zero_from(slot, slot.done_bytes);
             }
             return None;
         }
-        let done = slot.done_bytes;
-        let len = (buf.len() - done) as u32;
-        // SAFETY: `done < buf.len()`, so the pointer stays inside the buffer the slot keeps alive.
-        let ptr = unsafe { buf.as_mut_ptr().add(done) };
-        let offset = resubmit.offset_bytes + done as u64;
-        let fd = types::Fd(resubmit.fd);
-        Some(match resubmit.write {
-            true => opcode::Write::new(fd, ptr, len).offset(offset).build(),
-            false => opcode::Read::new(fd, ptr, len).offset(offset).build(),
-        })
+        let offset = resubmit.offset_bytes + slot.done_bytes as u64;
+        slot.iovecs = remaining_iovecs(slot, slot.done_bytes);
+        Some(vectored_entry(resubmit.fd, &slot.iovecs, offset, resubmit.write))
     }
 
     /// Runs hooks; a delayed completion is parked, everything else goes to `out`.
@@ -398,6 +416,42 @@ impl IoCtx {
             std::thread::sleep(due.saturating_duration_since(now));
             self.release_due_delays();
         }
+    }
+}
+
+/// A readv/writev entry over `iovecs`, which must stay alive until the CQE.
+fn vectored_entry(fd: RawFd, iovecs: &[libc::iovec], offset_bytes: u64, write: bool) -> squeue::Entry {
+    let count = u32::try_from(iovecs.len()).expect("iovec count fits u32");
+    match write {
+        true => opcode::Writev::new(types::Fd(fd), iovecs.as_ptr(), count).offset(offset_bytes).build(),
+        false => opcode::Readv::new(types::Fd(fd), iovecs.as_ptr(), count).offset(offset_bytes).build(),
+    }
+}
+
+/// iovecs for the part of a slot's buffers after the first `done_bytes`.
+fn remaining_iovecs(slot: &mut RingSlot, done_bytes: usize) -> Vec<libc::iovec> {
+    let mut skip = done_bytes;
+    let mut iovecs = Vec::new();
+    for buf in slot.buf.iter_mut().chain(slot.bufs.iter_mut()) {
+        if skip >= buf.len() {
+            skip -= buf.len();
+            continue;
+        }
+        // SAFETY: skip < buf.len(), so the pointer stays inside the buffer the slot keeps alive.
+        let base = unsafe { buf.as_mut_ptr().add(skip) };
+        iovecs.push(libc::iovec { iov_base: base.cast(), iov_len: buf.len() - skip });
+        skip = 0;
+    }
+    iovecs
+}
+
+/// Zero-fills a slot's buffers from `done_bytes` on (a read that met end of file).
+fn zero_from(slot: &mut RingSlot, done_bytes: usize) {
+    let mut skip = done_bytes;
+    for buf in slot.buf.iter_mut().chain(slot.bufs.iter_mut()) {
+        let start = skip.min(buf.len());
+        buf.as_mut_slice()[start..].fill(0);
+        skip -= start;
     }
 }
 

@@ -76,7 +76,7 @@ impl Drive for FaultyDrive {
         }
         if let Some(error) = error {
             drop(faults);
-            return ctx.complete(Completion { token, result: Err(error), buf: op.into_buf() });
+            return ctx.complete(Completion::of(token, Err(error), op));
         }
         if op.kind() == OpKind::Read && overlaps(&faults.corrupt_read_ranges, start, len) {
             let ranges = faults.corrupt_read_ranges.clone();
@@ -89,16 +89,19 @@ impl Drive for FaultyDrive {
 
 /// Flips every byte of a successful read that falls in a corrupt range.
 fn corrupt(completion: &mut Completion, start: u64, ranges: &[Range<u64>]) {
-    let (Ok(()), Some(buf)) = (&completion.result, completion.buf.as_mut()) else { return };
-    let len = buf.len() as u64;
-    for range in ranges {
-        let from = range.start.max(start);
-        let to = range.end.min(start + len);
-        if from >= to {
-            continue;
+    if completion.result.is_err() {
+        return;
+    }
+    let mut at = start;
+    for buf in completion.buf.iter_mut().chain(completion.bufs.iter_mut()) {
+        let len = buf.len() as u64;
+        for range in ranges {
+            let from = range.start.max(at);
+            let to = range.end.min(at + len);
+            if from < to {
+                buf.as_mut_slice()[(from - at) as usize..(to - at) as usize].iter_mut().for_each(|b| *b ^= 0xA5);
+            }
         }
-        for byte in &mut buf.as_mut_slice()[(from.saturating_sub(start)) as usize..(to.saturating_sub(start)) as usize] {
-            *byte ^= 0xA5;
-        }
+        at += len;
     }
 }

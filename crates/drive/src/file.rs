@@ -73,15 +73,27 @@ impl FileDrive {
     }
 
     /// Without a ring (simulator, tests) the drive works synchronously.
-    fn submit_sync(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
-        let (result, buf) = match op {
-            DriveOp::Read { offset_bytes, mut buf } => (self.file.read_exact_at(buf.as_mut_slice(), offset_bytes), Some(buf)),
-            DriveOp::Write { offset_bytes, buf } => (self.file.write_all_at(buf.as_slice(), offset_bytes), Some(buf)),
-            DriveOp::Flush => (self.file.sync_data(), None),
+    fn submit_sync(&self, ctx: &mut IoCtx, token: Token, mut op: DriveOp) {
+        let result = match &mut op {
+            DriveOp::Read { offset_bytes, buf } => self.file.read_exact_at(buf.as_mut_slice(), *offset_bytes),
+            DriveOp::Write { offset_bytes, buf } => self.file.write_all_at(buf.as_slice(), *offset_bytes),
+            DriveOp::ReadV { offset_bytes, bufs } => each_at(*offset_bytes, bufs, |b, at| self.file.read_exact_at(b.as_mut_slice(), at)),
+            DriveOp::WriteV { offset_bytes, bufs } => each_at(*offset_bytes, bufs, |b, at| self.file.write_all_at(b.as_slice(), at)),
+            DriveOp::Flush => self.file.sync_data(),
         };
         let result = result.map_err(|e| DriveError::Io(e.raw_os_error().unwrap_or(libc::EIO)));
-        ctx.complete(Completion { token, result, buf });
+        ctx.complete(Completion::of(token, result, op));
     }
+}
+
+/// Runs `io` on each buffer at its running offset, stopping at the first error.
+fn each_at(offset_bytes: u64, bufs: &mut [IoBuf], mut io: impl FnMut(&mut IoBuf, u64) -> io::Result<()>) -> io::Result<()> {
+    let mut at = offset_bytes;
+    for buf in bufs {
+        io(buf, at)?;
+        at += buf.len() as u64;
+    }
+    Ok(())
 }
 
 impl Drive for FileDrive {
@@ -91,17 +103,19 @@ impl Drive for FileDrive {
 
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
         if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
-            return ctx.fail(token, error, op.into_buf());
+            return ctx.fail(token, error, op);
         }
         if !ctx.has_ring() {
             return self.submit_sync(ctx, token, op);
         }
         let fd = self.file.as_raw_fd();
+        // SAFETY (all four): the fd belongs to self.file; the engine keeps every drive alive (Arc)
+        // for as long as any shard context can have operations in flight on it.
         match op {
-            // SAFETY: the fd belongs to self.file; the engine keeps every drive alive (Arc) for
-            // as long as any shard context can have operations in flight on it.
             DriveOp::Read { offset_bytes, buf } => unsafe { ctx.push_rw(fd, token, offset_bytes, buf, false) },
             DriveOp::Write { offset_bytes, buf } => unsafe { ctx.push_rw(fd, token, offset_bytes, buf, true) },
+            DriveOp::ReadV { offset_bytes, bufs } => unsafe { ctx.push_rwv(fd, token, offset_bytes, bufs, false) },
+            DriveOp::WriteV { offset_bytes, bufs } => unsafe { ctx.push_rwv(fd, token, offset_bytes, bufs, true) },
             DriveOp::Flush => ctx.push_flush(fd, token),
         }
     }

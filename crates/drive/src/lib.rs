@@ -16,12 +16,14 @@
 
 mod buf;
 mod ctx;
+mod emulated;
 mod faulty;
 mod file;
 mod mem;
 
 pub use buf::{IoBuf, BUF_ALIGN_BYTES};
 pub use ctx::{IoCtx, IoCtxConfig, ShardWaker};
+pub use emulated::{Clock, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, RealClock, VirtualClock};
 pub use faulty::{FaultyDrive, Faults};
 pub use file::{DirectIo, FileDrive, FileDriveConfig};
 pub use mem::MemDrive;
@@ -39,6 +41,11 @@ pub const SECTOR_BYTES: u64 = 512;
 pub enum DriveOp {
     Read { offset_bytes: u64, buf: IoBuf },
     Write { offset_bytes: u64, buf: IoBuf },
+    /// One read into several buffers, filled in order from `offset_bytes` (readv): lets the
+    /// engine merge a drive's contiguous pieces of a request whose VD buffer is not contiguous.
+    ReadV { offset_bytes: u64, bufs: Vec<IoBuf> },
+    /// One write from several buffers, in order (writev).
+    WriteV { offset_bytes: u64, bufs: Vec<IoBuf> },
     /// Makes every completed write durable (the drive's own cache included).
     Flush,
 }
@@ -46,8 +53,8 @@ pub enum DriveOp {
 impl DriveOp {
     pub fn kind(&self) -> OpKind {
         match self {
-            DriveOp::Read { .. } => OpKind::Read,
-            DriveOp::Write { .. } => OpKind::Write,
+            DriveOp::Read { .. } | DriveOp::ReadV { .. } => OpKind::Read,
+            DriveOp::Write { .. } | DriveOp::WriteV { .. } => OpKind::Write,
             DriveOp::Flush => OpKind::Flush,
         }
     }
@@ -58,14 +65,19 @@ impl DriveOp {
             DriveOp::Read { offset_bytes, buf } | DriveOp::Write { offset_bytes, buf } => {
                 Some((*offset_bytes, buf.len() as u64))
             }
+            DriveOp::ReadV { offset_bytes, bufs } | DriveOp::WriteV { offset_bytes, bufs } => {
+                Some((*offset_bytes, bufs.iter().map(|b| b.len() as u64).sum()))
+            }
             DriveOp::Flush => None,
         }
     }
 
-    fn into_buf(self) -> Option<IoBuf> {
+    /// The buffers the op carried, to return them in its completion.
+    fn into_bufs(self) -> (Option<IoBuf>, Vec<IoBuf>) {
         match self {
-            DriveOp::Read { buf, .. } | DriveOp::Write { buf, .. } => Some(buf),
-            DriveOp::Flush => None,
+            DriveOp::Read { buf, .. } | DriveOp::Write { buf, .. } => (Some(buf), Vec::new()),
+            DriveOp::ReadV { bufs, .. } | DriveOp::WriteV { bufs, .. } => (None, bufs),
+            DriveOp::Flush => (None, Vec::new()),
         }
     }
 }
@@ -90,12 +102,23 @@ pub enum DriveError {
     Misaligned { offset_bytes: u64, len_bytes: u64 },
 }
 
-/// The result of one operation; the buffer comes back for reads and writes.
+/// The result of one operation; the buffers come back for reads and writes.
 #[derive(Debug)]
 pub struct Completion {
     pub token: Token,
     pub result: Result<(), DriveError>,
+    /// The buffer of a `Read` or `Write`.
     pub buf: Option<IoBuf>,
+    /// The buffers of a `ReadV` or `WriteV`, in order.
+    pub bufs: Vec<IoBuf>,
+}
+
+impl Completion {
+    /// Completes `op` with `result`, handing back whatever buffers it carried.
+    pub fn of(token: Token, result: Result<(), DriveError>, op: DriveOp) -> Completion {
+        let (buf, bufs) = op.into_bufs();
+        Completion { token, result, buf, bufs }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

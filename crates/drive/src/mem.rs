@@ -61,21 +61,27 @@ impl Drive for MemDrive {
         &self.info
     }
 
-    fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
+    fn submit(&self, ctx: &mut IoCtx, token: Token, mut op: DriveOp) {
         if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
-            return ctx.fail(token, error, op.into_buf());
+            return ctx.fail(token, error, op);
         }
-        let buf = match op {
-            DriveOp::Read { offset_bytes, mut buf } => {
-                self.copy(offset_bytes, buf.as_mut_slice(), false);
-                Some(buf)
-            }
-            DriveOp::Write { offset_bytes, mut buf } => {
-                self.copy(offset_bytes, buf.as_mut_slice(), true);
-                Some(buf)
-            }
-            DriveOp::Flush => None,
-        };
-        ctx.complete(Completion { token, result: Ok(()), buf });
+        match &mut op {
+            DriveOp::Read { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), false),
+            DriveOp::Write { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), true),
+            DriveOp::ReadV { offset_bytes, bufs } => self.copy_vectored(*offset_bytes, bufs, false),
+            DriveOp::WriteV { offset_bytes, bufs } => self.copy_vectored(*offset_bytes, bufs, true),
+            DriveOp::Flush => {}
+        }
+        ctx.complete(Completion::of(token, Ok(()), op));
+    }
+}
+
+impl MemDrive {
+    fn copy_vectored(&self, offset_bytes: u64, bufs: &mut [crate::IoBuf], write: bool) {
+        let mut offset = offset_bytes;
+        for buf in bufs {
+            self.copy(offset, buf.as_mut_slice(), write);
+            offset += buf.len() as u64;
+        }
     }
 }

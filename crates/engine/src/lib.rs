@@ -3,9 +3,11 @@
 //! # Design
 //!
 //! Thread per core. The engine runs as N shards, each one thread with its own io_uring
-//! ([`drive::IoCtx`]) and its own small executor ([`runtime`]). Row `r` of every VD belongs to
-//! shard `r % N`: the shard that owns a row is the only one that locks it, so row locks are plain
-//! single-threaded queues, and a large request is served by several shards at once. Frontends
+//! ([`drive::IoCtx`]) and its own small executor ([`runtime`]). The rows of every VD are dealt
+//! to shards in strides of about 1 MiB ([`SHARD_STRIDE_BYTES`]): the shard that owns a row is the
+//! only one that locks it, so row locks are plain single-threaded queues; a sequential 1 MiB
+//! request stays on one shard, where its member I/Os merge; a larger one is served by several
+//! shards at once. Frontends
 //! (NBD, the benchmark) call [`Engine::submit`] from their own threads; it cuts the request at
 //! row boundaries, queues each piece to its shard and completes the caller's callback when the
 //! last piece is done.
@@ -122,8 +124,9 @@ impl Engine {
         let mut pieces: Vec<(usize, u64, IoBuf)> = Vec::new();
         let mut run_start = offset_bytes;
         let mut run_shard = None;
+        let stride_rows = shard_stride_rows(vd.geometry());
         for row in vd.geometry().rows(offset_bytes, buf.len() as u64) {
-            let shard = (row.row % shard_count) as usize;
+            let shard = ((row.row / stride_rows) % shard_count) as usize;
             if run_shard.is_some_and(|s| s != shard) {
                 let rest = buf.split_off((row.vd_offset_bytes - run_start) as usize);
                 pieces.push((run_shard.expect("checked"), run_start, std::mem::replace(&mut buf, rest)));
@@ -202,6 +205,15 @@ impl Drop for Engine {
     }
 }
 
+/// VD bytes a shard owns in a row before the next shard's turn: large enough that a 1 MiB
+/// sequential request usually stays on one shard, where its member I/Os can be merged.
+pub const SHARD_STRIDE_BYTES: u64 = 1 << 20;
+
+/// Consecutive rows that belong to one shard.
+fn shard_stride_rows(geometry: &layout::Geometry) -> u64 {
+    SHARD_STRIDE_BYTES.div_ceil(geometry.row_data_bytes()).max(1)
+}
+
 /// Checks a request against the VD before anything is queued.
 fn validate(vd: &VirtualDrive, request: &VdRequest) -> Result<(), VdError> {
     match request.range_bytes() {
@@ -261,7 +273,7 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
         ShardMsg::Raw { drive, op, done } => {
             executor.spawn(async move {
                 let finished = reactor.submit(&*drive, op).await;
-                done(Completion { token: 0, result: finished.result, buf: finished.buf });
+                done(Completion { token: 0, result: finished.result, buf: finished.buf, bufs: finished.bufs });
             });
             false
         }

@@ -169,6 +169,8 @@ pub struct DriveIo<'a> {
 pub struct DriveDone {
     pub result: Result<(), DriveError>,
     pub buf: Option<IoBuf>,
+    /// The buffers of a vectored operation, in order.
+    pub bufs: Vec<IoBuf>,
 }
 
 impl Future for DriveIo<'_> {
@@ -183,7 +185,7 @@ impl Future for DriveIo<'_> {
                 drop(ops);
                 self.reactor.free_ops.borrow_mut().push(self.index);
                 self.finished = true;
-                Poll::Ready(DriveDone { result: completion.result, buf: completion.buf })
+                Poll::Ready(DriveDone { result: completion.result, buf: completion.buf, bufs: completion.bufs })
             }
             OpSlot::Waiting(waker) => {
                 *waker = Some(cx.waker().clone());
