@@ -42,6 +42,7 @@ impl Platter {
         Platter { capacity_bytes: capacity, revolution_ns, outer_rate_bytes_per_ns, inner_rate_bytes_per_ns, tracks_per_log_rate }
     }
 
+    #[cfg(test)]
     pub(crate) fn revolution_ns(&self) -> f64 {
         self.revolution_ns
     }

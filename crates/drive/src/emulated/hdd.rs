@@ -4,8 +4,9 @@
 //! Decisions happen in time order. Whenever the drive is free and commands wait, it picks among
 //! the first `queue_depth` of them (those that have arrived) the one whose data it can start
 //! transferring soonest: seek from where the head is, then rotation until the first sector comes
-//! round (shortest positioning time first, as NCQ/TCQ firmware does). A command that waited more
-//! than `STARVATION_NS` goes first whatever its position. `decide_until(horizon)` takes every
+//! round (shortest positioning time first, as NCQ/TCQ firmware does); destages from the write
+//! cache compete the same way. A host command that waited more than `STARVATION_NS` goes first
+//! whatever its position. `decide_until(horizon)` takes every
 //! decision due by `horizon`, so the same code serves a clock that decides late (the simulator,
 //! which can wait to see what else arrives) and one that must decide at arrival (the caller's
 //! `IoCtx` needs the due time then, so the queue never holds a choice and service is in arrival
@@ -35,6 +36,10 @@ use std::collections::VecDeque;
 /// positioning first alone would starve a far command behind a stream of near ones. Well above
 /// the ordinary wait at full queue (32 commands × 6 ms on a 7,200 rpm drive is about 0.2 s).
 const STARVATION_NS: u64 = 1_000_000_000;
+
+/// Dirty data the drive considers at each decision: firmware sorts its whole write cache; the
+/// oldest few dozen destages give nearly the same choice at a bounded cost per decision.
+const DESTAGE_CANDIDATES: usize = 64;
 
 pub(crate) struct HddConfig {
     pub(crate) capacity_bytes: u64,
@@ -287,17 +292,38 @@ impl HddModel {
 
     // --- Decisions --------------------------------------------------------------------------
 
-    /// Shortest positioning time first among the first `queue_depth` commands that have arrived,
-    /// unless the oldest has waited too long.
+    /// Shortest positioning time first among the first `queue_depth` host commands and the first
+    /// `DESTAGE_CANDIDATES` destages that have arrived, unless a host command waited too long.
     fn pick(&self, at_ns: u64) -> usize {
-        let oldest = self.pending.front().expect("a decision needs a waiting command");
-        if at_ns.saturating_sub(oldest.command.arrival_ns) > STARVATION_NS {
-            return 0;
+        if let Some(index) = self.starving_host_command(at_ns) {
+            return index;
         }
-        let arrived = self.pending.iter().take(self.queue_depth).take_while(|job| job.command.arrival_ns <= at_ns);
-        let positioning_ns = arrived.map(|job| self.plan(job, at_ns).transfer_start_ns - at_ns as f64);
-        let (index, _) = positioning_ns.enumerate().min_by(|a, b| a.1.total_cmp(&b.1)).expect("the oldest has arrived");
-        index
+        let (mut host_left, mut destage_left) = (self.queue_depth, DESTAGE_CANDIDATES);
+        let mut best: Option<(usize, f64)> = None;
+        for (index, job) in self.pending.iter().enumerate() {
+            if job.command.arrival_ns > at_ns || (host_left == 0 && destage_left == 0) {
+                break;
+            }
+            let left = match job.origin {
+                Origin::Host => &mut host_left,
+                Origin::Destage => &mut destage_left,
+            };
+            if *left == 0 {
+                continue;
+            }
+            *left -= 1;
+            let positioning_ns = self.plan(job, at_ns).transfer_start_ns - at_ns as f64;
+            if best.is_none_or(|(_, best_ns)| positioning_ns < best_ns) {
+                best = Some((index, positioning_ns));
+            }
+        }
+        best.expect("the oldest job has arrived").0
+    }
+
+    /// Destages have no one waiting: only host commands age.
+    fn starving_host_command(&self, at_ns: u64) -> Option<usize> {
+        let (index, oldest) = self.pending.iter().enumerate().find(|(_, job)| job.origin == Origin::Host)?;
+        (at_ns.saturating_sub(oldest.command.arrival_ns) > STARVATION_NS).then_some(index)
     }
 
     fn plan(&self, job: &Job, at_ns: u64) -> Plan {

@@ -125,6 +125,9 @@ impl EmulatedDrive {
     /// # Panics
     /// If operations were submitted on another context: the simulator has exactly one.
     pub fn poll_due(&self, ctx: &mut IoCtx) -> usize {
+        if !self.is_virtual() {
+            return 0;
+        }
         let now_ns = self.clock.now_ns();
         let mut state = self.lock();
         state.claim_owner(ctx);
@@ -136,6 +139,12 @@ impl EmulatedDrive {
             ctx.complete(state.held.remove(id).expect("listed above").completion);
         }
         due.len()
+    }
+
+    /// Whether the drive holds completions for the simulator (virtual clock) rather than handing
+    /// them to the caller's `IoCtx` with their due instant (real clock).
+    fn is_virtual(&self) -> bool {
+        self.clock.wall_instant(0).is_none()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -158,12 +167,8 @@ fn build_model(spec: &EmulatedDriveSpec) -> Box<dyn TimingModel> {
     let queue_depth = spec.queue_depth() as usize;
     match spec.class.profile() {
         Profile::Hdd(profile) => {
-            let config = HddConfig {
-                capacity_bytes: spec.capacity_bytes,
-                write_cache: spec.write_cache,
-                read_ahead: spec.read_ahead,
-                queue_depth,
-            };
+            let config =
+                HddConfig { capacity_bytes: spec.capacity_bytes, write_cache: spec.write_cache, read_ahead: spec.read_ahead, queue_depth };
             Box::new(HddModel::new(profile, &config))
         }
         Profile::Ssd(profile) => {
@@ -213,12 +218,13 @@ impl Drive for EmulatedDrive {
         let kind = op.kind();
         let (offset_bytes, len_bytes) = op.range_bytes().unwrap_or((0, 0));
         let completion = self.store_now(token, op);
-        let arrival_ns = self.clock.now_ns();
         let mut state = self.lock();
+        // Read under the lock, so that racing shards reach the model in time order.
+        let arrival_ns = self.clock.now_ns();
         let command = Command { id: state.next_id(), kind, offset_bytes, len_bytes, arrival_ns };
-        match self.clock.wall_instant(0) {
-            Some(_) => self.submit_real(&mut state, ctx, command, completion),
-            None => submit_virtual(&mut state, ctx, command, completion),
+        match self.is_virtual() {
+            false => self.submit_real(&mut state, ctx, command, completion),
+            true => submit_virtual(&mut state, ctx, command, completion),
         }
     }
 }

@@ -40,8 +40,8 @@ pub(crate) const HDD_15K: HddProfile = HddProfile {
     write_seek: SeekFigures { track_to_track_ms: 0.44, average_ms: 3.9, full_stroke_ms: 7.25 },
     outer_mb_per_s: 204.0, // manual §4.2.3: sustainable disk transfer rate 122-204 MB/s
     inner_mb_per_s: 122.0,
-    command_overhead_us: 200.0, // estimate: the Savvio 10K.4 and Constellation.2 manuals' overhead
-    interface_mb_per_s: 600.0,  // manual §4.2.3: SAS maximum instantaneous rate 600 MB/s per port
+    command_overhead_us: 200.0,  // estimate: the Savvio 10K.4 and Constellation.2 manuals' overhead
+    interface_mb_per_s: 600.0,   // manual §4.2.3: SAS maximum instantaneous rate 600 MB/s per port
     write_cache_bytes: 16 * MIB, // memory: 16 MB cache
     read_ahead_bytes: 2 * MIB,   // estimate: one segment of the cache
     queue_depth_max: 32,
@@ -78,8 +78,8 @@ pub(crate) const HDD_7200: HddProfile = HddProfile {
     write_seek: SeekFigures { track_to_track_ms: 0.7, average_ms: 9.5, full_stroke_ms: 17.82 },
     outer_mb_per_s: 175.0, // manual §4.1.2: sustained transfer rate 83 to 175 MB/s
     inner_mb_per_s: 83.0,
-    command_overhead_us: 200.0, // Constellation.2 SAS manual §5.2.1: 7.7 ms with, 7.5 without
-    interface_mb_per_s: 600.0,   // manual §4.1.2: 600 MB/s per port
+    command_overhead_us: 200.0,   // Constellation.2 SAS manual §5.2.1: 7.7 ms with, 7.5 without
+    interface_mb_per_s: 600.0,    // manual §4.1.2: 600 MB/s per port
     write_cache_bytes: 128 * MIB, // memory: 128 MB cache
     read_ahead_bytes: 2 * MIB,
     queue_depth_max: 32,
@@ -121,7 +121,7 @@ pub(crate) const SSD_SATA: SsdProfile = SsdProfile {
     // Estimate: fresh-out-of-box random writes about twice the steady state, capped by reads.
     write_fresh: SsdFigures { latency_us: 65.0, iops_4k: 72_000.0, mb_per_s: 460.0 },
     write_steady: SsdFigures { latency_us: 65.0, iops_4k: 36_000.0, mb_per_s: 460.0 },
-    parallel_units: 8, // AnandTech's S3700 review: the controller has 8 NAND channels
+    parallel_units: 8,    // AnandTech's S3700 review: the controller has 8 NAND channels
     spare_fraction: 0.32, // memory of AnandTech's review: 264 GB of NAND behind 200 GB
     queue_depth_max: 32,
 };
@@ -150,7 +150,7 @@ pub(crate) const SSD_NVME: SsdProfile = SsdProfile {
     // Estimate: fresh writes about twice the steady state.
     write_fresh: SsdFigures { latency_us: 20.0, iops_4k: 350_000.0, mb_per_s: 2_000.0 },
     write_steady: SsdFigures { latency_us: 20.0, iops_4k: 175_000.0, mb_per_s: 2_000.0 },
-    parallel_units: 18, // the P3700's controller has 18 NAND channels
+    parallel_units: 18,   // the P3700's controller has 18 NAND channels
     spare_fraction: 0.25, // estimate
     queue_depth_max: 1024,
 };

@@ -191,7 +191,7 @@ fn allowed_options(class: EmulatedClass) -> String {
 /// `4GiB` when the size is a whole number of some binary unit, else bytes.
 fn format_size(bytes: u64) -> String {
     const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    match UNITS.iter().find(|(unit, _)| bytes % unit == 0) {
+    match UNITS.iter().find(|(unit, _)| bytes.is_multiple_of(*unit)) {
         Some((unit, name)) => format!("{}{name}", bytes / unit),
         None => bytes.to_string(),
     }
