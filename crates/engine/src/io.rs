@@ -56,7 +56,10 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: 
     match request {
         VdRequest::Flush => VdCompletion { result: flush(&env).await, buf: None },
         VdRequest::Read { offset_bytes, buf } => serve_rows(&env, offset_bytes, buf, false).await,
-        VdRequest::Write { offset_bytes, buf } => serve_rows(&env, offset_bytes, buf, true).await,
+        VdRequest::Write { offset_bytes, buf } => {
+            env.vd.note_write();
+            serve_rows(&env, offset_bytes, buf, true).await
+        }
     }
 }
 

@@ -18,13 +18,16 @@
 //!
 //! The engine knows nothing of NBD, HTTP or JSON, and does no blocking system call on a shard.
 
+pub mod config;
+pub mod controller;
 pub mod io;
+pub mod metadata;
 pub mod runtime;
 pub mod vd;
 
 pub use runtime::CompletionOrder;
 pub use vd::{
-    Member, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES,
+    Member, MemberEvent, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES,
 };
 
 use crossbeam_channel::{Receiver, Sender};

@@ -68,6 +68,9 @@ pub struct Member {
     /// Where the last I/O ended: the head position for "nearer copy" decisions.
     pub(crate) last_end_bytes: AtomicU64,
     read_errors: AtomicU32,
+    /// Set when a write reached the VD while this member was out of service: its contents are
+    /// stale and it must not be brought back online without a rebuild.
+    missed_writes: std::sync::atomic::AtomicBool,
 }
 
 impl Member {
@@ -78,7 +81,12 @@ impl Member {
             outstanding: AtomicU32::new(0),
             last_end_bytes: AtomicU64::new(0),
             read_errors: AtomicU32::new(0),
+            missed_writes: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    pub fn has_missed_writes(&self) -> bool {
+        self.missed_writes.load(Ordering::Acquire)
     }
 
     pub fn state(&self) -> MemberState {
@@ -121,6 +129,17 @@ pub struct VirtualDrive {
     members: Vec<Member>,
     /// Serialises state changes so that two shards failing members at once see each other.
     state_change: Mutex<()>,
+    /// Where member failures found by I/O are reported (the controller's watcher).
+    notifier: std::sync::OnceLock<crossbeam_channel::Sender<MemberEvent>>,
+}
+
+/// A member the engine took out of service, reported to the controller.
+#[derive(Clone, Debug)]
+pub struct MemberEvent {
+    pub vd_id: u64,
+    pub member: usize,
+    pub state: MemberState,
+    pub reason: String,
 }
 
 impl VirtualDrive {
@@ -139,7 +158,19 @@ impl VirtualDrive {
             member_reserved_bytes: MEMBER_RESERVED_BYTES,
         })?;
         let members = drives.into_iter().map(Member::new).collect();
-        Ok(VirtualDrive { id, name: name.to_string(), geometry, members, state_change: Mutex::new(()) })
+        Ok(VirtualDrive { id, name: name.to_string(), geometry, members, state_change: Mutex::new(()), notifier: std::sync::OnceLock::new() })
+    }
+
+    /// Sends member failures found by I/O to `sender` (set once).
+    pub fn set_notifier(&self, sender: crossbeam_channel::Sender<MemberEvent>) {
+        let _ = self.notifier.set(sender);
+    }
+
+    /// Marks every member that is out of service as having missed a write.
+    pub(crate) fn note_write(&self) {
+        for member in self.members.iter().filter(|m| m.state() != MemberState::Online) {
+            member.missed_writes.store(true, Ordering::Release);
+        }
     }
 
     pub fn id(&self) -> u64 {
@@ -218,7 +249,13 @@ impl VirtualDrive {
         };
         tracing::warn!(vd = %self.name, member = index, drive = %member.drive.info().name, ?kind, %error, fail, "member I/O error");
         if fail && member.state() == MemberState::Online {
+            // Whatever was being written when it failed did not reach it.
+            member.missed_writes.store(true, Ordering::Release);
             self.set_member_state(index, MemberState::Failed);
+            if let Some(notifier) = self.notifier.get() {
+                let reason = format!("{kind:?} error: {error}");
+                let _ = notifier.send(MemberEvent { vd_id: self.id, member: index, state: MemberState::Failed, reason });
+            }
         }
         fail
     }

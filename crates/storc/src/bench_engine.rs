@@ -223,12 +223,20 @@ fn make_vds(args: &Args, setup: &Setup, levels: &[Level]) -> Result<Vec<Arc<Virt
     let mut vds = Vec::new();
     for (i, level) in levels.iter().enumerate() {
         let layout = VdLayout { level: *level, strip_size_bytes: args.strip_kib * KIB, drives_per_span: None };
-        let members = setup.drives.clone();
-        let members = if *level == Level::Jbod { members[..1].to_vec() } else { members };
+        let members = setup.drives[..member_count(*level, setup.drives.len())].to_vec();
         let vd = VirtualDrive::new(i as u64, &format!("v{i}"), layout, members).map_err(|e| format!("{level}: {e}"))?;
         vds.push(Arc::new(vd));
     }
     Ok(vds)
+}
+
+/// How many of the drives a level uses: RAID1 takes two, JBOD one, the others all of them.
+fn member_count(level: Level, drive_count: usize) -> usize {
+    match level {
+        Level::Raid1 => 2.min(drive_count),
+        Level::Jbod => 1,
+        _ => drive_count,
+    }
 }
 
 /// Measures every target once per round, alternating, so that drift in the machine hits all

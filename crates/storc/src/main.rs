@@ -4,8 +4,10 @@
 //! controller grows) the daemon, management API and console. Everything it shows comes from the
 //! library crates; it computes nothing of its own.
 
+mod api_types;
 mod bench_engine;
 mod bench_parity;
+mod daemon;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +22,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller daemon: assemble the drives, serve every VD over NBD, and the API.
+    Serve(daemon::Args),
     /// Benchmarks: parity kernels and the engine against raw drives.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Serve(args) => daemon::run(&args),
         Command::Bench(BenchCommand::Parity(args)) => bench_parity::run(&args),
         Command::Bench(BenchCommand::Engine(args)) => bench_engine::run(&args),
     };

@@ -16,7 +16,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -189,6 +189,17 @@ impl<D: BlockDevice> ErasedDevice for Typed<D> {
     }
 }
 
+/// Checks every export and that names are unique.
+fn check_exports(exports: &[Export]) -> Result<(), ServerError> {
+    for (index, export) in exports.iter().enumerate() {
+        export.check()?;
+        if exports[..index].iter().any(|earlier| earlier.name == export.name) {
+            return Err(ServerError::DuplicateExport { export: export.name.clone() });
+        }
+    }
+    Ok(())
+}
+
 /// Why a server could not be built from its exports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerError {
@@ -272,8 +283,11 @@ pub struct Server {
 }
 
 struct Shared {
-    exports: Vec<Export>,
+    /// Replaced whole when the set changes; a connection keeps the list it negotiated with.
+    exports: RwLock<Arc<Vec<Export>>>,
     config: ServerConfig,
+    /// Connections in the transmission phase, by export name.
+    connections_by_export: Mutex<HashMap<String, usize>>,
 }
 
 impl Server {
@@ -288,27 +302,49 @@ impl Server {
         if exports.is_empty() {
             return Err(ServerError::NoExports);
         }
-        for (index, export) in exports.iter().enumerate() {
-            export.check()?;
-            if exports[..index]
-                .iter()
-                .any(|earlier| earlier.name == export.name)
-            {
-                return Err(ServerError::DuplicateExport {
-                    export: export.name.clone(),
-                });
-            }
-        }
+        check_exports(&exports)?;
         if config.requests_in_flight_max == 0 {
             return Err(ServerError::NoRequestsInFlight);
         }
         Ok(Server {
-            shared: Arc::new(Shared { exports, config }),
+            shared: Arc::new(Shared {
+                exports: RwLock::new(Arc::new(exports)),
+                config,
+                connections_by_export: Mutex::new(HashMap::new()),
+            }),
         })
     }
 
-    pub fn exports(&self) -> &[Export] {
-        &self.shared.exports
+    /// A server that starts with no exports (a controller with no virtual drive yet still
+    /// answers NBD_OPT_LIST); see [`Server::set_exports`].
+    pub fn empty(config: ServerConfig) -> Result<Server, ServerError> {
+        if config.requests_in_flight_max == 0 {
+            return Err(ServerError::NoRequestsInFlight);
+        }
+        let exports = RwLock::new(Arc::new(Vec::new()));
+        let connections_by_export = Mutex::new(HashMap::new());
+        Ok(Server { shared: Arc::new(Shared { exports, config, connections_by_export }) })
+    }
+
+    /// Replaces the exports. New connections see the new set; open connections keep serving
+    /// the export they chose until they disconnect.
+    ///
+    /// # Errors
+    /// As [`Server::new`], except that an empty set is allowed.
+    pub fn set_exports(&self, exports: Vec<Export>) -> Result<(), ServerError> {
+        check_exports(&exports)?;
+        *self.shared.exports.write().expect("exports lock poisoned") = Arc::new(exports);
+        Ok(())
+    }
+
+    /// Clients connected to the export named `name` now (past the handshake).
+    pub fn connections_to(&self, name: &str) -> usize {
+        let counts = self.shared.connections_by_export.lock().expect("connection counts poisoned");
+        counts.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn exports(&self) -> Arc<Vec<Export>> {
+        Arc::clone(&self.shared.exports.read().expect("exports lock poisoned"))
     }
 
     /// Listens on a Unix socket at `path` (which must not exist) and serves from a new thread.
@@ -492,7 +528,8 @@ fn run_connection(
     socket.set_read_timeout(Some(shared.config.handshake_timeout))?;
     let mut reader = io::BufReader::new(socket.try_clone()?);
     let mut writer = io::BufWriter::new(socket.try_clone()?);
-    let negotiated = handshake::negotiate(&mut reader, &mut writer, &shared.exports)?;
+    let exports = Arc::clone(&shared.exports.read().expect("exports lock poisoned"));
+    let negotiated = handshake::negotiate(&mut reader, &mut writer, &exports)?;
     let handshake::Negotiated::Transmission {
         export_index,
         structured_replies,
@@ -501,7 +538,7 @@ fn run_connection(
         return Ok(());
     };
     socket.set_read_timeout(None)?;
-    let export = &shared.exports[export_index];
+    let export = &exports[export_index];
     let session = transmission::Session {
         reader,
         socket,
@@ -514,7 +551,21 @@ fn run_connection(
         },
         in_flight: transmission::InFlight::new(&shared.config, Arc::clone(state)),
     };
-    export.device.serve(session)
+    let name = export.name().to_string();
+    count_connection(shared, &name, true);
+    let outcome = export.device.serve(session);
+    count_connection(shared, &name, false);
+    outcome
+}
+
+fn count_connection(shared: &Shared, name: &str, opened: bool) {
+    let mut counts = shared.connections_by_export.lock().expect("connection counts poisoned");
+    let count = counts.entry(name.to_string()).or_insert(0);
+    if opened {
+        *count += 1;
+    } else {
+        *count -= 1;
+    }
 }
 
 /// A running listener. Dropping it shuts it down as [`ServerHandle::shutdown`] does.

@@ -1,0 +1,166 @@
+//! The controller's configuration: what every member drive carries in its metadata area, and
+//! what the controller assembles from them on start.
+//!
+//! These are plain values; `metadata` encodes them on disk, `controller` acts on them.
+
+use layout::Level;
+
+/// Identifies a controller (one `storc serve` and the drives it owns). Random at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ControllerId(pub u128);
+
+/// Identifies one physical drive for its lifetime, whatever slot or path it appears at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DriveId(pub u128);
+
+/// A physical drive's state, in storcli's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DriveState {
+    /// Usable, in no drive group (`UGood`).
+    UnconfiguredGood,
+    /// Member of a drive group and in service (`Onln`).
+    Online,
+    /// Taken out by the administrator (`Offln`); its contents are stale from then on.
+    Offline,
+    /// Taken out by errors (`Failed`).
+    Failed,
+    /// Expected by the configuration but not present (`Msng`).
+    Missing,
+    /// A hot spare, global or dedicated (`GHS` / `DHS`).
+    HotSpare,
+    /// Being rebuilt from the rest of its drive group (`Rbld`).
+    Rebuild,
+}
+
+impl DriveState {
+    pub const ALL: [DriveState; 7] = [
+        DriveState::UnconfiguredGood,
+        DriveState::Online,
+        DriveState::Offline,
+        DriveState::Failed,
+        DriveState::Missing,
+        DriveState::HotSpare,
+        DriveState::Rebuild,
+    ];
+
+    /// storcli's abbreviation.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            DriveState::UnconfiguredGood => "UGood",
+            DriveState::Online => "Onln",
+            DriveState::Offline => "Offln",
+            DriveState::Failed => "Failed",
+            DriveState::Missing => "Msng",
+            DriveState::HotSpare => "HSP",
+            DriveState::Rebuild => "Rbld",
+        }
+    }
+}
+
+/// When a write is acknowledged (DESIGN.md, durability rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WritePolicy {
+    /// Write-through: after the member drives have it.
+    WriteThrough,
+    /// Write-back: after the journal has it; runs as WT without a healthy journal.
+    WriteBack,
+    /// Always write-back: after RAM has it (unsafe; for benchmarks).
+    AlwaysWriteBack,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReadPolicy {
+    NoReadAhead,
+    ReadAhead,
+    /// Read ahead only for detected sequential streams.
+    Adaptive,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoPolicy {
+    /// Reads bypass the cache.
+    Direct,
+    Cached,
+}
+
+impl WritePolicy {
+    pub const ALL: [WritePolicy; 3] = [WritePolicy::WriteThrough, WritePolicy::WriteBack, WritePolicy::AlwaysWriteBack];
+    /// The CLI's word (`wt`, `wb`, `awb`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            WritePolicy::WriteThrough => "wt",
+            WritePolicy::WriteBack => "wb",
+            WritePolicy::AlwaysWriteBack => "awb",
+        }
+    }
+}
+
+impl ReadPolicy {
+    pub const ALL: [ReadPolicy; 3] = [ReadPolicy::NoReadAhead, ReadPolicy::ReadAhead, ReadPolicy::Adaptive];
+    /// The CLI's word (`nora`, `ra`, `adra`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ReadPolicy::NoReadAhead => "nora",
+            ReadPolicy::ReadAhead => "ra",
+            ReadPolicy::Adaptive => "adra",
+        }
+    }
+}
+
+impl IoPolicy {
+    pub const ALL: [IoPolicy; 2] = [IoPolicy::Direct, IoPolicy::Cached];
+    /// The CLI's word (`direct`, `cached`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            IoPolicy::Direct => "direct",
+            IoPolicy::Cached => "cached",
+        }
+    }
+}
+
+/// One physical drive as the configuration knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriveRecord {
+    pub slot: u32,
+    pub drive_id: DriveId,
+    pub state: DriveState,
+    pub capacity_bytes: u64,
+}
+
+/// A hot spare: global (no drive groups listed) or dedicated to the listed drive groups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotSpareRecord {
+    pub slot: u32,
+    pub dedicated_drive_groups: Vec<u32>,
+}
+
+/// One virtual drive. In storc every VD has its own drive group, numbered like the VD.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VdRecord {
+    pub vd_id: u32,
+    pub drive_group: u32,
+    /// At most [`VD_NAME_BYTES_MAX`] bytes of UTF-8.
+    pub name: String,
+    pub level: Level,
+    pub strip_size_bytes: u64,
+    /// Drives per span (RAID 10/50/60); the drive count otherwise.
+    pub drives_per_span: u32,
+    /// Member slots in member order (span by span).
+    pub member_slots: Vec<u32>,
+    pub write_policy: WritePolicy,
+    pub read_policy: ReadPolicy,
+    pub io_policy: IoPolicy,
+}
+
+pub const VD_NAME_BYTES_MAX: usize = 32;
+
+/// The whole configuration of a controller: what every member drive carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerConfig {
+    pub controller_id: ControllerId,
+    /// Incremented on every change; the newest valid copy wins at assembly.
+    pub generation: u64,
+    pub drives: Vec<DriveRecord>,
+    pub vds: Vec<VdRecord>,
+    pub hot_spares: Vec<HotSpareRecord>,
+}

@@ -1,0 +1,900 @@
+//! The bytes of one metadata copy: a 4096-byte header, then the configuration (the payload).
+//!
+//! Every field is little-endian at a fixed offset given by a [`Field`] table below; the same
+//! tables are in docs/on-disk-format.md, and a unit test checks that the two agree. Enums are
+//! stored as explicit codes (never the Rust declaration order), and code 0 is never valid, so
+//! that zeroed bytes do not decode as a plausible record.
+
+use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX};
+use crate::config::{
+    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy,
+    ReadPolicy, VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
+};
+use layout::Level;
+use std::ops::Range;
+
+pub const MAGIC: [u8; 8] = *b"STORCMD\0";
+/// The only format version this code writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+pub const HEADER_BYTES: usize = 4096;
+
+/// One fixed-size field of an on-disk record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Field {
+    pub name: &'static str,
+    pub offset: usize,
+    pub size: usize,
+}
+
+impl Field {
+    const fn new(name: &'static str, offset: usize, size: usize) -> Field {
+        Field { name, offset, size }
+    }
+
+    fn range(self) -> Range<usize> {
+        self.offset..self.offset + self.size
+    }
+}
+
+/// Whether `fields` cover `[0, total_bytes)` in order, with no gap and no overlap.
+pub(crate) const fn tiles(fields: &[Field], total_bytes: usize) -> bool {
+    let mut end = 0;
+    let mut index = 0;
+    while index < fields.len() {
+        if fields[index].offset != end || fields[index].size == 0 {
+            return false;
+        }
+        end += fields[index].size;
+        index += 1;
+    }
+    end == total_bytes
+}
+
+pub(crate) mod header {
+    use super::{Field, HEADER_BYTES};
+    pub const MAGIC: Field = Field::new("magic", 0, 8);
+    pub const VERSION: Field = Field::new("format_version", 8, 4);
+    pub const FLAGS: Field = Field::new("flags", 12, 4);
+    pub const CONTROLLER_ID: Field = Field::new("controller_id", 16, 16);
+    pub const DRIVE_ID: Field = Field::new("drive_id", 32, 16);
+    pub const SLOT: Field = Field::new("slot", 48, 4);
+    pub const COPY_INDEX: Field = Field::new("copy_index", 52, 4);
+    pub const GENERATION: Field = Field::new("generation", 56, 8);
+    pub const CAPACITY_BYTES: Field = Field::new("capacity_bytes", 64, 8);
+    pub const PAYLOAD_BYTES: Field = Field::new("payload_bytes", 72, 4);
+    pub const PAYLOAD_CRC32C: Field = Field::new("payload_crc32c", 76, 4);
+    pub const WRITTEN_UNIX_NS: Field = Field::new("written_unix_ns", 80, 8);
+    pub const RESERVED: Field = Field::new("reserved", 88, 4004);
+    /// Covers bytes `[0, 4092)`: everything but itself.
+    pub const HEADER_CRC32C: Field = Field::new("header_crc32c", 4092, 4);
+    pub const ALL: [Field; 14] = [
+        MAGIC,
+        VERSION,
+        FLAGS,
+        CONTROLLER_ID,
+        DRIVE_ID,
+        SLOT,
+        COPY_INDEX,
+        GENERATION,
+        CAPACITY_BYTES,
+        PAYLOAD_BYTES,
+        PAYLOAD_CRC32C,
+        WRITTEN_UNIX_NS,
+        RESERVED,
+        HEADER_CRC32C,
+    ];
+    const _: () = assert!(HEADER_BYTES == 4096);
+    const _: () = assert!(super::tiles(&ALL, HEADER_BYTES));
+    const _: () = assert!(HEADER_CRC32C.offset + HEADER_CRC32C.size == HEADER_BYTES);
+}
+
+/// The start of the payload: how many records of each kind follow.
+pub(crate) mod counts {
+    use super::Field;
+    pub const BYTES: usize = 16;
+    pub const DRIVE_COUNT: Field = Field::new("drive_count", 0, 4);
+    pub const VD_COUNT: Field = Field::new("vd_count", 4, 4);
+    pub const HOT_SPARE_COUNT: Field = Field::new("hot_spare_count", 8, 4);
+    pub const RESERVED: Field = Field::new("reserved", 12, 4);
+    pub const ALL: [Field; 4] = [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, RESERVED];
+    const _: () = assert!(BYTES == 16);
+    const _: () = assert!(super::tiles(&ALL, BYTES));
+}
+
+pub(crate) mod drive_record {
+    use super::Field;
+    pub const BYTES: usize = 32;
+    pub const SLOT: Field = Field::new("slot", 0, 4);
+    pub const STATE: Field = Field::new("state", 4, 1);
+    pub const RESERVED: Field = Field::new("reserved", 5, 3);
+    pub const DRIVE_ID: Field = Field::new("drive_id", 8, 16);
+    pub const CAPACITY_BYTES: Field = Field::new("capacity_bytes", 24, 8);
+    pub const ALL: [Field; 5] = [SLOT, STATE, RESERVED, DRIVE_ID, CAPACITY_BYTES];
+    const _: () = assert!(BYTES == 32);
+    const _: () = assert!(super::tiles(&ALL, BYTES));
+}
+
+/// The fixed part of a VD record; `member_count` little-endian u32 member slots follow it.
+pub(crate) mod vd_record {
+    use super::{Field, VD_NAME_BYTES_MAX};
+    pub const BYTES: usize = 64;
+    pub const VD_ID: Field = Field::new("vd_id", 0, 4);
+    pub const DRIVE_GROUP: Field = Field::new("drive_group", 4, 4);
+    pub const LEVEL: Field = Field::new("level", 8, 1);
+    pub const WRITE_POLICY: Field = Field::new("write_policy", 9, 1);
+    pub const READ_POLICY: Field = Field::new("read_policy", 10, 1);
+    pub const IO_POLICY: Field = Field::new("io_policy", 11, 1);
+    pub const DRIVES_PER_SPAN: Field = Field::new("drives_per_span", 12, 4);
+    pub const STRIP_SIZE_BYTES: Field = Field::new("strip_size_bytes", 16, 8);
+    pub const MEMBER_COUNT: Field = Field::new("member_count", 24, 4);
+    pub const NAME_LEN: Field = Field::new("name_len", 28, 1);
+    pub const RESERVED: Field = Field::new("reserved", 29, 3);
+    pub const NAME: Field = Field::new("name", 32, VD_NAME_BYTES_MAX);
+    pub const ALL: [Field; 12] = [
+        VD_ID,
+        DRIVE_GROUP,
+        LEVEL,
+        WRITE_POLICY,
+        READ_POLICY,
+        IO_POLICY,
+        DRIVES_PER_SPAN,
+        STRIP_SIZE_BYTES,
+        MEMBER_COUNT,
+        NAME_LEN,
+        RESERVED,
+        NAME,
+    ];
+    const _: () = assert!(BYTES == 64);
+    const _: () = assert!(super::tiles(&ALL, BYTES));
+    const _: () = assert!(
+        VD_NAME_BYTES_MAX <= u8::MAX as usize,
+        "name_len is one byte"
+    );
+}
+
+/// The fixed part of a hot spare record; `dedicated_count` u32 drive groups follow it.
+pub(crate) mod hot_spare_record {
+    use super::Field;
+    pub const BYTES: usize = 8;
+    pub const SLOT: Field = Field::new("slot", 0, 4);
+    pub const DEDICATED_COUNT: Field = Field::new("dedicated_count", 4, 4);
+    pub const ALL: [Field; 2] = [SLOT, DEDICATED_COUNT];
+    const _: () = assert!(BYTES == 8);
+    const _: () = assert!(super::tiles(&ALL, BYTES));
+}
+
+/// Bytes of one entry of the lists that follow VD and hot spare records.
+const LIST_ENTRY_BYTES: usize = 4;
+
+// ---- encoding ----
+
+/// Encodes copy `copy` of `sb`: the header, then the payload, padded to a multiple of 4096 bytes.
+///
+/// # Errors
+/// If `copy` is not 0 or 1, the superblock and its config disagree on controller id or
+/// generation, a VD name is longer than [`VD_NAME_BYTES_MAX`], or the configuration does not
+/// fit in a copy.
+pub fn encode(sb: &Superblock, copy: u32) -> Result<Vec<u8>, MetadataError> {
+    check_superblock(sb, copy)?;
+    let payload = encode_payload(&sb.config)?;
+    let padded_bytes = payload.len().next_multiple_of(BLOCK_BYTES);
+    let mut bytes = vec![0u8; HEADER_BYTES + padded_bytes];
+    bytes[HEADER_BYTES..HEADER_BYTES + payload.len()].copy_from_slice(&payload);
+    encode_header(sb, copy, &payload, &mut bytes[..HEADER_BYTES]);
+    debug_assert_eq!(bytes.len() % BLOCK_BYTES, 0);
+    Ok(bytes)
+}
+
+fn check_superblock(sb: &Superblock, copy: u32) -> Result<(), MetadataError> {
+    if copy >= COPY_COUNT {
+        return Err(MetadataError::CopyIndexInvalid { found: copy });
+    }
+    if sb.controller_id != sb.config.controller_id {
+        let (superblock, config) = (sb.controller_id.0, sb.config.controller_id.0);
+        return Err(MetadataError::SuperblockMismatch {
+            field: "controller_id",
+            superblock,
+            config,
+        });
+    }
+    if sb.generation != sb.config.generation {
+        let (superblock, config) = (sb.generation.into(), sb.config.generation.into());
+        return Err(MetadataError::SuperblockMismatch {
+            field: "generation",
+            superblock,
+            config,
+        });
+    }
+    Ok(())
+}
+
+fn encode_header(sb: &Superblock, copy: u32, payload: &[u8], out: &mut [u8]) {
+    assert_eq!(out.len(), HEADER_BYTES);
+    let payload_bytes =
+        u32::try_from(payload.len()).expect("payload length checked against the copy area");
+    put(out, header::MAGIC, &MAGIC);
+    put(out, header::VERSION, &FORMAT_VERSION.to_le_bytes());
+    put(out, header::FLAGS, &0u32.to_le_bytes());
+    put(
+        out,
+        header::CONTROLLER_ID,
+        &sb.controller_id.0.to_le_bytes(),
+    );
+    put(out, header::DRIVE_ID, &sb.drive_id.0.to_le_bytes());
+    put(out, header::SLOT, &sb.slot.to_le_bytes());
+    put(out, header::COPY_INDEX, &copy.to_le_bytes());
+    put(out, header::GENERATION, &sb.generation.to_le_bytes());
+    put(
+        out,
+        header::CAPACITY_BYTES,
+        &sb.capacity_bytes.to_le_bytes(),
+    );
+    put(out, header::PAYLOAD_BYTES, &payload_bytes.to_le_bytes());
+    put(
+        out,
+        header::PAYLOAD_CRC32C,
+        &crc32c::crc32c(payload).to_le_bytes(),
+    );
+    put(
+        out,
+        header::WRITTEN_UNIX_NS,
+        &sb.written_unix_ns.to_le_bytes(),
+    );
+    let header_crc32c = crc32c::crc32c(&out[..header::HEADER_CRC32C.offset]);
+    put(out, header::HEADER_CRC32C, &header_crc32c.to_le_bytes());
+}
+
+/// The payload's exact size, computed before encoding so that an oversized one is refused
+/// before anything is allocated or written.
+fn payload_len_bytes(config: &ControllerConfig) -> usize {
+    let vds: usize = config
+        .vds
+        .iter()
+        .map(|vd| vd_record::BYTES + LIST_ENTRY_BYTES * vd.member_slots.len())
+        .sum();
+    let hot_spares: usize = config
+        .hot_spares
+        .iter()
+        .map(|spare| {
+            hot_spare_record::BYTES + LIST_ENTRY_BYTES * spare.dedicated_drive_groups.len()
+        })
+        .sum();
+    counts::BYTES + drive_record::BYTES * config.drives.len() + vds + hot_spares
+}
+
+fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
+    for (index, vd) in config.vds.iter().enumerate() {
+        check_name_len(vd.name.len(), || vd_record_name(index, vd.vd_id))?;
+    }
+    let payload_bytes = payload_len_bytes(config);
+    if payload_bytes > PAYLOAD_BYTES_MAX {
+        return Err(MetadataError::ConfigTooLarge {
+            payload_bytes,
+            max_bytes: PAYLOAD_BYTES_MAX,
+        });
+    }
+    // Every count is below the payload size, which fits in a u32.
+    let count = |len: usize| u32::try_from(len).expect("bounded by the payload size");
+    let mut out = Vec::with_capacity(payload_bytes);
+    let mut fixed = [0u8; counts::BYTES];
+    put(
+        &mut fixed,
+        counts::DRIVE_COUNT,
+        &count(config.drives.len()).to_le_bytes(),
+    );
+    put(
+        &mut fixed,
+        counts::VD_COUNT,
+        &count(config.vds.len()).to_le_bytes(),
+    );
+    put(
+        &mut fixed,
+        counts::HOT_SPARE_COUNT,
+        &count(config.hot_spares.len()).to_le_bytes(),
+    );
+    out.extend_from_slice(&fixed);
+    config
+        .drives
+        .iter()
+        .for_each(|drive| encode_drive(drive, &mut out));
+    config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
+    config
+        .hot_spares
+        .iter()
+        .for_each(|spare| encode_hot_spare(spare, &mut out));
+    assert_eq!(
+        out.len(),
+        payload_bytes,
+        "payload_len_bytes agrees with the encoder"
+    );
+    Ok(out)
+}
+
+fn encode_drive(drive: &DriveRecord, out: &mut Vec<u8>) {
+    let mut fixed = [0u8; drive_record::BYTES];
+    put(&mut fixed, drive_record::SLOT, &drive.slot.to_le_bytes());
+    put(&mut fixed, drive_record::STATE, &[drive.state.code()]);
+    put(
+        &mut fixed,
+        drive_record::DRIVE_ID,
+        &drive.drive_id.0.to_le_bytes(),
+    );
+    put(
+        &mut fixed,
+        drive_record::CAPACITY_BYTES,
+        &drive.capacity_bytes.to_le_bytes(),
+    );
+    out.extend_from_slice(&fixed);
+}
+
+fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
+    let name = vd.name.as_bytes();
+    let mut fixed = [0u8; vd_record::BYTES];
+    put(&mut fixed, vd_record::VD_ID, &vd.vd_id.to_le_bytes());
+    put(
+        &mut fixed,
+        vd_record::DRIVE_GROUP,
+        &vd.drive_group.to_le_bytes(),
+    );
+    put(&mut fixed, vd_record::LEVEL, &[vd.level.code()]);
+    put(
+        &mut fixed,
+        vd_record::WRITE_POLICY,
+        &[vd.write_policy.code()],
+    );
+    put(&mut fixed, vd_record::READ_POLICY, &[vd.read_policy.code()]);
+    put(&mut fixed, vd_record::IO_POLICY, &[vd.io_policy.code()]);
+    put(
+        &mut fixed,
+        vd_record::DRIVES_PER_SPAN,
+        &vd.drives_per_span.to_le_bytes(),
+    );
+    put(
+        &mut fixed,
+        vd_record::STRIP_SIZE_BYTES,
+        &vd.strip_size_bytes.to_le_bytes(),
+    );
+    put(
+        &mut fixed,
+        vd_record::MEMBER_COUNT,
+        &(vd.member_slots.len() as u32).to_le_bytes(),
+    );
+    put(&mut fixed, vd_record::NAME_LEN, &[name.len() as u8]);
+    fixed[vd_record::NAME.offset..][..name.len()].copy_from_slice(name);
+    out.extend_from_slice(&fixed);
+    vd.member_slots
+        .iter()
+        .for_each(|slot| out.extend_from_slice(&slot.to_le_bytes()));
+}
+
+fn encode_hot_spare(spare: &HotSpareRecord, out: &mut Vec<u8>) {
+    let mut fixed = [0u8; hot_spare_record::BYTES];
+    put(
+        &mut fixed,
+        hot_spare_record::SLOT,
+        &spare.slot.to_le_bytes(),
+    );
+    let dedicated_count = spare.dedicated_drive_groups.len() as u32;
+    put(
+        &mut fixed,
+        hot_spare_record::DEDICATED_COUNT,
+        &dedicated_count.to_le_bytes(),
+    );
+    out.extend_from_slice(&fixed);
+    spare
+        .dedicated_drive_groups
+        .iter()
+        .for_each(|group| out.extend_from_slice(&group.to_le_bytes()));
+}
+
+fn put(out: &mut [u8], field: Field, bytes: &[u8]) {
+    assert_eq!(
+        bytes.len(),
+        field.size,
+        "field `{}` is {} bytes",
+        field.name,
+        field.size
+    );
+    out[field.range()].copy_from_slice(bytes);
+}
+
+// ---- decoding ----
+
+/// Decodes one copy. `bytes` may run past the copy (a whole copy area, say): the header says
+/// where the payload ends.
+///
+/// Checks, in order: the magic; the version (before the checksum, because another version may
+/// keep its checksum elsewhere); the header checksum; flags, copy index and reserved bytes; the
+/// payload length and checksum; then every record, code and name.
+///
+/// # Errors
+/// The first thing found wrong, naming the field and what was expected.
+pub fn decode(bytes: &[u8]) -> Result<Superblock, MetadataError> {
+    decode_copy(bytes).map(|(superblock, _copy)| superblock)
+}
+
+/// [`decode`], also returning the copy index the header claims.
+pub(crate) fn decode_copy(bytes: &[u8]) -> Result<(Superblock, u32), MetadataError> {
+    let header = take_prefix(bytes, HEADER_BYTES, "a metadata header")?;
+    let fields = decode_header(header)?;
+    let copy_bytes = HEADER_BYTES + fields.payload_bytes;
+    let payload = &take_prefix(bytes, copy_bytes, "the header and payload")?[HEADER_BYTES..];
+    let computed = crc32c::crc32c(payload);
+    if computed != fields.payload_crc32c {
+        let payload_bytes = payload.len();
+        return Err(MetadataError::PayloadChecksum {
+            payload_bytes,
+            stored: fields.payload_crc32c,
+            computed,
+        });
+    }
+    let config = decode_payload(payload, fields.controller_id, fields.generation)?;
+    let superblock = Superblock {
+        controller_id: fields.controller_id,
+        drive_id: fields.drive_id,
+        slot: fields.slot,
+        generation: fields.generation,
+        capacity_bytes: fields.capacity_bytes,
+        written_unix_ns: fields.written_unix_ns,
+        config,
+    };
+    Ok((superblock, fields.copy))
+}
+
+fn take_prefix<'a>(
+    bytes: &'a [u8],
+    len_bytes: usize,
+    what: &str,
+) -> Result<&'a [u8], MetadataError> {
+    bytes
+        .get(..len_bytes)
+        .ok_or_else(|| MetadataError::Truncated {
+            what: what.to_string(),
+            needed_bytes: len_bytes,
+            available_bytes: bytes.len(),
+        })
+}
+
+/// The header's fields, checked.
+struct HeaderFields {
+    controller_id: ControllerId,
+    drive_id: DriveId,
+    slot: u32,
+    copy: u32,
+    generation: u64,
+    capacity_bytes: u64,
+    payload_bytes: usize,
+    payload_crc32c: u32,
+    written_unix_ns: u64,
+}
+
+fn decode_header(bytes: &[u8]) -> Result<HeaderFields, MetadataError> {
+    assert_eq!(bytes.len(), HEADER_BYTES);
+    let magic: [u8; 8] = get(bytes, header::MAGIC);
+    if magic != MAGIC {
+        return Err(MetadataError::BadMagic { found: magic });
+    }
+    let version = get_u32(bytes, header::VERSION);
+    if version != FORMAT_VERSION {
+        return Err(MetadataError::UnknownVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let stored = get_u32(bytes, header::HEADER_CRC32C);
+    let computed = crc32c::crc32c(&bytes[..header::HEADER_CRC32C.offset]);
+    if stored != computed {
+        return Err(MetadataError::HeaderChecksum { stored, computed });
+    }
+    check_header_fields(bytes)?;
+    Ok(HeaderFields {
+        controller_id: ControllerId(get_u128(bytes, header::CONTROLLER_ID)),
+        drive_id: DriveId(get_u128(bytes, header::DRIVE_ID)),
+        slot: get_u32(bytes, header::SLOT),
+        copy: get_u32(bytes, header::COPY_INDEX),
+        generation: get_u64(bytes, header::GENERATION),
+        capacity_bytes: get_u64(bytes, header::CAPACITY_BYTES),
+        payload_bytes: get_u32(bytes, header::PAYLOAD_BYTES) as usize,
+        payload_crc32c: get_u32(bytes, header::PAYLOAD_CRC32C),
+        written_unix_ns: get_u64(bytes, header::WRITTEN_UNIX_NS),
+    })
+}
+
+/// The checks that need a header whose checksum is already known to be right.
+fn check_header_fields(bytes: &[u8]) -> Result<(), MetadataError> {
+    let flags = get_u32(bytes, header::FLAGS);
+    if flags != 0 {
+        return Err(MetadataError::UnknownFlags { found: flags });
+    }
+    let copy = get_u32(bytes, header::COPY_INDEX);
+    if copy >= COPY_COUNT {
+        return Err(MetadataError::CopyIndexInvalid { found: copy });
+    }
+    check_zero(bytes, header::RESERVED, || "header".to_string())?;
+    let payload_bytes = get_u32(bytes, header::PAYLOAD_BYTES) as usize;
+    if payload_bytes > PAYLOAD_BYTES_MAX {
+        return Err(MetadataError::PayloadTooLong {
+            payload_bytes,
+            max_bytes: PAYLOAD_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+fn decode_payload(
+    payload: &[u8],
+    controller_id: ControllerId,
+    generation: u64,
+) -> Result<ControllerConfig, MetadataError> {
+    let mut reader = Reader {
+        bytes: payload,
+        position_bytes: 0,
+    };
+    let fixed = reader.take(counts::BYTES, || "the record counts".to_string())?;
+    check_zero(fixed, counts::RESERVED, || "record counts".to_string())?;
+    let drive_count = get_u32(fixed, counts::DRIVE_COUNT);
+    let vd_count = get_u32(fixed, counts::VD_COUNT);
+    let hot_spare_count = get_u32(fixed, counts::HOT_SPARE_COUNT);
+    // Records are decoded one at a time, so a corrupt count fails as Truncated before it can
+    // make us allocate much.
+    let drives = (0..drive_count)
+        .map(|index| decode_drive(&mut reader, index, drive_count))
+        .collect::<Result<_, _>>()?;
+    let vds = (0..vd_count)
+        .map(|index| decode_vd(&mut reader, index, vd_count))
+        .collect::<Result<_, _>>()?;
+    let hot_spares = (0..hot_spare_count)
+        .map(|index| decode_hot_spare(&mut reader, index, hot_spare_count))
+        .collect::<Result<_, _>>()?;
+    if reader.position_bytes != payload.len() {
+        return Err(MetadataError::TrailingBytes {
+            payload_bytes: payload.len(),
+            parsed_bytes: reader.position_bytes,
+        });
+    }
+    Ok(ControllerConfig {
+        controller_id,
+        generation,
+        drives,
+        vds,
+        hot_spares,
+    })
+}
+
+fn decode_drive(reader: &mut Reader, index: u32, count: u32) -> Result<DriveRecord, MetadataError> {
+    let record = || format!("drive record {index}");
+    let fixed = reader.take(drive_record::BYTES, || {
+        format!("drive record {index} of {count}")
+    })?;
+    check_zero(fixed, drive_record::RESERVED, record)?;
+    let state = decode_code(fixed, drive_record::STATE, record)?;
+    Ok(DriveRecord {
+        slot: get_u32(fixed, drive_record::SLOT),
+        drive_id: DriveId(get_u128(fixed, drive_record::DRIVE_ID)),
+        state,
+        capacity_bytes: get_u64(fixed, drive_record::CAPACITY_BYTES),
+    })
+}
+
+fn decode_vd(reader: &mut Reader, index: u32, count: u32) -> Result<VdRecord, MetadataError> {
+    let fixed = reader.take(vd_record::BYTES, || format!("vd record {index} of {count}"))?;
+    let vd_id = get_u32(fixed, vd_record::VD_ID);
+    let record = || vd_record_name(index as usize, vd_id);
+    check_zero(fixed, vd_record::RESERVED, record)?;
+    let level = decode_code(fixed, vd_record::LEVEL, record)?;
+    let write_policy = decode_code(fixed, vd_record::WRITE_POLICY, record)?;
+    let read_policy = decode_code(fixed, vd_record::READ_POLICY, record)?;
+    let io_policy = decode_code(fixed, vd_record::IO_POLICY, record)?;
+    let name = decode_name(fixed, record)?;
+    let member_count = get_u32(fixed, vd_record::MEMBER_COUNT);
+    let member_slots = reader.take_u32_list(member_count, || {
+        format!("member slots of vd record {index} (vd {vd_id})")
+    })?;
+    Ok(VdRecord {
+        vd_id,
+        drive_group: get_u32(fixed, vd_record::DRIVE_GROUP),
+        name,
+        level,
+        strip_size_bytes: get_u64(fixed, vd_record::STRIP_SIZE_BYTES),
+        drives_per_span: get_u32(fixed, vd_record::DRIVES_PER_SPAN),
+        member_slots,
+        write_policy,
+        read_policy,
+        io_policy,
+    })
+}
+
+/// A name is `name_len` bytes of UTF-8 at the start of the `name` field, zero-padded.
+fn decode_name(fixed: &[u8], record: impl Fn() -> String) -> Result<String, MetadataError> {
+    let len_bytes = get::<1>(fixed, vd_record::NAME_LEN)[0] as usize;
+    check_name_len(len_bytes, &record)?;
+    let field = &fixed[vd_record::NAME.range()];
+    if field[len_bytes..].iter().any(|&b| b != 0) {
+        let offset_bytes = vd_record::NAME.offset + len_bytes;
+        return Err(MetadataError::ReservedNotZero {
+            record: record(),
+            field: "name padding",
+            offset_bytes,
+        });
+    }
+    match std::str::from_utf8(&field[..len_bytes]) {
+        Ok(name) => Ok(name.to_string()),
+        Err(error) => Err(MetadataError::NameNotUtf8 {
+            record: record(),
+            error,
+        }),
+    }
+}
+
+fn decode_hot_spare(
+    reader: &mut Reader,
+    index: u32,
+    count: u32,
+) -> Result<HotSpareRecord, MetadataError> {
+    let fixed = reader.take(hot_spare_record::BYTES, || {
+        format!("hot spare record {index} of {count}")
+    })?;
+    let dedicated_count = get_u32(fixed, hot_spare_record::DEDICATED_COUNT);
+    let what = || format!("dedicated drive groups of hot spare record {index}");
+    let dedicated_drive_groups = reader.take_u32_list(dedicated_count, what)?;
+    Ok(HotSpareRecord {
+        slot: get_u32(fixed, hot_spare_record::SLOT),
+        dedicated_drive_groups,
+    })
+}
+
+fn check_name_len(len_bytes: usize, record: impl Fn() -> String) -> Result<(), MetadataError> {
+    if len_bytes > VD_NAME_BYTES_MAX {
+        return Err(MetadataError::NameTooLong {
+            record: record(),
+            len_bytes,
+            max_bytes: VD_NAME_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+fn vd_record_name(index: usize, vd_id: u32) -> String {
+    format!("vd record {index} (vd {vd_id})")
+}
+
+fn check_zero(
+    bytes: &[u8],
+    field: Field,
+    record: impl Fn() -> String,
+) -> Result<(), MetadataError> {
+    match bytes[field.range()].iter().position(|&b| b != 0) {
+        None => Ok(()),
+        Some(at) => Err(MetadataError::ReservedNotZero {
+            record: record(),
+            field: field.name,
+            offset_bytes: field.offset + at,
+        }),
+    }
+}
+
+/// Reads records off the payload, failing with the record's name when the payload ends early.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    position_bytes: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(
+        &mut self,
+        len_bytes: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<&'a [u8], MetadataError> {
+        let end = self
+            .position_bytes
+            .checked_add(len_bytes)
+            .filter(|&end| end <= self.bytes.len());
+        let Some(end) = end else {
+            let needed_bytes = self.position_bytes.saturating_add(len_bytes);
+            return Err(MetadataError::Truncated {
+                what: what(),
+                needed_bytes,
+                available_bytes: self.bytes.len(),
+            });
+        };
+        let taken = &self.bytes[self.position_bytes..end];
+        self.position_bytes = end;
+        Ok(taken)
+    }
+
+    fn take_u32_list(
+        &mut self,
+        count: u32,
+        what: impl FnOnce() -> String,
+    ) -> Result<Vec<u32>, MetadataError> {
+        let bytes = self.take(count as usize * LIST_ENTRY_BYTES, what)?;
+        Ok(bytes
+            .chunks_exact(LIST_ENTRY_BYTES)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
+    }
+}
+
+fn get<const N: usize>(bytes: &[u8], field: Field) -> [u8; N] {
+    assert_eq!(
+        N, field.size,
+        "field `{}` is {} bytes",
+        field.name, field.size
+    );
+    bytes[field.range()].try_into().expect("size checked")
+}
+
+fn get_u32(bytes: &[u8], field: Field) -> u32 {
+    u32::from_le_bytes(get(bytes, field))
+}
+
+fn get_u64(bytes: &[u8], field: Field) -> u64 {
+    u64::from_le_bytes(get(bytes, field))
+}
+
+fn get_u128(bytes: &[u8], field: Field) -> u128 {
+    u128::from_le_bytes(get(bytes, field))
+}
+
+// ---- enum codes: the tables in docs/on-disk-format.md. Never renumber; only add. ----
+
+/// An enum stored as a one-byte code. The tables are explicit `match`es both ways, so that
+/// reordering the Rust enum cannot change what is on disk.
+pub(crate) trait Code: Copy + PartialEq + std::fmt::Debug + 'static {
+    const ALL: &'static [Self];
+    fn code(self) -> u8;
+    fn from_code(code: u8) -> Option<Self>;
+    /// The CLI's word for the value, used in error messages and the doc tables.
+    fn short_name(self) -> &'static str;
+}
+
+/// Decodes the one-byte code in `field`, naming the record, the field and the known codes
+/// when it is unknown.
+fn decode_code<T: Code>(
+    fixed: &[u8],
+    field: Field,
+    record: impl Fn() -> String,
+) -> Result<T, MetadataError> {
+    let code = get::<1>(fixed, field)[0];
+    T::from_code(code).ok_or_else(|| {
+        let known = T::ALL
+            .iter()
+            .map(|v| format!("{} ({})", v.code(), v.short_name()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        MetadataError::UnknownCode {
+            record: record(),
+            field: field.name,
+            code,
+            known,
+        }
+    })
+}
+
+impl Code for DriveState {
+    const ALL: &'static [Self] = &DriveState::ALL;
+    fn code(self) -> u8 {
+        match self {
+            DriveState::UnconfiguredGood => 1,
+            DriveState::Online => 2,
+            DriveState::Offline => 3,
+            DriveState::Failed => 4,
+            DriveState::Missing => 5,
+            DriveState::HotSpare => 6,
+            DriveState::Rebuild => 7,
+        }
+    }
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => DriveState::UnconfiguredGood,
+            2 => DriveState::Online,
+            3 => DriveState::Offline,
+            4 => DriveState::Failed,
+            5 => DriveState::Missing,
+            6 => DriveState::HotSpare,
+            7 => DriveState::Rebuild,
+            _ => return None,
+        })
+    }
+    fn short_name(self) -> &'static str {
+        DriveState::short_name(self)
+    }
+}
+
+impl Code for Level {
+    const ALL: &'static [Self] = &Level::ALL;
+    fn code(self) -> u8 {
+        match self {
+            Level::Raid0 => 1,
+            Level::Raid1 => 2,
+            Level::Raid1E => 3,
+            Level::Raid5 => 4,
+            Level::Raid6 => 5,
+            Level::Raid10 => 6,
+            Level::Raid50 => 7,
+            Level::Raid60 => 8,
+            Level::Jbod => 9,
+        }
+    }
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => Level::Raid0,
+            2 => Level::Raid1,
+            3 => Level::Raid1E,
+            4 => Level::Raid5,
+            5 => Level::Raid6,
+            6 => Level::Raid10,
+            7 => Level::Raid50,
+            8 => Level::Raid60,
+            9 => Level::Jbod,
+            _ => return None,
+        })
+    }
+    fn short_name(self) -> &'static str {
+        Level::short_name(self)
+    }
+}
+
+impl Code for WritePolicy {
+    const ALL: &'static [Self] = &WritePolicy::ALL;
+    fn code(self) -> u8 {
+        match self {
+            WritePolicy::WriteThrough => 1,
+            WritePolicy::WriteBack => 2,
+            WritePolicy::AlwaysWriteBack => 3,
+        }
+    }
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => WritePolicy::WriteThrough,
+            2 => WritePolicy::WriteBack,
+            3 => WritePolicy::AlwaysWriteBack,
+            _ => return None,
+        })
+    }
+    fn short_name(self) -> &'static str {
+        WritePolicy::short_name(self)
+    }
+}
+
+impl Code for ReadPolicy {
+    const ALL: &'static [Self] = &ReadPolicy::ALL;
+    fn code(self) -> u8 {
+        match self {
+            ReadPolicy::NoReadAhead => 1,
+            ReadPolicy::ReadAhead => 2,
+            ReadPolicy::Adaptive => 3,
+        }
+    }
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => ReadPolicy::NoReadAhead,
+            2 => ReadPolicy::ReadAhead,
+            3 => ReadPolicy::Adaptive,
+            _ => return None,
+        })
+    }
+    fn short_name(self) -> &'static str {
+        ReadPolicy::short_name(self)
+    }
+}
+
+impl Code for IoPolicy {
+    const ALL: &'static [Self] = &IoPolicy::ALL;
+    fn code(self) -> u8 {
+        match self {
+            IoPolicy::Direct => 1,
+            IoPolicy::Cached => 2,
+        }
+    }
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => IoPolicy::Direct,
+            2 => IoPolicy::Cached,
+            _ => return None,
+        })
+    }
+    fn short_name(self) -> &'static str {
+        IoPolicy::short_name(self)
+    }
+}

@@ -1,0 +1,170 @@
+//! The management API's JSON, shared by the daemon (server side) and the CLI (client side).
+//!
+//! Routes (HTTP/1.1 over a Unix socket in the data directory, or TCP on loopback):
+//!
+//! | method | path | body | answer |
+//! |---|---|---|---|
+//! | GET | /api/v1/controller | | `ControllerView` |
+//! | GET | /api/v1/vds | | `Vec<VdView>` |
+//! | GET | /api/v1/vds/{id} | | `VdView` |
+//! | POST | /api/v1/vds | `CreateVd` | `VdView` (201) |
+//! | PATCH | /api/v1/vds/{id} | `SetVd` | `VdView` |
+//! | DELETE | /api/v1/vds/{id}?force=true | | `Message` |
+//! | GET | /api/v1/drives | | `Vec<DriveView>` |
+//! | GET | /api/v1/drives/{slot} | | `DriveView` |
+//! | POST | /api/v1/drives/{slot}/state | `SetDriveState` | `DriveView` |
+//! | POST | /api/v1/drives/{slot}/hotspare | `AddHotSpare` | `DriveView` |
+//! | DELETE | /api/v1/drives/{slot}/hotspare | | `DriveView` |
+//! | GET | /api/v1/events | | `Vec<EventView>` |
+//! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
+//! | POST | /api/v1/foreign/import | | `Message` |
+//! | DELETE | /api/v1/foreign | | `Message` |
+//!
+//! Errors answer 400 (bad input), 404 (no such VD or slot) or 409 (not allowed in the current
+//! state) with an `ApiError` body whose message names what is wrong and what is allowed.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiError {
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Message {
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ControllerView {
+    /// Always 0: one daemon is one controller.
+    pub controller: u32,
+    /// 32 hex digits.
+    pub controller_id: String,
+    pub product: String,
+    pub version: String,
+    /// Configuration generation on the drives.
+    pub generation: u64,
+    /// "Optimal" or "Needs Attention" (a VD not optimal, a drive failed or missing).
+    pub status: String,
+    pub drives: Vec<DriveView>,
+    pub vds: Vec<VdView>,
+    pub foreign_configurations: usize,
+    /// Where clients reach the VDs: `nbd+unix:///NAME?socket=...` and `nbd://127.0.0.1:10809/NAME`.
+    pub nbd_endpoints: Vec<String>,
+    pub shards: usize,
+    pub parity_kernels: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct VdView {
+    pub vd: u32,
+    pub drive_group: u32,
+    pub name: String,
+    /// "RAID5", "RAID10", "JBOD", ...
+    pub level: String,
+    /// storcli state: "Optl", "Pdgd", "Dgrd", "OfLn".
+    pub state: String,
+    pub size_bytes: u64,
+    pub strip_size_bytes: u64,
+    pub drives_per_span: u32,
+    pub span_count: u32,
+    pub member_slots: Vec<u32>,
+    /// Member state per slot, in member order ("Onln", "Offln", "Failed", "Msng").
+    pub member_states: Vec<String>,
+    /// "wt", "wb", "awb".
+    pub write_policy: String,
+    /// The write policy in effect ("wt" where "wb" is asked but the journal is not there yet).
+    pub write_policy_effective: String,
+    /// "nora", "ra", "adra".
+    pub read_policy: String,
+    /// "direct", "cached".
+    pub io_policy: String,
+    /// The NBD export name clients use.
+    pub export_name: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct DriveView {
+    pub slot: u32,
+    /// 32 hex digits.
+    pub drive_id: String,
+    /// storcli state: "UGood", "Onln", "Offln", "Failed", "Msng", "GHS", "DHS", "Rbld".
+    pub state: String,
+    /// Drive group it belongs to (as member or dedicated spare), if any.
+    pub drive_group: Option<u32>,
+    /// VD it is a member of, if any.
+    pub vd: Option<u32>,
+    pub size_bytes: u64,
+    /// `mem:8GiB`, a path, `hdd:15k:600GiB`, ...
+    pub source: String,
+    /// "Memory", "File", "BlockDevice", "Emulated".
+    pub kind: String,
+    pub direct_io: bool,
+    /// For dedicated hot spares: the drive groups it serves (empty for global spares).
+    pub hot_spare_drive_groups: Vec<u32>,
+    pub read_errors: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CreateVd {
+    /// "r0", "r1", "r1e", "r5", "r6", "r10", "r50", "r60", "jbod".
+    pub level: String,
+    pub drives: Vec<u32>,
+    /// KiB; default 64.
+    pub strip_kib: Option<u64>,
+    pub name: Option<String>,
+    /// Drives per span for r10/r50/r60.
+    pub pdperarray: Option<u32>,
+    /// "wt" (default), "wb", "awb".
+    pub write_policy: Option<String>,
+    /// "nora" (default), "ra", "adra".
+    pub read_policy: Option<String>,
+    /// "direct" (default), "cached".
+    pub io_policy: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SetVd {
+    pub write_policy: Option<String>,
+    pub read_policy: Option<String>,
+    pub io_policy: Option<String>,
+    pub name: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SetDriveState {
+    /// "offline", "online", "missing", "good".
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct AddHotSpare {
+    /// Empty for a global hot spare; drive groups for a dedicated one.
+    pub drive_groups: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EventView {
+    pub sequence: u64,
+    /// Seconds since the Unix epoch.
+    pub time_unix_secs: u64,
+    /// "info", "warning", "critical".
+    pub severity: String,
+    pub description: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ForeignView {
+    pub controller_id: String,
+    pub generation: u64,
+    pub slots: Vec<u32>,
+    pub vds: Vec<ForeignVdView>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ForeignVdView {
+    pub name: String,
+    pub level: String,
+    pub size_bytes: u64,
+}

@@ -1,0 +1,332 @@
+//! The management API (HTTP/1.1 + JSON, see `api_types`), served by axum on the control-plane
+//! runtime. Controller calls write metadata, so they run on tokio's blocking pool.
+
+use crate::api_types::*;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use engine::config::{IoPolicy, ReadPolicy, VdRecord, WritePolicy};
+use engine::controller::{ControlError, Controller, CreateVdSpec, DriveCommand, SlotView, VdChanges};
+use engine::VirtualDrive;
+use layout::Level;
+use std::sync::Arc;
+
+pub struct AppState {
+    pub controller: Arc<Controller>,
+    pub nbd: nbd::Server,
+    /// `nbd+unix:///{}?socket=...` style templates; `{}` is replaced by the export name.
+    pub endpoint_templates: Vec<String>,
+}
+
+type Shared = Arc<AppState>;
+type Reply<T> = Result<(StatusCode, Json<T>), (StatusCode, Json<ApiError>)>;
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/api/v1/controller", get(controller))
+        .route("/api/v1/vds", get(list_vds).post(create_vd))
+        .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
+        .route("/api/v1/drives", get(list_drives))
+        .route("/api/v1/drives/{slot}", get(get_drive))
+        .route("/api/v1/drives/{slot}/state", post(set_drive_state))
+        .route("/api/v1/drives/{slot}/hotspare", post(add_hot_spare).delete(delete_hot_spare))
+        .route("/api/v1/events", get(events))
+        .route("/api/v1/foreign", get(foreign).delete(clear_foreign))
+        .route("/api/v1/foreign/import", post(import_foreign))
+        .with_state(state)
+}
+
+fn fail(error: ControlError) -> (StatusCode, Json<ApiError>) {
+    let status = match error {
+        ControlError::BadInput(_) => StatusCode::BAD_REQUEST,
+        ControlError::NotFound(_) => StatusCode::NOT_FOUND,
+        ControlError::Conflict(_) => StatusCode::CONFLICT,
+        ControlError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, Json(ApiError { error: error.to_string() }))
+}
+
+fn bad(message: String) -> (StatusCode, Json<ApiError>) {
+    fail(ControlError::BadInput(message))
+}
+
+/// Runs a controller call on the blocking pool (it may write metadata to every drive).
+async fn blocking<T: Send + 'static>(call: impl FnOnce() -> Result<T, ControlError> + Send + 'static) -> Result<T, (StatusCode, Json<ApiError>)> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result.map_err(fail),
+        Err(join) => Err(fail(ControlError::Io(format!("control task failed: {join}")))),
+    }
+}
+
+fn ok<T>(value: T) -> Reply<T> {
+    Ok((StatusCode::OK, Json(value)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views
+
+pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView {
+    let geometry = vd.geometry();
+    let config = state.controller.config();
+    let member_states = record
+        .member_slots
+        .iter()
+        .map(|slot| config.drives.iter().find(|d| d.slot == *slot).map(|d| d.state.short_name()).unwrap_or("Msng").to_string())
+        .collect();
+    VdView {
+        vd: record.vd_id,
+        drive_group: record.drive_group,
+        name: record.name.clone(),
+        level: record.level.to_string(),
+        state: vd.state().short_name().to_string(),
+        size_bytes: vd.capacity_bytes(),
+        strip_size_bytes: record.strip_size_bytes,
+        drives_per_span: record.drives_per_span,
+        span_count: geometry.span_count() as u32,
+        member_slots: record.member_slots.clone(),
+        member_states,
+        write_policy: record.write_policy.short_name().to_string(),
+        // No journal yet: write-back runs as write-through, as a MegaRAID without its battery.
+        write_policy_effective: match record.write_policy {
+            WritePolicy::WriteBack => "wt".to_string(),
+            other => other.short_name().to_string(),
+        },
+        read_policy: record.read_policy.short_name().to_string(),
+        io_policy: record.io_policy.short_name().to_string(),
+        export_name: record.name.clone(),
+    }
+}
+
+fn drive_view(view: &SlotView) -> DriveView {
+    let state = match (&view.hot_spare_drive_groups, view.foreign) {
+        (_, true) => "Frgn".to_string(),
+        (Some(dgs), _) if dgs.is_empty() => "GHS".to_string(),
+        (Some(_), _) => "DHS".to_string(),
+        (None, _) => view.state.short_name().to_string(),
+    };
+    DriveView {
+        slot: view.slot,
+        drive_id: format!("{:032x}", view.drive_id.0),
+        state,
+        drive_group: view.vd,
+        vd: view.vd,
+        size_bytes: view.capacity_bytes,
+        source: view.source.clone(),
+        kind: view.info.as_ref().map(|i| format!("{:?}", i.kind)).unwrap_or_else(|| "-".into()),
+        direct_io: view.info.as_ref().is_some_and(|i| i.direct_io),
+        hot_spare_drive_groups: view.hot_spare_drive_groups.clone().unwrap_or_default(),
+        read_errors: view.read_errors,
+    }
+}
+
+fn all_vd_views(state: &AppState) -> Vec<VdView> {
+    state.controller.vds().iter().map(|(record, vd)| vd_view(state, record, vd)).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handlers
+
+async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
+    let config = state.controller.config();
+    let drives: Vec<DriveView> = state.controller.slots().iter().map(drive_view).collect();
+    let vds = all_vd_views(&state);
+    let attention = vds.iter().any(|v| v.state != "Optl") || drives.iter().any(|d| matches!(d.state.as_str(), "Failed" | "Msng" | "Offln"));
+    let names: Vec<String> = vds.iter().map(|v| v.export_name.clone()).collect();
+    let nbd_endpoints = state.endpoint_templates.iter().flat_map(|t| names.iter().map(move |n| t.replace("{}", n))).collect();
+    ok(ControllerView {
+        controller: 0,
+        controller_id: format!("{:032x}", config.controller_id.0),
+        product: "storc".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        generation: config.generation,
+        status: if attention { "Needs Attention".into() } else { "Optimal".into() },
+        drives,
+        vds,
+        foreign_configurations: state.controller.foreign().len(),
+        nbd_endpoints,
+        shards: state.controller.engine().shard_count(),
+        parity_kernels: parity::active_kernel_name().into(),
+    })
+}
+
+async fn list_vds(State(state): State<Shared>) -> Reply<Vec<VdView>> {
+    ok(all_vd_views(&state))
+}
+
+async fn get_vd(State(state): State<Shared>, Path(id): Path<u32>) -> Reply<VdView> {
+    let (record, vd) = state.controller.vd(id).map_err(fail)?;
+    ok(vd_view(&state, &record, &vd))
+}
+
+fn parse_choice<T: Copy>(what: &str, text: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Result<T, (StatusCode, Json<ApiError>)> {
+    let lower = text.to_ascii_lowercase();
+    all.iter().copied().find(|v| name(*v) == lower).ok_or_else(|| {
+        let allowed: Vec<&str> = all.iter().map(|v| name(*v)).collect();
+        bad(format!("unknown {what} {text:?}; allowed: {}", allowed.join(", ")))
+    })
+}
+
+fn write_policy(text: Option<&str>) -> Result<Option<WritePolicy>, (StatusCode, Json<ApiError>)> {
+    text.map(|t| parse_choice("write policy", t, &WritePolicy::ALL, WritePolicy::short_name)).transpose()
+}
+fn read_policy(text: Option<&str>) -> Result<Option<ReadPolicy>, (StatusCode, Json<ApiError>)> {
+    text.map(|t| parse_choice("read policy", t, &ReadPolicy::ALL, ReadPolicy::short_name)).transpose()
+}
+fn io_policy(text: Option<&str>) -> Result<Option<IoPolicy>, (StatusCode, Json<ApiError>)> {
+    text.map(|t| parse_choice("IO policy", t, &IoPolicy::ALL, IoPolicy::short_name)).transpose()
+}
+
+async fn create_vd(State(state): State<Shared>, Json(body): Json<CreateVd>) -> Reply<VdView> {
+    let level = Level::parse(&body.level).map_err(|e| bad(e.to_string()))?;
+    let strip_kib = body.strip_kib.unwrap_or(64);
+    let spec = CreateVdSpec {
+        level,
+        slots: body.drives.clone(),
+        strip_size_bytes: strip_kib.checked_mul(1024).ok_or_else(|| bad(format!("strip {strip_kib} KiB is too large")))?,
+        name: body.name.clone(),
+        drives_per_span: body.pdperarray.map(|n| n as usize),
+        write_policy: write_policy(body.write_policy.as_deref())?.unwrap_or(WritePolicy::WriteThrough),
+        read_policy: read_policy(body.read_policy.as_deref())?.unwrap_or(ReadPolicy::NoReadAhead),
+        io_policy: io_policy(body.io_policy.as_deref())?.unwrap_or(IoPolicy::Direct),
+    };
+    let controller = Arc::clone(&state.controller);
+    let record = blocking(move || controller.create_vd(spec)).await?;
+    let (record, vd) = state.controller.vd(record.vd_id).map_err(fail)?;
+    Ok((StatusCode::CREATED, Json(vd_view(&state, &record, &vd))))
+}
+
+async fn set_vd(State(state): State<Shared>, Path(id): Path<u32>, Json(body): Json<SetVd>) -> Reply<VdView> {
+    let changes = VdChanges {
+        write_policy: write_policy(body.write_policy.as_deref())?,
+        read_policy: read_policy(body.read_policy.as_deref())?,
+        io_policy: io_policy(body.io_policy.as_deref())?,
+        name: body.name.clone(),
+    };
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.set_vd(id, changes)).await?;
+    let (record, vd) = state.controller.vd(id).map_err(fail)?;
+    ok(vd_view(&state, &record, &vd))
+}
+
+#[derive(serde::Deserialize)]
+struct ForceQuery {
+    force: Option<bool>,
+}
+
+async fn delete_vd(State(state): State<Shared>, Path(id): Path<u32>, Query(query): Query<ForceQuery>) -> Reply<Message> {
+    let in_use = state.controller.vd(id).map(|(record, _)| state.nbd.connections_to(&record.name) > 0).unwrap_or(false);
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.delete_vd(id, query.force.unwrap_or(false), in_use)).await?;
+    ok(Message { message: format!("deleted v{id}") })
+}
+
+async fn list_drives(State(state): State<Shared>) -> Reply<Vec<DriveView>> {
+    ok(state.controller.slots().iter().map(drive_view).collect())
+}
+
+async fn get_drive(State(state): State<Shared>, Path(slot): Path<u32>) -> Reply<DriveView> {
+    ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
+}
+
+async fn set_drive_state(State(state): State<Shared>, Path(slot): Path<u32>, Json(body): Json<SetDriveState>) -> Reply<DriveView> {
+    let command = match body.state.to_ascii_lowercase().as_str() {
+        "offline" => DriveCommand::Offline,
+        "online" => DriveCommand::Online,
+        "missing" => DriveCommand::Missing,
+        "good" => DriveCommand::Good,
+        other => return Err(bad(format!("unknown drive state {other:?}; allowed: offline, online, missing, good"))),
+    };
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.set_drive(slot, command)).await?;
+    ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
+}
+
+async fn add_hot_spare(State(state): State<Shared>, Path(slot): Path<u32>, Json(body): Json<AddHotSpare>) -> Reply<DriveView> {
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.add_hot_spare(slot, body.drive_groups)).await?;
+    ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
+}
+
+async fn delete_hot_spare(State(state): State<Shared>, Path(slot): Path<u32>) -> Reply<DriveView> {
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.delete_hot_spare(slot)).await?;
+    ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
+}
+
+async fn events(State(state): State<Shared>) -> Reply<Vec<EventView>> {
+    let events = state.controller.events();
+    ok(events
+        .into_iter()
+        .map(|e| EventView {
+            sequence: e.sequence,
+            time_unix_secs: e.time_unix_secs,
+            severity: format!("{:?}", e.severity).to_lowercase(),
+            description: e.description,
+        })
+        .collect())
+}
+
+async fn foreign(State(state): State<Shared>) -> Reply<Vec<ForeignView>> {
+    let views = state
+        .controller
+        .foreign()
+        .iter()
+        .map(|f| ForeignView {
+            controller_id: format!("{:032x}", f.superblock.controller_id.0),
+            generation: f.superblock.generation,
+            slots: f.slots.clone(),
+            vds: f
+                .superblock
+                .config
+                .vds
+                .iter()
+                .map(|v| ForeignVdView { name: v.name.clone(), level: v.level.to_string(), size_bytes: foreign_vd_bytes(&f.superblock.config, v) })
+                .collect(),
+        })
+        .collect();
+    ok(views)
+}
+
+/// The size a foreign VD would have once imported, from its recorded geometry.
+fn foreign_vd_bytes(config: &engine::config::ControllerConfig, vd: &VdRecord) -> u64 {
+    let smallest = vd.member_slots.iter().filter_map(|s| config.drives.iter().find(|d| d.slot == *s)).map(|d| d.capacity_bytes).min().unwrap_or(0);
+    let geometry = layout::Geometry::new(layout::GeometryConfig {
+        level: vd.level,
+        drive_count: vd.member_slots.len(),
+        drives_per_span: vd.level.is_spanned().then_some(vd.drives_per_span as usize),
+        strip_size_bytes: vd.strip_size_bytes,
+        member_size_bytes: smallest,
+        member_reserved_bytes: engine::MEMBER_RESERVED_BYTES,
+    });
+    geometry.map(|g| g.capacity_bytes()).unwrap_or(0)
+}
+
+async fn import_foreign(State(state): State<Shared>) -> Reply<Message> {
+    let controller = Arc::clone(&state.controller);
+    let count = blocking(move || controller.import_foreign()).await?;
+    ok(Message { message: format!("imported {count} VD(s)") })
+}
+
+async fn clear_foreign(State(state): State<Shared>) -> Reply<Message> {
+    let controller = Arc::clone(&state.controller);
+    let count = blocking(move || controller.clear_foreign()).await?;
+    ok(Message { message: format!("cleared {count} foreign configuration(s)") })
+}
+
+/// Keeps the NBD exports equal to the controller's VDs.
+pub fn refresh_exports(state: &AppState) {
+    let exports: Vec<nbd::Export> = state
+        .controller
+        .vds()
+        .into_iter()
+        .map(|(record, vd)| {
+            let device = super::export::VdDevice { engine: Arc::clone(state.controller.engine()), vd };
+            let description = format!("storc v{} {}", record.vd_id, record.level);
+            nbd::Export::new(record.name.clone(), Arc::new(super::export::SharedVdDevice(Arc::new(device)))).with_description(description)
+        })
+        .collect();
+    if let Err(error) = state.nbd.set_exports(exports) {
+        state.controller.log(engine::controller::Severity::Critical, format!("NBD exports not updated: {error}"));
+    }
+}
