@@ -37,7 +37,7 @@ pub const BLOCK_BYTES: usize = 4096;
 pub const PAYLOAD_BYTES_MAX: usize = COPY_AREA_BYTES as usize - HEADER_BYTES;
 
 const _: () = assert!(METADATA_AREA_BYTES <= MEMBER_RESERVED_BYTES);
-const _: () = assert!(HEADER_BYTES % BLOCK_BYTES == 0 && PAYLOAD_BYTES_MAX % BLOCK_BYTES == 0);
+const _: () = assert!(HEADER_BYTES.is_multiple_of(BLOCK_BYTES) && PAYLOAD_BYTES_MAX.is_multiple_of(BLOCK_BYTES));
 
 /// What one member carries: who it belongs to, who it is, and the whole configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,98 +81,45 @@ pub enum OtherCopy {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
     #[error("{what} needs {needed_bytes} bytes but only {available_bytes} are there")]
-    Truncated {
-        what: String,
-        needed_bytes: usize,
-        available_bytes: usize,
-    },
+    Truncated { what: String, needed_bytes: usize, available_bytes: usize },
     #[error("no storc metadata: magic is b\"{}\", expected b\"STORCMD\\0\"", .found.escape_ascii())]
     BadMagic { found: [u8; 8] },
     #[error("metadata format version {found} is unknown; this storc reads version {supported}")]
     UnknownVersion { found: u32, supported: u32 },
-    #[error("header checksum mismatch: stored crc32c {stored:#010x}, computed {computed:#010x} (torn or corrupted header)")]
+    #[error(
+        "header checksum mismatch: stored crc32c {stored:#010x}, computed {computed:#010x} (torn or corrupted header)"
+    )]
     HeaderChecksum { stored: u32, computed: u32 },
     #[error("payload checksum mismatch over {payload_bytes} bytes: stored crc32c {stored:#010x}, computed {computed:#010x} (torn or corrupted configuration)")]
-    PayloadChecksum {
-        payload_bytes: usize,
-        stored: u32,
-        computed: u32,
-    },
+    PayloadChecksum { payload_bytes: usize, stored: u32, computed: u32 },
     #[error("header flags {found:#x} have unknown bits set; format version 1 defines none")]
     UnknownFlags { found: u32 },
     #[error("copy index {found} is not 0 or 1")]
     CopyIndexInvalid { found: u32 },
     #[error("the copy at byte {offset_bytes} says it is copy {found}, expected copy {expected}")]
-    CopyIndexMismatch {
-        offset_bytes: u64,
-        expected: u32,
-        found: u32,
-    },
+    CopyIndexMismatch { offset_bytes: u64, expected: u32, found: u32 },
     #[error("{record}: reserved field `{field}` at byte {offset_bytes} of the record is not zero")]
-    ReservedNotZero {
-        record: String,
-        field: &'static str,
-        offset_bytes: usize,
-    },
+    ReservedNotZero { record: String, field: &'static str, offset_bytes: usize },
     #[error("header says the payload is {payload_bytes} bytes; a copy holds at most {max_bytes}")]
-    PayloadTooLong {
-        payload_bytes: usize,
-        max_bytes: usize,
-    },
+    PayloadTooLong { payload_bytes: usize, max_bytes: usize },
     #[error("the configuration needs {payload_bytes} bytes but a metadata copy holds at most {max_bytes}")]
-    ConfigTooLarge {
-        payload_bytes: usize,
-        max_bytes: usize,
-    },
+    ConfigTooLarge { payload_bytes: usize, max_bytes: usize },
     #[error("{record}: `{field}` code {code} is unknown; known codes are {known}")]
-    UnknownCode {
-        record: String,
-        field: &'static str,
-        code: u8,
-        known: String,
-    },
+    UnknownCode { record: String, field: &'static str, code: u8, known: String },
     #[error("{record}: name is {len_bytes} bytes; at most {max_bytes} are allowed")]
-    NameTooLong {
-        record: String,
-        len_bytes: usize,
-        max_bytes: usize,
-    },
+    NameTooLong { record: String, len_bytes: usize, max_bytes: usize },
     #[error("{record}: name is not valid UTF-8 ({error})")]
-    NameNotUtf8 {
-        record: String,
-        error: std::str::Utf8Error,
-    },
+    NameNotUtf8 { record: String, error: std::str::Utf8Error },
     #[error("payload is {payload_bytes} bytes but its records end at byte {parsed_bytes}")]
-    TrailingBytes {
-        payload_bytes: usize,
-        parsed_bytes: usize,
-    },
+    TrailingBytes { payload_bytes: usize, parsed_bytes: usize },
     #[error("superblock `{field}` is {superblock} but its configuration says {config}")]
-    SuperblockMismatch {
-        field: &'static str,
-        superblock: u128,
-        config: u128,
-    },
+    SuperblockMismatch { field: &'static str, superblock: u128, config: u128 },
     #[error("drive {drive} has {capacity_bytes} bytes; metadata needs the first {needed_bytes}")]
-    DriveTooSmall {
-        drive: String,
-        capacity_bytes: u64,
-        needed_bytes: u64,
-    },
+    DriveTooSmall { drive: String, capacity_bytes: u64, needed_bytes: u64 },
     #[error("drive {drive}: {action} failed: {error}")]
-    Io {
-        drive: String,
-        action: String,
-        error: DriveError,
-    },
-    #[error(
-        "drive {drive} has storc metadata but no valid copy: copy 0: {copy0}; copy 1: {copy1}"
-    )]
-    NoValidCopy {
-        drive: String,
-        copy0: Box<MetadataError>,
-        copy1: Box<MetadataError>,
-    },
+    Io { drive: String, action: String, error: DriveError },
+    #[error("drive {drive} has storc metadata but no valid copy: copy 0: {copy0}; copy 1: {copy1}")]
+    NoValidCopy { drive: String, copy0: Box<MetadataError>, copy1: Box<MetadataError> },
 }
 
 /// Where copy `copy` starts on every member.
@@ -195,11 +142,7 @@ pub fn write(drive: &dyn Drive, sb: &Superblock) -> Result<(), MetadataError> {
     // Encode both before writing either: a configuration that does not fit changes nothing.
     let copies = [encode(sb, 0)?, encode(sb, 1)?];
     for (copy, bytes) in (0..COPY_COUNT).zip(copies) {
-        debug_assert_eq!(
-            decode(&bytes).as_ref(),
-            Ok(sb),
-            "copy {copy} decodes to what was encoded"
-        );
+        debug_assert_eq!(decode(&bytes).as_ref(), Ok(sb), "copy {copy} decodes to what was encoded");
         write_and_flush(drive, copy, &bytes)?;
     }
     Ok(())
@@ -245,68 +188,37 @@ fn check_capacity(drive: &dyn Drive) -> Result<(), MetadataError> {
 }
 
 fn write_and_flush(drive: &dyn Drive, copy: u32, bytes: &[u8]) -> Result<(), MetadataError> {
-    assert!(bytes.len() as u64 <= COPY_AREA_BYTES && bytes.len() % BLOCK_BYTES == 0);
+    assert!(bytes.len() as u64 <= COPY_AREA_BYTES && bytes.len().is_multiple_of(BLOCK_BYTES));
     let offset_bytes = copy_offset_bytes(copy);
-    let op = DriveOp::Write {
-        offset_bytes,
-        buf: IoBuf::from_slice(bytes),
-    };
-    run_blocking(drive, op, || {
-        format!("writing metadata copy {copy} at byte {offset_bytes}")
-    })?;
-    run_blocking(drive, DriveOp::Flush, || {
-        format!("flushing after metadata copy {copy}")
-    })?;
+    let op = DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(bytes) };
+    run_blocking(drive, op, || format!("writing metadata copy {copy} at byte {offset_bytes}"))?;
+    run_blocking(drive, DriveOp::Flush, || format!("flushing after metadata copy {copy}"))?;
     Ok(())
 }
 
 /// Reads a whole copy area (one I/O; the header says how much of it is payload).
 fn read_copy(drive: &dyn Drive, copy: u32) -> Result<Superblock, MetadataError> {
     let offset_bytes = copy_offset_bytes(copy);
-    let op = DriveOp::Read {
-        offset_bytes,
-        buf: IoBuf::zeroed(COPY_AREA_BYTES as usize),
-    };
-    let completion = run_blocking(drive, op, || {
-        format!("reading metadata copy {copy} at byte {offset_bytes}")
-    })?;
+    let op = DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(COPY_AREA_BYTES as usize) };
+    let completion = run_blocking(drive, op, || format!("reading metadata copy {copy} at byte {offset_bytes}"))?;
     let buf = completion.buf.expect("a read returns its buffer");
     let (superblock, found) = codec::decode_copy(buf.as_slice())?;
     if found != copy {
-        return Err(MetadataError::CopyIndexMismatch {
-            offset_bytes,
-            expected: copy,
-            found,
-        });
+        return Err(MetadataError::CopyIndexMismatch { offset_bytes, expected: copy, found });
     }
     Ok(superblock)
 }
 
 /// Picks between the two copies of one drive (see [`read`] for the rules).
-fn choose(
-    drive: &str,
-    copies: [Result<Superblock, MetadataError>; 2],
-) -> Result<Option<ReadOutcome>, MetadataError> {
-    let outcome = |superblock, copy, other| {
-        Ok(Some(ReadOutcome {
-            superblock,
-            copy,
-            other,
-        }))
-    };
+fn choose(drive: &str, copies: [Result<Superblock, MetadataError>; 2]) -> Result<Option<ReadOutcome>, MetadataError> {
+    let outcome = |superblock, copy, other| Ok(Some(ReadOutcome { superblock, copy, other }));
     match copies {
-        [Ok(first), Ok(second)] if second.generation > first.generation => outcome(
-            second,
-            1,
-            OtherCopy::Older {
-                generation: first.generation,
-            },
-        ),
+        [Ok(first), Ok(second)] if second.generation > first.generation => {
+            outcome(second, 1, OtherCopy::Older { generation: first.generation })
+        }
         [Ok(first), Ok(second)] => {
             let other = match () {
-                _ if second.generation < first.generation => OtherCopy::Older {
-                    generation: second.generation,
-                },
+                _ if second.generation < first.generation => OtherCopy::Older { generation: second.generation },
                 _ if second == first => OtherCopy::Agrees,
                 _ => OtherCopy::Conflicts,
             };
@@ -315,20 +227,14 @@ fn choose(
         [Ok(first), Err(error)] => outcome(first, 0, OtherCopy::Invalid(error)),
         [Err(error), Ok(second)] => outcome(second, 1, OtherCopy::Invalid(error)),
         [Err(MetadataError::BadMagic { .. }), Err(MetadataError::BadMagic { .. })] => Ok(None),
-        [Err(copy0), Err(copy1)] => Err(MetadataError::NoValidCopy {
-            drive: drive.to_string(),
-            copy0: Box::new(copy0),
-            copy1: Box::new(copy1),
-        }),
+        [Err(copy0), Err(copy1)] => {
+            Err(MetadataError::NoValidCopy { drive: drive.to_string(), copy0: Box::new(copy0), copy1: Box::new(copy1) })
+        }
     }
 }
 
 /// Submits one operation on a private context and waits for its completion.
-fn run_blocking(
-    drive: &dyn Drive,
-    op: DriveOp,
-    action: impl FnOnce() -> String,
-) -> Result<Completion, MetadataError> {
+fn run_blocking(drive: &dyn Drive, op: DriveOp, action: impl FnOnce() -> String) -> Result<Completion, MetadataError> {
     let mut ctx = IoCtx::without_ring();
     drive.submit(&mut ctx, 0, op);
     let mut out = Vec::with_capacity(1);
@@ -337,18 +243,10 @@ fn run_blocking(
         if let Some(completion) = out.pop() {
             return match completion.result {
                 Ok(()) => Ok(completion),
-                Err(error) => Err(MetadataError::Io {
-                    drive: drive.info().name.clone(),
-                    action: action(),
-                    error,
-                }),
+                Err(error) => Err(MetadataError::Io { drive: drive.info().name.clone(), action: action(), error }),
             };
         }
-        assert!(
-            ctx.in_flight() > 0,
-            "drive {} accepted an operation and never completed it",
-            drive.info().name
-        );
+        assert!(ctx.in_flight() > 0, "drive {} accepted an operation and never completed it", drive.info().name);
         // Without a ring, poll cannot sleep; delayed completions (emulated latency) are due later.
         std::thread::sleep(Duration::from_micros(100));
     }

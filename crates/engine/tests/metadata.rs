@@ -2,17 +2,14 @@
 //! assembly. Layout offsets here are transcribed from docs/on-disk-format.md on purpose, so
 //! that these tests also check the document.
 
-use drive::{
-    Drive, DriveError, DriveOp, Faults, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, IoCtx,
-    MemDrive,
-};
+use drive::{Drive, DriveError, DriveOp, Faults, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, IoCtx, MemDrive};
 use engine::config::{
-    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy,
-    ReadPolicy, VdRecord, WritePolicy,
+    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
+    WritePolicy,
 };
 use engine::metadata::{
-    self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome,
-    Superblock, COPY_AREA_BYTES, HEADER_BYTES, PAYLOAD_BYTES_MAX,
+    self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome, Superblock,
+    COPY_AREA_BYTES, HEADER_BYTES, PAYLOAD_BYTES_MAX,
 };
 use layout::Level;
 use std::sync::Arc;
@@ -62,18 +59,9 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
         });
     }
     let hot_spares = vec![
-        HotSpareRecord {
-            slot: next_slot,
-            dedicated_drive_groups: vec![],
-        },
-        HotSpareRecord {
-            slot: next_slot + 1,
-            dedicated_drive_groups: vec![3, 4],
-        },
-        HotSpareRecord {
-            slot: next_slot + 2,
-            dedicated_drive_groups: vec![8],
-        },
+        HotSpareRecord { slot: next_slot, dedicated_drive_groups: vec![] },
+        HotSpareRecord { slot: next_slot + 1, dedicated_drive_groups: vec![3, 4] },
+        HotSpareRecord { slot: next_slot + 2, dedicated_drive_groups: vec![8] },
     ];
     let drives = (0..next_slot + 10)
         .map(|slot| DriveRecord {
@@ -83,13 +71,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             capacity_bytes: (1 << 40) + u64::from(slot) * 4096,
         })
         .collect();
-    ControllerConfig {
-        controller_id: ControllerId(controller),
-        generation,
-        drives,
-        vds,
-        hot_spares,
-    }
+    ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares }
 }
 
 /// A small configuration whose layout is easy to follow in the corruption tests: 4 drive
@@ -115,17 +97,8 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         read_policy: ReadPolicy::Adaptive,
         io_policy: IoPolicy::Direct,
     };
-    let hot_spares = vec![HotSpareRecord {
-        slot: 3,
-        dedicated_drive_groups: vec![0],
-    }];
-    ControllerConfig {
-        controller_id: ControllerId(controller),
-        generation,
-        drives,
-        vds: vec![vd],
-        hot_spares,
-    }
+    let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
+    ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds: vec![vd], hot_spares }
 }
 
 fn superblock(config: ControllerConfig, slot: u32) -> Superblock {
@@ -170,20 +143,14 @@ fn reseal(bytes: &mut [u8]) {
 }
 
 fn header_checksum_error(bytes: &[u8]) -> MetadataError {
-    MetadataError::HeaderChecksum {
-        stored: u32_at(bytes, 4092),
-        computed: crc32c::crc32c(&bytes[..4092]),
-    }
+    MetadataError::HeaderChecksum { stored: u32_at(bytes, 4092), computed: crc32c::crc32c(&bytes[..4092]) }
 }
 
 // ---- codec ----
 
 #[test]
 fn round_trip_of_everything_the_format_holds() {
-    let sb = superblock(
-        full_config(0xDEAD_BEEF_0123_4567_89AB_CDEF_0011_2233, u64::MAX - 1),
-        5,
-    );
+    let sb = superblock(full_config(0xDEAD_BEEF_0123_4567_89AB_CDEF_0011_2233, u64::MAX - 1), 5);
     for copy in 0..2 {
         let bytes = encode(&sb, copy).unwrap();
         assert_eq!(bytes.len() % 4096, 0, "copy {copy} is padded for O_DIRECT");
@@ -191,11 +158,7 @@ fn round_trip_of_everything_the_format_holds() {
         // A whole copy area read from a drive carries bytes past the copy: they are ignored.
         let mut area = bytes.clone();
         area.resize(COPY_AREA_BYTES as usize, 0xA5);
-        assert_eq!(
-            decode(&area),
-            Ok(sb.clone()),
-            "copy {copy} with trailing bytes"
-        );
+        assert_eq!(decode(&area), Ok(sb.clone()), "copy {copy} with trailing bytes");
     }
 }
 
@@ -204,22 +167,14 @@ fn the_two_copies_differ_only_in_copy_index_and_header_checksum() {
     let sb = superblock(small_config(1, 1), 0);
     let (copy0, copy1) = (encode(&sb, 0).unwrap(), encode(&sb, 1).unwrap());
     let differing: Vec<usize> = (0..copy0.len()).filter(|&i| copy0[i] != copy1[i]).collect();
-    assert!(
-        differing
-            .iter()
-            .all(|&i| i == 52 || (4092..4096).contains(&i)),
-        "differing bytes {differing:?}"
-    );
+    assert!(differing.iter().all(|&i| i == 52 || (4092..4096).contains(&i)), "differing bytes {differing:?}");
     assert_eq!((u32_at(&copy0, 52), u32_at(&copy1, 52)), (0, 1));
 }
 
 /// An independent transcription of the byte tables: the exact bytes of `small_config`.
 #[test]
 fn encoding_matches_the_documented_bytes() {
-    let sb = superblock(
-        small_config(0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10, 42),
-        2,
-    );
+    let sb = superblock(small_config(0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10, 42), 2);
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
@@ -249,9 +204,7 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&3u32.to_le_bytes()); // member_count
     payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, reserved
     payload.extend_from_slice(&[b"vd0".as_slice(), &[0; 29]].concat());
-    [0u32, 1, 2]
-        .iter()
-        .for_each(|slot| payload.extend_from_slice(&slot.to_le_bytes()));
+    [0u32, 1, 2].iter().for_each(|slot| payload.extend_from_slice(&slot.to_le_bytes()));
     payload.extend_from_slice(&3u32.to_le_bytes()); // spare slot
     payload.extend_from_slice(&1u32.to_le_bytes()); // dedicated_count
     payload.extend_from_slice(&0u32.to_le_bytes()); // drive group 0
@@ -266,11 +219,7 @@ fn encoding_matches_the_documented_bytes() {
     assert_eq!(bytes, expected);
 }
 
-fn check_decode(
-    case: &str,
-    mutate: impl FnOnce(&mut Vec<u8>),
-    expected: impl FnOnce(&[u8]) -> MetadataError,
-) {
+fn check_decode(case: &str, mutate: impl FnOnce(&mut Vec<u8>), expected: impl FnOnce(&[u8]) -> MetadataError) {
     let mut bytes = encode(&superblock(small_config(9, 3), 1), 0).unwrap();
     mutate(&mut bytes);
     let expected = expected(&bytes);
@@ -280,53 +229,15 @@ fn check_decode(
 #[test]
 fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
-    check_decode(
-        "bad magic",
-        |b| b[3] = b'X',
-        |_| BadMagic {
-            found: *b"STOXCMD\0",
-        },
-    );
-    check_decode(
-        "zeroed header",
-        |b| b[..4096].fill(0),
-        |_| BadMagic { found: [0; 8] },
-    );
-    check_decode(
-        "unknown version",
-        |b| set_u32(b, 8, 2),
-        |_| UnknownVersion {
-            found: 2,
-            supported: 1,
-        },
-    );
-    check_decode(
-        "version 0",
-        |b| set_u32(b, 8, 0),
-        |_| UnknownVersion {
-            found: 0,
-            supported: 1,
-        },
-    );
-    for offset in [
-        12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095,
-    ] {
-        check_decode(
-            &format!("header byte {offset} flipped"),
-            |b| b[offset] ^= 0x10,
-            header_checksum_error,
-        );
+    check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
+    check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
+    check_decode("unknown version", |b| set_u32(b, 8, 2), |_| UnknownVersion { found: 2, supported: 1 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 1 });
+    for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
+        check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
-    check_decode(
-        "unknown flag",
-        |b| (set_u32(b, 12, 4), reseal(b)).1,
-        |_| UnknownFlags { found: 4 },
-    );
-    check_decode(
-        "copy index 2",
-        |b| (set_u32(b, 52, 2), reseal(b)).1,
-        |_| CopyIndexInvalid { found: 2 },
-    );
+    check_decode("unknown flag", |b| (set_u32(b, 12, 4), reseal(b)).1, |_| UnknownFlags { found: 4 });
+    check_decode("copy index 2", |b| (set_u32(b, 52, 2), reseal(b)).1, |_| CopyIndexInvalid { found: 2 });
     let reserved = |b: &mut Vec<u8>| (b[300] = 1, reseal(b)).1;
     check_decode("reserved", reserved, |_| ReservedNotZero {
         record: "header".into(),
@@ -345,29 +256,18 @@ fn payload_corruption_and_truncation_are_detected_precisely() {
     use MetadataError::*;
     let payload_checksum = |b: &[u8]| {
         let payload = &b[PAYLOAD..PAYLOAD + payload_len(b)];
-        PayloadChecksum {
-            payload_bytes: payload.len(),
-            stored: u32_at(b, 76),
-            computed: crc32c::crc32c(payload),
-        }
+        PayloadChecksum { payload_bytes: payload.len(), stored: u32_at(b, 76), computed: crc32c::crc32c(payload) }
     };
     for offset in [PAYLOAD, VD0 + 8, VD0 + 32] {
-        check_decode(
-            &format!("payload byte {offset} flipped"),
-            |b| b[offset] ^= 1,
-            payload_checksum,
-        );
+        check_decode(&format!("payload byte {offset} flipped"), |b| b[offset] ^= 1, payload_checksum);
     }
     let flip_last = |b: &mut Vec<u8>| {
         let last = PAYLOAD + payload_len(b) - 1;
         b[last] ^= 0x80;
     };
     check_decode("last payload byte", flip_last, payload_checksum);
-    let header_only = |_: &[u8]| Truncated {
-        what: "a metadata header".into(),
-        needed_bytes: 4096,
-        available_bytes: 100,
-    };
+    let header_only =
+        |_: &[u8]| Truncated { what: "a metadata header".into(), needed_bytes: 4096, available_bytes: 100 };
     check_decode("100 bytes", |b| b.truncate(100), header_only);
     check_decode(
         "header and part of the payload",
@@ -381,11 +281,7 @@ fn payload_corruption_and_truncation_are_detected_precisely() {
     check_decode(
         "empty",
         |b| b.clear(),
-        |_| Truncated {
-            what: "a metadata header".into(),
-            needed_bytes: 4096,
-            available_bytes: 0,
-        },
+        |_| Truncated { what: "a metadata header".into(), needed_bytes: 4096, available_bytes: 0 },
     );
 }
 
@@ -396,12 +292,7 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
     let vd0 = || "vd record 0 (vd 7)".to_string();
     let unknown = |record: String, field, code, known: &str| {
         let known = known.to_string();
-        move |_: &[u8]| UnknownCode {
-            record,
-            field,
-            code,
-            known,
-        }
+        move |_: &[u8]| UnknownCode { record, field, code, known }
     };
     let states = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld)";
     check_decode(
@@ -409,72 +300,22 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
         sealed(DRIVE_RECORDS + 32 + 4, 0),
         unknown("drive record 1".into(), "state", 0, states),
     );
-    check_decode(
-        "drive state 8",
-        sealed(DRIVE_RECORDS + 4, 8),
-        unknown("drive record 0".into(), "state", 8, states),
-    );
+    check_decode("drive state 8", sealed(DRIVE_RECORDS + 4, 8), unknown("drive record 0".into(), "state", 8, states));
     let levels = "1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)";
-    check_decode(
-        "level 42",
-        sealed(VD0 + 8, 42),
-        unknown(vd0(), "level", 42, levels),
-    );
-    check_decode(
-        "write policy 4",
-        sealed(VD0 + 9, 4),
-        unknown(vd0(), "write_policy", 4, "1 (wt), 2 (wb), 3 (awb)"),
-    );
-    check_decode(
-        "read policy 0",
-        sealed(VD0 + 10, 0),
-        unknown(vd0(), "read_policy", 0, "1 (nora), 2 (ra), 3 (adra)"),
-    );
-    check_decode(
-        "io policy 255",
-        sealed(VD0 + 11, 255),
-        unknown(vd0(), "io_policy", 255, "1 (direct), 2 (cached)"),
-    );
-    let reserved = |record: String, field, offset_bytes| {
-        move |_: &[u8]| ReservedNotZero {
-            record,
-            field,
-            offset_bytes,
-        }
-    };
-    check_decode(
-        "drive reserved",
-        sealed(DRIVE_RECORDS + 7, 1),
-        reserved("drive record 0".into(), "reserved", 7),
-    );
-    check_decode(
-        "vd reserved",
-        sealed(VD0 + 30, 1),
-        reserved(vd0(), "reserved", 30),
-    );
-    check_decode(
-        "counts reserved",
-        sealed(PAYLOAD + 12, 1),
-        reserved("record counts".into(), "reserved", 12),
-    );
-    check_decode(
-        "name padding",
-        sealed(VD0 + 32 + 5, b'z'),
-        reserved(vd0(), "name padding", 35),
-    );
-    let name_too_long = |_: &[u8]| NameTooLong {
-        record: vd0(),
-        len_bytes: 33,
-        max_bytes: 32,
-    };
+    check_decode("level 42", sealed(VD0 + 8, 42), unknown(vd0(), "level", 42, levels));
+    check_decode("write policy 4", sealed(VD0 + 9, 4), unknown(vd0(), "write_policy", 4, "1 (wt), 2 (wb), 3 (awb)"));
+    check_decode("read policy 0", sealed(VD0 + 10, 0), unknown(vd0(), "read_policy", 0, "1 (nora), 2 (ra), 3 (adra)"));
+    check_decode("io policy 255", sealed(VD0 + 11, 255), unknown(vd0(), "io_policy", 255, "1 (direct), 2 (cached)"));
+    let reserved =
+        |record: String, field, offset_bytes| move |_: &[u8]| ReservedNotZero { record, field, offset_bytes };
+    check_decode("drive reserved", sealed(DRIVE_RECORDS + 7, 1), reserved("drive record 0".into(), "reserved", 7));
+    check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
+    check_decode("counts reserved", sealed(PAYLOAD + 12, 1), reserved("record counts".into(), "reserved", 12));
+    check_decode("name padding", sealed(VD0 + 32 + 5, b'z'), reserved(vd0(), "name padding", 35));
+    let name_too_long = |_: &[u8]| NameTooLong { record: vd0(), len_bytes: 33, max_bytes: 32 };
     check_decode("name_len 33", sealed(VD0 + 28, 33), name_too_long);
-    let utf8_error = String::from_utf8(vec![0xFF, b'd', b'0'])
-        .unwrap_err()
-        .utf8_error();
-    check_decode("name not UTF-8", sealed(VD0 + 32, 0xFF), |_| NameNotUtf8 {
-        record: vd0(),
-        error: utf8_error,
-    });
+    let utf8_error = String::from_utf8(vec![0xFF, b'd', b'0']).unwrap_err().utf8_error();
+    check_decode("name not UTF-8", sealed(VD0 + 32, 0xFF), |_| NameNotUtf8 { record: vd0(), error: utf8_error });
 }
 
 #[test]
@@ -498,8 +339,7 @@ fn counts_and_lengths_that_disagree_with_the_payload_are_detected() {
             record: "vd record 0 (vd 0)".into(),
             field: "level",
             code: 100, // the low byte of drive record 0's drive_id
-            known: "1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)"
-                .into(),
+            known: "1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)".into(),
         }
     });
     // The padding after the payload is zeros: claiming 4 of them leaves bytes no record uses.
@@ -526,21 +366,13 @@ fn error_messages_name_the_field_and_what_was_expected() {
         |b| b[..8].copy_from_slice(b"EFI PART"),
         "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"",
     );
-    check(
-        "version",
-        |b| set_u32(b, 8, 3),
-        "metadata format version 3 is unknown; this storc reads version 1",
-    );
+    check("version", |b| set_u32(b, 8, 3), "metadata format version 3 is unknown; this storc reads version 1");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
         "vd record 0 (vd 7): `level` code 0 is unknown; known codes are 1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)",
     );
-    check(
-        "name",
-        |b| (b[VD0 + 28] = 40, reseal(b)).1,
-        "vd record 0 (vd 7): name is 40 bytes; at most 32 are allowed",
-    );
+    check("name", |b| (b[VD0 + 28] = 40, reseal(b)).1, "vd record 0 (vd 7): name is 40 bytes; at most 32 are allowed");
 }
 
 fn check_encode_error(case: &str, sb: Superblock, copy: u32, expected: MetadataError) {
@@ -555,43 +387,18 @@ fn encode_refuses_what_it_cannot_store() {
         config.vds[0].name = name.to_string();
         superblock(config, 0)
     };
-    let too_long = |len_bytes| NameTooLong {
-        record: "vd record 0 (vd 7)".into(),
-        len_bytes,
-        max_bytes: 32,
-    };
+    let too_long = |len_bytes| NameTooLong { record: "vd record 0 (vd 7)".into(), len_bytes, max_bytes: 32 };
     check_encode_error("33-byte name", with_name(&"n".repeat(33)), 0, too_long(33));
-    check_encode_error(
-        "17 two-byte chars",
-        with_name(&"é".repeat(17)),
-        0,
-        too_long(34),
-    );
-    assert!(
-        encode(&with_name(&"é".repeat(16)), 0).is_ok(),
-        "32 bytes of UTF-8 fit"
-    );
-    check_encode_error(
-        "copy 2",
-        superblock(small_config(1, 1), 0),
-        2,
-        CopyIndexInvalid { found: 2 },
-    );
+    check_encode_error("17 two-byte chars", with_name(&"é".repeat(17)), 0, too_long(34));
+    assert!(encode(&with_name(&"é".repeat(16)), 0).is_ok(), "32 bytes of UTF-8 fit");
+    check_encode_error("copy 2", superblock(small_config(1, 1), 0), 2, CopyIndexInvalid { found: 2 });
     let mut other_id = superblock(small_config(1, 1), 0);
     other_id.controller_id = ControllerId(2);
-    let mismatch = SuperblockMismatch {
-        field: "controller_id",
-        superblock: 2,
-        config: 1,
-    };
+    let mismatch = SuperblockMismatch { field: "controller_id", superblock: 2, config: 1 };
     check_encode_error("controller id", other_id, 0, mismatch);
     let mut other_generation = superblock(small_config(1, 1), 0);
     other_generation.generation = 7;
-    let mismatch = SuperblockMismatch {
-        field: "generation",
-        superblock: 7,
-        config: 1,
-    };
+    let mismatch = SuperblockMismatch { field: "generation", superblock: 7, config: 1 };
     check_encode_error("generation", other_generation, 0, mismatch);
 }
 
@@ -620,10 +427,7 @@ fn the_largest_configuration_fits_and_one_drive_more_does_not() {
     assert!(bytes.len() as u64 <= COPY_AREA_BYTES);
     assert_eq!(decode(&bytes), Ok(with_drives(max_drives)));
     let payload_bytes = 16 + 32 * (max_drives as usize + 1);
-    let expected = MetadataError::ConfigTooLarge {
-        payload_bytes,
-        max_bytes: PAYLOAD_BYTES_MAX,
-    };
+    let expected = MetadataError::ConfigTooLarge { payload_bytes, max_bytes: PAYLOAD_BYTES_MAX };
     check_encode_error("one drive more", with_drives(max_drives + 1), 0, expected);
 }
 
@@ -634,20 +438,10 @@ const DRIVE_BYTES: u64 = 8 << 20;
 /// Writes raw bytes, as a crash or another program would leave them.
 fn write_raw(drive: &dyn Drive, offset_bytes: u64, bytes: &[u8]) {
     let mut ctx = IoCtx::without_ring();
-    drive.submit(
-        &mut ctx,
-        0,
-        DriveOp::Write {
-            offset_bytes,
-            buf: IoBuf::from_slice(bytes),
-        },
-    );
+    drive.submit(&mut ctx, 0, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(bytes) });
     let mut out = Vec::new();
     ctx.poll(&mut out, true);
-    assert_eq!(
-        out.pop().expect("memory drives complete at once").result,
-        Ok(())
-    );
+    assert_eq!(out.pop().expect("memory drives complete at once").result, Ok(()));
 }
 
 fn read_outcome(drive: &dyn Drive) -> (u64, u32, OtherCopy) {
@@ -661,11 +455,7 @@ fn a_blank_drive_reads_as_none_and_a_written_one_reads_back() {
     assert_eq!(metadata::read(&drive), Ok(None));
     let sb = superblock(full_config(5, 1), 3);
     metadata::write(&drive, &sb).unwrap();
-    let expected = ReadOutcome {
-        superblock: sb,
-        copy: 0,
-        other: OtherCopy::Agrees,
-    };
+    let expected = ReadOutcome { superblock: sb, copy: 0, other: OtherCopy::Agrees };
     assert_eq!(metadata::read(&drive), Ok(Some(expected)));
 }
 
@@ -678,27 +468,14 @@ fn newest_generation_wins_and_an_interrupted_write_is_survived() {
     assert_eq!(read_outcome(&drive), (2, 0, OtherCopy::Agrees));
     // Crash after copy 0 of generation 3 was flushed, before copy 1 was written.
     write_raw(&drive, 0, &encode(&generation(3), 0).unwrap());
-    assert_eq!(
-        read_outcome(&drive),
-        (3, 0, OtherCopy::Older { generation: 2 })
-    );
+    assert_eq!(read_outcome(&drive), (3, 0, OtherCopy::Older { generation: 2 }));
     // Crash while copy 0 of generation 4 was being written: its header landed, its payload not.
     let mut config = small_config(5, 4);
     config.vds[0].name = "renamed".into();
-    write_raw(
-        &drive,
-        0,
-        &encode(&superblock(config, 0), 0).unwrap()[..HEADER_BYTES],
-    );
+    write_raw(&drive, 0, &encode(&superblock(config, 0), 0).unwrap()[..HEADER_BYTES]);
     let (generation, copy, other) = read_outcome(&drive);
     assert_eq!((generation, copy), (2, 1), "the whole copy 1 is taken");
-    assert!(
-        matches!(
-            other,
-            OtherCopy::Invalid(MetadataError::PayloadChecksum { .. })
-        ),
-        "{other:?}"
-    );
+    assert!(matches!(other, OtherCopy::Invalid(MetadataError::PayloadChecksum { .. })), "{other:?}");
     // Only an older copy 1 beats a newer but torn copy 0; the next write repairs both.
     metadata::write(&drive, &superblock(small_config(5, 5), 0)).unwrap();
     assert_eq!(read_outcome(&drive), (5, 0, OtherCopy::Agrees));
@@ -706,22 +483,14 @@ fn newest_generation_wins_and_an_interrupted_write_is_survived() {
 
 #[test]
 fn garbage_over_either_copy_leaves_the_other_readable() {
-    let garbage: Vec<u8> = (0..COPY_AREA_BYTES as usize)
-        .map(|i| (i * 7 + 3) as u8)
-        .collect();
-    let no_magic = |bytes: &[u8]| MetadataError::BadMagic {
-        found: bytes[..8].try_into().unwrap(),
-    };
+    let garbage: Vec<u8> = (0..COPY_AREA_BYTES as usize).map(|i| (i * 7 + 3) as u8).collect();
+    let no_magic = |bytes: &[u8]| MetadataError::BadMagic { found: bytes[..8].try_into().unwrap() };
     for torn_copy in 0..2u32 {
         let drive = MemDrive::new(DRIVE_BYTES);
         metadata::write(&drive, &superblock(small_config(5, 9), 0)).unwrap();
         write_raw(&drive, u64::from(torn_copy) * COPY_AREA_BYTES, &garbage);
         let expected = (9, 1 - torn_copy, OtherCopy::Invalid(no_magic(&garbage)));
-        assert_eq!(
-            read_outcome(&drive),
-            expected,
-            "garbage over copy {torn_copy}"
-        );
+        assert_eq!(read_outcome(&drive), expected, "garbage over copy {torn_copy}");
     }
 }
 
@@ -733,20 +502,10 @@ fn a_drive_with_the_magic_but_no_valid_copy_is_an_error() {
         write_raw(&drive, copy * COPY_AREA_BYTES + 4096, &[0xEE; 4096]); // first payload block
     }
     match metadata::read(&drive) {
-        Err(MetadataError::NoValidCopy {
-            drive,
-            copy0,
-            copy1,
-        }) => {
+        Err(MetadataError::NoValidCopy { drive, copy0, copy1 }) => {
             assert_eq!(drive, "mem:8388608");
-            assert!(
-                matches!(*copy0, MetadataError::PayloadChecksum { .. }),
-                "{copy0:?}"
-            );
-            assert!(
-                matches!(*copy1, MetadataError::PayloadChecksum { .. }),
-                "{copy1:?}"
-            );
+            assert!(matches!(*copy0, MetadataError::PayloadChecksum { .. }), "{copy0:?}");
+            assert!(matches!(*copy1, MetadataError::PayloadChecksum { .. }), "{copy1:?}");
         }
         other => panic!("expected NoValidCopy, got {other:?}"),
     }
@@ -758,11 +517,7 @@ fn a_copy_found_in_the_wrong_place_is_not_trusted() {
     let sb = superblock(small_config(5, 9), 0);
     metadata::write(&drive, &sb).unwrap();
     write_raw(&drive, COPY_AREA_BYTES, &encode(&sb, 0).unwrap());
-    let mismatch = MetadataError::CopyIndexMismatch {
-        offset_bytes: COPY_AREA_BYTES,
-        expected: 1,
-        found: 0,
-    };
+    let mismatch = MetadataError::CopyIndexMismatch { offset_bytes: COPY_AREA_BYTES, expected: 1, found: 0 };
     assert_eq!(read_outcome(&drive), (9, 0, OtherCopy::Invalid(mismatch)));
 }
 
@@ -772,11 +527,7 @@ fn two_valid_copies_of_one_generation_that_differ_are_reported() {
     metadata::write(&drive, &superblock(small_config(5, 9), 0)).unwrap();
     let mut other = small_config(5, 9);
     other.vds[0].write_policy = WritePolicy::WriteThrough;
-    write_raw(
-        &drive,
-        COPY_AREA_BYTES,
-        &encode(&superblock(other, 0), 1).unwrap(),
-    );
+    write_raw(&drive, COPY_AREA_BYTES, &encode(&superblock(other, 0), 1).unwrap());
     assert_eq!(read_outcome(&drive), (9, 0, OtherCopy::Conflicts));
 }
 
@@ -793,16 +544,10 @@ fn clear_makes_a_drive_blank() {
 #[test]
 fn a_drive_smaller_than_the_metadata_area_is_refused() {
     let drive = MemDrive::new(3 << 20);
-    let expected = MetadataError::DriveTooSmall {
-        drive: "mem:3145728".into(),
-        capacity_bytes: 3 << 20,
-        needed_bytes: 4 << 20,
-    };
+    let expected =
+        MetadataError::DriveTooSmall { drive: "mem:3145728".into(), capacity_bytes: 3 << 20, needed_bytes: 4 << 20 };
     assert_eq!(metadata::read(&drive), Err(expected.clone()));
-    assert_eq!(
-        metadata::write(&drive, &superblock(small_config(1, 1), 0)),
-        Err(expected.clone())
-    );
+    assert_eq!(metadata::write(&drive, &superblock(small_config(1, 1), 0)), Err(expected.clone()));
     assert_eq!(metadata::clear(&drive), Err(expected));
 }
 
@@ -812,30 +557,19 @@ fn drive_errors_name_the_drive_and_the_step() {
     let sb = |generation| superblock(small_config(5, generation), 0);
     metadata::write(&faulty, &sb(1)).unwrap();
     // Copy 1 cannot be written: copy 0 already holds generation 2, which read then prefers.
-    faulty.set_faults(Faults {
-        write_error_ranges: vec![COPY_AREA_BYTES..COPY_AREA_BYTES + 1],
-        ..Faults::default()
-    });
+    let copy1_first_byte = COPY_AREA_BYTES..COPY_AREA_BYTES + 1;
+    faulty.set_faults(Faults { write_error_ranges: vec![copy1_first_byte], ..Faults::default() });
     let expected = MetadataError::Io {
         drive: "slot3".into(),
         action: "writing metadata copy 1 at byte 2097152".into(),
         error: DriveError::Io(libc::EIO),
     };
     assert_eq!(metadata::write(&faulty, &sb(2)), Err(expected));
-    assert_eq!(
-        read_outcome(&faulty),
-        (2, 0, OtherCopy::Older { generation: 1 })
-    );
+    assert_eq!(read_outcome(&faulty), (2, 0, OtherCopy::Older { generation: 1 }));
     faulty.set_failed(true);
-    let gone = |action: &str| MetadataError::Io {
-        drive: "slot3".into(),
-        action: action.into(),
-        error: DriveError::Gone,
-    };
-    assert_eq!(
-        metadata::clear(&faulty),
-        Err(gone("writing metadata copy 0 at byte 0"))
-    );
+    let gone =
+        |action: &str| MetadataError::Io { drive: "slot3".into(), action: action.into(), error: DriveError::Gone };
+    assert_eq!(metadata::clear(&faulty), Err(gone("writing metadata copy 0 at byte 0")));
     let expected = MetadataError::NoValidCopy {
         drive: "slot3".into(),
         copy0: Box::new(gone("reading metadata copy 0 at byte 0")),
@@ -847,34 +581,21 @@ fn drive_errors_name_the_drive_and_the_step() {
 #[test]
 fn slow_drives_are_waited_for() {
     let faulty = FaultyDrive::new(Arc::new(MemDrive::new(DRIVE_BYTES)));
-    faulty.set_faults(Faults {
-        latency: Some(Duration::from_millis(2)),
-        ..Faults::default()
-    });
+    faulty.set_faults(Faults { latency: Some(Duration::from_millis(2)), ..Faults::default() });
     let sb = superblock(small_config(5, 1), 0);
     metadata::write(&faulty, &sb).unwrap();
-    assert_eq!(
-        metadata::read(&faulty).unwrap().map(|o| o.superblock),
-        Some(sb)
-    );
+    assert_eq!(metadata::read(&faulty).unwrap().map(|o| o.superblock), Some(sb));
 }
 
 #[test]
 fn a_file_drive_keeps_metadata_across_reopening() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("member0");
-    let config = FileDriveConfig {
-        create_size_bytes: Some(DRIVE_BYTES),
-        ..FileDriveConfig::default()
-    };
+    let config = FileDriveConfig { create_size_bytes: Some(DRIVE_BYTES), ..FileDriveConfig::default() };
     let sb = superblock(full_config(5, 77), 0);
     metadata::write(&FileDrive::open(&path, &config).unwrap(), &sb).unwrap();
     let reopened = FileDrive::open(&path, &config).unwrap();
-    let expected = ReadOutcome {
-        superblock: sb,
-        copy: 0,
-        other: OtherCopy::Agrees,
-    };
+    let expected = ReadOutcome { superblock: sb, copy: 0, other: OtherCopy::Agrees };
     assert_eq!(metadata::read(&reopened), Ok(Some(expected)));
 }
 
@@ -889,25 +610,14 @@ fn found_superblocks(found: &[Found]) -> Vec<(usize, Superblock)> {
         config.vds[0].strip_size_bytes <<= variant;
         superblock(config, index as u32)
     };
-    found
-        .iter()
-        .enumerate()
-        .map(|(index, f)| (index, superblock_of(f, index)))
-        .collect()
+    found.iter().enumerate().map(|(index, f)| (index, superblock_of(f, index))).collect()
 }
 
 /// `c5 g2 current[0, 1] stale[2@g1] conflicting[3]`, leaving out empty lists but `current`.
 fn describe_group(group: &ConfigGroup) -> String {
-    let mut text = format!(
-        "c{} g{} current{:?}",
-        group.controller_id.0, group.config.generation, group.current
-    );
+    let mut text = format!("c{} g{} current{:?}", group.controller_id.0, group.config.generation, group.current);
     if !group.stale.is_empty() {
-        let stale: Vec<String> = group
-            .stale
-            .iter()
-            .map(|s| format!("{}@g{}", s.drive_index, s.generation))
-            .collect();
+        let stale: Vec<String> = group.stale.iter().map(|s| format!("{}@g{}", s.drive_index, s.generation)).collect();
         text += &format!(" stale[{}]", stale.join(", "));
     }
     if !group.conflicting.is_empty() {
@@ -917,44 +627,25 @@ fn describe_group(group: &ConfigGroup) -> String {
 }
 
 fn describe(assembly: &Assembly) -> String {
-    let ours = assembly
-        .ours
-        .as_ref()
-        .map_or("none".to_string(), describe_group);
+    let ours = assembly.ours.as_ref().map_or("none".to_string(), describe_group);
     let foreign: Vec<String> = assembly.foreign.iter().map(describe_group).collect();
     format!("ours {ours}; foreign [{}]", foreign.join("; "))
 }
 
 fn check_assembly(ours: Option<u128>, found: &[Found], expected: &str) {
     let assembly = assemble(ours.map(ControllerId), found_superblocks(found));
-    assert_eq!(
-        describe(&assembly),
-        expected,
-        "ours {ours:?}, found {found:?}"
-    );
+    assert_eq!(describe(&assembly), expected, "ours {ours:?}, found {found:?}");
     let superblocks = found_superblocks(found);
     for group in assembly.ours.iter().chain(&assembly.foreign) {
         let newest = group.current.first().map(|&i| &superblocks[i].1.config);
-        assert_eq!(
-            Some(&group.config),
-            newest,
-            "the group's config is its first current drive's"
-        );
+        assert_eq!(Some(&group.config), newest, "the group's config is its first current drive's");
     }
 }
 
 #[test]
 fn assembly_takes_the_newest_generation_and_lists_stale_members() {
-    check_assembly(
-        Some(5),
-        &[(5, 4, 0), (5, 4, 0), (5, 3, 0)],
-        "ours c5 g4 current[0, 1] stale[2@g3]; foreign []",
-    );
-    check_assembly(
-        Some(5),
-        &[(5, 1, 0), (5, 3, 0), (5, 2, 0)],
-        "ours c5 g3 current[1] stale[2@g2, 0@g1]; foreign []",
-    );
+    check_assembly(Some(5), &[(5, 4, 0), (5, 4, 0), (5, 3, 0)], "ours c5 g4 current[0, 1] stale[2@g3]; foreign []");
+    check_assembly(Some(5), &[(5, 1, 0), (5, 3, 0), (5, 2, 0)], "ours c5 g3 current[1] stale[2@g2, 0@g1]; foreign []");
     check_assembly(Some(5), &[(5, 7, 0)], "ours c5 g7 current[0]; foreign []");
     check_assembly(
         Some(5),
@@ -970,25 +661,13 @@ fn assembly_groups_foreign_controllers() {
         &[(5, 4, 0), (8, 2, 0), (6, 9, 0), (8, 3, 0), (5, 4, 0)],
         "ours c5 g4 current[0, 4]; foreign [c6 g9 current[2]; c8 g3 current[3] stale[1@g2]]",
     );
-    check_assembly(
-        Some(5),
-        &[(6, 1, 0)],
-        "ours none; foreign [c6 g1 current[0]]",
-    );
+    check_assembly(Some(5), &[(6, 1, 0)], "ours none; foreign [c6 g1 current[0]]");
     check_assembly(Some(5), &[], "ours none; foreign []");
 }
 
 #[test]
 fn assembly_without_an_id_adopts_only_a_single_controller() {
-    check_assembly(
-        None,
-        &[(6, 2, 0), (6, 1, 0)],
-        "ours c6 g2 current[0] stale[1@g1]; foreign []",
-    );
-    check_assembly(
-        None,
-        &[(6, 2, 0), (7, 9, 0)],
-        "ours none; foreign [c6 g2 current[0]; c7 g9 current[1]]",
-    );
+    check_assembly(None, &[(6, 2, 0), (6, 1, 0)], "ours c6 g2 current[0] stale[1@g1]; foreign []");
+    check_assembly(None, &[(6, 2, 0), (7, 9, 0)], "ours none; foreign [c6 g2 current[0]; c7 g9 current[1]]");
     check_assembly(None, &[], "ours none; foreign []");
 }

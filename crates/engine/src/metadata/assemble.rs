@@ -11,6 +11,7 @@
 //!    a controller whose id was lost), the only id present is adopted; with several, none is,
 //!    because picking one would silently choose between two arrays: all are foreign then.
 //! 4. Every other group is a foreign configuration, which the user may import or clear.
+//!
 //! Drives without metadata never reach this function: the caller lists them as unconfigured.
 
 use super::Superblock;
@@ -54,10 +55,7 @@ pub struct Assembly {
 pub fn assemble(ours: Option<ControllerId>, found: Vec<(usize, Superblock)>) -> Assembly {
     let mut by_controller: BTreeMap<ControllerId, Vec<(usize, Superblock)>> = BTreeMap::new();
     for (drive_index, superblock) in found {
-        by_controller
-            .entry(superblock.controller_id)
-            .or_default()
-            .push((drive_index, superblock));
+        by_controller.entry(superblock.controller_id).or_default().push((drive_index, superblock));
     }
     let adopted = match ours {
         Some(id) => Some(id),
@@ -93,11 +91,5 @@ fn group(mut drives: Vec<(usize, Superblock)>) -> ConfigGroup {
             conflicting.push(*drive_index);
         }
     }
-    ConfigGroup {
-        controller_id,
-        config,
-        current,
-        stale,
-        conflicting,
-    }
+    ConfigGroup { controller_id, config, current, stale, conflicting }
 }

@@ -7,8 +7,8 @@
 
 use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX};
 use crate::config::{
-    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy,
-    ReadPolicy, VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
+    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
+    WritePolicy, VD_NAME_BYTES_MAX,
 };
 use layout::Level;
 use std::ops::Range;
@@ -146,10 +146,7 @@ pub(crate) mod vd_record {
     ];
     const _: () = assert!(BYTES == 64);
     const _: () = assert!(super::tiles(&ALL, BYTES));
-    const _: () = assert!(
-        VD_NAME_BYTES_MAX <= u8::MAX as usize,
-        "name_len is one byte"
-    );
+    const _: () = assert!(VD_NAME_BYTES_MAX <= u8::MAX as usize, "name_len is one byte");
 }
 
 /// The fixed part of a hot spare record; `dedicated_count` u32 drive groups follow it.
@@ -181,7 +178,7 @@ pub fn encode(sb: &Superblock, copy: u32) -> Result<Vec<u8>, MetadataError> {
     let mut bytes = vec![0u8; HEADER_BYTES + padded_bytes];
     bytes[HEADER_BYTES..HEADER_BYTES + payload.len()].copy_from_slice(&payload);
     encode_header(sb, copy, &payload, &mut bytes[..HEADER_BYTES]);
-    debug_assert_eq!(bytes.len() % BLOCK_BYTES, 0);
+    debug_assert!(bytes.len().is_multiple_of(BLOCK_BYTES));
     Ok(bytes)
 }
 
@@ -191,55 +188,30 @@ fn check_superblock(sb: &Superblock, copy: u32) -> Result<(), MetadataError> {
     }
     if sb.controller_id != sb.config.controller_id {
         let (superblock, config) = (sb.controller_id.0, sb.config.controller_id.0);
-        return Err(MetadataError::SuperblockMismatch {
-            field: "controller_id",
-            superblock,
-            config,
-        });
+        return Err(MetadataError::SuperblockMismatch { field: "controller_id", superblock, config });
     }
     if sb.generation != sb.config.generation {
         let (superblock, config) = (sb.generation.into(), sb.config.generation.into());
-        return Err(MetadataError::SuperblockMismatch {
-            field: "generation",
-            superblock,
-            config,
-        });
+        return Err(MetadataError::SuperblockMismatch { field: "generation", superblock, config });
     }
     Ok(())
 }
 
 fn encode_header(sb: &Superblock, copy: u32, payload: &[u8], out: &mut [u8]) {
     assert_eq!(out.len(), HEADER_BYTES);
-    let payload_bytes =
-        u32::try_from(payload.len()).expect("payload length checked against the copy area");
+    let payload_bytes = u32::try_from(payload.len()).expect("payload length checked against the copy area");
     put(out, header::MAGIC, &MAGIC);
     put(out, header::VERSION, &FORMAT_VERSION.to_le_bytes());
     put(out, header::FLAGS, &0u32.to_le_bytes());
-    put(
-        out,
-        header::CONTROLLER_ID,
-        &sb.controller_id.0.to_le_bytes(),
-    );
+    put(out, header::CONTROLLER_ID, &sb.controller_id.0.to_le_bytes());
     put(out, header::DRIVE_ID, &sb.drive_id.0.to_le_bytes());
     put(out, header::SLOT, &sb.slot.to_le_bytes());
     put(out, header::COPY_INDEX, &copy.to_le_bytes());
     put(out, header::GENERATION, &sb.generation.to_le_bytes());
-    put(
-        out,
-        header::CAPACITY_BYTES,
-        &sb.capacity_bytes.to_le_bytes(),
-    );
+    put(out, header::CAPACITY_BYTES, &sb.capacity_bytes.to_le_bytes());
     put(out, header::PAYLOAD_BYTES, &payload_bytes.to_le_bytes());
-    put(
-        out,
-        header::PAYLOAD_CRC32C,
-        &crc32c::crc32c(payload).to_le_bytes(),
-    );
-    put(
-        out,
-        header::WRITTEN_UNIX_NS,
-        &sb.written_unix_ns.to_le_bytes(),
-    );
+    put(out, header::PAYLOAD_CRC32C, &crc32c::crc32c(payload).to_le_bytes());
+    put(out, header::WRITTEN_UNIX_NS, &sb.written_unix_ns.to_le_bytes());
     let header_crc32c = crc32c::crc32c(&out[..header::HEADER_CRC32C.offset]);
     put(out, header::HEADER_CRC32C, &header_crc32c.to_le_bytes());
 }
@@ -247,17 +219,11 @@ fn encode_header(sb: &Superblock, copy: u32, payload: &[u8], out: &mut [u8]) {
 /// The payload's exact size, computed before encoding so that an oversized one is refused
 /// before anything is allocated or written.
 fn payload_len_bytes(config: &ControllerConfig) -> usize {
-    let vds: usize = config
-        .vds
-        .iter()
-        .map(|vd| vd_record::BYTES + LIST_ENTRY_BYTES * vd.member_slots.len())
-        .sum();
+    let vds: usize = config.vds.iter().map(|vd| vd_record::BYTES + LIST_ENTRY_BYTES * vd.member_slots.len()).sum();
     let hot_spares: usize = config
         .hot_spares
         .iter()
-        .map(|spare| {
-            hot_spare_record::BYTES + LIST_ENTRY_BYTES * spare.dedicated_drive_groups.len()
-        })
+        .map(|spare| hot_spare_record::BYTES + LIST_ENTRY_BYTES * spare.dedicated_drive_groups.len())
         .sum();
     counts::BYTES + drive_record::BYTES * config.drives.len() + vds + hot_spares
 }
@@ -268,45 +234,20 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     }
     let payload_bytes = payload_len_bytes(config);
     if payload_bytes > PAYLOAD_BYTES_MAX {
-        return Err(MetadataError::ConfigTooLarge {
-            payload_bytes,
-            max_bytes: PAYLOAD_BYTES_MAX,
-        });
+        return Err(MetadataError::ConfigTooLarge { payload_bytes, max_bytes: PAYLOAD_BYTES_MAX });
     }
     // Every count is below the payload size, which fits in a u32.
     let count = |len: usize| u32::try_from(len).expect("bounded by the payload size");
     let mut out = Vec::with_capacity(payload_bytes);
     let mut fixed = [0u8; counts::BYTES];
-    put(
-        &mut fixed,
-        counts::DRIVE_COUNT,
-        &count(config.drives.len()).to_le_bytes(),
-    );
-    put(
-        &mut fixed,
-        counts::VD_COUNT,
-        &count(config.vds.len()).to_le_bytes(),
-    );
-    put(
-        &mut fixed,
-        counts::HOT_SPARE_COUNT,
-        &count(config.hot_spares.len()).to_le_bytes(),
-    );
+    put(&mut fixed, counts::DRIVE_COUNT, &count(config.drives.len()).to_le_bytes());
+    put(&mut fixed, counts::VD_COUNT, &count(config.vds.len()).to_le_bytes());
+    put(&mut fixed, counts::HOT_SPARE_COUNT, &count(config.hot_spares.len()).to_le_bytes());
     out.extend_from_slice(&fixed);
-    config
-        .drives
-        .iter()
-        .for_each(|drive| encode_drive(drive, &mut out));
+    config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
-    config
-        .hot_spares
-        .iter()
-        .for_each(|spare| encode_hot_spare(spare, &mut out));
-    assert_eq!(
-        out.len(),
-        payload_bytes,
-        "payload_len_bytes agrees with the encoder"
-    );
+    config.hot_spares.iter().for_each(|spare| encode_hot_spare(spare, &mut out));
+    assert_eq!(out.len(), payload_bytes, "payload_len_bytes agrees with the encoder");
     Ok(out)
 }
 
@@ -314,16 +255,8 @@ fn encode_drive(drive: &DriveRecord, out: &mut Vec<u8>) {
     let mut fixed = [0u8; drive_record::BYTES];
     put(&mut fixed, drive_record::SLOT, &drive.slot.to_le_bytes());
     put(&mut fixed, drive_record::STATE, &[drive.state.code()]);
-    put(
-        &mut fixed,
-        drive_record::DRIVE_ID,
-        &drive.drive_id.0.to_le_bytes(),
-    );
-    put(
-        &mut fixed,
-        drive_record::CAPACITY_BYTES,
-        &drive.capacity_bytes.to_le_bytes(),
-    );
+    put(&mut fixed, drive_record::DRIVE_ID, &drive.drive_id.0.to_le_bytes());
+    put(&mut fixed, drive_record::CAPACITY_BYTES, &drive.capacity_bytes.to_le_bytes());
     out.extend_from_slice(&fixed);
 }
 
@@ -331,70 +264,31 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
     let name = vd.name.as_bytes();
     let mut fixed = [0u8; vd_record::BYTES];
     put(&mut fixed, vd_record::VD_ID, &vd.vd_id.to_le_bytes());
-    put(
-        &mut fixed,
-        vd_record::DRIVE_GROUP,
-        &vd.drive_group.to_le_bytes(),
-    );
+    put(&mut fixed, vd_record::DRIVE_GROUP, &vd.drive_group.to_le_bytes());
     put(&mut fixed, vd_record::LEVEL, &[vd.level.code()]);
-    put(
-        &mut fixed,
-        vd_record::WRITE_POLICY,
-        &[vd.write_policy.code()],
-    );
+    put(&mut fixed, vd_record::WRITE_POLICY, &[vd.write_policy.code()]);
     put(&mut fixed, vd_record::READ_POLICY, &[vd.read_policy.code()]);
     put(&mut fixed, vd_record::IO_POLICY, &[vd.io_policy.code()]);
-    put(
-        &mut fixed,
-        vd_record::DRIVES_PER_SPAN,
-        &vd.drives_per_span.to_le_bytes(),
-    );
-    put(
-        &mut fixed,
-        vd_record::STRIP_SIZE_BYTES,
-        &vd.strip_size_bytes.to_le_bytes(),
-    );
-    put(
-        &mut fixed,
-        vd_record::MEMBER_COUNT,
-        &(vd.member_slots.len() as u32).to_le_bytes(),
-    );
+    put(&mut fixed, vd_record::DRIVES_PER_SPAN, &vd.drives_per_span.to_le_bytes());
+    put(&mut fixed, vd_record::STRIP_SIZE_BYTES, &vd.strip_size_bytes.to_le_bytes());
+    put(&mut fixed, vd_record::MEMBER_COUNT, &(vd.member_slots.len() as u32).to_le_bytes());
     put(&mut fixed, vd_record::NAME_LEN, &[name.len() as u8]);
     fixed[vd_record::NAME.offset..][..name.len()].copy_from_slice(name);
     out.extend_from_slice(&fixed);
-    vd.member_slots
-        .iter()
-        .for_each(|slot| out.extend_from_slice(&slot.to_le_bytes()));
+    vd.member_slots.iter().for_each(|slot| out.extend_from_slice(&slot.to_le_bytes()));
 }
 
 fn encode_hot_spare(spare: &HotSpareRecord, out: &mut Vec<u8>) {
     let mut fixed = [0u8; hot_spare_record::BYTES];
-    put(
-        &mut fixed,
-        hot_spare_record::SLOT,
-        &spare.slot.to_le_bytes(),
-    );
+    put(&mut fixed, hot_spare_record::SLOT, &spare.slot.to_le_bytes());
     let dedicated_count = spare.dedicated_drive_groups.len() as u32;
-    put(
-        &mut fixed,
-        hot_spare_record::DEDICATED_COUNT,
-        &dedicated_count.to_le_bytes(),
-    );
+    put(&mut fixed, hot_spare_record::DEDICATED_COUNT, &dedicated_count.to_le_bytes());
     out.extend_from_slice(&fixed);
-    spare
-        .dedicated_drive_groups
-        .iter()
-        .for_each(|group| out.extend_from_slice(&group.to_le_bytes()));
+    spare.dedicated_drive_groups.iter().for_each(|group| out.extend_from_slice(&group.to_le_bytes()));
 }
 
 fn put(out: &mut [u8], field: Field, bytes: &[u8]) {
-    assert_eq!(
-        bytes.len(),
-        field.size,
-        "field `{}` is {} bytes",
-        field.name,
-        field.size
-    );
+    assert_eq!(bytes.len(), field.size, "field `{}` is {} bytes", field.name, field.size);
     out[field.range()].copy_from_slice(bytes);
 }
 
@@ -422,11 +316,7 @@ pub(crate) fn decode_copy(bytes: &[u8]) -> Result<(Superblock, u32), MetadataErr
     let computed = crc32c::crc32c(payload);
     if computed != fields.payload_crc32c {
         let payload_bytes = payload.len();
-        return Err(MetadataError::PayloadChecksum {
-            payload_bytes,
-            stored: fields.payload_crc32c,
-            computed,
-        });
+        return Err(MetadataError::PayloadChecksum { payload_bytes, stored: fields.payload_crc32c, computed });
     }
     let config = decode_payload(payload, fields.controller_id, fields.generation)?;
     let superblock = Superblock {
@@ -441,18 +331,12 @@ pub(crate) fn decode_copy(bytes: &[u8]) -> Result<(Superblock, u32), MetadataErr
     Ok((superblock, fields.copy))
 }
 
-fn take_prefix<'a>(
-    bytes: &'a [u8],
-    len_bytes: usize,
-    what: &str,
-) -> Result<&'a [u8], MetadataError> {
-    bytes
-        .get(..len_bytes)
-        .ok_or_else(|| MetadataError::Truncated {
-            what: what.to_string(),
-            needed_bytes: len_bytes,
-            available_bytes: bytes.len(),
-        })
+fn take_prefix<'a>(bytes: &'a [u8], len_bytes: usize, what: &str) -> Result<&'a [u8], MetadataError> {
+    bytes.get(..len_bytes).ok_or_else(|| MetadataError::Truncated {
+        what: what.to_string(),
+        needed_bytes: len_bytes,
+        available_bytes: bytes.len(),
+    })
 }
 
 /// The header's fields, checked.
@@ -476,10 +360,7 @@ fn decode_header(bytes: &[u8]) -> Result<HeaderFields, MetadataError> {
     }
     let version = get_u32(bytes, header::VERSION);
     if version != FORMAT_VERSION {
-        return Err(MetadataError::UnknownVersion {
-            found: version,
-            supported: FORMAT_VERSION,
-        });
+        return Err(MetadataError::UnknownVersion { found: version, supported: FORMAT_VERSION });
     }
     let stored = get_u32(bytes, header::HEADER_CRC32C);
     let computed = crc32c::crc32c(&bytes[..header::HEADER_CRC32C.offset]);
@@ -513,10 +394,7 @@ fn check_header_fields(bytes: &[u8]) -> Result<(), MetadataError> {
     check_zero(bytes, header::RESERVED, || "header".to_string())?;
     let payload_bytes = get_u32(bytes, header::PAYLOAD_BYTES) as usize;
     if payload_bytes > PAYLOAD_BYTES_MAX {
-        return Err(MetadataError::PayloadTooLong {
-            payload_bytes,
-            max_bytes: PAYLOAD_BYTES_MAX,
-        });
+        return Err(MetadataError::PayloadTooLong { payload_bytes, max_bytes: PAYLOAD_BYTES_MAX });
     }
     Ok(())
 }
@@ -526,10 +404,7 @@ fn decode_payload(
     controller_id: ControllerId,
     generation: u64,
 ) -> Result<ControllerConfig, MetadataError> {
-    let mut reader = Reader {
-        bytes: payload,
-        position_bytes: 0,
-    };
+    let mut reader = Reader { bytes: payload, position_bytes: 0 };
     let fixed = reader.take(counts::BYTES, || "the record counts".to_string())?;
     check_zero(fixed, counts::RESERVED, || "record counts".to_string())?;
     let drive_count = get_u32(fixed, counts::DRIVE_COUNT);
@@ -537,35 +412,21 @@ fn decode_payload(
     let hot_spare_count = get_u32(fixed, counts::HOT_SPARE_COUNT);
     // Records are decoded one at a time, so a corrupt count fails as Truncated before it can
     // make us allocate much.
-    let drives = (0..drive_count)
-        .map(|index| decode_drive(&mut reader, index, drive_count))
-        .collect::<Result<_, _>>()?;
-    let vds = (0..vd_count)
-        .map(|index| decode_vd(&mut reader, index, vd_count))
-        .collect::<Result<_, _>>()?;
+    let drives =
+        (0..drive_count).map(|index| decode_drive(&mut reader, index, drive_count)).collect::<Result<_, _>>()?;
+    let vds = (0..vd_count).map(|index| decode_vd(&mut reader, index, vd_count)).collect::<Result<_, _>>()?;
     let hot_spares = (0..hot_spare_count)
         .map(|index| decode_hot_spare(&mut reader, index, hot_spare_count))
         .collect::<Result<_, _>>()?;
     if reader.position_bytes != payload.len() {
-        return Err(MetadataError::TrailingBytes {
-            payload_bytes: payload.len(),
-            parsed_bytes: reader.position_bytes,
-        });
+        return Err(MetadataError::TrailingBytes { payload_bytes: payload.len(), parsed_bytes: reader.position_bytes });
     }
-    Ok(ControllerConfig {
-        controller_id,
-        generation,
-        drives,
-        vds,
-        hot_spares,
-    })
+    Ok(ControllerConfig { controller_id, generation, drives, vds, hot_spares })
 }
 
 fn decode_drive(reader: &mut Reader, index: u32, count: u32) -> Result<DriveRecord, MetadataError> {
     let record = || format!("drive record {index}");
-    let fixed = reader.take(drive_record::BYTES, || {
-        format!("drive record {index} of {count}")
-    })?;
+    let fixed = reader.take(drive_record::BYTES, || format!("drive record {index} of {count}"))?;
     check_zero(fixed, drive_record::RESERVED, record)?;
     let state = decode_code(fixed, drive_record::STATE, record)?;
     Ok(DriveRecord {
@@ -587,9 +448,8 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32) -> Result<VdRecord, Me
     let io_policy = decode_code(fixed, vd_record::IO_POLICY, record)?;
     let name = decode_name(fixed, record)?;
     let member_count = get_u32(fixed, vd_record::MEMBER_COUNT);
-    let member_slots = reader.take_u32_list(member_count, || {
-        format!("member slots of vd record {index} (vd {vd_id})")
-    })?;
+    let member_slots =
+        reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
     Ok(VdRecord {
         vd_id,
         drive_group: get_u32(fixed, vd_record::DRIVE_GROUP),
@@ -611,45 +471,25 @@ fn decode_name(fixed: &[u8], record: impl Fn() -> String) -> Result<String, Meta
     let field = &fixed[vd_record::NAME.range()];
     if field[len_bytes..].iter().any(|&b| b != 0) {
         let offset_bytes = vd_record::NAME.offset + len_bytes;
-        return Err(MetadataError::ReservedNotZero {
-            record: record(),
-            field: "name padding",
-            offset_bytes,
-        });
+        return Err(MetadataError::ReservedNotZero { record: record(), field: "name padding", offset_bytes });
     }
     match std::str::from_utf8(&field[..len_bytes]) {
         Ok(name) => Ok(name.to_string()),
-        Err(error) => Err(MetadataError::NameNotUtf8 {
-            record: record(),
-            error,
-        }),
+        Err(error) => Err(MetadataError::NameNotUtf8 { record: record(), error }),
     }
 }
 
-fn decode_hot_spare(
-    reader: &mut Reader,
-    index: u32,
-    count: u32,
-) -> Result<HotSpareRecord, MetadataError> {
-    let fixed = reader.take(hot_spare_record::BYTES, || {
-        format!("hot spare record {index} of {count}")
-    })?;
+fn decode_hot_spare(reader: &mut Reader, index: u32, count: u32) -> Result<HotSpareRecord, MetadataError> {
+    let fixed = reader.take(hot_spare_record::BYTES, || format!("hot spare record {index} of {count}"))?;
     let dedicated_count = get_u32(fixed, hot_spare_record::DEDICATED_COUNT);
     let what = || format!("dedicated drive groups of hot spare record {index}");
     let dedicated_drive_groups = reader.take_u32_list(dedicated_count, what)?;
-    Ok(HotSpareRecord {
-        slot: get_u32(fixed, hot_spare_record::SLOT),
-        dedicated_drive_groups,
-    })
+    Ok(HotSpareRecord { slot: get_u32(fixed, hot_spare_record::SLOT), dedicated_drive_groups })
 }
 
 fn check_name_len(len_bytes: usize, record: impl Fn() -> String) -> Result<(), MetadataError> {
     if len_bytes > VD_NAME_BYTES_MAX {
-        return Err(MetadataError::NameTooLong {
-            record: record(),
-            len_bytes,
-            max_bytes: VD_NAME_BYTES_MAX,
-        });
+        return Err(MetadataError::NameTooLong { record: record(), len_bytes, max_bytes: VD_NAME_BYTES_MAX });
     }
     Ok(())
 }
@@ -658,18 +498,12 @@ fn vd_record_name(index: usize, vd_id: u32) -> String {
     format!("vd record {index} (vd {vd_id})")
 }
 
-fn check_zero(
-    bytes: &[u8],
-    field: Field,
-    record: impl Fn() -> String,
-) -> Result<(), MetadataError> {
+fn check_zero(bytes: &[u8], field: Field, record: impl Fn() -> String) -> Result<(), MetadataError> {
     match bytes[field.range()].iter().position(|&b| b != 0) {
         None => Ok(()),
-        Some(at) => Err(MetadataError::ReservedNotZero {
-            record: record(),
-            field: field.name,
-            offset_bytes: field.offset + at,
-        }),
+        Some(at) => {
+            Err(MetadataError::ReservedNotZero { record: record(), field: field.name, offset_bytes: field.offset + at })
+        }
     }
 }
 
@@ -680,47 +514,25 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(
-        &mut self,
-        len_bytes: usize,
-        what: impl FnOnce() -> String,
-    ) -> Result<&'a [u8], MetadataError> {
-        let end = self
-            .position_bytes
-            .checked_add(len_bytes)
-            .filter(|&end| end <= self.bytes.len());
+    fn take(&mut self, len_bytes: usize, what: impl FnOnce() -> String) -> Result<&'a [u8], MetadataError> {
+        let end = self.position_bytes.checked_add(len_bytes).filter(|&end| end <= self.bytes.len());
         let Some(end) = end else {
             let needed_bytes = self.position_bytes.saturating_add(len_bytes);
-            return Err(MetadataError::Truncated {
-                what: what(),
-                needed_bytes,
-                available_bytes: self.bytes.len(),
-            });
+            return Err(MetadataError::Truncated { what: what(), needed_bytes, available_bytes: self.bytes.len() });
         };
         let taken = &self.bytes[self.position_bytes..end];
         self.position_bytes = end;
         Ok(taken)
     }
 
-    fn take_u32_list(
-        &mut self,
-        count: u32,
-        what: impl FnOnce() -> String,
-    ) -> Result<Vec<u32>, MetadataError> {
+    fn take_u32_list(&mut self, count: u32, what: impl FnOnce() -> String) -> Result<Vec<u32>, MetadataError> {
         let bytes = self.take(count as usize * LIST_ENTRY_BYTES, what)?;
-        Ok(bytes
-            .chunks_exact(LIST_ENTRY_BYTES)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect())
+        Ok(bytes.chunks_exact(LIST_ENTRY_BYTES).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
     }
 }
 
 fn get<const N: usize>(bytes: &[u8], field: Field) -> [u8; N] {
-    assert_eq!(
-        N, field.size,
-        "field `{}` is {} bytes",
-        field.name, field.size
-    );
+    assert_eq!(N, field.size, "field `{}` is {} bytes", field.name, field.size);
     bytes[field.range()].try_into().expect("size checked")
 }
 
@@ -750,24 +562,11 @@ pub(crate) trait Code: Copy + PartialEq + std::fmt::Debug + 'static {
 
 /// Decodes the one-byte code in `field`, naming the record, the field and the known codes
 /// when it is unknown.
-fn decode_code<T: Code>(
-    fixed: &[u8],
-    field: Field,
-    record: impl Fn() -> String,
-) -> Result<T, MetadataError> {
+fn decode_code<T: Code>(fixed: &[u8], field: Field, record: impl Fn() -> String) -> Result<T, MetadataError> {
     let code = get::<1>(fixed, field)[0];
     T::from_code(code).ok_or_else(|| {
-        let known = T::ALL
-            .iter()
-            .map(|v| format!("{} ({})", v.code(), v.short_name()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        MetadataError::UnknownCode {
-            record: record(),
-            field: field.name,
-            code,
-            known,
-        }
+        let known = T::ALL.iter().map(|v| format!("{} ({})", v.code(), v.short_name())).collect::<Vec<_>>().join(", ");
+        MetadataError::UnknownCode { record: record(), field: field.name, code, known }
     })
 }
 
