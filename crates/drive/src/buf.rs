@@ -16,14 +16,102 @@ pub const BUF_ALIGN_BYTES: usize = 4096;
 struct Allocation {
     ptr: NonNull<u8>,
     layout: Layout,
+    /// Where the memory goes back to when the last view is dropped; freed if `None`.
+    pool: Option<Arc<PoolShared>>,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            if pool.give_back(self.ptr, self.layout) {
+                return;
+            }
+        }
         // SAFETY: ptr was returned by alloc_zeroed with this exact layout and is freed once,
-        // when the last IoBuf view (the last Arc) goes away.
+        // when the last IoBuf view (the last Arc) goes away and no pool took it back.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
+}
+
+/// A pool of I/O buffers by power-of-two size class, so that a frontend serving 1 MiB requests
+/// does not map, fault in, zero and unmap a megabyte per request. Buffers come back when the
+/// last view of them is dropped, from any thread.
+#[derive(Clone)]
+pub struct BufPool {
+    shared: Arc<PoolShared>,
+}
+
+struct PoolShared {
+    /// Free allocations per class; class `c` holds `BUF_ALIGN_BYTES << c` bytes.
+    classes: Vec<std::sync::Mutex<Vec<NonNull<u8>>>>,
+    /// Bytes the pool may keep idle per class.
+    idle_bytes_max_per_class: usize,
+}
+
+// SAFETY: the pointers are exclusively owned idle allocations, moved between threads whole.
+unsafe impl Send for PoolShared {}
+unsafe impl Sync for PoolShared {}
+
+/// The largest pooled buffer; larger ones are allocated and freed each time.
+const POOL_CLASS_BYTES_MAX: usize = 32 << 20;
+
+impl BufPool {
+    /// A pool that keeps at most `idle_bytes_max_per_class` idle in each size class.
+    pub fn new(idle_bytes_max_per_class: usize) -> BufPool {
+        let class_count = (POOL_CLASS_BYTES_MAX / BUF_ALIGN_BYTES).trailing_zeros() as usize + 1;
+        let classes = (0..class_count).map(|_| std::sync::Mutex::new(Vec::new())).collect();
+        BufPool { shared: Arc::new(PoolShared { classes, idle_bytes_max_per_class }) }
+    }
+
+    /// A buffer of `len_bytes` whose contents are whatever its last user left (not zeroed).
+    pub fn take(&self, len_bytes: usize) -> IoBuf {
+        let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES).next_power_of_two();
+        if size > POOL_CLASS_BYTES_MAX {
+            return IoBuf::zeroed(len_bytes);
+        }
+        let class = (size / BUF_ALIGN_BYTES).trailing_zeros() as usize;
+        let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("pool class layout");
+        let reused = self.shared.classes[class].lock().expect("pool lock").pop();
+        let ptr = reused.unwrap_or_else(|| allocate_zeroed(layout));
+        let allocation = Allocation { ptr, layout, pool: Some(Arc::clone(&self.shared)) };
+        IoBuf { allocation: Arc::new(allocation), start_bytes: 0, len_bytes }
+    }
+}
+
+impl PoolShared {
+    /// Keeps an allocation for reuse if its class has room. Returns whether it was kept.
+    fn give_back(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
+        let size = layout.size();
+        if !size.is_power_of_two() || size > POOL_CLASS_BYTES_MAX {
+            return false;
+        }
+        let class = (size / BUF_ALIGN_BYTES).trailing_zeros() as usize;
+        let mut idle = self.classes[class].lock().expect("pool lock");
+        if (idle.len() + 1) * size > self.idle_bytes_max_per_class.max(size) {
+            return false;
+        }
+        idle.push(ptr);
+        true
+    }
+}
+
+impl Drop for PoolShared {
+    fn drop(&mut self) {
+        for (class, idle) in self.classes.iter_mut().enumerate() {
+            let layout = Layout::from_size_align(BUF_ALIGN_BYTES << class, BUF_ALIGN_BYTES).expect("pool class layout");
+            for ptr in idle.get_mut().expect("pool lock").drain(..) {
+                // SAFETY: every idle pointer was allocated with its class's layout and is owned
+                // by the pool alone.
+                unsafe { alloc::dealloc(ptr.as_ptr(), layout) }
+            }
+        }
+    }
+}
+
+fn allocate_zeroed(layout: Layout) -> NonNull<u8> {
+    // SAFETY: layout has non-zero size.
+    let raw = unsafe { alloc::alloc_zeroed(layout) };
+    NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout))
 }
 
 // SAFETY: the allocation is plain memory; access is coordinated by IoBuf, whose views are
@@ -46,10 +134,8 @@ impl IoBuf {
     pub fn zeroed(len_bytes: usize) -> IoBuf {
         let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES);
         let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("buffer size overflows");
-        // SAFETY: layout has non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw) else { alloc::handle_alloc_error(layout) };
-        IoBuf { allocation: Arc::new(Allocation { ptr, layout }), start_bytes: 0, len_bytes }
+        let ptr = allocate_zeroed(layout);
+        IoBuf { allocation: Arc::new(Allocation { ptr, layout, pool: None }), start_bytes: 0, len_bytes }
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -164,6 +250,20 @@ mod tests {
         let joined = IoBuf::join([whole, middle, last]);
         let expected: Vec<u8> = [1u8, 2, 3].iter().flat_map(|&b| std::iter::repeat_n(b, 4096)).collect();
         assert_eq!(joined.as_slice(), &expected[..]);
+    }
+
+    #[test]
+    fn pooled_buffers_come_back_and_are_reused_up_to_the_idle_limit() {
+        let pool = BufPool::new(2 << 20);
+        let mut first = pool.take(1 << 20);
+        let address = first.as_ptr() as usize;
+        let second_half = first.split_off(512 << 10);
+        drop(first);
+        drop(second_half); // the last view returns the allocation
+        assert_eq!(pool.take(1000 << 10).as_ptr() as usize, address, "same class, reused");
+        let many: Vec<IoBuf> = (0..4).map(|_| pool.take(1 << 20)).collect();
+        drop(many); // only two fit under the 2 MiB idle limit; the rest are freed
+        assert_eq!(pool.shared.classes[8].lock().unwrap().len(), 2);
     }
 
     #[test]

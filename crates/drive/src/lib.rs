@@ -21,7 +21,7 @@ mod faulty;
 mod file;
 mod mem;
 
-pub use buf::{IoBuf, BUF_ALIGN_BYTES};
+pub use buf::{BufPool, IoBuf, BUF_ALIGN_BYTES};
 pub use ctx::{IoCtx, IoCtxConfig, ShardWaker};
 pub use emulated::{Clock, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, RealClock, VirtualClock};
 pub use faulty::{FaultyDrive, Faults};

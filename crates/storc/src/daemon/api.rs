@@ -17,6 +17,7 @@ pub struct AppState {
     pub nbd: nbd::Server,
     /// `nbd+unix:///{}?socket=...` style templates; `{}` is replaced by the export name.
     pub endpoint_templates: Vec<String>,
+    pub pool: drive::BufPool,
 }
 
 type Shared = Arc<AppState>;
@@ -321,7 +322,7 @@ pub fn refresh_exports(state: &AppState) {
         .vds()
         .into_iter()
         .map(|(record, vd)| {
-            let device = super::export::VdDevice { engine: Arc::clone(state.controller.engine()), vd };
+            let device = super::export::VdDevice { engine: Arc::clone(state.controller.engine()), vd, pool: state.pool.clone() };
             let description = format!("storc v{} {}", record.vd_id, record.level);
             nbd::Export::new(record.name.clone(), Arc::new(super::export::SharedVdDevice(Arc::new(device)))).with_description(description)
         })

@@ -1,6 +1,6 @@
 //! A virtual drive as an NBD export: the one place where NBD requests become engine requests.
 
-use drive::IoBuf;
+use drive::{BufPool, IoBuf};
 use engine::{Engine, VdError, VdRequest, VirtualDrive};
 use nbd::{BlockDevice, Done, IoError, ReadDone};
 use std::sync::Arc;
@@ -11,6 +11,8 @@ const ZEROES_CHUNK_BYTES: u64 = 4 << 20;
 pub struct VdDevice {
     pub engine: Arc<Engine>,
     pub vd: Arc<VirtualDrive>,
+    /// Shared by every export: request buffers are reused, not mapped and zeroed each time.
+    pub pool: BufPool,
 }
 
 fn io_error(error: &VdError) -> IoError {
@@ -63,7 +65,8 @@ impl BlockDevice for SharedVdDevice {
     }
 
     fn alloc(&self, len_bytes: usize) -> IoBuf {
-        IoBuf::zeroed(len_bytes)
+        // Not zeroed: the server fills it from the socket (writes) or the engine does (reads).
+        self.0.pool.take(len_bytes)
     }
 
     /// A flush goes to every member drive, so it covers writes from every connection.

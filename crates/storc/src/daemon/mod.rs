@@ -15,6 +15,10 @@ use layout::{Level, KIB};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Idle NBD request buffers kept per size class (the NBD server bounds payload in flight per
+/// connection at 64 MiB, so this covers a busy connection or two).
+const NBD_POOL_IDLE_BYTES_PER_CLASS: usize = 128 << 20;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Where the default drives, the NBD socket and the API socket live.
@@ -107,7 +111,8 @@ async fn serve(args: &Args, controller: Arc<Controller>) -> Result<(), String> {
         format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display()),
         format!("nbd://{}/{{}}", args.nbd_listen),
     ];
-    let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates });
+    let pool = drive::BufPool::new(NBD_POOL_IDLE_BYTES_PER_CLASS);
+    let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
