@@ -199,7 +199,9 @@ impl Controller {
     ///
     /// # Errors
     /// If the metadata of a drive cannot be read at all, or a VD cannot be laid out again.
-    pub fn open(engine: Arc<Engine>, offered: Vec<OfferedDrive>) -> Result<Arc<Controller>, ControlError> {
+    /// `ours` is this controller's id if it has one (the daemon keeps it in its data directory):
+    /// with drives of several controllers present, only it decides which configuration is ours.
+    pub fn open(engine: Arc<Engine>, offered: Vec<OfferedDrive>, ours: Option<ControllerId>) -> Result<Arc<Controller>, ControlError> {
         let mut found = Vec::new();
         for (index, offer) in offered.iter().enumerate() {
             let outcome = metadata::read(&*offer.drive).map_err(|e| ControlError::Io(format!("drive {}: {e}", offer.source)))?;
@@ -207,13 +209,13 @@ impl Controller {
                 found.push((index, outcome.superblock));
             }
         }
-        let assembly = metadata::assemble(None, found.clone());
+        let assembly = metadata::assemble(ours, found.clone());
         let (sender, receiver) = crossbeam_channel::unbounded();
         let controller = Arc::new(Controller {
             engine,
             state: Mutex::new(State {
                 config: ControllerConfig {
-                    controller_id: ControllerId(random_id()),
+                    controller_id: ours.unwrap_or_else(|| ControllerId(random_id())),
                     generation: 0,
                     drives: Vec::new(),
                     vds: Vec::new(),
@@ -776,8 +778,15 @@ fn check_new_members(state: &State, slots: &[u32]) -> Result<(), ControlError> {
         if slots[..i].contains(slot) {
             return Err(ControlError::BadInput(format!("slot {slot} is listed twice: slots {}", slot_list(slots))));
         }
+        if state.slots.get(slot).is_some_and(|s| s.foreign) {
+            return Err(ControlError::Conflict(format!(
+                "slot {slot} holds a foreign configuration; import it (/c0/fall import) or clear it (/c0/fall del) first"
+            )));
+        }
         let Some(record) = state.config.drives.iter().find(|d| d.slot == *slot) else {
-            let known: Vec<u32> = state.config.drives.iter().map(|d| d.slot).collect();
+            let mut known: Vec<u32> = state.config.drives.iter().map(|d| d.slot).chain(state.slots.keys().copied()).collect();
+            known.sort_unstable();
+            known.dedup();
             return Err(ControlError::NotFound(format!("slot {slot} does not exist; slots: {}", slot_list(&known))));
         };
         if record.state != DriveState::UnconfiguredGood || state.slots.get(slot).is_none_or(|s| s.foreign) {

@@ -153,3 +153,4 @@ fn the_threaded_engine_serves_requests_that_span_shards() {
     assert_same(engine.read_at(&rig.vd, 512 * 3, data.len()).unwrap().as_slice(), &data, "threaded");
     assert_eq!(rig.vd.state(), VdState::Degraded);
 }
+

@@ -7,6 +7,7 @@
 mod api_types;
 mod bench_engine;
 mod bench_parity;
+mod cli;
 mod daemon;
 mod report;
 
@@ -42,6 +43,11 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("STORC_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
+    // storcli syntax (`storc /c0 show`) is parsed by hand: its object paths are not clap's style.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if first_object(&args).is_some_and(|a| a.starts_with("/c") || a.starts_with("/C")) {
+        return cli::run(args);
+    }
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve(args) => daemon::run(&args),
@@ -55,4 +61,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The first argument that is not `--api PATH` / `--api=PATH`: where a storcli object path sits.
+fn first_object(args: &[String]) -> Option<&String> {
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--api" => {
+                rest.next();
+            }
+            a if a.starts_with("--api=") => {}
+            _ => return Some(arg),
+        }
+    }
+    None
 }

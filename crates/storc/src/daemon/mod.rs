@@ -8,7 +8,7 @@ pub mod api;
 mod drives;
 mod export;
 
-use engine::config::{IoPolicy, ReadPolicy, WritePolicy};
+use engine::config::{ControllerId, IoPolicy, ReadPolicy, WritePolicy};
 use engine::controller::{Controller, CreateVdSpec, OfferedDrive};
 use engine::{Engine, EngineConfig};
 use layout::{Level, KIB};
@@ -54,7 +54,11 @@ pub fn run(args: &Args) -> Result<(), String> {
     };
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
     let engine = Arc::new(Engine::start(EngineConfig { shard_count, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
-    let controller = Controller::open(Arc::clone(&engine), offered).map_err(|e| e.to_string())?;
+    let id_file = args.data_dir.join("controller.id");
+    let ours = read_controller_id(&id_file)?;
+    let controller = Controller::open(Arc::clone(&engine), offered, ours).map_err(|e| e.to_string())?;
+    let id = controller.config().controller_id;
+    std::fs::write(&id_file, format!("{:032x}\n", id.0)).map_err(|e| format!("cannot write {}: {e}", id_file.display()))?;
     if default_layout && controller.config().vds.is_empty() && controller.foreign().is_empty() {
         create_default_layout(&controller)?;
     }
@@ -62,6 +66,18 @@ pub fn run(args: &Args) -> Result<(), String> {
     let outcome = runtime.block_on(serve(args, Arc::clone(&controller)));
     controller.shutdown();
     outcome
+}
+
+/// The controller id kept in the data directory, so that with drives of several controllers
+/// present the daemon knows which configuration is its own.
+fn read_controller_id(path: &Path) -> Result<Option<ControllerId>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => u128::from_str_radix(text.trim(), 16)
+            .map(|id| Some(ControllerId(id)))
+            .map_err(|_| format!("{} does not hold a controller id (32 hex digits); remove it to adopt the drives' id", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 /// The embedded default: RAID5 `v0` on slots 0-6, slot 7 a global hot spare.
