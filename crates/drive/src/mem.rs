@@ -8,9 +8,12 @@ use std::sync::RwLock;
 /// neighbouring rows of a VD do not queue behind each other on one lock; readers share it.
 const CHUNK_BYTES: u64 = 64 << 10;
 
+/// One chunk: unallocated (reads as zeros) until first written.
+type Chunk = RwLock<Option<Box<[u8]>>>;
+
 pub struct MemDrive {
     info: DriveInfo,
-    chunks: Box<[RwLock<Option<Box<[u8]>>>]>,
+    chunks: Box<[Chunk]>,
 }
 
 impl MemDrive {

@@ -309,6 +309,11 @@ impl Controller {
             let present = state.slots.get(slot).is_some_and(|s| !s.foreign);
             let member_state = if present { member_state_of(drive_state) } else { MemberState::Missing };
             vd.set_member_state(index, member_state);
+            // Out of service at assembly: writes may have reached the VD without it, before a
+            // restart or a crash, and nothing on disk says which; only a rebuild may return it.
+            if member_state != MemberState::Online {
+                vd.presume_missed_writes(index);
+            }
         }
         vd.set_notifier(self.member_events.clone());
         Ok(Arc::new(vd))

@@ -166,6 +166,12 @@ impl VirtualDrive {
         let _ = self.notifier.set(sender);
     }
 
+    /// Records that a member may not hold current data (it was out of service when the VD was
+    /// assembled: nothing says what was written meanwhile, before a restart or a crash).
+    pub(crate) fn presume_missed_writes(&self, index: usize) {
+        self.members[index].missed_writes.store(true, Ordering::Release);
+    }
+
     /// Marks every member that is out of service as having missed a write.
     pub(crate) fn note_write(&self) {
         for member in self.members.iter().filter(|m| m.state() != MemberState::Online) {
@@ -266,7 +272,7 @@ impl VirtualDrive {
 
     /// Checks that a request fits the VD and is sector-aligned.
     pub fn check_range(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), VdError> {
-        if offset_bytes % layout::SECTOR_BYTES != 0 || len_bytes % layout::SECTOR_BYTES != 0 {
+        if !offset_bytes.is_multiple_of(layout::SECTOR_BYTES) || !len_bytes.is_multiple_of(layout::SECTOR_BYTES) {
             return Err(VdError::Misaligned { offset_bytes, len_bytes });
         }
         let capacity_bytes = self.capacity_bytes();

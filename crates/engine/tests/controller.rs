@@ -198,3 +198,28 @@ fn a_member_that_missed_writes_cannot_be_set_online() {
     assert_eq!(vd.state(), VdState::Degraded);
     assert!(engine.read_at(&vd, 0, 4096).unwrap().as_slice() == pattern(4096, 4).as_slice());
 }
+
+/// Regression: the mark that a member missed writes lived only in memory, so after a restart an
+/// offline member could be set online and the VD served its stale strips.
+#[test]
+fn a_restart_does_not_forget_that_an_offline_member_missed_writes() {
+    let engine = engine();
+    let members = drives(3);
+    let first = open(&engine, &members);
+    first.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let (_, vd) = first.vd(0).unwrap();
+    engine.write_at(&vd, 0, &pattern(1 << 20, 5)).unwrap();
+    first.set_drive(2, DriveCommand::Offline).unwrap();
+    engine.write_at(&vd, 0, &pattern(1 << 20, 6)).unwrap();
+    let id = first.config().controller_id;
+    first.shutdown();
+    drop(first);
+
+    let second = open_as(&engine, &members, Some(id));
+    assert_eq!(second.slot(2).unwrap().state, DriveState::Offline);
+    let error = second.set_drive(2, DriveCommand::Online).unwrap_err();
+    assert!(error.to_string().contains("rebuild"), "{error}");
+    let (_, vd) = second.vd(0).unwrap();
+    assert_eq!(vd.state(), VdState::Degraded);
+    assert!(engine.read_at(&vd, 0, 1 << 20).unwrap().as_slice() == pattern(1 << 20, 6).as_slice());
+}

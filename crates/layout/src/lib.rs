@@ -456,7 +456,7 @@ fn split_into_spans(config: &GeometryConfig) -> Result<(usize, usize), LayoutErr
         return Err(LayoutError::DrivesPerSpan { level, rule: per_span_rule, got: per_span });
     }
     let span_count = count / per_span;
-    if count % per_span != 0 || !(SPAN_COUNT_MIN..=SPAN_COUNT_MAX).contains(&span_count) {
+    if !count.is_multiple_of(per_span) || !(SPAN_COUNT_MIN..=SPAN_COUNT_MAX).contains(&span_count) {
         return Err(LayoutError::SpanSplit { level, drive_count: count, drives_per_span: per_span });
     }
     Ok((span_count, per_span))
