@@ -5,6 +5,7 @@
 //! library crates; it computes nothing of its own.
 
 mod api_types;
+mod bench_cmd;
 mod bench_engine;
 mod bench_parity;
 mod cli;
@@ -31,11 +32,18 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+#[command(after_help = bench_cmd::after_help())]
 enum BenchCommand {
     /// Parity kernel throughput (XOR, P+Q, recovery) with the kernel set this CPU uses.
     Parity(bench_parity::Args),
     /// A RAID level over N drives next to the same drives driven raw, in one run.
     Engine(bench_engine::Args),
+    /// Every built-in pattern of the reviewers' benchmark with its definition, and the suites.
+    List(bench_cmd::ListArgs),
+    /// One pattern against a target: storc bench run PATTERN --target TARGET.
+    Run(bench_cmd::RunArgs),
+    /// A suite of patterns against a target: storc bench suite review --target TARGET.
+    Suite(bench_cmd::SuiteArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +61,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => daemon::run(&args),
         Command::Bench(BenchCommand::Parity(args)) => bench_parity::run(&args),
         Command::Bench(BenchCommand::Engine(args)) => bench_engine::run(&args),
+        Command::Bench(BenchCommand::List(args)) => bench_cmd::list(&args),
+        Command::Bench(BenchCommand::Run(args)) => bench_cmd::run(&args),
+        Command::Bench(BenchCommand::Suite(args)) => bench_cmd::suite(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
