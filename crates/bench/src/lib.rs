@@ -26,11 +26,13 @@
 //! the machine, storc's version and every setting, so a number never travels without its
 //! context. This crate measures; it asserts nothing about speed.
 
+pub mod files;
 pub mod machine;
 pub mod nbd_target;
 pub mod open;
 pub mod patterns;
 pub mod progress;
+pub mod report;
 pub mod results;
 pub mod runner;
 pub mod spec;

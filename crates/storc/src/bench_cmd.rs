@@ -51,6 +51,109 @@ pub struct SuiteArgs {
     measure: MeasureArgs,
 }
 
+/// `storc bench files`: FC-Test-like file sets in a directory (see `bench::files`).
+#[derive(clap::Args)]
+#[command(after_help = files_after_help())]
+pub struct FilesArgs {
+    /// The directory the file sets are created in (must exist; a storc-files-PID directory is
+    /// made inside it).
+    #[arg(long, value_name = "PATH")]
+    dir: PathBuf,
+    /// Copy Far's destination (must exist and not be inside --dir; ideally another partition)
+    /// [default: a sibling storc-files-PID-far directory inside --dir].
+    #[arg(long, value_name = "PATH")]
+    second_dir: Option<PathBuf>,
+    /// Multiplies every set's file count (ISO: its file size). 1 is about 4.9 GB of files.
+    #[arg(long, value_name = "FACTOR", default_value_t = bench::files::DEFAULT_SCALE, allow_negative_numbers = true)]
+    scale: f64,
+    /// Only these sets (e.g. ISO,Windows) [default: all five].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    sets: Vec<String>,
+    /// Write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Leave the created files in place.
+    #[arg(long)]
+    keep: bool,
+}
+
+fn files_after_help() -> String {
+    let sets: Vec<String> = bench::files::FILE_SETS.iter().map(|s| format!("  {:<10}{}", s.name, s.description)).collect();
+    format!(
+        "File sets at scale 1:\n{}\n\nPhases: Create, Read, Copy Near (within --dir), Copy Far (to --second-dir), in MB/s (10^6 bytes \
+         of file data per second).\nThe default --scale {} takes about a minute on a plain disk.\nCache: {}.\n\
+         Every file is checked (crc32c) after Read and after each copy; a mismatch exits non-zero.",
+        sets.join("\n"),
+        bench::files::DEFAULT_SCALE,
+        bench::files::CACHE_POLICY
+    )
+}
+
+/// Test hook: `STORC_BENCH_FILES_CORRUPT=PHASE` (create, read, copy-near, copy-far) flips a byte
+/// of the first file of the first set right after PHASE, before it is verified.
+const FILES_CORRUPT_ENV: &str = "STORC_BENCH_FILES_CORRUPT";
+
+pub fn files(args: &FilesArgs) -> Result<(), String> {
+    use bench::files::{self as fc, Phase};
+    let config = fc::FilesConfig {
+        dir: args.dir.clone(),
+        second_dir: args.second_dir.clone(),
+        scale: args.scale,
+        keep: args.keep,
+        sets: args.sets.clone(),
+    };
+    let corrupt_after = match std::env::var(FILES_CORRUPT_ENV) {
+        Ok(key) => Some(Phase::from_key(&key).ok_or_else(|| format!("{FILES_CORRUPT_ENV}={key}: not a phase"))?),
+        Err(_) => None,
+    };
+    let done = std::cell::Cell::new(false);
+    let corrupt = |phase: Phase, _set: &str, files: &[PathBuf]| {
+        if Some(phase) == corrupt_after && !done.get() {
+            if let Some(first) = files.first() {
+                let mut bytes = std::fs::read(first).unwrap_or_default();
+                if let Some(b) = bytes.first_mut() {
+                    *b ^= 0xff;
+                    let _ = std::fs::write(first, &bytes);
+                    eprintln!("{FILES_CORRUPT_ENV}: corrupted {}", first.display());
+                    done.set(true);
+                }
+            }
+        }
+    };
+    let hook: Option<fc::Hook> = corrupt_after.map(|_| &corrupt as fc::Hook);
+    let results = fc::run(&config, hook, &mut |line| eprintln!("{line}"))?;
+    let mut header = vec!["Set", "Files", "MB"];
+    header.extend(Phase::ALL.iter().map(|p| p.label()));
+    let mut rows: Vec<Vec<String>> = results
+        .sets
+        .iter()
+        .map(|s| {
+            let mut row = vec![s.name.clone(), s.files.to_string(), format!("{:.1}", s.bytes as f64 / 1e6)];
+            row.extend(s.phases.iter().map(|p| format!("{:.1}", p.mb_per_s)));
+            row
+        })
+        .collect();
+    let mut total = vec![
+        "Total".to_string(),
+        results.sets.iter().map(|s| s.files).sum::<u64>().to_string(),
+        format!("{:.1}", results.sets.iter().map(|s| s.bytes).sum::<u64>() as f64 / 1e6),
+    ];
+    total.extend(results.totals.iter().map(|t| format!("{:.1}", t.mb_per_s)));
+    rows.push(total);
+    println!(
+        "FC-Test-like file benchmark in {} (Copy Far to {}), scale {}, MB/s, all files verified\n{}",
+        results.dir.display(),
+        results.second_dir.display(),
+        results.scale,
+        table(&header, &rows)
+    );
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&results).expect("plain data") + "\n";
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
 #[derive(clap::Args)]
 pub struct MeasureArgs {
     /// What to measure: nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, a file or block
@@ -73,6 +176,9 @@ pub struct MeasureArgs {
     /// Write one CSV row per point to FILE.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
+    /// Write a self-contained HTML report (charts and tables, opens offline) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Queue depths per worker, replacing each pattern's own sweep (e.g. 1,4,32).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     qd: Option<Vec<u64>>,
@@ -307,6 +413,42 @@ fn write_outputs(results: &Results, args: &MeasureArgs) -> Result<(), String> {
         std::fs::write(path, results.to_csv()).map_err(|e| format!("--csv {}: {e}", path.display()))?;
         println!("csv: {}", path.display());
     }
+    if let Some(path) = &args.html {
+        let html = bench::report::render(results, None, "this run");
+        std::fs::write(path, html).map_err(|e| format!("--html {}: {e}", path.display()))?;
+        println!("report: {}", path.display());
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// A results document written by storc bench run/suite --json.
+    results: PathBuf,
+    /// A second results document: adds a table of every common point's value A / value B.
+    #[arg(long, value_name = "OTHER.json")]
+    compare: Option<PathBuf>,
+    /// Where to write the self-contained HTML report.
+    #[arg(long, value_name = "OUT.html")]
+    html: PathBuf,
+}
+
+/// `storc bench report RESULTS.json [--compare OTHER.json] --html OUT.html`.
+pub fn report(args: &ReportArgs) -> Result<(), String> {
+    let read = |path: &PathBuf| -> Result<Results, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: not a storc bench results document: {e}", path.display()))
+    };
+    let results = read(&args.results)?;
+    let other = args.compare.as_ref().map(read).transpose()?;
+    let label = |path: &PathBuf| path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let html = bench::report::render(
+        &results,
+        other.as_ref().zip(args.compare.as_ref()).map(|(o, path)| (o, label(path))).as_ref().map(|(o, l)| (*o, l.as_str())),
+        &label(&args.results),
+    );
+    std::fs::write(&args.html, html).map_err(|e| format!("--html {}: {e}", args.html.display()))?;
+    println!("report: {}", args.html.display());
     Ok(())
 }
 

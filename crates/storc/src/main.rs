@@ -26,7 +26,8 @@ struct Cli {
 enum Command {
     /// Run the controller daemon: assemble the drives, serve every VD over NBD, and the API.
     Serve(daemon::Args),
-    /// Benchmarks: parity kernels and the engine against raw drives.
+    /// The reviewers' benchmark (patterns, suites, reports, file copies), and storc's own
+    /// (parity kernels, engine against raw drives).
     #[command(subcommand)]
     Bench(BenchCommand),
 }
@@ -44,6 +45,10 @@ enum BenchCommand {
     Run(bench_cmd::RunArgs),
     /// A suite of patterns against a target: storc bench suite review --target TARGET.
     Suite(bench_cmd::SuiteArgs),
+    /// FC-Test-like file sets (ISO, MP3, Install, Windows, Programs): Create, Read, Copy Near, Copy Far in MB/s.
+    Files(bench_cmd::FilesArgs),
+    /// A self-contained HTML report from --json results: storc bench report R.json [--compare O.json] --html OUT.html.
+    Report(bench_cmd::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +69,8 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::List(args)) => bench_cmd::list(&args),
         Command::Bench(BenchCommand::Run(args)) => bench_cmd::run(&args),
         Command::Bench(BenchCommand::Suite(args)) => bench_cmd::suite(&args),
+        Command::Bench(BenchCommand::Files(args)) => bench_cmd::files(&args),
+        Command::Bench(BenchCommand::Report(args)) => bench_cmd::report(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
