@@ -500,7 +500,15 @@ fn run_sets(
         let mut phases = Vec::new();
         let mut record = |phase: Phase, seconds: f64, progress: &mut dyn FnMut(&str)| {
             let mb = mbps(bytes, seconds);
-            progress(&format!("{:<9} {:<9} {:>6} files {:>10.1} MB  {:>8.2} s  {:>9.1} MB/s", set.name, phase.label(), files.len(), bytes as f64 / 1e6, seconds, mb));
+            progress(&format!(
+                "{:<9} {:<9} {:>6} files {:>10.1} MB  {:>8.2} s  {:>9.1} MB/s",
+                set.name,
+                phase.label(),
+                files.len(),
+                bytes as f64 / 1e6,
+                seconds,
+                mb
+            ));
             phases.push(PhaseResult { phase, seconds, mb_per_s: mb });
         };
 
@@ -571,7 +579,8 @@ mod tests {
 
     fn scratch(name: &str) -> PathBuf {
         static N: AtomicU64 = AtomicU64::new(0);
-        let d = PathBuf::from("/var/tmp").join(format!("storc-files-unit-{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let d =
+            PathBuf::from("/var/tmp").join(format!("storc-files-unit-{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir_all(&d).unwrap();
         d
     }

@@ -181,11 +181,7 @@ impl IoBuf {
     /// If `at > len`.
     pub fn split_off(&mut self, at: usize) -> IoBuf {
         assert!(at <= self.len_bytes, "split at {at} past the end of a {}-byte buffer", self.len_bytes);
-        let tail = IoBuf {
-            allocation: Arc::clone(&self.allocation),
-            start_bytes: self.start_bytes + at,
-            len_bytes: self.len_bytes - at,
-        };
+        let tail = IoBuf { allocation: Arc::clone(&self.allocation), start_bytes: self.start_bytes + at, len_bytes: self.len_bytes - at };
         self.len_bytes = at;
         tail
     }

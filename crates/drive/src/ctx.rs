@@ -221,8 +221,7 @@ impl IoCtx {
     /// # Safety
     /// `fd` must stay open until the operation completes.
     pub(crate) unsafe fn push_rwv(&mut self, fd: RawFd, token: Token, offset_bytes: u64, mut bufs: Vec<IoBuf>, write: bool) {
-        let iovecs: Vec<libc::iovec> =
-            bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+        let iovecs: Vec<libc::iovec> = bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
         let entry = vectored_entry(fd, &iovecs, offset_bytes, write);
         let resubmit = Some(Resubmit { fd, offset_bytes, write });
         self.push_entry(entry, RingSlot { token, buf: None, bufs, iovecs, done_bytes: 0, resubmit });

@@ -24,7 +24,7 @@ mod mem;
 pub use buf::{BufPool, IoBuf, BUF_ALIGN_BYTES};
 pub use ctx::{IoCtx, IoCtxConfig, ShardWaker};
 pub use emulated::{Clock, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, RealClock, VirtualClock};
-pub use faulty::{FaultyDrive, Faults};
+pub use faulty::{Faults, FaultyDrive};
 pub use file::{DirectIo, FileDrive, FileDriveConfig};
 pub use mem::MemDrive;
 
@@ -39,13 +39,25 @@ pub const SECTOR_BYTES: u64 = 512;
 /// One operation on a drive. Buffers move into the operation and come back in the completion.
 #[derive(Debug)]
 pub enum DriveOp {
-    Read { offset_bytes: u64, buf: IoBuf },
-    Write { offset_bytes: u64, buf: IoBuf },
+    Read {
+        offset_bytes: u64,
+        buf: IoBuf,
+    },
+    Write {
+        offset_bytes: u64,
+        buf: IoBuf,
+    },
     /// One read into several buffers, filled in order from `offset_bytes` (readv): lets the
     /// engine merge a drive's contiguous pieces of a request whose VD buffer is not contiguous.
-    ReadV { offset_bytes: u64, bufs: Vec<IoBuf> },
+    ReadV {
+        offset_bytes: u64,
+        bufs: Vec<IoBuf>,
+    },
     /// One write from several buffers, in order (writev).
-    WriteV { offset_bytes: u64, bufs: Vec<IoBuf> },
+    WriteV {
+        offset_bytes: u64,
+        bufs: Vec<IoBuf>,
+    },
     /// Makes every completed write durable (the drive's own cache included).
     Flush,
 }
@@ -62,9 +74,7 @@ impl DriveOp {
     /// `(offset, len)` for reads and writes.
     pub fn range_bytes(&self) -> Option<(u64, u64)> {
         match self {
-            DriveOp::Read { offset_bytes, buf } | DriveOp::Write { offset_bytes, buf } => {
-                Some((*offset_bytes, buf.len() as u64))
-            }
+            DriveOp::Read { offset_bytes, buf } | DriveOp::Write { offset_bytes, buf } => Some((*offset_bytes, buf.len() as u64)),
             DriveOp::ReadV { offset_bytes, bufs } | DriveOp::WriteV { offset_bytes, bufs } => {
                 Some((*offset_bytes, bufs.iter().map(|b| b.len() as u64).sum()))
             }

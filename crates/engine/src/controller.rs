@@ -238,7 +238,12 @@ impl Controller {
         Ok(controller)
     }
 
-    fn assemble(&self, offered: Vec<OfferedDrive>, found: Vec<(usize, Superblock)>, assembly: metadata::Assembly) -> Result<(), ControlError> {
+    fn assemble(
+        &self,
+        offered: Vec<OfferedDrive>,
+        found: Vec<(usize, Superblock)>,
+        assembly: metadata::Assembly,
+    ) -> Result<(), ControlError> {
         let mut state = self.state.lock().expect("controller lock");
         let superblock_of = |index: usize| found.iter().find(|(i, _)| *i == index).map(|(_, sb)| sb.clone());
         if let Some(ours) = &assembly.ours {
@@ -255,7 +260,13 @@ impl Controller {
             let offer = offered[index].take().expect("each drive once");
             let slot = state.config.drives.iter().find(|d| d.drive_id == sb.drive_id).expect("checked").slot;
             if sb.generation < state.config.generation {
-                self.log(Severity::Warning, format!("drive at slot {slot} ({}) has configuration generation {} older than {}; it is out of date", offer.source, sb.generation, state.config.generation));
+                self.log(
+                    Severity::Warning,
+                    format!(
+                        "drive at slot {slot} ({}) has configuration generation {} older than {}; it is out of date",
+                        offer.source, sb.generation, state.config.generation
+                    ),
+                );
                 mark_out_of_date(&mut state.config, slot);
             }
             state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id: sb.drive_id, foreign: false });
@@ -263,7 +274,8 @@ impl Controller {
         // Foreign drives and blank drives take the lowest free slots.
         for (index, offer) in offered.into_iter().enumerate() {
             let Some(offer) = offer else { continue };
-            let slot = (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot");
+            let slot =
+                (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot");
             // A drive that carries our id but left our configuration is blank to us.
             match superblock_of(index).filter(|sb| sb.controller_id != ours_id) {
                 Some(sb) => {
@@ -287,7 +299,16 @@ impl Controller {
             self.log(Severity::Warning, format!("{} foreign configuration(s) found; see /c0/fall show", state.foreign.len()));
         }
         self.persist(&mut state)?;
-        self.log(Severity::Info, format!("controller {:032x} started with {} drive(s) and {} VD(s), generation {}", ours_id.0, state.slots.len(), state.vds.len(), state.config.generation));
+        self.log(
+            Severity::Info,
+            format!(
+                "controller {:032x} started with {} drive(s) and {} VD(s), generation {}",
+                ours_id.0,
+                state.slots.len(),
+                state.vds.len(),
+                state.config.generation
+            ),
+        );
         Ok(())
     }
 
@@ -437,7 +458,10 @@ impl Controller {
             None => format!("v{vd_id}"),
         };
         if let Some(other) = state.config.vds.iter().find(|v| v.name == name) {
-            return Err(ControlError::Conflict(format!("VD name {name:?} is used by v{}; names are NBD export names and must be unique", other.vd_id)));
+            return Err(ControlError::Conflict(format!(
+                "VD name {name:?} is used by v{}; names are NBD export names and must be unique",
+                other.vd_id
+            )));
         }
         let members: Vec<Arc<dyn Drive>> = spec.slots.iter().map(|s| Arc::clone(&state.slots[s].drive)).collect();
         let layout = VdLayout { level: spec.level, strip_size_bytes: spec.strip_size_bytes, drives_per_span: spec.drives_per_span };
@@ -463,7 +487,10 @@ impl Controller {
         state.vds.insert(vd_id, Arc::new(vd));
         let persisted = self.persist(&mut state);
         drop(state);
-        self.log(Severity::Info, format!("created v{vd_id} {:?}: {} over slots {}", record.name, record.level, slot_list(&record.member_slots)));
+        self.log(
+            Severity::Info,
+            format!("created v{vd_id} {:?}: {} over slots {}", record.name, record.level, slot_list(&record.member_slots)),
+        );
         self.vds_changed();
         persisted.map(|()| record)
     }
@@ -528,7 +555,16 @@ impl Controller {
         }
         let persisted = self.persist(&mut state);
         drop(state);
-        self.log(Severity::Info, format!("v{vd_id}: policies {} {} {}, name {:?}", record.write_policy.short_name(), record.read_policy.short_name(), record.io_policy.short_name(), record.name));
+        self.log(
+            Severity::Info,
+            format!(
+                "v{vd_id}: policies {} {} {}, name {:?}",
+                record.write_policy.short_name(),
+                record.read_policy.short_name(),
+                record.io_policy.short_name(),
+                record.name
+            ),
+        );
         if renamed {
             self.vds_changed();
         }
@@ -562,7 +598,10 @@ impl Controller {
         set_drive_state(&mut state.config, slot, new_state);
         let persisted = self.persist(&mut state);
         drop(state);
-        self.log(Severity::Warning, format!("slot {slot}: {} -> {} by the administrator", record.state.short_name(), new_state.short_name()));
+        self.log(
+            Severity::Warning,
+            format!("slot {slot}: {} -> {} by the administrator", record.state.short_name(), new_state.short_name()),
+        );
         persisted
     }
 
@@ -577,19 +616,29 @@ impl Controller {
             return Err(self.no_slot(slot));
         };
         if record.state != DriveState::UnconfiguredGood {
-            return Err(ControlError::Conflict(format!("slot {slot} is {}; only an unconfigured good (UGood) drive can become a hot spare", record.state.short_name())));
+            return Err(ControlError::Conflict(format!(
+                "slot {slot} is {}; only an unconfigured good (UGood) drive can become a hot spare",
+                record.state.short_name()
+            )));
         }
         for dg in &drive_groups {
             if state.config.vds.iter().all(|v| v.drive_group != *dg) {
                 let dgs: Vec<String> = state.config.vds.iter().map(|v| v.drive_group.to_string()).collect();
-                return Err(ControlError::NotFound(format!("drive group {dg} does not exist; drive groups: {}", if dgs.is_empty() { "none".into() } else { dgs.join(", ") })));
+                return Err(ControlError::NotFound(format!(
+                    "drive group {dg} does not exist; drive groups: {}",
+                    if dgs.is_empty() { "none".into() } else { dgs.join(", ") }
+                )));
             }
         }
         set_drive_state(&mut state.config, slot, DriveState::HotSpare);
         state.config.hot_spares.push(HotSpareRecord { slot, dedicated_drive_groups: drive_groups.clone() });
         let persisted = self.persist(&mut state);
         drop(state);
-        let kind = if drive_groups.is_empty() { "global".to_string() } else { format!("dedicated to drive group(s) {}", slot_list(&drive_groups)) };
+        let kind = if drive_groups.is_empty() {
+            "global".to_string()
+        } else {
+            format!("dedicated to drive group(s) {}", slot_list(&drive_groups))
+        };
         self.log(Severity::Info, format!("slot {slot} is now a {kind} hot spare"));
         persisted
     }
@@ -628,9 +677,8 @@ impl Controller {
         let foreign = std::mem::take(&mut state.foreign);
         let mut imported = 0;
         for config in &foreign {
-            imported += import_one(&mut state, config).map_err(|e| {
-                ControlError::Conflict(format!("foreign configuration {:032x}: {e}", config.superblock.controller_id.0))
-            })?;
+            imported += import_one(&mut state, config)
+                .map_err(|e| ControlError::Conflict(format!("foreign configuration {:032x}: {e}", config.superblock.controller_id.0)))?;
         }
         for record in state.config.vds.clone() {
             if !state.vds.contains_key(&record.vd_id) {
@@ -661,7 +709,12 @@ impl Controller {
             metadata::clear(&*present.drive).map_err(|e| ControlError::Io(format!("slot {slot}: {e}")))?;
             present.foreign = false;
             present.drive_id = DriveId(random_id());
-            let record = DriveRecord { slot: *slot, drive_id: present.drive_id, state: DriveState::UnconfiguredGood, capacity_bytes: present.drive.info().capacity_bytes };
+            let record = DriveRecord {
+                slot: *slot,
+                drive_id: present.drive_id,
+                state: DriveState::UnconfiguredGood,
+                capacity_bytes: present.drive.info().capacity_bytes,
+            };
             state.config.drives.push(record);
         }
         let persisted = self.persist(&mut state);
@@ -703,7 +756,10 @@ impl Controller {
         let vd_state = state.vds[&record.vd_id].state();
         let _ = self.persist(&mut state);
         drop(state);
-        self.log(Severity::Critical, format!("slot {slot} of v{} failed ({}); v{} is now {}", record.vd_id, event.reason, record.vd_id, vd_state.short_name()));
+        self.log(
+            Severity::Critical,
+            format!("slot {slot} of v{} failed ({}); v{} is now {}", record.vd_id, event.reason, record.vd_id, vd_state.short_name()),
+        );
     }
 }
 
@@ -759,7 +815,11 @@ fn member_of(state: &State, slot: u32) -> Option<(u32, usize)> {
 /// The state a drive command leads to, or why it is not allowed.
 fn plan_drive_change(slot: u32, current: DriveState, command: DriveCommand, vd: Option<&u32>) -> Result<DriveState, ControlError> {
     let refuse = |allowed: &str| {
-        Err(ControlError::Conflict(format!("slot {slot} is {}; `set {}` is allowed only for {allowed}", current.short_name(), format!("{command:?}").to_lowercase())))
+        Err(ControlError::Conflict(format!(
+            "slot {slot} is {}; `set {}` is allowed only for {allowed}",
+            current.short_name(),
+            format!("{command:?}").to_lowercase()
+        )))
     };
     match (command, current, vd) {
         (DriveCommand::Offline, DriveState::Online, Some(_)) => Ok(DriveState::Offline),
@@ -845,8 +905,14 @@ fn import_one(state: &mut State, foreign: &ForeignConfig) -> Result<usize, Strin
     for slot in &foreign.slots {
         let present = state.slots.get_mut(slot).expect("foreign drives are present");
         present.foreign = false;
-        let their_state = theirs.drives.iter().find(|d| d.drive_id == present.drive_id).map(|d| d.state).unwrap_or(DriveState::UnconfiguredGood);
-        let record = DriveRecord { slot: *slot, drive_id: present.drive_id, state: their_state, capacity_bytes: present.drive.info().capacity_bytes };
+        let their_state =
+            theirs.drives.iter().find(|d| d.drive_id == present.drive_id).map(|d| d.state).unwrap_or(DriveState::UnconfiguredGood);
+        let record = DriveRecord {
+            slot: *slot,
+            drive_id: present.drive_id,
+            state: their_state,
+            capacity_bytes: present.drive.info().capacity_bytes,
+        };
         state.config.drives.push(record);
     }
     let count = new_records.len();

@@ -443,11 +443,8 @@ async fn mirror_write_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut 
     if !places.is_empty() {
         bufs.insert(0, std::mem::replace(view, IoBuf::zeroed(0)));
     }
-    let ops: Vec<(usize, DriveOp)> = places
-        .iter()
-        .zip(bufs)
-        .map(|(&(member, offset_bytes), buf)| (member, DriveOp::Write { offset_bytes, buf }))
-        .collect();
+    let ops: Vec<(usize, DriveOp)> =
+        places.iter().zip(bufs).map(|(&(member, offset_bytes), buf)| (member, DriveOp::Write { offset_bytes, buf })).collect();
     let kinds: Vec<usize> = ops.iter().map(|(member, _)| *member).collect();
     let results = join_all(ops.into_iter().map(|(member, op)| member_io(env, member, op))).await;
     let mut written = 0;
@@ -781,8 +778,7 @@ async fn reconstruct_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
 // ---------------------------------------------------------------------------------------------
 
 async fn flush(env: &Env) -> Result<(), VdError> {
-    let online: Vec<usize> =
-        (0..env.vd.members().len()).filter(|&m| env.vd.member(m).state() == MemberState::Online).collect();
+    let online: Vec<usize> = (0..env.vd.members().len()).filter(|&m| env.vd.member(m).state() == MemberState::Online).collect();
     let flushes = online.iter().map(|&member| member_io(env, member, DriveOp::Flush));
     for (&member, (result, _)) in online.iter().zip(join_all(flushes).await) {
         if let Err(error) = result {

@@ -26,9 +26,7 @@ pub mod runtime;
 pub mod vd;
 
 pub use runtime::CompletionOrder;
-pub use vd::{
-    Member, MemberEvent, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES,
-};
+pub use vd::{Member, MemberEvent, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES};
 
 use crossbeam_channel::{Receiver, Sender};
 use drive::{Completion, Drive, DriveOp, IoBuf, IoCtx, IoCtxConfig, ShardWaker};

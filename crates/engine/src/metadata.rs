@@ -86,9 +86,7 @@ pub enum MetadataError {
     BadMagic { found: [u8; 8] },
     #[error("metadata format version {found} is unknown; this storc reads version {supported}")]
     UnknownVersion { found: u32, supported: u32 },
-    #[error(
-        "header checksum mismatch: stored crc32c {stored:#010x}, computed {computed:#010x} (torn or corrupted header)"
-    )]
+    #[error("header checksum mismatch: stored crc32c {stored:#010x}, computed {computed:#010x} (torn or corrupted header)")]
     HeaderChecksum { stored: u32, computed: u32 },
     #[error("payload checksum mismatch over {payload_bytes} bytes: stored crc32c {stored:#010x}, computed {computed:#010x} (torn or corrupted configuration)")]
     PayloadChecksum { payload_bytes: usize, stored: u32, computed: u32 },

@@ -179,9 +179,7 @@ impl Future for DriveIo<'_> {
         let mut ops = self.reactor.ops.borrow_mut();
         match &mut ops[self.index] {
             OpSlot::Done(_) => {
-                let OpSlot::Done(completion) = std::mem::replace(&mut ops[self.index], OpSlot::Abandoned) else {
-                    unreachable!()
-                };
+                let OpSlot::Done(completion) = std::mem::replace(&mut ops[self.index], OpSlot::Abandoned) else { unreachable!() };
                 drop(ops);
                 self.reactor.free_ops.borrow_mut().push(self.index);
                 self.finished = true;

@@ -1,5 +1,5 @@
 use super::*;
-use drive::{FaultyDrive, Faults, MemDrive};
+use drive::{Faults, FaultyDrive, MemDrive};
 use layout::{Level, KIB, MIB};
 
 const MEMBER_BYTES: u64 = MEMBER_RESERVED_BYTES + 2 * MIB;
@@ -153,4 +153,3 @@ fn the_threaded_engine_serves_requests_that_span_shards() {
     assert_same(engine.read_at(&rig.vd, 512 * 3, data.len()).unwrap().as_slice(), &data, "threaded");
     assert_eq!(rig.vd.state(), VdState::Degraded);
 }
-

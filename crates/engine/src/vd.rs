@@ -158,7 +158,14 @@ impl VirtualDrive {
             member_reserved_bytes: MEMBER_RESERVED_BYTES,
         })?;
         let members = drives.into_iter().map(Member::new).collect();
-        Ok(VirtualDrive { id, name: name.to_string(), geometry, members, state_change: Mutex::new(()), notifier: std::sync::OnceLock::new() })
+        Ok(VirtualDrive {
+            id,
+            name: name.to_string(),
+            geometry,
+            members,
+            state_change: Mutex::new(()),
+            notifier: std::sync::OnceLock::new(),
+        })
     }
 
     /// Sends member failures found by I/O to `sender` (set once).
@@ -308,8 +315,14 @@ impl MemberSet {
 /// A request to a VD. Buffers move in and come back in the completion.
 #[derive(Debug)]
 pub enum VdRequest {
-    Read { offset_bytes: u64, buf: IoBuf },
-    Write { offset_bytes: u64, buf: IoBuf },
+    Read {
+        offset_bytes: u64,
+        buf: IoBuf,
+    },
+    Write {
+        offset_bytes: u64,
+        buf: IoBuf,
+    },
     /// Every write completed before the flush was submitted is durable when it completes.
     Flush,
 }
@@ -317,9 +330,7 @@ pub enum VdRequest {
 impl VdRequest {
     pub fn range_bytes(&self) -> Option<(u64, u64)> {
         match self {
-            VdRequest::Read { offset_bytes, buf } | VdRequest::Write { offset_bytes, buf } => {
-                Some((*offset_bytes, buf.len() as u64))
-            }
+            VdRequest::Read { offset_bytes, buf } | VdRequest::Write { offset_bytes, buf } => Some((*offset_bytes, buf.len() as u64)),
             VdRequest::Flush => None,
         }
     }

@@ -178,7 +178,10 @@ fn bad_requests_name_the_problem_and_change_nothing() {
         controller.create_vd(spec(Level::Raid0, &[0], "a")).map(|_| ()),
         "VD name \"a\" is used by v0; names are NBD export names and must be unique",
     );
-    check(controller.set_drive(0, DriveCommand::Offline), "slot 0 is UGood; `set offline` is allowed only for online members of a VD (Onln)");
+    check(
+        controller.set_drive(0, DriveCommand::Offline),
+        "slot 0 is UGood; `set offline` is allowed only for online members of a VD (Onln)",
+    );
     check(controller.add_hot_spare(1, vec![5]), "drive group 5 does not exist; drive groups: 0");
     check(controller.delete_vd(3, false, false), "virtual drive v3 does not exist; VDs: v0");
 }

@@ -4,12 +4,11 @@
 
 use drive::{Drive, DriveError, DriveOp, Faults, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, IoCtx, MemDrive};
 use engine::config::{
-    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
-    WritePolicy,
+    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord, WritePolicy,
 };
 use engine::metadata::{
-    self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome, Superblock,
-    COPY_AREA_BYTES, HEADER_BYTES, PAYLOAD_BYTES_MAX,
+    self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome, Superblock, COPY_AREA_BYTES,
+    HEADER_BYTES, PAYLOAD_BYTES_MAX,
 };
 use layout::Level;
 use std::sync::Arc;
@@ -78,12 +77,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
 /// records, VD 7 named "vd0" on slots 0..3, a spare dedicated to drive group 0.
 fn small_config(controller: u128, generation: u64) -> ControllerConfig {
     let drives = (0..4)
-        .map(|slot| DriveRecord {
-            slot,
-            drive_id: DriveId(100 + u128::from(slot)),
-            state: DriveState::Online,
-            capacity_bytes: 1 << 30,
-        })
+        .map(|slot| DriveRecord { slot, drive_id: DriveId(100 + u128::from(slot)), state: DriveState::Online, capacity_bytes: 1 << 30 })
         .collect();
     let vd = VdRecord {
         vd_id: 7,
@@ -239,16 +233,9 @@ fn header_corruption_is_detected_precisely() {
     check_decode("unknown flag", |b| (set_u32(b, 12, 4), reseal(b)).1, |_| UnknownFlags { found: 4 });
     check_decode("copy index 2", |b| (set_u32(b, 52, 2), reseal(b)).1, |_| CopyIndexInvalid { found: 2 });
     let reserved = |b: &mut Vec<u8>| (b[300] = 1, reseal(b)).1;
-    check_decode("reserved", reserved, |_| ReservedNotZero {
-        record: "header".into(),
-        field: "reserved",
-        offset_bytes: 300,
-    });
+    check_decode("reserved", reserved, |_| ReservedNotZero { record: "header".into(), field: "reserved", offset_bytes: 300 });
     let too_long = |b: &mut Vec<u8>| (set_u32(b, 72, 2093057), reseal(b)).1;
-    check_decode("payload too long", too_long, |_| PayloadTooLong {
-        payload_bytes: 2093057,
-        max_bytes: PAYLOAD_BYTES_MAX,
-    });
+    check_decode("payload too long", too_long, |_| PayloadTooLong { payload_bytes: 2093057, max_bytes: PAYLOAD_BYTES_MAX });
 }
 
 #[test]
@@ -266,23 +253,14 @@ fn payload_corruption_and_truncation_are_detected_precisely() {
         b[last] ^= 0x80;
     };
     check_decode("last payload byte", flip_last, payload_checksum);
-    let header_only =
-        |_: &[u8]| Truncated { what: "a metadata header".into(), needed_bytes: 4096, available_bytes: 100 };
+    let header_only = |_: &[u8]| Truncated { what: "a metadata header".into(), needed_bytes: 4096, available_bytes: 100 };
     check_decode("100 bytes", |b| b.truncate(100), header_only);
     check_decode(
         "header and part of the payload",
         |b| b.truncate(4096 + 10),
-        |b| Truncated {
-            what: "the header and payload".into(),
-            needed_bytes: 4096 + payload_len(b),
-            available_bytes: 4106,
-        },
+        |b| Truncated { what: "the header and payload".into(), needed_bytes: 4096 + payload_len(b), available_bytes: 4106 },
     );
-    check_decode(
-        "empty",
-        |b| b.clear(),
-        |_| Truncated { what: "a metadata header".into(), needed_bytes: 4096, available_bytes: 0 },
-    );
+    check_decode("empty", |b| b.clear(), |_| Truncated { what: "a metadata header".into(), needed_bytes: 4096, available_bytes: 0 });
 }
 
 #[test]
@@ -295,19 +273,14 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
         move |_: &[u8]| UnknownCode { record, field, code, known }
     };
     let states = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld)";
-    check_decode(
-        "drive state 0",
-        sealed(DRIVE_RECORDS + 32 + 4, 0),
-        unknown("drive record 1".into(), "state", 0, states),
-    );
+    check_decode("drive state 0", sealed(DRIVE_RECORDS + 32 + 4, 0), unknown("drive record 1".into(), "state", 0, states));
     check_decode("drive state 8", sealed(DRIVE_RECORDS + 4, 8), unknown("drive record 0".into(), "state", 8, states));
     let levels = "1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)";
     check_decode("level 42", sealed(VD0 + 8, 42), unknown(vd0(), "level", 42, levels));
     check_decode("write policy 4", sealed(VD0 + 9, 4), unknown(vd0(), "write_policy", 4, "1 (wt), 2 (wb), 3 (awb)"));
     check_decode("read policy 0", sealed(VD0 + 10, 0), unknown(vd0(), "read_policy", 0, "1 (nora), 2 (ra), 3 (adra)"));
     check_decode("io policy 255", sealed(VD0 + 11, 255), unknown(vd0(), "io_policy", 255, "1 (direct), 2 (cached)"));
-    let reserved =
-        |record: String, field, offset_bytes| move |_: &[u8]| ReservedNotZero { record, field, offset_bytes };
+    let reserved = |record: String, field, offset_bytes| move |_: &[u8]| ReservedNotZero { record, field, offset_bytes };
     check_decode("drive reserved", sealed(DRIVE_RECORDS + 7, 1), reserved("drive record 0".into(), "reserved", 7));
     check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
     check_decode("counts reserved", sealed(PAYLOAD + 12, 1), reserved("record counts".into(), "reserved", 12));
@@ -347,10 +320,7 @@ fn counts_and_lengths_that_disagree_with_the_payload_are_detected() {
         let len = payload_len(b) as u32;
         (set_u32(b, 72, len + 4), reseal(b)).1
     };
-    check_decode("payload 4 bytes longer", longer, |b| TrailingBytes {
-        payload_bytes: payload_len(b),
-        parsed_bytes: payload_len(b) - 4,
-    });
+    check_decode("payload 4 bytes longer", longer, |b| TrailingBytes { payload_bytes: payload_len(b), parsed_bytes: payload_len(b) - 4 });
 }
 
 #[test]
@@ -361,11 +331,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         let message = decode(&bytes).unwrap_err().to_string();
         assert_eq!(message, expected, "{case}");
     };
-    check(
-        "magic",
-        |b| b[..8].copy_from_slice(b"EFI PART"),
-        "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"",
-    );
+    check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
     check("version", |b| set_u32(b, 8, 3), "metadata format version 3 is unknown; this storc reads version 1");
     check(
         "level",
@@ -405,20 +371,10 @@ fn encode_refuses_what_it_cannot_store() {
 #[test]
 fn the_largest_configuration_fits_and_one_drive_more_does_not() {
     let with_drives = |count: u32| {
-        let mut config = ControllerConfig {
-            controller_id: ControllerId(1),
-            generation: 1,
-            drives: vec![],
-            vds: vec![],
-            hot_spares: vec![],
-        };
+        let mut config =
+            ControllerConfig { controller_id: ControllerId(1), generation: 1, drives: vec![], vds: vec![], hot_spares: vec![] };
         config.drives = (0..count)
-            .map(|slot| DriveRecord {
-                slot,
-                drive_id: DriveId(slot.into()),
-                state: DriveState::Online,
-                capacity_bytes: 1,
-            })
+            .map(|slot| DriveRecord { slot, drive_id: DriveId(slot.into()), state: DriveState::Online, capacity_bytes: 1 })
             .collect();
         superblock(config, 0)
     };
@@ -544,8 +500,7 @@ fn clear_makes_a_drive_blank() {
 #[test]
 fn a_drive_smaller_than_the_metadata_area_is_refused() {
     let drive = MemDrive::new(3 << 20);
-    let expected =
-        MetadataError::DriveTooSmall { drive: "mem:3145728".into(), capacity_bytes: 3 << 20, needed_bytes: 4 << 20 };
+    let expected = MetadataError::DriveTooSmall { drive: "mem:3145728".into(), capacity_bytes: 3 << 20, needed_bytes: 4 << 20 };
     assert_eq!(metadata::read(&drive), Err(expected.clone()));
     assert_eq!(metadata::write(&drive, &superblock(small_config(1, 1), 0)), Err(expected.clone()));
     assert_eq!(metadata::clear(&drive), Err(expected));
@@ -567,8 +522,7 @@ fn drive_errors_name_the_drive_and_the_step() {
     assert_eq!(metadata::write(&faulty, &sb(2)), Err(expected));
     assert_eq!(read_outcome(&faulty), (2, 0, OtherCopy::Older { generation: 1 }));
     faulty.set_failed(true);
-    let gone =
-        |action: &str| MetadataError::Io { drive: "slot3".into(), action: action.into(), error: DriveError::Gone };
+    let gone = |action: &str| MetadataError::Io { drive: "slot3".into(), action: action.into(), error: DriveError::Gone };
     assert_eq!(metadata::clear(&faulty), Err(gone("writing metadata copy 0 at byte 0")));
     let expected = MetadataError::NoValidCopy {
         drive: "slot3".into(),
@@ -647,11 +601,7 @@ fn assembly_takes_the_newest_generation_and_lists_stale_members() {
     check_assembly(Some(5), &[(5, 4, 0), (5, 4, 0), (5, 3, 0)], "ours c5 g4 current[0, 1] stale[2@g3]; foreign []");
     check_assembly(Some(5), &[(5, 1, 0), (5, 3, 0), (5, 2, 0)], "ours c5 g3 current[1] stale[2@g2, 0@g1]; foreign []");
     check_assembly(Some(5), &[(5, 7, 0)], "ours c5 g7 current[0]; foreign []");
-    check_assembly(
-        Some(5),
-        &[(5, 7, 1), (5, 7, 0), (5, 6, 0)],
-        "ours c5 g7 current[0] stale[2@g6] conflicting[1]; foreign []",
-    );
+    check_assembly(Some(5), &[(5, 7, 1), (5, 7, 0), (5, 6, 0)], "ours c5 g7 current[0] stale[2@g6] conflicting[1]; foreign []");
 }
 
 #[test]

@@ -64,17 +64,8 @@ pub enum Level {
 }
 
 impl Level {
-    pub const ALL: [Level; 9] = [
-        Level::Raid0,
-        Level::Raid1,
-        Level::Raid1E,
-        Level::Raid5,
-        Level::Raid6,
-        Level::Raid10,
-        Level::Raid50,
-        Level::Raid60,
-        Level::Jbod,
-    ];
+    pub const ALL: [Level; 9] =
+        [Level::Raid0, Level::Raid1, Level::Raid1E, Level::Raid5, Level::Raid6, Level::Raid10, Level::Raid50, Level::Raid60, Level::Jbod];
 
     /// The short name used by the CLI and in metadata (`r5`).
     pub fn short_name(self) -> &'static str {
@@ -221,13 +212,7 @@ pub enum LayoutError {
     #[error("strip size {got_bytes} bytes is not allowed; allowed: a power of two from 8 KiB to 1 MiB")]
     StripSize { got_bytes: u64 },
     #[error("member drives of {member_size_bytes} bytes are too small: {level} with a {strip_size_bytes}-byte strip needs at least {needed_bytes} bytes per drive (including {reserved_bytes} bytes of metadata)")]
-    MemberTooSmall {
-        level: Level,
-        member_size_bytes: u64,
-        strip_size_bytes: u64,
-        reserved_bytes: u64,
-        needed_bytes: u64,
-    },
+    MemberTooSmall { level: Level, member_size_bytes: u64, strip_size_bytes: u64, reserved_bytes: u64, needed_bytes: u64 },
 }
 
 impl Geometry {
@@ -503,7 +488,9 @@ pub struct Place {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
     /// VD data; `copy` 0 is the primary, 1 the mirror copy.
-    Data { copy: usize },
+    Data {
+        copy: usize,
+    },
     P,
     Q,
 }
@@ -651,9 +638,8 @@ impl RowMap {
 
     /// Every member of this row's span, in span order, with the role it plays in this row.
     pub fn members(&self) -> impl Iterator<Item = (Place, Role, Option<usize>)> + '_ {
-        let data = (0..self.data_strip_count()).flat_map(move |k| {
-            (0..self.copy_count()).map(move |copy| (self.data_copy(k, copy), Role::Data { copy }, Some(k)))
-        });
+        let data = (0..self.data_strip_count())
+            .flat_map(move |k| (0..self.copy_count()).map(move |copy| (self.data_copy(k, copy), Role::Data { copy }, Some(k))));
         let parity = self.parity_places().into_iter().flatten().map(|(role, place)| (place, role, None));
         data.chain(parity)
     }

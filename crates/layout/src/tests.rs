@@ -201,7 +201,10 @@ fn bad_geometry_names_the_rule() {
     check(Level::Raid0, 2, None, 48, 1024, "strip size 49152 bytes is not allowed; allowed: a power of two from 8 KiB to 1 MiB");
     check(Level::Raid0, 2, None, 2048, 4096, "strip size 2097152 bytes is not allowed; allowed: a power of two from 8 KiB to 1 MiB");
     check(Level::Raid1E, 3, None, 64, 100, "member drives of 102400 bytes are too small: RAID1E with a 65536-byte strip needs at least 196608 bytes per drive (including 65536 bytes of metadata)");
-    assert_eq!(Level::parse("raid7").unwrap_err().to_string(), "unknown RAID level \"raid7\"; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod");
+    assert_eq!(
+        Level::parse("raid7").unwrap_err().to_string(),
+        "unknown RAID level \"raid7\"; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod"
+    );
 }
 
 #[test]

@@ -13,9 +13,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 
-use crate::proto::{
-    self, BlockSizes, ClientFlags, Command, Info, InfoRequest, ProtoError, ReplyHeader, Request,
-};
+use crate::proto::{self, BlockSizes, ClientFlags, Command, Info, InfoRequest, ProtoError, ReplyHeader, Request};
 use crate::socket::Socket;
 use crate::uri::NbdUri;
 
@@ -81,14 +79,9 @@ impl fmt::Display for ClientError {
         match self {
             ClientError::Io(error) => write!(f, "NBD connection: {error}"),
             ClientError::Protocol(error) => write!(f, "NBD protocol: {error}"),
-            ClientError::OptionRejected {
-                option,
-                reply_type,
-                message,
-            } => write!(
-                f,
-                "server refused option {option} with reply {reply_type:#x}: {message}"
-            ),
+            ClientError::OptionRejected { option, reply_type, message } => {
+                write!(f, "server refused option {option} with reply {reply_type:#x}: {message}")
+            }
             ClientError::Server(error) => write!(f, "server error {error}"),
             ClientError::NothingInFlight => write!(f, "wait() called with no request in flight"),
         }
@@ -155,14 +148,7 @@ impl Client {
         let mut reader = BufReader::new(socket.try_clone()?);
         let mut writer = BufWriter::new(socket);
         let export = handshake(&mut reader, &mut writer, uri.export_name(), config)?;
-        Ok(Client {
-            reader,
-            writer,
-            export,
-            next_cookie: 1,
-            pending: HashMap::new(),
-            ready: VecDeque::new(),
-        })
+        Ok(Client { reader, writer, export, next_cookie: 1, pending: HashMap::new(), ready: VecDeque::new() })
     }
 
     pub fn export(&self) -> &ExportInfo {
@@ -178,12 +164,7 @@ impl Client {
         self.submit_request(Command::Read, 0, offset, len_bytes, &[])
     }
 
-    pub fn submit_write(
-        &mut self,
-        offset: u64,
-        data: &[u8],
-        fua: bool,
-    ) -> Result<u64, ClientError> {
+    pub fn submit_write(&mut self, offset: u64, data: &[u8], fua: bool) -> Result<u64, ClientError> {
         let flags = if fua { proto::NBD_CMD_FLAG_FUA } else { 0 };
         let len_bytes = u32::try_from(data.len()).expect("a write fits in u32 bytes");
         self.submit_request(Command::Write, flags, offset, len_bytes, data)
@@ -197,17 +178,8 @@ impl Client {
         self.submit_request(Command::Trim, 0, offset, len_bytes, &[])
     }
 
-    pub fn submit_write_zeroes(
-        &mut self,
-        offset: u64,
-        len_bytes: u32,
-        no_hole: bool,
-    ) -> Result<u64, ClientError> {
-        let flags = if no_hole {
-            proto::NBD_CMD_FLAG_NO_HOLE
-        } else {
-            0
-        };
+    pub fn submit_write_zeroes(&mut self, offset: u64, len_bytes: u32, no_hole: bool) -> Result<u64, ClientError> {
+        let flags = if no_hole { proto::NBD_CMD_FLAG_NO_HOLE } else { 0 };
         self.submit_request(Command::WriteZeroes, flags, offset, len_bytes, &[])
     }
 
@@ -222,41 +194,15 @@ impl Client {
         payload: &[u8],
     ) -> Result<u64, ClientError> {
         assert!(command != Command::Disc, "use disconnect()");
-        let expected_payload_bytes = if command == Command::Write {
-            len_bytes as usize
-        } else {
-            0
-        };
-        assert_eq!(
-            payload.len(),
-            expected_payload_bytes,
-            "payload must match the request"
-        );
+        let expected_payload_bytes = if command == Command::Write { len_bytes as usize } else { 0 };
+        assert_eq!(payload.len(), expected_payload_bytes, "payload must match the request");
         let cookie = self.next_cookie;
         self.next_cookie += 1;
-        let request = Request {
-            flags,
-            command,
-            cookie,
-            offset,
-            len_bytes,
-        };
+        let request = Request { flags, command, cookie, offset, len_bytes };
         self.writer.write_all(&proto::encode_request(&request))?;
         self.writer.write_all(payload)?;
-        let data = if command == Command::Read {
-            vec![0; len_bytes as usize]
-        } else {
-            Vec::new()
-        };
-        self.pending.insert(
-            cookie,
-            Pending {
-                command,
-                offset,
-                data,
-                error: None,
-            },
-        );
+        let data = if command == Command::Read { vec![0; len_bytes as usize] } else { Vec::new() };
+        self.pending.insert(cookie, Pending { command, offset, data, error: None });
         Ok(cookie)
     }
 
@@ -278,17 +224,10 @@ impl Client {
 
     /// Waits for one cookie; other completions are kept for later `wait` calls.
     pub fn wait_for(&mut self, cookie: u64) -> Result<Completion, ClientError> {
-        if let Some(position) = self
-            .ready
-            .iter()
-            .position(|completion| completion.cookie == cookie)
-        {
+        if let Some(position) = self.ready.iter().position(|completion| completion.cookie == cookie) {
             return Ok(self.ready.remove(position).expect("position is valid"));
         }
-        assert!(
-            self.pending.contains_key(&cookie),
-            "cookie {cookie} is not in flight"
-        );
+        assert!(self.pending.contains_key(&cookie), "cookie {cookie} is not in flight");
         self.writer.flush()?;
         loop {
             let Some(completion) = self.read_message()? else {
@@ -323,21 +262,13 @@ impl Client {
         self.finish(cookie)
     }
 
-    pub fn write_zeroes(
-        &mut self,
-        offset: u64,
-        len_bytes: u32,
-        no_hole: bool,
-    ) -> Result<(), ClientError> {
+    pub fn write_zeroes(&mut self, offset: u64, len_bytes: u32, no_hole: bool) -> Result<(), ClientError> {
         let cookie = self.submit_write_zeroes(offset, len_bytes, no_hole)?;
         self.finish(cookie)
     }
 
     fn finish(&mut self, cookie: u64) -> Result<(), ClientError> {
-        self.wait_for(cookie)?
-            .result
-            .map(drop)
-            .map_err(ClientError::Server)
+        self.wait_for(cookie)?.result.map(drop).map_err(ClientError::Server)
     }
 
     /// Sends NBD_CMD_DISC (a soft disconnect) after waiting for everything in flight.
@@ -346,13 +277,7 @@ impl Client {
         while self.in_flight() > 0 {
             completions.push(self.wait()?);
         }
-        let request = Request {
-            flags: 0,
-            command: Command::Disc,
-            cookie: 0,
-            offset: 0,
-            len_bytes: 0,
-        };
+        let request = Request { flags: 0, command: Command::Disc, cookie: 0, offset: 0, len_bytes: 0 };
         self.writer.write_all(&proto::encode_request(&request))?;
         self.writer.flush()?;
         let _ = self.writer.get_ref().shutdown(Shutdown::Write);
@@ -367,12 +292,7 @@ impl Client {
         self.reader.read_exact(&mut header[4..header_bytes])?;
         match proto::parse_reply_header(&header[..header_bytes])? {
             ReplyHeader::Simple { error, cookie } => self.read_simple(error, cookie).map(Some),
-            ReplyHeader::Chunk {
-                flags,
-                chunk_type,
-                cookie,
-                payload_len_bytes,
-            } => {
+            ReplyHeader::Chunk { flags, chunk_type, cookie, payload_len_bytes } => {
                 self.read_chunk(chunk_type, cookie, payload_len_bytes)?;
                 if flags & proto::NBD_REPLY_FLAG_DONE == 0 {
                     return Ok(None);
@@ -384,42 +304,27 @@ impl Client {
     }
 
     fn take_pending(&mut self, cookie: u64) -> Result<Pending, ClientError> {
-        self.pending
-            .remove(&cookie)
-            .ok_or_else(|| bad_reply(format!("reply for unknown cookie {cookie}")))
+        self.pending.remove(&cookie).ok_or_else(|| bad_reply(format!("reply for unknown cookie {cookie}")))
     }
 
     fn read_simple(&mut self, error: u32, cookie: u64) -> Result<Completion, ClientError> {
         let mut pending = self.take_pending(cookie)?;
         if error != 0 {
-            pending.error = Some(NbdError {
-                error,
-                message: String::new(),
-            });
+            pending.error = Some(NbdError { error, message: String::new() });
         } else if pending.command == Command::Read {
             self.reader.read_exact(&mut pending.data)?;
         }
         Ok(complete(cookie, pending))
     }
 
-    fn read_chunk(
-        &mut self,
-        chunk_type: u16,
-        cookie: u64,
-        payload_len_bytes: u32,
-    ) -> Result<(), ClientError> {
-        let pending = self
-            .pending
-            .get_mut(&cookie)
-            .ok_or_else(|| bad_reply(format!("chunk for unknown cookie {cookie}")))?;
+    fn read_chunk(&mut self, chunk_type: u16, cookie: u64, payload_len_bytes: u32) -> Result<(), ClientError> {
+        let pending = self.pending.get_mut(&cookie).ok_or_else(|| bad_reply(format!("chunk for unknown cookie {cookie}")))?;
         let payload_len_bytes = payload_len_bytes as usize;
         match chunk_type {
             proto::NBD_REPLY_TYPE_NONE if payload_len_bytes == 0 => Ok(()),
             proto::NBD_REPLY_TYPE_OFFSET_DATA if payload_len_bytes > 8 => {
-                let start =
-                    chunk_start(pending, read_u64(&mut self.reader)?, payload_len_bytes - 8)?;
-                self.reader
-                    .read_exact(&mut pending.data[start..start + payload_len_bytes - 8])?;
+                let start = chunk_start(pending, read_u64(&mut self.reader)?, payload_len_bytes - 8)?;
+                self.reader.read_exact(&mut pending.data[start..start + payload_len_bytes - 8])?;
                 Ok(())
             }
             proto::NBD_REPLY_TYPE_OFFSET_HOLE if payload_len_bytes == 12 => {
@@ -433,40 +338,25 @@ impl Client {
             }
             error_type if error_type & proto::NBD_REPLY_TYPE_ERROR_BIT != 0 => {
                 if payload_len_bytes > proto::STRING_MAX_BYTES + 14 {
-                    return Err(bad_reply(format!(
-                        "error chunk of {payload_len_bytes} bytes"
-                    )));
+                    return Err(bad_reply(format!("error chunk of {payload_len_bytes} bytes")));
                 }
                 let mut payload = vec![0u8; payload_len_bytes];
                 self.reader.read_exact(&mut payload)?;
                 let chunk = proto::parse_error_chunk(error_type, &payload)?;
-                pending.error.get_or_insert(NbdError {
-                    error: chunk.error,
-                    message: chunk.message,
-                });
+                pending.error.get_or_insert(NbdError { error: chunk.error, message: chunk.message });
                 Ok(())
             }
-            _ => Err(bad_reply(format!(
-                "unexpected chunk type {chunk_type} with {payload_len_bytes} bytes"
-            ))),
+            _ => Err(bad_reply(format!("unexpected chunk type {chunk_type} with {payload_len_bytes} bytes"))),
         }
     }
 }
 
 /// Where a content chunk starts inside its READ's buffer; it must lie within the request.
 fn chunk_start(pending: &Pending, offset: u64, len_bytes: usize) -> Result<usize, ClientError> {
-    let start = offset
-        .checked_sub(pending.offset)
-        .map(|start| start as usize);
+    let start = offset.checked_sub(pending.offset).map(|start| start as usize);
     match start {
-        Some(start)
-            if pending.command == Command::Read && start + len_bytes <= pending.data.len() =>
-        {
-            Ok(start)
-        }
-        _ => Err(bad_reply(format!(
-            "chunk at offset {offset} of {len_bytes} bytes lies outside its request"
-        ))),
+        Some(start) if pending.command == Command::Read && start + len_bytes <= pending.data.len() => Ok(start),
+        _ => Err(bad_reply(format!("chunk at offset {offset} of {len_bytes} bytes lies outside its request"))),
     }
 }
 
@@ -475,11 +365,7 @@ fn complete(cookie: u64, pending: Pending) -> Completion {
         Some(error) => Err(error),
         None => Ok(pending.data),
     };
-    Completion {
-        cookie,
-        command: pending.command,
-        result,
-    }
+    Completion { cookie, command: pending.command, result }
 }
 
 fn read_u64(reader: &mut impl Read) -> io::Result<u64> {
@@ -490,22 +376,13 @@ fn read_u64(reader: &mut impl Read) -> io::Result<u64> {
 
 // ---- Handshake -------------------------------------------------------------------------------
 
-fn handshake(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
-    export_name: &str,
-    config: &ClientConfig,
-) -> Result<ExportInfo, ClientError> {
+fn handshake(reader: &mut impl Read, writer: &mut impl Write, export_name: &str, config: &ClientConfig) -> Result<ExportInfo, ClientError> {
     let mut greeting = [0u8; proto::GREETING_BYTES];
     reader.read_exact(&mut greeting)?;
     let handshake_flags = proto::parse_greeting(&greeting)?;
     let no_zeroes = handshake_flags & proto::NBD_FLAG_NO_ZEROES != 0;
-    writer.write_all(&proto::encode_client_flags(ClientFlags {
-        fixed_newstyle: true,
-        no_zeroes,
-    }))?;
-    let structured_replies =
-        config.structured_replies && negotiate_structured_replies(reader, writer)?;
+    writer.write_all(&proto::encode_client_flags(ClientFlags { fixed_newstyle: true, no_zeroes }))?;
+    let structured_replies = config.structured_replies && negotiate_structured_replies(reader, writer)?;
     let mut export = go(reader, writer, export_name, no_zeroes)?;
     export.structured_replies = structured_replies;
     Ok(export)
@@ -516,18 +393,12 @@ fn send_option(writer: &mut impl Write, option: u32, data: &[u8]) -> io::Result<
     writer.flush()
 }
 
-fn read_option_reply(
-    reader: &mut impl Read,
-    option: u32,
-) -> Result<(proto::OptionReplyHeader, Vec<u8>), ClientError> {
+fn read_option_reply(reader: &mut impl Read, option: u32) -> Result<(proto::OptionReplyHeader, Vec<u8>), ClientError> {
     let mut header_bytes = [0u8; proto::OPTION_REPLY_HEADER_BYTES];
     reader.read_exact(&mut header_bytes)?;
     let header = proto::parse_option_reply_header(&header_bytes)?;
     if header.option != option {
-        return Err(bad_reply(format!(
-            "reply to option {} while waiting for {option}",
-            header.option
-        )));
+        return Err(bad_reply(format!("reply to option {} while waiting for {option}", header.option)));
     }
     let mut data = vec![0u8; header.len_bytes as usize];
     reader.read_exact(&mut data)?;
@@ -542,10 +413,7 @@ fn rejected(header: &proto::OptionReplyHeader, data: &[u8]) -> ClientError {
     }
 }
 
-fn negotiate_structured_replies(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
-) -> Result<bool, ClientError> {
+fn negotiate_structured_replies(reader: &mut impl Read, writer: &mut impl Write) -> Result<bool, ClientError> {
     send_option(writer, proto::NBD_OPT_STRUCTURED_REPLY, &[])?;
     let (header, data) = read_option_reply(reader, proto::NBD_OPT_STRUCTURED_REPLY)?;
     match header.reply_type {
@@ -557,25 +425,12 @@ fn negotiate_structured_replies(
 
 /// NBD_OPT_GO, asking for block sizes, name and description; falls back to EXPORT_NAME only
 /// for a server that does not know GO.
-fn go(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
-    export_name: &str,
-    no_zeroes: bool,
-) -> Result<ExportInfo, ClientError> {
+fn go(reader: &mut impl Read, writer: &mut impl Write, export_name: &str, no_zeroes: bool) -> Result<ExportInfo, ClientError> {
     let request = InfoRequest {
         export_name: export_name.to_string(),
-        info_types: vec![
-            proto::NBD_INFO_BLOCK_SIZE,
-            proto::NBD_INFO_NAME,
-            proto::NBD_INFO_DESCRIPTION,
-        ],
+        info_types: vec![proto::NBD_INFO_BLOCK_SIZE, proto::NBD_INFO_NAME, proto::NBD_INFO_DESCRIPTION],
     };
-    send_option(
-        writer,
-        proto::NBD_OPT_GO,
-        &proto::encode_info_request(&request),
-    )?;
+    send_option(writer, proto::NBD_OPT_GO, &proto::encode_info_request(&request))?;
     let mut export = ExportInfo {
         export_name: export_name.to_string(),
         size_bytes: 0,
@@ -588,16 +443,10 @@ fn go(
     loop {
         let (header, data) = read_option_reply(reader, proto::NBD_OPT_GO)?;
         match header.reply_type {
-            proto::NBD_REP_INFO => {
-                got_export_info |= record_info(&mut export, proto::parse_rep_info(&data)?)
-            }
+            proto::NBD_REP_INFO => got_export_info |= record_info(&mut export, proto::parse_rep_info(&data)?),
             proto::NBD_REP_ACK if got_export_info => return Ok(export),
-            proto::NBD_REP_ACK => {
-                return Err(bad_reply("GO succeeded without NBD_INFO_EXPORT".into()))
-            }
-            proto::NBD_REP_ERR_UNSUP => {
-                return export_name_fallback(reader, writer, export, no_zeroes)
-            }
+            proto::NBD_REP_ACK => return Err(bad_reply("GO succeeded without NBD_INFO_EXPORT".into())),
+            proto::NBD_REP_ERR_UNSUP => return export_name_fallback(reader, writer, export, no_zeroes),
             _ => return Err(rejected(&header, &data)),
         }
     }
@@ -606,10 +455,7 @@ fn go(
 /// Returns whether `info` was the mandatory NBD_INFO_EXPORT.
 fn record_info(export: &mut ExportInfo, info: Info) -> bool {
     match info {
-        Info::Export {
-            size_bytes,
-            transmission_flags,
-        } => {
+        Info::Export { size_bytes, transmission_flags } => {
             export.size_bytes = size_bytes;
             export.transmission_flags = transmission_flags;
             return true;
@@ -628,17 +474,9 @@ fn export_name_fallback(
     mut export: ExportInfo,
     no_zeroes: bool,
 ) -> Result<ExportInfo, ClientError> {
-    send_option(
-        writer,
-        proto::NBD_OPT_EXPORT_NAME,
-        export.export_name.as_bytes(),
-    )?;
+    send_option(writer, proto::NBD_OPT_EXPORT_NAME, export.export_name.as_bytes())?;
     let mut reply = [0u8; proto::EXPORT_NAME_REPLY_BYTES + proto::EXPORT_NAME_REPLY_ZEROES_BYTES];
-    let reply_bytes = if no_zeroes {
-        proto::EXPORT_NAME_REPLY_BYTES
-    } else {
-        reply.len()
-    };
+    let reply_bytes = if no_zeroes { proto::EXPORT_NAME_REPLY_BYTES } else { reply.len() };
     reader.read_exact(&mut reply[..reply_bytes])?;
     export.size_bytes = u64::from_be_bytes(reply[..8].try_into().expect("8 bytes"));
     export.transmission_flags = u16::from_be_bytes(reply[8..10].try_into().expect("2 bytes"));

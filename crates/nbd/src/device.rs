@@ -100,8 +100,7 @@ mod tests {
 
     #[test]
     fn each_error_maps_to_the_spec_value() {
-        let check =
-            |error: IoError, expected: u32| assert_eq!(error.nbd_error(), expected, "{error:?}");
+        let check = |error: IoError, expected: u32| assert_eq!(error.nbd_error(), expected, "{error:?}");
         check(IoError::Io, 5);
         check(IoError::NoSpace, 28);
         check(IoError::Invalid, 22);

@@ -180,27 +180,15 @@ pub const NBD_DEFAULT_PORT: u16 = 10809;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProtoError {
     /// Fewer bytes than the structure needs.
-    Short {
-        what: &'static str,
-        needed_bytes: usize,
-        got_bytes: usize,
-    },
+    Short { what: &'static str, needed_bytes: usize, got_bytes: usize },
     /// A magic number did not match.
-    BadMagic {
-        what: &'static str,
-        expected: u64,
-        got: u64,
-    },
+    BadMagic { what: &'static str, expected: u64, got: u64 },
     /// The client set flags the server did not offer (the spec says: drop the connection).
     UnknownClientFlags { flags: u32 },
     /// The server does not speak fixed newstyle.
     NotFixedNewstyle { handshake_flags: u16 },
     /// An option announced more data than any valid option needs.
-    OptionTooLong {
-        option: u32,
-        len_bytes: u32,
-        max_bytes: u32,
-    },
+    OptionTooLong { option: u32, len_bytes: u32, max_bytes: u32 },
     /// A known option with data that does not follow its format.
     InvalidOption { option: u32, reason: String },
     /// A request type this implementation does not serve; the cookie lets the server reply.
@@ -223,21 +211,18 @@ impl fmt::Display for ProtoError {
                 "client flags {flags:#x} include bits the server did not offer \
                  (allowed: FIXED_NEWSTYLE {NBD_FLAG_C_FIXED_NEWSTYLE:#x}, NO_ZEROES {NBD_FLAG_C_NO_ZEROES:#x})"
             ),
-            ProtoError::NotFixedNewstyle { handshake_flags } => write!(
-                f,
-                "server handshake flags {handshake_flags:#x} lack FIXED_NEWSTYLE; only fixed newstyle is supported"
-            ),
-            ProtoError::OptionTooLong { option, len_bytes, max_bytes } => write!(
-                f,
-                "option {option} announces {len_bytes} bytes of data, at most {max_bytes} allowed"
-            ),
+            ProtoError::NotFixedNewstyle { handshake_flags } => {
+                write!(f, "server handshake flags {handshake_flags:#x} lack FIXED_NEWSTYLE; only fixed newstyle is supported")
+            }
+            ProtoError::OptionTooLong { option, len_bytes, max_bytes } => {
+                write!(f, "option {option} announces {len_bytes} bytes of data, at most {max_bytes} allowed")
+            }
             ProtoError::InvalidOption { option, reason } => {
                 write!(f, "invalid data for option {option}: {reason}")
             }
-            ProtoError::UnknownCommand { cookie, command } => write!(
-                f,
-                "unknown command type {command} (cookie {cookie:#x}); allowed: READ, WRITE, DISC, FLUSH, TRIM, WRITE_ZEROES"
-            ),
+            ProtoError::UnknownCommand { cookie, command } => {
+                write!(f, "unknown command type {command} (cookie {cookie:#x}); allowed: READ, WRITE, DISC, FLUSH, TRIM, WRITE_ZEROES")
+            }
             ProtoError::BadReply { reason } => write!(f, "malformed reply: {reason}"),
         }
     }
@@ -258,24 +243,13 @@ impl<'a> Cursor<'a> {
     /// Starts parsing `what`, which must be at least `needed_bytes` long.
     fn new(what: &'static str, bytes: &'a [u8], needed_bytes: usize) -> Result<Self, ProtoError> {
         if bytes.len() < needed_bytes {
-            return Err(ProtoError::Short {
-                what,
-                needed_bytes,
-                got_bytes: bytes.len(),
-            });
+            return Err(ProtoError::Short { what, needed_bytes, got_bytes: bytes.len() });
         }
-        Ok(Cursor {
-            what,
-            bytes,
-            position: 0,
-        })
+        Ok(Cursor { what, bytes, position: 0 })
     }
 
     fn take(&mut self, len: usize) -> Result<&'a [u8], ProtoError> {
-        let end = self
-            .position
-            .checked_add(len)
-            .filter(|&end| end <= self.bytes.len());
+        let end = self.position.checked_add(len).filter(|&end| end <= self.bytes.len());
         let Some(end) = end else {
             return Err(ProtoError::Short {
                 what: self.what,
@@ -289,21 +263,15 @@ impl<'a> Cursor<'a> {
     }
 
     fn u16(&mut self) -> Result<u16, ProtoError> {
-        Ok(u16::from_be_bytes(
-            self.take(2)?.try_into().expect("took 2 bytes"),
-        ))
+        Ok(u16::from_be_bytes(self.take(2)?.try_into().expect("took 2 bytes")))
     }
 
     fn u32(&mut self) -> Result<u32, ProtoError> {
-        Ok(u32::from_be_bytes(
-            self.take(4)?.try_into().expect("took 4 bytes"),
-        ))
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("took 4 bytes")))
     }
 
     fn u64(&mut self) -> Result<u64, ProtoError> {
-        Ok(u64::from_be_bytes(
-            self.take(8)?.try_into().expect("took 8 bytes"),
-        ))
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("took 8 bytes")))
     }
 
     fn rest(&mut self) -> &'a [u8] {
@@ -319,27 +287,17 @@ impl<'a> Cursor<'a> {
 
 fn expect_magic(what: &'static str, expected: u64, got: u64) -> Result<(), ProtoError> {
     if got != expected {
-        return Err(ProtoError::BadMagic {
-            what,
-            expected,
-            got,
-        });
+        return Err(ProtoError::BadMagic { what, expected, got });
     }
     Ok(())
 }
 
 fn utf8_string(option: u32, what: &str, bytes: &[u8]) -> Result<String, ProtoError> {
     if bytes.len() > STRING_MAX_BYTES {
-        let reason = format!(
-            "{what} is {} bytes, at most {STRING_MAX_BYTES} allowed",
-            bytes.len()
-        );
+        let reason = format!("{what} is {} bytes, at most {STRING_MAX_BYTES} allowed", bytes.len());
         return Err(ProtoError::InvalidOption { option, reason });
     }
-    String::from_utf8(bytes.to_vec()).map_err(|_| ProtoError::InvalidOption {
-        option,
-        reason: format!("{what} is not UTF-8"),
-    })
+    String::from_utf8(bytes.to_vec()).map_err(|_| ProtoError::InvalidOption { option, reason: format!("{what} is not UTF-8") })
 }
 
 // ---- Handshake -------------------------------------------------------------------------------
@@ -391,10 +349,7 @@ pub fn parse_client_flags(bytes: &[u8], offered: u16) -> Result<ClientFlags, Pro
     if flags & !allowed != 0 {
         return Err(ProtoError::UnknownClientFlags { flags });
     }
-    Ok(ClientFlags {
-        fixed_newstyle: flags & NBD_FLAG_C_FIXED_NEWSTYLE != 0,
-        no_zeroes: flags & NBD_FLAG_C_NO_ZEROES != 0,
-    })
+    Ok(ClientFlags { fixed_newstyle: flags & NBD_FLAG_C_FIXED_NEWSTYLE != 0, no_zeroes: flags & NBD_FLAG_C_NO_ZEROES != 0 })
 }
 
 // ---- Options ---------------------------------------------------------------------------------
@@ -414,11 +369,7 @@ pub fn parse_option_header(bytes: &[u8]) -> Result<OptionHeader, ProtoError> {
     let option = cursor.u32()?;
     let len_bytes = cursor.u32()?;
     if len_bytes > OPTION_DATA_MAX_BYTES {
-        return Err(ProtoError::OptionTooLong {
-            option,
-            len_bytes,
-            max_bytes: OPTION_DATA_MAX_BYTES,
-        });
+        return Err(ProtoError::OptionTooLong { option, len_bytes, max_bytes: OPTION_DATA_MAX_BYTES });
     }
     Ok(OptionHeader { option, len_bytes })
 }
@@ -469,15 +420,11 @@ pub enum ClientOption {
 /// (the server answers NBD_REP_ERR_INVALID).
 pub fn parse_option(option: u32, data: &[u8]) -> Result<ClientOption, ProtoError> {
     match option {
-        NBD_OPT_EXPORT_NAME => Ok(ClientOption::ExportName {
-            export_name: utf8_string(option, "export name", data)?,
-        }),
+        NBD_OPT_EXPORT_NAME => Ok(ClientOption::ExportName { export_name: utf8_string(option, "export name", data)? }),
         // The spec: a server SHOULD ignore data sent with ABORT.
         NBD_OPT_ABORT => Ok(ClientOption::Abort),
         NBD_OPT_LIST => expect_no_data(option, data).map(|()| ClientOption::List),
-        NBD_OPT_STRUCTURED_REPLY => {
-            expect_no_data(option, data).map(|()| ClientOption::StructuredReply)
-        }
+        NBD_OPT_STRUCTURED_REPLY => expect_no_data(option, data).map(|()| ClientOption::StructuredReply),
         NBD_OPT_INFO => parse_info_request(option, data).map(ClientOption::Info),
         NBD_OPT_GO => parse_info_request(option, data).map(ClientOption::Go),
         _ => Ok(ClientOption::Unsupported { option }),
@@ -494,35 +441,20 @@ fn expect_no_data(option: u32, data: &[u8]) -> Result<(), ProtoError> {
 
 fn parse_info_request(option: u32, data: &[u8]) -> Result<InfoRequest, ProtoError> {
     let invalid = |reason: String| ProtoError::InvalidOption { option, reason };
-    let mut cursor =
-        Cursor::new("info request", data, 4 + 2).map_err(|e| invalid(e.to_string()))?;
+    let mut cursor = Cursor::new("info request", data, 4 + 2).map_err(|e| invalid(e.to_string()))?;
     let name_len_bytes = cursor.u32().map_err(|e| invalid(e.to_string()))? as usize;
     // The spec: the name length MUST be no larger than the option data length - 6.
     if name_len_bytes > data.len() - 6 {
-        return Err(invalid(format!(
-            "export name length {name_len_bytes} exceeds option data length {} - 6",
-            data.len()
-        )));
+        return Err(invalid(format!("export name length {name_len_bytes} exceeds option data length {} - 6", data.len())));
     }
-    let name = cursor
-        .take(name_len_bytes)
-        .map_err(|e| invalid(e.to_string()))?;
+    let name = cursor.take(name_len_bytes).map_err(|e| invalid(e.to_string()))?;
     let export_name = utf8_string(option, "export name", name)?;
     let count = cursor.u16().map_err(|e| invalid(e.to_string()))? as usize;
     if cursor.remaining_bytes() != count * 2 {
-        return Err(invalid(format!(
-            "{count} information requests need {} bytes, {} present",
-            count * 2,
-            cursor.remaining_bytes()
-        )));
+        return Err(invalid(format!("{count} information requests need {} bytes, {} present", count * 2, cursor.remaining_bytes())));
     }
-    let info_types = (0..count)
-        .map(|_| cursor.u16().expect("length checked"))
-        .collect();
-    Ok(InfoRequest {
-        export_name,
-        info_types,
-    })
+    let info_types = (0..count).map(|_| cursor.u16().expect("length checked")).collect();
+    Ok(InfoRequest { export_name, info_types })
 }
 
 /// Client side: the data of NBD_OPT_INFO / NBD_OPT_GO.
@@ -591,10 +523,7 @@ pub enum Info {
 pub fn encode_rep_info(option: u32, info: &Info) -> Vec<u8> {
     let mut data = Vec::with_capacity(14);
     match info {
-        Info::Export {
-            size_bytes,
-            transmission_flags,
-        } => {
+        Info::Export { size_bytes, transmission_flags } => {
             data.extend_from_slice(&NBD_INFO_EXPORT.to_be_bytes());
             data.extend_from_slice(&size_bytes.to_be_bytes());
             data.extend_from_slice(&transmission_flags.to_be_bytes());
@@ -625,37 +554,23 @@ pub fn parse_rep_info(data: &[u8]) -> Result<Info, ProtoError> {
     let info_type = cursor.u16()?;
     let expect_len = |len: usize| {
         if data.len() != len {
-            return Err(bad(format!(
-                "info type {info_type} must be {len} bytes, got {}",
-                data.len()
-            )));
+            return Err(bad(format!("info type {info_type} must be {len} bytes, got {}", data.len())));
         }
         Ok(())
     };
     match info_type {
         NBD_INFO_EXPORT => {
             expect_len(12)?;
-            Ok(Info::Export {
-                size_bytes: cursor.u64()?,
-                transmission_flags: cursor.u16()?,
-            })
+            Ok(Info::Export { size_bytes: cursor.u64()?, transmission_flags: cursor.u16()? })
         }
         NBD_INFO_BLOCK_SIZE => {
             expect_len(14)?;
-            let sizes = BlockSizes {
-                min_bytes: cursor.u32()?,
-                preferred_bytes: cursor.u32()?,
-                max_bytes: cursor.u32()?,
-            };
+            let sizes = BlockSizes { min_bytes: cursor.u32()?, preferred_bytes: cursor.u32()?, max_bytes: cursor.u32()? };
             Ok(Info::BlockSize(sizes))
         }
         NBD_INFO_NAME | NBD_INFO_DESCRIPTION => {
             let text = String::from_utf8_lossy(cursor.rest()).into_owned();
-            Ok(if info_type == NBD_INFO_NAME {
-                Info::Name(text)
-            } else {
-                Info::Description(text)
-            })
+            Ok(if info_type == NBD_INFO_NAME { Info::Name(text) } else { Info::Description(text) })
         }
         _ => Ok(Info::Unknown { info_type }),
     }
@@ -679,16 +594,9 @@ impl OptionReplyHeader {
 pub fn parse_option_reply_header(bytes: &[u8]) -> Result<OptionReplyHeader, ProtoError> {
     let mut cursor = Cursor::new("option reply header", bytes, OPTION_REPLY_HEADER_BYTES)?;
     expect_magic("option reply", NBD_REP_MAGIC, cursor.u64()?)?;
-    let header = OptionReplyHeader {
-        option: cursor.u32()?,
-        reply_type: cursor.u32()?,
-        len_bytes: cursor.u32()?,
-    };
+    let header = OptionReplyHeader { option: cursor.u32()?, reply_type: cursor.u32()?, len_bytes: cursor.u32()? };
     if header.len_bytes > OPTION_DATA_MAX_BYTES {
-        let reason = format!(
-            "option reply announces {} bytes, at most {OPTION_DATA_MAX_BYTES} allowed",
-            header.len_bytes
-        );
+        let reason = format!("option reply announces {} bytes, at most {OPTION_DATA_MAX_BYTES} allowed", header.len_bytes);
         return Err(ProtoError::BadReply { reason });
     }
     Ok(header)
@@ -696,11 +604,7 @@ pub fn parse_option_reply_header(bytes: &[u8]) -> Result<OptionReplyHeader, Prot
 
 /// After NBD_OPT_EXPORT_NAME: export size, transmission flags, and 124 zeroes unless the client
 /// negotiated NBD_FLAG_C_NO_ZEROES.
-pub fn encode_export_name_reply(
-    size_bytes: u64,
-    transmission_flags: u16,
-    no_zeroes: bool,
-) -> Vec<u8> {
+pub fn encode_export_name_reply(size_bytes: u64, transmission_flags: u16, no_zeroes: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(EXPORT_NAME_REPLY_BYTES + EXPORT_NAME_REPLY_ZEROES_BYTES);
     out.extend_from_slice(&size_bytes.to_be_bytes());
     out.extend_from_slice(&transmission_flags.to_be_bytes());
@@ -767,23 +671,11 @@ impl Request {
 }
 
 pub fn encode_request(request: &Request) -> [u8; REQUEST_HEADER_BYTES] {
-    encode_raw_request(
-        request.flags,
-        request.command.code(),
-        request.cookie,
-        request.offset,
-        request.len_bytes,
-    )
+    encode_raw_request(request.flags, request.command.code(), request.cookie, request.offset, request.len_bytes)
 }
 
 /// A request header with any type code, for tests that send what a hostile client would.
-pub fn encode_raw_request(
-    flags: u16,
-    command_code: u16,
-    cookie: u64,
-    offset: u64,
-    len_bytes: u32,
-) -> [u8; REQUEST_HEADER_BYTES] {
+pub fn encode_raw_request(flags: u16, command_code: u16, cookie: u64, offset: u64, len_bytes: u32) -> [u8; REQUEST_HEADER_BYTES] {
     let mut out = [0u8; REQUEST_HEADER_BYTES];
     out[0..4].copy_from_slice(&NBD_REQUEST_MAGIC.to_be_bytes());
     out[4..6].copy_from_slice(&flags.to_be_bytes());
@@ -805,17 +697,8 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, ProtoError> {
     let cookie = cursor.u64()?;
     let offset = cursor.u64()?;
     let len_bytes = cursor.u32()?;
-    let command = Command::from_code(code).ok_or(ProtoError::UnknownCommand {
-        cookie,
-        command: code,
-    })?;
-    Ok(Request {
-        flags,
-        command,
-        cookie,
-        offset,
-        len_bytes,
-    })
+    let command = Command::from_code(code).ok_or(ProtoError::UnknownCommand { cookie, command: code })?;
+    Ok(Request { flags, command, cookie, offset, len_bytes })
 }
 
 // ---- Transmission: replies -------------------------------------------------------------------
@@ -830,12 +713,7 @@ pub fn encode_simple_reply(cookie: u64, error: u32) -> [u8; SIMPLE_REPLY_HEADER_
 }
 
 /// The header of one structured reply chunk; `payload_len_bytes` of payload follow.
-pub fn encode_chunk_header(
-    flags: u16,
-    chunk_type: u16,
-    cookie: u64,
-    payload_len_bytes: u32,
-) -> [u8; STRUCTURED_REPLY_HEADER_BYTES] {
+pub fn encode_chunk_header(flags: u16, chunk_type: u16, cookie: u64, payload_len_bytes: u32) -> [u8; STRUCTURED_REPLY_HEADER_BYTES] {
     let mut out = [0u8; STRUCTURED_REPLY_HEADER_BYTES];
     out[0..4].copy_from_slice(&NBD_STRUCTURED_REPLY_MAGIC.to_be_bytes());
     out[4..6].copy_from_slice(&flags.to_be_bytes());
@@ -852,19 +730,9 @@ pub fn encode_none_chunk(cookie: u64) -> [u8; STRUCTURED_REPLY_HEADER_BYTES] {
 
 /// The header and offset of an NBD_REPLY_TYPE_OFFSET_DATA chunk; `data_len_bytes` of data follow.
 /// `data_len_bytes` must be 1..=u32::MAX-8 (the spec's content chunks describe at least one byte).
-pub fn encode_offset_data_header(
-    cookie: u64,
-    offset: u64,
-    data_len_bytes: u32,
-    done: bool,
-) -> [u8; OFFSET_DATA_HEADER_BYTES] {
-    assert!(
-        data_len_bytes > 0,
-        "an OFFSET_DATA chunk describes at least one byte"
-    );
-    let payload_len_bytes = data_len_bytes
-        .checked_add(8)
-        .expect("chunk data fits in u32 - 8");
+pub fn encode_offset_data_header(cookie: u64, offset: u64, data_len_bytes: u32, done: bool) -> [u8; OFFSET_DATA_HEADER_BYTES] {
+    assert!(data_len_bytes > 0, "an OFFSET_DATA chunk describes at least one byte");
+    let payload_len_bytes = data_len_bytes.checked_add(8).expect("chunk data fits in u32 - 8");
     let flags = if done { NBD_REPLY_FLAG_DONE } else { 0 };
     let mut out = [0u8; OFFSET_DATA_HEADER_BYTES];
     out[..STRUCTURED_REPLY_HEADER_BYTES].copy_from_slice(&encode_chunk_header(
@@ -884,18 +752,9 @@ pub fn encode_error_chunk(cookie: u64, error: u32, message: &str) -> Vec<u8> {
     let message = truncate_utf8(message, STRING_MAX_BYTES);
     let payload_len_bytes = u32::try_from(6 + message.len()).expect("message is short");
     let mut out = Vec::with_capacity(STRUCTURED_REPLY_HEADER_BYTES + 6 + message.len());
-    out.extend_from_slice(&encode_chunk_header(
-        NBD_REPLY_FLAG_DONE,
-        NBD_REPLY_TYPE_ERROR,
-        cookie,
-        payload_len_bytes,
-    ));
+    out.extend_from_slice(&encode_chunk_header(NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, cookie, payload_len_bytes));
     out.extend_from_slice(&error.to_be_bytes());
-    out.extend_from_slice(
-        &u16::try_from(message.len())
-            .expect("message is short")
-            .to_be_bytes(),
-    );
+    out.extend_from_slice(&u16::try_from(message.len()).expect("message is short").to_be_bytes());
     out.extend_from_slice(message.as_bytes());
     out
 }
@@ -914,16 +773,8 @@ fn truncate_utf8(text: &str, max_bytes: usize) -> &str {
 /// Client side: a reply header of either kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyHeader {
-    Simple {
-        error: u32,
-        cookie: u64,
-    },
-    Chunk {
-        flags: u16,
-        chunk_type: u16,
-        cookie: u64,
-        payload_len_bytes: u32,
-    },
+    Simple { error: u32, cookie: u64 },
+    Chunk { flags: u16, chunk_type: u16, cookie: u64, payload_len_bytes: u32 },
 }
 
 /// Client side: how many header bytes follow a reply's 4-byte magic.
@@ -932,11 +783,7 @@ pub fn reply_header_bytes(magic_bytes: &[u8]) -> Result<usize, ProtoError> {
     match magic {
         NBD_SIMPLE_REPLY_MAGIC => Ok(SIMPLE_REPLY_HEADER_BYTES),
         NBD_STRUCTURED_REPLY_MAGIC => Ok(STRUCTURED_REPLY_HEADER_BYTES),
-        _ => Err(ProtoError::BadMagic {
-            what: "reply",
-            expected: u64::from(NBD_SIMPLE_REPLY_MAGIC),
-            got: u64::from(magic),
-        }),
+        _ => Err(ProtoError::BadMagic { what: "reply", expected: u64::from(NBD_SIMPLE_REPLY_MAGIC), got: u64::from(magic) }),
     }
 }
 
@@ -946,17 +793,9 @@ pub fn parse_reply_header(bytes: &[u8]) -> Result<ReplyHeader, ProtoError> {
     let mut cursor = Cursor::new("reply header", bytes, header_bytes)?;
     let magic = cursor.u32()?;
     if magic == NBD_SIMPLE_REPLY_MAGIC {
-        return Ok(ReplyHeader::Simple {
-            error: cursor.u32()?,
-            cookie: cursor.u64()?,
-        });
+        return Ok(ReplyHeader::Simple { error: cursor.u32()?, cookie: cursor.u64()? });
     }
-    Ok(ReplyHeader::Chunk {
-        flags: cursor.u16()?,
-        chunk_type: cursor.u16()?,
-        cookie: cursor.u64()?,
-        payload_len_bytes: cursor.u32()?,
-    })
+    Ok(ReplyHeader::Chunk { flags: cursor.u16()?, chunk_type: cursor.u16()?, cookie: cursor.u64()?, payload_len_bytes: cursor.u32()? })
 }
 
 /// Client side: the fields of an error chunk payload (ERROR or ERROR_OFFSET).
@@ -977,11 +816,7 @@ pub fn parse_error_chunk(chunk_type: u16, payload: &[u8]) -> Result<ErrorChunk, 
         NBD_REPLY_TYPE_ERROR_OFFSET => Some(cursor.u64()?),
         _ => None,
     };
-    Ok(ErrorChunk {
-        error,
-        message,
-        offset,
-    })
+    Ok(ErrorChunk { error, message, offset })
 }
 
 #[cfg(test)]
@@ -989,19 +824,12 @@ mod tests {
     use super::*;
 
     /// Compares a parse result with what the test expects, printing both on mismatch.
-    fn check<T: PartialEq + fmt::Debug>(
-        actual: Result<T, ProtoError>,
-        expected: Result<T, ProtoError>,
-    ) {
+    fn check<T: PartialEq + fmt::Debug>(actual: Result<T, ProtoError>, expected: Result<T, ProtoError>) {
         assert_eq!(actual, expected);
     }
 
     fn short(what: &'static str, needed_bytes: usize, got_bytes: usize) -> ProtoError {
-        ProtoError::Short {
-            what,
-            needed_bytes,
-            got_bytes,
-        }
+        ProtoError::Short { what, needed_bytes, got_bytes }
     }
 
     #[test]
@@ -1011,286 +839,117 @@ mod tests {
         assert_eq!(&greeting[8..16], b"IHAVEOPT");
         assert_eq!(&greeting[16..], &[0, 3]);
         check(parse_greeting(&greeting), Ok(3));
-        check(
-            parse_greeting(&greeting[..17]),
-            Err(short("greeting", 18, 17)),
-        );
+        check(parse_greeting(&greeting[..17]), Err(short("greeting", 18, 17)));
         let mut bad = greeting;
         bad[0] = b'X';
         check(
             parse_greeting(&bad),
-            Err(ProtoError::BadMagic {
-                what: "greeting NBDMAGIC",
-                expected: NBD_MAGIC,
-                got: 0x5842_444d_4147_4943,
-            }),
+            Err(ProtoError::BadMagic { what: "greeting NBDMAGIC", expected: NBD_MAGIC, got: 0x5842_444d_4147_4943 }),
         );
-        check(
-            parse_greeting(&encode_greeting(0)),
-            Err(ProtoError::NotFixedNewstyle { handshake_flags: 0 }),
-        );
+        check(parse_greeting(&encode_greeting(0)), Err(ProtoError::NotFixedNewstyle { handshake_flags: 0 }));
     }
 
     #[test]
     fn client_flags_accept_only_what_was_offered() {
-        let both = ClientFlags {
-            fixed_newstyle: true,
-            no_zeroes: true,
-        };
-        check(
-            parse_client_flags(&[0, 0, 0, 3], SERVER_HANDSHAKE_FLAGS),
-            Ok(both),
-        );
-        check(
-            parse_client_flags(&encode_client_flags(both), SERVER_HANDSHAKE_FLAGS),
-            Ok(both),
-        );
-        let none = ClientFlags {
-            fixed_newstyle: false,
-            no_zeroes: false,
-        };
-        check(
-            parse_client_flags(&[0, 0, 0, 0], SERVER_HANDSHAKE_FLAGS),
-            Ok(none),
-        );
-        check(
-            parse_client_flags(&[0, 0, 0, 4], SERVER_HANDSHAKE_FLAGS),
-            Err(ProtoError::UnknownClientFlags { flags: 4 }),
-        );
+        let both = ClientFlags { fixed_newstyle: true, no_zeroes: true };
+        check(parse_client_flags(&[0, 0, 0, 3], SERVER_HANDSHAKE_FLAGS), Ok(both));
+        check(parse_client_flags(&encode_client_flags(both), SERVER_HANDSHAKE_FLAGS), Ok(both));
+        let none = ClientFlags { fixed_newstyle: false, no_zeroes: false };
+        check(parse_client_flags(&[0, 0, 0, 0], SERVER_HANDSHAKE_FLAGS), Ok(none));
+        check(parse_client_flags(&[0, 0, 0, 4], SERVER_HANDSHAKE_FLAGS), Err(ProtoError::UnknownClientFlags { flags: 4 }));
         // NO_ZEROES is an error when the server did not offer it.
-        check(
-            parse_client_flags(&[0, 0, 0, 3], NBD_FLAG_FIXED_NEWSTYLE),
-            Err(ProtoError::UnknownClientFlags { flags: 3 }),
-        );
-        check(
-            parse_client_flags(&[0, 0, 3], SERVER_HANDSHAKE_FLAGS),
-            Err(short("client flags", 4, 3)),
-        );
+        check(parse_client_flags(&[0, 0, 0, 3], NBD_FLAG_FIXED_NEWSTYLE), Err(ProtoError::UnknownClientFlags { flags: 3 }));
+        check(parse_client_flags(&[0, 0, 3], SERVER_HANDSHAKE_FLAGS), Err(short("client flags", 4, 3)));
     }
 
     #[test]
     fn option_header_parses_and_rejects_oversized_lengths() {
         let go = encode_option(NBD_OPT_GO, &[0; 6]);
-        check(
-            parse_option_header(&go[..16]),
-            Ok(OptionHeader {
-                option: NBD_OPT_GO,
-                len_bytes: 6,
-            }),
-        );
-        check(
-            parse_option_header(&go[..15]),
-            Err(short("option header", 16, 15)),
-        );
+        check(parse_option_header(&go[..16]), Ok(OptionHeader { option: NBD_OPT_GO, len_bytes: 6 }));
+        check(parse_option_header(&go[..15]), Err(short("option header", 16, 15)));
         let mut oversized = encode_option(NBD_OPT_GO, &[]);
         oversized[12..16].copy_from_slice(&0xffff_fff0u32.to_be_bytes());
         check(
             parse_option_header(&oversized),
-            Err(ProtoError::OptionTooLong {
-                option: NBD_OPT_GO,
-                len_bytes: 0xffff_fff0,
-                max_bytes: OPTION_DATA_MAX_BYTES,
-            }),
+            Err(ProtoError::OptionTooLong { option: NBD_OPT_GO, len_bytes: 0xffff_fff0, max_bytes: OPTION_DATA_MAX_BYTES }),
         );
         let mut bad_magic = go.clone();
         bad_magic[0] = 0;
         check(
             parse_option_header(&bad_magic),
-            Err(ProtoError::BadMagic {
-                what: "option IHAVEOPT",
-                expected: NBD_OPTS_MAGIC,
-                got: 0x0048_4156_454f_5054,
-            }),
+            Err(ProtoError::BadMagic { what: "option IHAVEOPT", expected: NBD_OPTS_MAGIC, got: 0x0048_4156_454f_5054 }),
         );
     }
 
     #[test]
     fn options_parse_into_what_the_server_acts_on() {
-        let request = InfoRequest {
-            export_name: "vd0".into(),
-            info_types: vec![NBD_INFO_BLOCK_SIZE, NBD_INFO_NAME],
-        };
+        let request = InfoRequest { export_name: "vd0".into(), info_types: vec![NBD_INFO_BLOCK_SIZE, NBD_INFO_NAME] };
         let data = encode_info_request(&request);
         assert_eq!(data, [0, 0, 0, 3, b'v', b'd', b'0', 0, 2, 0, 3, 0, 1]);
-        check(
-            parse_option(NBD_OPT_GO, &data),
-            Ok(ClientOption::Go(request.clone())),
-        );
-        check(
-            parse_option(NBD_OPT_INFO, &data),
-            Ok(ClientOption::Info(request)),
-        );
-        check(
-            parse_option(NBD_OPT_EXPORT_NAME, b"vd1"),
-            Ok(ClientOption::ExportName {
-                export_name: "vd1".into(),
-            }),
-        );
-        check(
-            parse_option(NBD_OPT_ABORT, b"ignored"),
-            Ok(ClientOption::Abort),
-        );
+        check(parse_option(NBD_OPT_GO, &data), Ok(ClientOption::Go(request.clone())));
+        check(parse_option(NBD_OPT_INFO, &data), Ok(ClientOption::Info(request)));
+        check(parse_option(NBD_OPT_EXPORT_NAME, b"vd1"), Ok(ClientOption::ExportName { export_name: "vd1".into() }));
+        check(parse_option(NBD_OPT_ABORT, b"ignored"), Ok(ClientOption::Abort));
         check(parse_option(NBD_OPT_LIST, &[]), Ok(ClientOption::List));
-        check(
-            parse_option(NBD_OPT_STRUCTURED_REPLY, &[]),
-            Ok(ClientOption::StructuredReply),
-        );
-        check(
-            parse_option(NBD_OPT_STARTTLS, &[]),
-            Ok(ClientOption::Unsupported {
-                option: NBD_OPT_STARTTLS,
-            }),
-        );
-        check(
-            parse_option(NBD_OPT_SET_META_CONTEXT, &[1, 2, 3]),
-            Ok(ClientOption::Unsupported {
-                option: NBD_OPT_SET_META_CONTEXT,
-            }),
-        );
+        check(parse_option(NBD_OPT_STRUCTURED_REPLY, &[]), Ok(ClientOption::StructuredReply));
+        check(parse_option(NBD_OPT_STARTTLS, &[]), Ok(ClientOption::Unsupported { option: NBD_OPT_STARTTLS }));
+        check(parse_option(NBD_OPT_SET_META_CONTEXT, &[1, 2, 3]), Ok(ClientOption::Unsupported { option: NBD_OPT_SET_META_CONTEXT }));
     }
 
     #[test]
     fn malformed_options_are_invalid_not_panics() {
-        let invalid = |option, reason: &str| {
-            Err(ProtoError::InvalidOption {
-                option,
-                reason: reason.into(),
-            })
-        };
-        check(
-            parse_option(NBD_OPT_LIST, &[0]),
-            invalid(NBD_OPT_LIST, "expected no data, got 1 bytes"),
-        );
-        check(
-            parse_option(NBD_OPT_GO, &[0, 0, 0]),
-            invalid(NBD_OPT_GO, "info request needs 6 bytes, got 3"),
-        );
-        check(
-            parse_option(NBD_OPT_GO, &[0, 0, 0, 9, 0, 0]),
-            invalid(
-                NBD_OPT_GO,
-                "export name length 9 exceeds option data length 6 - 6",
-            ),
-        );
-        check(
-            parse_option(NBD_OPT_GO, &[0, 0, 0, 0, 0, 2, 0, 3]),
-            invalid(NBD_OPT_GO, "2 information requests need 4 bytes, 2 present"),
-        );
-        check(
-            parse_option(NBD_OPT_GO, &[0, 0, 0, 1, 0xff, 0, 0]),
-            invalid(NBD_OPT_GO, "export name is not UTF-8"),
-        );
+        let invalid = |option, reason: &str| Err(ProtoError::InvalidOption { option, reason: reason.into() });
+        check(parse_option(NBD_OPT_LIST, &[0]), invalid(NBD_OPT_LIST, "expected no data, got 1 bytes"));
+        check(parse_option(NBD_OPT_GO, &[0, 0, 0]), invalid(NBD_OPT_GO, "info request needs 6 bytes, got 3"));
+        check(parse_option(NBD_OPT_GO, &[0, 0, 0, 9, 0, 0]), invalid(NBD_OPT_GO, "export name length 9 exceeds option data length 6 - 6"));
+        check(parse_option(NBD_OPT_GO, &[0, 0, 0, 0, 0, 2, 0, 3]), invalid(NBD_OPT_GO, "2 information requests need 4 bytes, 2 present"));
+        check(parse_option(NBD_OPT_GO, &[0, 0, 0, 1, 0xff, 0, 0]), invalid(NBD_OPT_GO, "export name is not UTF-8"));
     }
 
     #[test]
     fn option_replies_have_the_spec_layout() {
         let ack = encode_option_reply(NBD_OPT_GO, NBD_REP_ACK, &[]);
         assert_eq!(ack.len(), OPTION_REPLY_HEADER_BYTES);
-        check(
-            parse_option_reply_header(&ack),
-            Ok(OptionReplyHeader {
-                option: NBD_OPT_GO,
-                reply_type: NBD_REP_ACK,
-                len_bytes: 0,
-            }),
-        );
+        check(parse_option_reply_header(&ack), Ok(OptionReplyHeader { option: NBD_OPT_GO, reply_type: NBD_REP_ACK, len_bytes: 0 }));
         let server = encode_rep_server("a", Some("desc"));
         assert_eq!(&server[20..], &[0, 0, 0, 1, b'a', b'd', b'e', b's', b'c']);
-        let export = Info::Export {
-            size_bytes: 1 << 30,
-            transmission_flags: 0x14d,
-        };
-        let sizes = Info::BlockSize(BlockSizes {
-            min_bytes: 512,
-            preferred_bytes: 4096,
-            max_bytes: 1 << 25,
-        });
-        for info in [
-            export,
-            sizes,
-            Info::Name("vd0".into()),
-            Info::Description("RAID 5".into()),
-        ] {
+        let export = Info::Export { size_bytes: 1 << 30, transmission_flags: 0x14d };
+        let sizes = Info::BlockSize(BlockSizes { min_bytes: 512, preferred_bytes: 4096, max_bytes: 1 << 25 });
+        for info in [export, sizes, Info::Name("vd0".into()), Info::Description("RAID 5".into())] {
             let reply = encode_rep_info(NBD_OPT_INFO, &info);
             let header = parse_option_reply_header(&reply).unwrap();
             assert_eq!(header.reply_type, NBD_REP_INFO);
-            assert_eq!(
-                header.len_bytes as usize,
-                reply.len() - OPTION_REPLY_HEADER_BYTES
-            );
-            check(
-                parse_rep_info(&reply[OPTION_REPLY_HEADER_BYTES..]),
-                Ok(info),
-            );
+            assert_eq!(header.len_bytes as usize, reply.len() - OPTION_REPLY_HEADER_BYTES);
+            check(parse_rep_info(&reply[OPTION_REPLY_HEADER_BYTES..]), Ok(info));
         }
-        check(
-            parse_rep_info(&[0, 0, 1]),
-            Err(ProtoError::BadReply {
-                reason: "info type 0 must be 12 bytes, got 3".into(),
-            }),
-        );
+        check(parse_rep_info(&[0, 0, 1]), Err(ProtoError::BadReply { reason: "info type 0 must be 12 bytes, got 3".into() }));
         assert_eq!(NBD_REP_ERR_UNSUP, 0x8000_0001);
         assert_eq!(NBD_REP_ERR_UNKNOWN, 0x8000_0006);
     }
 
     #[test]
     fn export_name_reply_pads_unless_no_zeroes() {
-        assert_eq!(
-            encode_export_name_reply(4096, 1, true),
-            [0, 0, 0, 0, 0, 0, 0x10, 0, 0, 1]
-        );
+        assert_eq!(encode_export_name_reply(4096, 1, true), [0, 0, 0, 0, 0, 0, 0x10, 0, 0, 1]);
         assert_eq!(encode_export_name_reply(4096, 1, false).len(), 134);
     }
 
     #[test]
     fn requests_parse_and_reject_bad_magic_short_and_unknown_types() {
-        let write = Request {
-            flags: NBD_CMD_FLAG_FUA,
-            command: Command::Write,
-            cookie: 7,
-            offset: 4096,
-            len_bytes: 512,
-        };
+        let write = Request { flags: NBD_CMD_FLAG_FUA, command: Command::Write, cookie: 7, offset: 4096, len_bytes: 512 };
         let bytes = encode_request(&write);
         assert_eq!(&bytes[..8], &[0x25, 0x60, 0x95, 0x13, 0, 1, 0, 1]);
         check(parse_request(&bytes), Ok(write));
-        check(
-            parse_request(&bytes[..27]),
-            Err(short("request header", 28, 27)),
-        );
+        check(parse_request(&bytes[..27]), Err(short("request header", 28, 27)));
         check(parse_request(&[]), Err(short("request header", 28, 0)));
         let mut bad_magic = bytes;
         bad_magic[3] = 0x14;
-        check(
-            parse_request(&bad_magic),
-            Err(ProtoError::BadMagic {
-                what: "request",
-                expected: 0x2560_9513,
-                got: 0x2560_9514,
-            }),
-        );
+        check(parse_request(&bad_magic), Err(ProtoError::BadMagic { what: "request", expected: 0x2560_9513, got: 0x2560_9514 }));
         check(
             parse_request(&encode_raw_request(0, NBD_CMD_BLOCK_STATUS, 9, 0, 512)),
-            Err(ProtoError::UnknownCommand {
-                cookie: 9,
-                command: NBD_CMD_BLOCK_STATUS,
-            }),
+            Err(ProtoError::UnknownCommand { cookie: 9, command: NBD_CMD_BLOCK_STATUS }),
         );
-        check(
-            parse_request(&encode_raw_request(0, 0xffff, 10, 0, 0)),
-            Err(ProtoError::UnknownCommand {
-                cookie: 10,
-                command: 0xffff,
-            }),
-        );
-        for command in [
-            Command::Read,
-            Command::Write,
-            Command::Disc,
-            Command::Flush,
-            Command::Trim,
-            Command::WriteZeroes,
-        ] {
+        check(parse_request(&encode_raw_request(0, 0xffff, 10, 0, 0)), Err(ProtoError::UnknownCommand { cookie: 10, command: 0xffff }));
+        for command in [Command::Read, Command::Write, Command::Disc, Command::Flush, Command::Trim, Command::WriteZeroes] {
             assert_eq!(Command::from_code(command.code()), Some(command));
         }
     }
@@ -1298,63 +957,22 @@ mod tests {
     #[test]
     fn replies_round_trip() {
         let simple = encode_simple_reply(0xabcd, NBD_EINVAL);
-        check(
-            parse_reply_header(&simple),
-            Ok(ReplyHeader::Simple {
-                error: 22,
-                cookie: 0xabcd,
-            }),
-        );
+        check(parse_reply_header(&simple), Ok(ReplyHeader::Simple { error: 22, cookie: 0xabcd }));
         let data = encode_offset_data_header(5, 1024, 512, true);
-        check(
-            parse_reply_header(&data),
-            Ok(ReplyHeader::Chunk {
-                flags: 1,
-                chunk_type: 1,
-                cookie: 5,
-                payload_len_bytes: 520,
-            }),
-        );
+        check(parse_reply_header(&data), Ok(ReplyHeader::Chunk { flags: 1, chunk_type: 1, cookie: 5, payload_len_bytes: 520 }));
         assert_eq!(&data[20..], &1024u64.to_be_bytes());
         check(
             parse_reply_header(&encode_none_chunk(6)),
-            Ok(ReplyHeader::Chunk {
-                flags: 1,
-                chunk_type: 0,
-                cookie: 6,
-                payload_len_bytes: 0,
-            }),
+            Ok(ReplyHeader::Chunk { flags: 1, chunk_type: 0, cookie: 6, payload_len_bytes: 0 }),
         );
         let error = encode_error_chunk(8, NBD_ENOSPC, "past end");
-        check(
-            parse_reply_header(&error),
-            Ok(ReplyHeader::Chunk {
-                flags: 1,
-                chunk_type: 0x8001,
-                cookie: 8,
-                payload_len_bytes: 14,
-            }),
-        );
+        check(parse_reply_header(&error), Ok(ReplyHeader::Chunk { flags: 1, chunk_type: 0x8001, cookie: 8, payload_len_bytes: 14 }));
         check(
             parse_error_chunk(NBD_REPLY_TYPE_ERROR, &error[20..]),
-            Ok(ErrorChunk {
-                error: 28,
-                message: "past end".into(),
-                offset: None,
-            }),
+            Ok(ErrorChunk { error: 28, message: "past end".into(), offset: None }),
         );
-        check(
-            parse_reply_header(&simple[..10]),
-            Err(short("reply header", 16, 10)),
-        );
-        check(
-            parse_reply_header(&[1, 2, 3, 4]),
-            Err(ProtoError::BadMagic {
-                what: "reply",
-                expected: 0x6744_6698,
-                got: 0x0102_0304,
-            }),
-        );
+        check(parse_reply_header(&simple[..10]), Err(short("reply header", 16, 10)));
+        check(parse_reply_header(&[1, 2, 3, 4]), Err(ProtoError::BadMagic { what: "reply", expected: 0x6744_6698, got: 0x0102_0304 }));
     }
 
     #[test]

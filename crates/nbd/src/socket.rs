@@ -36,9 +36,7 @@ impl Socket {
     /// A printable name of the other end, for logs.
     pub(crate) fn peer_name(&self) -> String {
         match self {
-            Socket::Tcp(stream) => stream
-                .peer_addr()
-                .map_or_else(|_| "tcp peer".to_string(), |addr| addr.to_string()),
+            Socket::Tcp(stream) => stream.peer_addr().map_or_else(|_| "tcp peer".to_string(), |addr| addr.to_string()),
             Socket::Unix(_) => "unix peer".to_string(),
         }
     }

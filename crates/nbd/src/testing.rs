@@ -36,17 +36,9 @@ impl MemDevice {
     /// If `size_bytes` is not a multiple of `block_size_bytes`, or does not fit in memory.
     pub fn with_block_size(size_bytes: u64, block_size_bytes: u32) -> MemDevice {
         assert!(block_size_bytes.is_power_of_two());
-        assert_eq!(
-            size_bytes % u64::from(block_size_bytes),
-            0,
-            "size is whole blocks"
-        );
+        assert_eq!(size_bytes % u64::from(block_size_bytes), 0, "size is whole blocks");
         let len = usize::try_from(size_bytes).expect("MemDevice fits in memory");
-        MemDevice {
-            bytes: Mutex::new(vec![0; len]),
-            block_size_bytes,
-            counters: Counters::default(),
-        }
+        MemDevice { bytes: Mutex::new(vec![0; len]), block_size_bytes, counters: Counters::default() }
     }
 
     pub fn counters(&self) -> &Counters {
@@ -71,10 +63,7 @@ impl MemDevice {
     /// ranges first, so reaching this error means a server bug, which the tests would see.
     fn range(&self, offset: u64, len_bytes: u64) -> Result<std::ops::Range<usize>, IoError> {
         let size_bytes = self.size_bytes();
-        let end = offset
-            .checked_add(len_bytes)
-            .filter(|&end| end <= size_bytes)
-            .ok_or(IoError::Invalid)?;
+        let end = offset.checked_add(len_bytes).filter(|&end| end <= size_bytes).ok_or(IoError::Invalid)?;
         Ok(offset as usize..end as usize)
     }
 

@@ -10,15 +10,8 @@ use crate::proto::NBD_DEFAULT_PORT;
 /// Where an NBD export is and what it is called.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NbdUri {
-    Tcp {
-        host: String,
-        port: u16,
-        export_name: String,
-    },
-    Unix {
-        socket_path: PathBuf,
-        export_name: String,
-    },
+    Tcp { host: String, port: u16, export_name: String },
+    Unix { socket_path: PathBuf, export_name: String },
 }
 
 const ALLOWED_FORMS: &str = "nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH";
@@ -32,11 +25,7 @@ pub struct UriError {
 
 impl fmt::Display for UriError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid NBD URI {:?}: {}; allowed: {ALLOWED_FORMS}",
-            self.uri, self.problem
-        )
+        write!(f, "invalid NBD URI {:?}: {}; allowed: {ALLOWED_FORMS}", self.uri, self.problem)
     }
 }
 
@@ -54,10 +43,7 @@ impl FromStr for NbdUri {
     type Err = UriError;
 
     fn from_str(uri: &str) -> Result<NbdUri, UriError> {
-        let error = |problem: String| UriError {
-            uri: uri.to_string(),
-            problem,
-        };
+        let error = |problem: String| UriError { uri: uri.to_string(), problem };
         let Some((scheme, rest)) = uri.split_once("://") else {
             return Err(error("missing scheme".into()));
         };
@@ -70,9 +56,7 @@ impl FromStr for NbdUri {
         match scheme {
             "nbd" => parse_tcp(authority, query, export_name).map_err(error),
             "nbd+unix" => parse_unix(authority, query, export_name).map_err(error),
-            "nbds" | "nbds+unix" => Err(error(format!(
-                "scheme {scheme:?} needs TLS, which storc does not support"
-            ))),
+            "nbds" | "nbds+unix" => Err(error(format!("scheme {scheme:?} needs TLS, which storc does not support"))),
             _ => Err(error(format!("unknown scheme {scheme:?}"))),
         }
     }
@@ -88,15 +72,9 @@ fn parse_tcp(authority: &str, query: &str, export_name: String) -> Result<NbdUri
     }
     let port = match port {
         None => NBD_DEFAULT_PORT,
-        Some(port) => port
-            .parse()
-            .map_err(|_| format!("port {port:?} is not a number from 0 to 65535"))?,
+        Some(port) => port.parse().map_err(|_| format!("port {port:?} is not a number from 0 to 65535"))?,
     };
-    Ok(NbdUri::Tcp {
-        host: host.to_string(),
-        port,
-        export_name,
-    })
+    Ok(NbdUri::Tcp { host: host.to_string(), port, export_name })
 }
 
 /// Splits `host[:port]`, where an IPv6 host is written in brackets.
@@ -105,10 +83,7 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
         let (host, after) = bracketed.split_once(']').ok_or("unclosed '[' in host")?;
         return match after {
             "" => Ok((host, None)),
-            _ => after
-                .strip_prefix(':')
-                .map(|port| (host, Some(port)))
-                .ok_or_else(|| format!("unexpected {after:?} after host")),
+            _ => after.strip_prefix(':').map(|port| (host, Some(port))).ok_or_else(|| format!("unexpected {after:?} after host")),
         };
     }
     Ok(match authority.split_once(':') {
@@ -119,26 +94,17 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
 
 fn parse_unix(authority: &str, query: &str, export_name: String) -> Result<NbdUri, String> {
     if !authority.is_empty() {
-        return Err(format!(
-            "nbd+unix:// takes no host (got {authority:?}); write nbd+unix:///EXPORT?socket=PATH"
-        ));
+        return Err(format!("nbd+unix:// takes no host (got {authority:?}); write nbd+unix:///EXPORT?socket=PATH"));
     }
     let mut socket_path = None;
     for parameter in query.split('&').filter(|parameter| !parameter.is_empty()) {
         match parameter.split_once('=') {
             Some(("socket", path)) if !path.is_empty() => socket_path = Some(percent_decode(path)?),
-            _ => {
-                return Err(format!(
-                    "query parameter {parameter:?} is not allowed; only socket=PATH is"
-                ))
-            }
+            _ => return Err(format!("query parameter {parameter:?} is not allowed; only socket=PATH is")),
         }
     }
     let socket_path = socket_path.ok_or("nbd+unix:// needs ?socket=PATH")?;
-    Ok(NbdUri::Unix {
-        socket_path: PathBuf::from(socket_path),
-        export_name,
-    })
+    Ok(NbdUri::Unix { socket_path: PathBuf::from(socket_path), export_name })
 }
 
 fn percent_decode(text: &str) -> Result<String, String> {
@@ -151,11 +117,8 @@ fn percent_decode(text: &str) -> Result<String, String> {
             index += 1;
             continue;
         }
-        let hex = text
-            .get(index + 1..index + 3)
-            .ok_or_else(|| format!("incomplete escape in {text:?}"))?;
-        let byte =
-            u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape %{hex} in {text:?}"))?;
+        let hex = text.get(index + 1..index + 3).ok_or_else(|| format!("incomplete escape in {text:?}"))?;
+        let byte = u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape %{hex} in {text:?}"))?;
         out.push(byte);
         index += 3;
     }
@@ -178,27 +141,13 @@ fn percent_encode(text: &str) -> String {
 impl fmt::Display for NbdUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NbdUri::Tcp {
-                host,
-                port,
-                export_name,
-            } => {
-                let host = if host.contains(':') {
-                    format!("[{host}]")
-                } else {
-                    host.clone()
-                };
+            NbdUri::Tcp { host, port, export_name } => {
+                let host = if host.contains(':') { format!("[{host}]") } else { host.clone() };
                 write!(f, "nbd://{host}:{port}/{}", percent_encode(export_name))
             }
-            NbdUri::Unix {
-                socket_path,
-                export_name,
-            } => write!(
-                f,
-                "nbd+unix:///{}?socket={}",
-                percent_encode(export_name),
-                percent_encode(&socket_path.to_string_lossy())
-            ),
+            NbdUri::Unix { socket_path, export_name } => {
+                write!(f, "nbd+unix:///{}?socket={}", percent_encode(export_name), percent_encode(&socket_path.to_string_lossy()))
+            }
         }
     }
 }
@@ -213,38 +162,22 @@ mod tests {
     }
 
     fn tcp(host: &str, port: u16, export_name: &str) -> NbdUri {
-        NbdUri::Tcp {
-            host: host.into(),
-            port,
-            export_name: export_name.into(),
-        }
+        NbdUri::Tcp { host: host.into(), port, export_name: export_name.into() }
     }
 
     fn unix(path: &str, export_name: &str) -> NbdUri {
-        NbdUri::Unix {
-            socket_path: path.into(),
-            export_name: export_name.into(),
-        }
+        NbdUri::Unix { socket_path: path.into(), export_name: export_name.into() }
     }
 
     #[test]
     fn valid_uris_parse() {
         check("nbd://localhost/vd0", Ok(tcp("localhost", 10809, "vd0")));
-        check(
-            "nbd://127.0.0.1:10810/vd0",
-            Ok(tcp("127.0.0.1", 10810, "vd0")),
-        );
+        check("nbd://127.0.0.1:10810/vd0", Ok(tcp("127.0.0.1", 10810, "vd0")));
         check("nbd://[::1]:9000/a/b", Ok(tcp("::1", 9000, "a/b")));
         check("nbd://[::1]", Ok(tcp("::1", 10809, "")));
         check("nbd://host", Ok(tcp("host", 10809, "")));
-        check(
-            "nbd://host/with%20space",
-            Ok(tcp("host", 10809, "with space")),
-        );
-        check(
-            "nbd+unix:///vd0?socket=/run/storc.sock",
-            Ok(unix("/run/storc.sock", "vd0")),
-        );
+        check("nbd://host/with%20space", Ok(tcp("host", 10809, "with space")));
+        check("nbd+unix:///vd0?socket=/run/storc.sock", Ok(unix("/run/storc.sock", "vd0")));
         check("nbd+unix://?socket=/tmp/s", Ok(unix("/tmp/s", "")));
     }
 
@@ -252,28 +185,13 @@ mod tests {
     fn invalid_uris_say_what_is_wrong() {
         check("localhost:10809", Err("missing scheme"));
         check("http://host/x", Err("unknown scheme \"http\""));
-        check(
-            "nbds://host/x",
-            Err("scheme \"nbds\" needs TLS, which storc does not support"),
-        );
+        check("nbds://host/x", Err("scheme \"nbds\" needs TLS, which storc does not support"));
         check("nbd:///x", Err("nbd:// needs a host"));
-        check(
-            "nbd://host:99999/x",
-            Err("port \"99999\" is not a number from 0 to 65535"),
-        );
-        check(
-            "nbd://host/x?socket=/s",
-            Err("query \"socket=/s\" is not allowed with nbd://"),
-        );
+        check("nbd://host:99999/x", Err("port \"99999\" is not a number from 0 to 65535"));
+        check("nbd://host/x?socket=/s", Err("query \"socket=/s\" is not allowed with nbd://"));
         check("nbd+unix:///x", Err("nbd+unix:// needs ?socket=PATH"));
-        check(
-            "nbd+unix://host/x?socket=/s",
-            Err("nbd+unix:// takes no host (got \"host\"); write nbd+unix:///EXPORT?socket=PATH"),
-        );
-        check(
-            "nbd+unix:///x?sock=/s",
-            Err("query parameter \"sock=/s\" is not allowed; only socket=PATH is"),
-        );
+        check("nbd+unix://host/x?socket=/s", Err("nbd+unix:// takes no host (got \"host\"); write nbd+unix:///EXPORT?socket=PATH"));
+        check("nbd+unix:///x?sock=/s", Err("query parameter \"sock=/s\" is not allowed; only socket=PATH is"));
         check("nbd://host/%zz", Err("bad escape %zz in \"%zz\""));
         check("nbd://[::1/x", Err("unclosed '[' in host"));
     }
@@ -289,16 +207,9 @@ mod tests {
 
     #[test]
     fn display_parses_back() {
-        for uri in [
-            tcp("::1", 1, "a b/c"),
-            tcp("h", 10809, ""),
-            unix("/tmp/x y.sock", "vd%0"),
-        ] {
+        for uri in [tcp("::1", 1, "a b/c"), tcp("h", 10809, ""), unix("/tmp/x y.sock", "vd%0")] {
             assert_eq!(uri.to_string().parse::<NbdUri>(), Ok(uri.clone()), "{uri}");
         }
-        assert_eq!(
-            unix("/tmp/s", "vd0").to_string(),
-            "nbd+unix:///vd0?socket=/tmp/s"
-        );
+        assert_eq!(unix("/tmp/s", "vd0").to_string(), "nbd+unix:///vd0?socket=/tmp/s");
     }
 }

@@ -15,10 +15,7 @@ use std::time::Duration;
 use common::*;
 use nbd::proto::{self, Command, InfoRequest};
 use nbd::testing::MemDevice;
-use nbd::{
-    BlockDevice, Client, ClientConfig, ClientError, Done, Export, NbdUri, ReadDone, Server,
-    ServerHandle,
-};
+use nbd::{BlockDevice, Client, ClientConfig, ClientError, Done, Export, NbdUri, ReadDone, Server, ServerHandle};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -36,11 +33,7 @@ struct HeldDevice {
 
 impl HeldDevice {
     fn new(size_bytes: u64) -> Arc<HeldDevice> {
-        Arc::new(HeldDevice {
-            inner: Arc::new(MemDevice::new(size_bytes)),
-            holding: Mutex::new(true),
-            held: Mutex::new(Vec::new()),
-        })
+        Arc::new(HeldDevice { inner: Arc::new(MemDevice::new(size_bytes)), holding: Mutex::new(true), held: Mutex::new(Vec::new()) })
     }
 
     fn held_count(&self) -> usize {
@@ -105,9 +98,7 @@ impl BlockDevice for HeldDevice {
     }
     fn write_zeroes(&self, offset: u64, len_bytes: u64, fua: bool, done: Done) {
         let inner = Arc::clone(&self.inner);
-        self.run_or_hold(Box::new(move || {
-            inner.write_zeroes(offset, len_bytes, fua, done)
-        }));
+        self.run_or_hold(Box::new(move || inner.write_zeroes(offset, len_bytes, fua, done)));
     }
 }
 
@@ -139,40 +130,22 @@ fn reads_completed_in_reverse_land_correctly(structured_replies: bool) {
     let handle = serve(&dir, Arc::clone(&device));
     let mut client = connect(&handle, structured_replies);
     assert_eq!(client.export().structured_replies, structured_replies);
-    let cookies: Vec<u64> = (0..READS)
-        .map(|index| {
-            client
-                .submit_read((index * READ_BYTES) as u64, READ_BYTES as u32)
-                .unwrap()
-        })
-        .collect();
+    let cookies: Vec<u64> = (0..READS).map(|index| client.submit_read((index * READ_BYTES) as u64, READ_BYTES as u32).unwrap()).collect();
     // wait() sends the queued requests; run it on this thread only once they are all held.
     let waiter = thread::spawn(move || {
         let completions: Vec<_> = (0..READS).map(|_| client.wait().unwrap()).collect();
         completions
     });
-    assert!(
-        wait_until(TIMEOUT, || device.held_count() == READS),
-        "the server did not submit all reads at once"
-    );
+    assert!(wait_until(TIMEOUT, || device.held_count() == READS), "the server did not submit all reads at once");
     device.release(true).join().unwrap();
     let completions = waiter.join().unwrap();
-    let order: Vec<u64> = completions
-        .iter()
-        .map(|completion| completion.cookie)
-        .collect();
+    let order: Vec<u64> = completions.iter().map(|completion| completion.cookie).collect();
     let reversed: Vec<u64> = cookies.iter().rev().copied().collect();
     assert_eq!(order, reversed, "replies should follow completion order");
     for completion in completions {
-        let index = cookies
-            .iter()
-            .position(|&cookie| cookie == completion.cookie)
-            .unwrap();
+        let index = cookies.iter().position(|&cookie| cookie == completion.cookie).unwrap();
         let expected = &data[index * READ_BYTES..(index + 1) * READ_BYTES];
-        assert!(
-            completion.result.unwrap() == expected,
-            "read {index} returned the wrong bytes"
-        );
+        assert!(completion.result.unwrap() == expected, "read {index} returned the wrong bytes");
     }
 }
 
@@ -195,9 +168,7 @@ fn pipelined_writes_then_reads_round_trip_over_tcp() {
     let data = random_bytes(16 * MIB as usize, 4);
     let chunk_bytes = 256 * 1024;
     for (index, chunk) in data.chunks(chunk_bytes).enumerate() {
-        client
-            .submit_write((index * chunk_bytes) as u64, chunk, false)
-            .unwrap();
+        client.submit_write((index * chunk_bytes) as u64, chunk, false).unwrap();
         if client.in_flight() >= 32 {
             client.wait().unwrap().result.unwrap();
         }
@@ -223,75 +194,34 @@ fn misaligned_and_past_end_requests_get_einval_or_enospc() {
         let size_bytes = client.export().size_bytes;
         assert_eq!(server_error(client.read(1, 512)).error, proto::NBD_EINVAL);
         assert_eq!(server_error(client.read(0, 100)).error, proto::NBD_EINVAL);
-        assert_eq!(
-            server_error(client.read(size_bytes - 512, 1024)).error,
-            proto::NBD_EINVAL
-        );
-        assert_eq!(
-            server_error(client.write(size_bytes, &[1; 512], false)).error,
-            proto::NBD_ENOSPC
-        );
-        assert_eq!(
-            server_error(client.write(512, &[1; 100], false)).error,
-            proto::NBD_EINVAL
-        );
-        assert_eq!(
-            server_error(client.write_zeroes(size_bytes - 512, 1024, false)).error,
-            proto::NBD_ENOSPC
-        );
+        assert_eq!(server_error(client.read(size_bytes - 512, 1024)).error, proto::NBD_EINVAL);
+        assert_eq!(server_error(client.write(size_bytes, &[1; 512], false)).error, proto::NBD_ENOSPC);
+        assert_eq!(server_error(client.write(512, &[1; 100], false)).error, proto::NBD_EINVAL);
+        assert_eq!(server_error(client.write_zeroes(size_bytes - 512, 1024, false)).error, proto::NBD_ENOSPC);
         // TRIM is advertised (MemDevice deallocates), so past the end is EINVAL, not ENOSPC.
-        assert_eq!(
-            server_error(client.trim(size_bytes, 512)).error,
-            proto::NBD_EINVAL
-        );
-        let unknown_flag = client
-            .submit_request(Command::Read, 1 << 9, 0, 512, &[])
-            .unwrap();
-        assert_eq!(
-            client
-                .wait_for(unknown_flag)
-                .unwrap()
-                .result
-                .unwrap_err()
-                .error,
-            proto::NBD_EINVAL
-        );
+        assert_eq!(server_error(client.trim(size_bytes, 512)).error, proto::NBD_EINVAL);
+        let unknown_flag = client.submit_request(Command::Read, 1 << 9, 0, 512, &[]).unwrap();
+        assert_eq!(client.wait_for(unknown_flag).unwrap().result.unwrap_err().error, proto::NBD_EINVAL);
         let write_error = server_error(client.write(size_bytes, &[1; 512], false));
         if structured_replies {
-            assert_eq!(
-                write_error.message,
-                "Write of 512 bytes at offset 1048576 ends past the export size of 1048576 bytes"
-            );
+            assert_eq!(write_error.message, "Write of 512 bytes at offset 1048576 ends past the export size of 1048576 bytes");
         }
         // The rejected writes' payloads were skipped: the stream is still framed.
         client.write(512, &[7; 512], false).unwrap();
         assert_eq!(client.read(512, 512).unwrap(), vec![7; 512]);
         client.disconnect().unwrap();
     }
-    assert_eq!(
-        device.counters().writes.load(Ordering::Relaxed),
-        2,
-        "rejected writes must not reach the device"
-    );
+    assert_eq!(device.counters().writes.load(Ordering::Relaxed), 2, "rejected writes must not reach the device");
 }
 
 #[test]
 fn unknown_export_is_refused_with_the_list_of_exports() {
     let dir = TempDir::new("unknown-export");
     let (handle, _device) = serve_mem(&dir, "vd0", MIB);
-    let NbdUri::Unix { socket_path, .. } = handle.uri("vd0") else {
-        unreachable!()
-    };
-    let uri = NbdUri::Unix {
-        socket_path,
-        export_name: "vd9".into(),
-    };
+    let NbdUri::Unix { socket_path, .. } = handle.uri("vd0") else { unreachable!() };
+    let uri = NbdUri::Unix { socket_path, export_name: "vd9".into() };
     match Client::connect(&uri, &ClientConfig::default()) {
-        Err(ClientError::OptionRejected {
-            reply_type,
-            message,
-            ..
-        }) => {
+        Err(ClientError::OptionRejected { reply_type, message, .. }) => {
             assert_eq!(reply_type, proto::NBD_REP_ERR_UNKNOWN);
             assert_eq!(message, "no export named \"vd9\"; exports: vd0");
         }
@@ -313,9 +243,7 @@ fn flush_fua_trim_and_write_zeroes_reach_the_device() {
     client.trim(0, 1024).unwrap();
     assert_eq!(counters.flushes.load(Ordering::Relaxed), 1);
     // TRIM with FUA must be persisted before the reply: the server flushes after it.
-    let trim_fua = client
-        .submit_request(Command::Trim, proto::NBD_CMD_FLAG_FUA, 0, 1024, &[])
-        .unwrap();
+    let trim_fua = client.submit_request(Command::Trim, proto::NBD_CMD_FLAG_FUA, 0, 1024, &[]).unwrap();
     client.wait_for(trim_fua).unwrap().result.unwrap();
     assert_eq!(counters.flushes.load(Ordering::Relaxed), 2);
     assert_eq!(client.read(0, 2048).unwrap()[..1024], [0; 1024]);
@@ -341,16 +269,8 @@ fn raw_transmission(socket_path: &Path) -> UnixStream {
     stream.read_exact(&mut greeting).unwrap();
     proto::parse_greeting(&greeting).unwrap();
     stream.write_all(&[0, 0, 0, 3]).unwrap();
-    let request = InfoRequest {
-        export_name: "vd0".into(),
-        info_types: vec![],
-    };
-    stream
-        .write_all(&proto::encode_option(
-            proto::NBD_OPT_GO,
-            &proto::encode_info_request(&request),
-        ))
-        .unwrap();
+    let request = InfoRequest { export_name: "vd0".into(), info_types: vec![] };
+    stream.write_all(&proto::encode_option(proto::NBD_OPT_GO, &proto::encode_info_request(&request))).unwrap();
     loop {
         let (reply_type, _) = read_option_reply(&mut stream);
         if reply_type == proto::NBD_REP_ACK {
@@ -407,67 +327,37 @@ fn hostile_clients_are_dropped_while_another_connection_keeps_working() {
     // Garbage after the handshake: the framing is lost, so the server hangs up.
     let mut garbage = raw_transmission(&path);
     garbage.write_all(&[0xAB; 64]).unwrap();
-    assert!(
-        is_closed_by_server(&mut garbage),
-        "garbage request was not dropped"
-    );
+    assert!(is_closed_by_server(&mut garbage), "garbage request was not dropped");
 
     // A WRITE announcing 1 GiB of payload: EINVAL, then a hard disconnect.
     let mut oversized = raw_transmission(&path);
-    oversized
-        .write_all(&proto::encode_raw_request(
-            0,
-            proto::NBD_CMD_WRITE,
-            77,
-            0,
-            1 << 30,
-        ))
-        .unwrap();
+    oversized.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, 77, 0, 1 << 30)).unwrap();
     assert_eq!(read_simple_reply(&mut oversized), (proto::NBD_EINVAL, 77));
-    assert!(
-        is_closed_by_server(&mut oversized),
-        "oversized write was not dropped"
-    );
+    assert!(is_closed_by_server(&mut oversized), "oversized write was not dropped");
 
     // An option announcing 4 GiB of data during the handshake: ERR_TOO_BIG, then a disconnect.
     let mut big_option = UnixStream::connect(&path).unwrap();
     big_option.set_read_timeout(Some(TIMEOUT)).unwrap();
-    big_option
-        .read_exact(&mut [0u8; proto::GREETING_BYTES])
-        .unwrap();
+    big_option.read_exact(&mut [0u8; proto::GREETING_BYTES]).unwrap();
     big_option.write_all(&[0, 0, 0, 3]).unwrap();
     let mut option = proto::encode_option(proto::NBD_OPT_GO, &[]);
     option[12..16].copy_from_slice(&u32::MAX.to_be_bytes());
     big_option.write_all(&option).unwrap();
-    assert_eq!(
-        read_option_reply(&mut big_option).0,
-        proto::NBD_REP_ERR_TOO_BIG
-    );
-    assert!(
-        is_closed_by_server(&mut big_option),
-        "oversized option was not dropped"
-    );
+    assert_eq!(read_option_reply(&mut big_option).0, proto::NBD_REP_ERR_TOO_BIG);
+    assert!(is_closed_by_server(&mut big_option), "oversized option was not dropped");
 
     // Unknown client flags: dropped at once, as the spec requires.
     let mut bad_flags = UnixStream::connect(&path).unwrap();
     bad_flags.set_read_timeout(Some(TIMEOUT)).unwrap();
-    bad_flags
-        .read_exact(&mut [0u8; proto::GREETING_BYTES])
-        .unwrap();
+    bad_flags.read_exact(&mut [0u8; proto::GREETING_BYTES]).unwrap();
     bad_flags.write_all(&[0xff, 0, 0, 3]).unwrap();
-    assert!(
-        is_closed_by_server(&mut bad_flags),
-        "unknown client flags were not dropped"
-    );
+    assert!(is_closed_by_server(&mut bad_flags), "unknown client flags were not dropped");
 
     // Meanwhile the polite client is served as if nothing happened.
     assert_eq!(good.read(0, 512).unwrap(), vec![5; 512]);
     good.write(512, &[6; 512], true).unwrap();
     assert_eq!(good.read(512, 512).unwrap(), vec![6; 512]);
-    assert!(
-        wait_until(TIMEOUT, || handle.connections_open() == 1),
-        "dropped connections still open"
-    );
+    assert!(wait_until(TIMEOUT, || handle.connections_open() == 1), "dropped connections still open");
 }
 
 #[test]
@@ -478,47 +368,20 @@ fn unknown_options_and_commands_get_errors_and_the_connection_goes_on() {
     let path = socket_path(&handle);
     let mut stream = UnixStream::connect(&path).unwrap();
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-    stream
-        .read_exact(&mut [0u8; proto::GREETING_BYTES])
-        .unwrap();
+    stream.read_exact(&mut [0u8; proto::GREETING_BYTES]).unwrap();
     stream.write_all(&[0, 0, 0, 3]).unwrap();
-    stream
-        .write_all(&proto::encode_option(proto::NBD_OPT_STARTTLS, &[]))
-        .unwrap();
+    stream.write_all(&proto::encode_option(proto::NBD_OPT_STARTTLS, &[])).unwrap();
     let (reply_type, message) = read_option_reply(&mut stream);
     assert_eq!(reply_type, proto::NBD_REP_ERR_UNSUP);
-    assert!(String::from_utf8(message)
-        .unwrap()
-        .contains("supported: EXPORT_NAME, ABORT, LIST, INFO, GO"));
+    assert!(String::from_utf8(message).unwrap().contains("supported: EXPORT_NAME, ABORT, LIST, INFO, GO"));
     // Then enter transmission with the old EXPORT_NAME (NO_ZEROES was negotiated: no padding).
-    stream
-        .write_all(&proto::encode_option(proto::NBD_OPT_EXPORT_NAME, b"vd0"))
-        .unwrap();
+    stream.write_all(&proto::encode_option(proto::NBD_OPT_EXPORT_NAME, b"vd0")).unwrap();
     let mut export_reply = [0u8; proto::EXPORT_NAME_REPLY_BYTES];
     stream.read_exact(&mut export_reply).unwrap();
-    assert_eq!(
-        u64::from_be_bytes(export_reply[..8].try_into().unwrap()),
-        MIB
-    );
-    stream
-        .write_all(&proto::encode_raw_request(
-            0,
-            proto::NBD_CMD_BLOCK_STATUS,
-            41,
-            0,
-            512,
-        ))
-        .unwrap();
+    assert_eq!(u64::from_be_bytes(export_reply[..8].try_into().unwrap()), MIB);
+    stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_BLOCK_STATUS, 41, 0, 512)).unwrap();
     assert_eq!(read_simple_reply(&mut stream), (proto::NBD_EINVAL, 41));
-    stream
-        .write_all(&proto::encode_raw_request(
-            0,
-            proto::NBD_CMD_READ,
-            42,
-            0,
-            512,
-        ))
-        .unwrap();
+    stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_READ, 42, 0, 512)).unwrap();
     assert_eq!(read_simple_reply(&mut stream), (0, 42));
     let mut data = [0u8; 512];
     stream.read_exact(&mut data).unwrap();
@@ -537,51 +400,27 @@ fn client_vanishing_mid_request_leaks_nothing() {
     // Reads held in the device when the client goes away.
     let mut reader = raw_transmission(&path);
     for cookie in 0..8 {
-        reader
-            .write_all(&proto::encode_raw_request(
-                0,
-                proto::NBD_CMD_READ,
-                cookie,
-                cookie * 4096,
-                4096,
-            ))
-            .unwrap();
+        reader.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_READ, cookie, cookie * 4096, 4096)).unwrap();
     }
     assert!(wait_until(TIMEOUT, || device.held_count() == 8));
     drop(reader);
 
     // A write whose payload stops halfway.
     let mut writer = raw_transmission(&path);
-    writer
-        .write_all(&proto::encode_raw_request(
-            0,
-            proto::NBD_CMD_WRITE,
-            9,
-            0,
-            65536,
-        ))
-        .unwrap();
+    writer.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, 9, 0, 65536)).unwrap();
     writer.write_all(&[1; 1000]).unwrap();
     drop(writer);
 
-    assert!(
-        wait_until(TIMEOUT, || handle.connections_open() == 1),
-        "the half-written connection is still open"
-    );
+    assert!(wait_until(TIMEOUT, || handle.connections_open() == 1), "the half-written connection is still open");
     assert_eq!(handle.requests_in_flight(), 8);
     device.release(false).join().unwrap();
     assert!(
-        wait_until(TIMEOUT, || handle.connections_open() == 0
-            && handle.requests_in_flight() == 0),
+        wait_until(TIMEOUT, || handle.connections_open() == 0 && handle.requests_in_flight() == 0),
         "open: {}, in flight: {}",
         handle.connections_open(),
         handle.requests_in_flight()
     );
-    assert_eq!(
-        device.inner.counters().writes.load(Ordering::Relaxed),
-        0,
-        "a torn write reached the device"
-    );
+    assert_eq!(device.inner.counters().writes.load(Ordering::Relaxed), 0, "a torn write reached the device");
 }
 
 #[test]
@@ -603,11 +442,7 @@ fn in_flight_requests_are_bounded_per_connection() {
     });
     assert!(wait_until(TIMEOUT, || device.held_count() == 128));
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(
-        device.held_count(),
-        128,
-        "more than 128 requests reached the device"
-    );
+    assert_eq!(device.held_count(), 128, "more than 128 requests reached the device");
     assert_eq!(handle.requests_in_flight(), 128);
     device.release(false).join().unwrap();
     let (mut client, completed) = waiter.join().unwrap();
@@ -616,28 +451,14 @@ fn in_flight_requests_are_bounded_per_connection() {
     // The payload bound: two 32 MiB reads fill the 64 MiB budget; the third waits.
     *device.holding.lock().unwrap() = true;
     for index in 0..3u64 {
-        client
-            .submit_read(
-                index * 16 * MIB,
-                32 * MIB as u32 - if index == 2 { 16 * MIB as u32 } else { 0 },
-            )
-            .unwrap();
+        client.submit_read(index * 16 * MIB, 32 * MIB as u32 - if index == 2 { 16 * MIB as u32 } else { 0 }).unwrap();
     }
-    let waiter = thread::spawn(move || {
-        (0..3)
-            .map(|_| client.wait().unwrap().result.unwrap().len())
-            .sum::<usize>()
-    });
+    let waiter = thread::spawn(move || (0..3).map(|_| client.wait().unwrap().result.unwrap().len()).sum::<usize>());
     assert!(wait_until(TIMEOUT, || device.held_count() == 2));
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(
-        device.held_count(),
-        2,
-        "more than 64 MiB of reads reached the device"
-    );
+    assert_eq!(device.held_count(), 2, "more than 64 MiB of reads reached the device");
     device.release(false).join().unwrap();
-    assert!(wait_until(TIMEOUT, || device.held_count() == 0
-        && handle.requests_in_flight() == 0));
+    assert!(wait_until(TIMEOUT, || device.held_count() == 0 && handle.requests_in_flight() == 0));
     assert_eq!(waiter.join().unwrap(), 80 * MIB as usize);
 }
 
@@ -648,19 +469,9 @@ fn disc_closes_only_after_in_flight_replies_are_sent() {
     let handle = serve(&dir, Arc::clone(&device));
     let mut stream = raw_transmission(&socket_path(&handle));
     for cookie in 0..4 {
-        stream
-            .write_all(&proto::encode_raw_request(
-                0,
-                proto::NBD_CMD_READ,
-                cookie,
-                0,
-                512,
-            ))
-            .unwrap();
+        stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_READ, cookie, 0, 512)).unwrap();
     }
-    stream
-        .write_all(&proto::encode_raw_request(0, proto::NBD_CMD_DISC, 99, 0, 0))
-        .unwrap();
+    stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_DISC, 99, 0, 0)).unwrap();
     assert!(wait_until(TIMEOUT, || device.held_count() == 4));
     device.release(true);
     let mut cookies = Vec::new();
@@ -685,36 +496,22 @@ fn shutdown_waits_for_in_flight_requests() {
     for index in 0..4 {
         client.submit_read(index * 1024, 1024).unwrap();
     }
-    let waiter = thread::spawn(move || {
-        (0..4)
-            .map(|_| client.wait().unwrap().result.unwrap())
-            .collect::<Vec<_>>()
-    });
+    let waiter = thread::spawn(move || (0..4).map(|_| client.wait().unwrap().result.unwrap()).collect::<Vec<_>>());
     assert!(wait_until(TIMEOUT, || device.held_count() == 4));
     let shutting_down = thread::spawn(move || {
         handle.shutdown();
         handle
     });
     thread::sleep(Duration::from_millis(200));
-    assert!(
-        !shutting_down.is_finished(),
-        "shutdown returned with requests still in flight"
-    );
+    assert!(!shutting_down.is_finished(), "shutdown returned with requests still in flight");
     device.release(false);
     let handle = shutting_down.join().unwrap();
     assert_eq!(handle.connections_open(), 0);
     assert_eq!(handle.requests_in_flight(), 0);
     for data in waiter.join().unwrap() {
-        assert_eq!(
-            data,
-            vec![8; 1024],
-            "in-flight reads must be answered before the socket closes"
-        );
+        assert_eq!(data, vec![8; 1024], "in-flight reads must be answered before the socket closes");
     }
-    assert!(
-        UnixStream::connect(socket_path(&handle)).is_err(),
-        "still listening after shutdown"
-    );
+    assert!(UnixStream::connect(socket_path(&handle)).is_err(), "still listening after shutdown");
 }
 
 // ---- The client against a third-party server ---------------------------------------------------
@@ -741,23 +538,15 @@ fn client_round_trips_against_nbdkit() {
         .spawn()
         .expect("cannot start nbdkit");
     let _nbdkit = Nbdkit(child);
-    assert!(
-        wait_until(TIMEOUT, || socket_path.exists()),
-        "nbdkit did not create its socket"
-    );
-    let uri = NbdUri::Unix {
-        socket_path,
-        export_name: String::new(),
-    };
+    assert!(wait_until(TIMEOUT, || socket_path.exists()), "nbdkit did not create its socket");
+    let uri = NbdUri::Unix { socket_path, export_name: String::new() };
     for structured_replies in [false, true] {
         let mut client = Client::connect(&uri, &ClientConfig { structured_replies }).unwrap();
         assert_eq!(client.export().size_bytes, 8 * MIB);
         assert_eq!(client.export().structured_replies, structured_replies);
         let data = random_bytes(MIB as usize, 5 + structured_replies as u64);
         for (index, chunk) in data.chunks(64 * 1024).enumerate() {
-            client
-                .submit_write(index as u64 * 64 * 1024, chunk, false)
-                .unwrap();
+            client.submit_write(index as u64 * 64 * 1024, chunk, false).unwrap();
         }
         while client.in_flight() > 0 {
             client.wait().unwrap().result.unwrap();
@@ -767,10 +556,7 @@ fn client_round_trips_against_nbdkit() {
         // nbdkit's memory plugin is sparse: reads of a hole may come back as OFFSET_HOLE chunks.
         client.trim(0, 4096).unwrap();
         assert_eq!(client.read(0, 8192).unwrap()[..4096], [0; 4096]);
-        assert_eq!(
-            server_error(client.read(8 * MIB, 512)).error,
-            proto::NBD_EINVAL
-        );
+        assert_eq!(server_error(client.read(8 * MIB, 512)).error, proto::NBD_EINVAL);
         client.disconnect().unwrap();
     }
 }

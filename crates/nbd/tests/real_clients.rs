@@ -21,9 +21,7 @@ fn nbdinfo_list_shows_both_exports_with_their_sizes() {
     ])
     .unwrap();
     let handle = server.serve_unix(dir.join("nbd.sock")).unwrap();
-    let listing = stdout(&run(Command::new("nbdinfo")
-        .arg("--list")
-        .arg(handle.uri("").to_string())));
+    let listing = stdout(&run(Command::new("nbdinfo").arg("--list").arg(handle.uri("").to_string())));
     let vd0 = section(&listing, "export=\"vd0\":");
     let vd1 = section(&listing, "export=\"vd1\":");
     assert!(vd0.contains("export-size: 67108864"), "{listing}");
@@ -33,9 +31,7 @@ fn nbdinfo_list_shows_both_exports_with_their_sizes() {
 
 /// The lines of `text` from `heading` up to the next export heading.
 fn section<'a>(text: &'a str, heading: &str) -> &'a str {
-    let start = text
-        .find(heading)
-        .unwrap_or_else(|| panic!("no {heading} in:\n{text}"));
+    let start = text.find(heading).unwrap_or_else(|| panic!("no {heading} in:\n{text}"));
     let rest = &text[start + heading.len()..];
     &rest[..rest.find("export=").unwrap_or(rest.len())]
 }
@@ -45,9 +41,7 @@ fn nbdinfo_shows_block_size_constraints_and_flags() {
     require_tool("nbdinfo", "libnbd-bin");
     let dir = TempDir::new("info");
     let (handle, _device) = serve_mem(&dir, "vd0", 64 * MIB);
-    let info = stdout(&run(
-        Command::new("nbdinfo").arg(handle.uri("vd0").to_string())
-    ));
+    let info = stdout(&run(Command::new("nbdinfo").arg(handle.uri("vd0").to_string())));
     for expected in [
         "export-size: 67108864",
         "block_size_minimum: 512",
@@ -87,15 +81,9 @@ fn nbdcopy_round_trips_64_mib() {
     std::fs::write(&source, &data).unwrap();
     let uri = handle.uri("vd0").to_string();
     run(Command::new("nbdcopy").arg(&source).arg(&uri));
-    assert!(
-        device.snapshot(0, data.len()) == data,
-        "the export differs from the source after nbdcopy in"
-    );
+    assert!(device.snapshot(0, data.len()) == data, "the export differs from the source after nbdcopy in");
     run(Command::new("nbdcopy").arg(&uri).arg(&copy_back));
-    assert!(
-        std::fs::read(&copy_back).unwrap() == data,
-        "the copy read back differs from the source"
-    );
+    assert!(std::fs::read(&copy_back).unwrap() == data, "the copy read back differs from the source");
 }
 
 #[test]
@@ -106,14 +94,8 @@ fn qemu_img_convert_then_compare_matches() {
     let image = dir.join("image.raw");
     std::fs::write(&image, random_bytes(32 * MIB as usize, 2)).unwrap();
     let uri = handle.uri("vd0").to_string();
-    run(Command::new("qemu-img")
-        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
-        .arg(&image)
-        .arg(&uri));
-    let compare = stdout(&run(Command::new("qemu-img")
-        .args(["compare", "-f", "raw", "-F", "raw"])
-        .arg(&image)
-        .arg(&uri)));
+    run(Command::new("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&image).arg(&uri));
+    let compare = stdout(&run(Command::new("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(&image).arg(&uri)));
     assert!(compare.contains("Images are identical"), "{compare}");
 }
 
@@ -134,10 +116,7 @@ fn fio_randrw_with_crc32c_verify_passes() {
     let (handle, device) = serve_mem(&dir, "vd0", 32 * MIB);
     let report = stdout(&run(&mut fio_randrw_verify(&handle.uri("vd0").to_string())));
     assert!(report.contains("err= 0"), "{report}");
-    assert!(
-        device.counters().writes.load(Ordering::Relaxed) > 0,
-        "fio wrote nothing:\n{report}"
-    );
+    assert!(device.counters().writes.load(Ordering::Relaxed) > 0, "fio wrote nothing:\n{report}");
 }
 
 /// The control for the test above: fio's verify must catch a device that returns wrong data,
@@ -149,13 +128,8 @@ fn fio_verify_catches_a_device_that_corrupts_reads() {
     let device = Arc::new(CorruptingDevice(MemDevice::new(32 * MIB)));
     let server = Server::new(vec![Export::new("vd0", device)]).unwrap();
     let handle = server.serve_unix(dir.join("nbd.sock")).unwrap();
-    let output = fio_randrw_verify(&handle.uri("vd0").to_string())
-        .output()
-        .unwrap();
-    assert!(
-        !output.status.success(),
-        "fio passed verification against corrupted reads"
-    );
+    let output = fio_randrw_verify(&handle.uri("vd0").to_string()).output().unwrap();
+    assert!(!output.status.success(), "fio passed verification against corrupted reads");
 }
 
 /// Flips one bit of every read.

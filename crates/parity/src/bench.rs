@@ -26,13 +26,7 @@ pub struct BenchConfig {
 
 impl Default for BenchConfig {
     fn default() -> Self {
-        Self {
-            data_strips: 8,
-            strip_bytes: 64 * 1024,
-            repetitions: 9,
-            repetition_min: Duration::from_millis(20),
-            all_kernels: false,
-        }
+        Self { data_strips: 8, strip_bytes: 64 * 1024, repetitions: 9, repetition_min: Duration::from_millis(20), all_kernels: false }
     }
 }
 
@@ -59,35 +53,18 @@ pub const OPS: [&str; 4] = ["xor_gen", "pq_gen", "raid6_recover_2data", "raid5_r
 /// If `data_strips` is not in 2..=255, `strip_bytes` is not a positive multiple of
 /// 64, or `repetitions` is 0.
 pub fn run(config: &BenchConfig) -> Vec<BenchResult> {
-    assert!(
-        (2..=kernels::DATA_MEMBERS_MAX).contains(&config.data_strips),
-        "bench: data_strips must be 2..=255"
-    );
-    assert!(
-        config.strip_bytes > 0 && config.strip_bytes.is_multiple_of(64),
-        "bench: strip_bytes must be a positive multiple of 64"
-    );
-    assert!(
-        config.repetitions > 0,
-        "bench: repetitions must be at least 1"
-    );
-    let sets = if config.all_kernels {
-        kernels::available()
-    } else {
-        vec![kernels::best()]
-    };
-    let mut stripe = AlignedBuf::new(
-        (config.data_strips + 2) * config.strip_bytes,
-        AlignedBuf::PAGE_BYTES,
-    );
+    assert!((2..=kernels::DATA_MEMBERS_MAX).contains(&config.data_strips), "bench: data_strips must be 2..=255");
+    assert!(config.strip_bytes > 0 && config.strip_bytes.is_multiple_of(64), "bench: strip_bytes must be a positive multiple of 64");
+    assert!(config.repetitions > 0, "bench: repetitions must be at least 1");
+    let sets = if config.all_kernels { kernels::available() } else { vec![kernels::best()] };
+    let mut stripe = AlignedBuf::new((config.data_strips + 2) * config.strip_bytes, AlignedBuf::PAGE_BYTES);
     for (seed, strip) in stripe.chunks_mut(config.strip_bytes).enumerate() {
         fill_pseudo_random(strip, seed as u64 + 1);
     }
     let mut results = Vec::new();
     for set in sets {
         for op in OPS {
-            let (secs_per_call, iterations) =
-                measure(config, || call_op(set, op, &mut stripe, config.strip_bytes));
+            let (secs_per_call, iterations) = measure(config, || call_op(set, op, &mut stripe, config.strip_bytes));
             let bytes_per_call = (config.data_strips * config.strip_bytes) as f64;
             results.push(BenchResult {
                 op,
@@ -118,12 +95,8 @@ fn call_op(set: &Kernels, op: &str, stripe: &mut [u8], strip_bytes: usize) {
                 (set.pq_gen)(&data, p[0], q[0]);
             }
         }
-        "raid6_recover_2data" => set
-            .raid6_recover(&mut blocks, &[0, data_strips - 1])
-            .expect("valid stripe"),
-        "raid5_recover" => set
-            .raid5_recover(&mut blocks[..=data_strips], 0)
-            .expect("valid stripe"),
+        "raid6_recover_2data" => set.raid6_recover(&mut blocks, &[0, data_strips - 1]).expect("valid stripe"),
+        "raid5_recover" => set.raid5_recover(&mut blocks[..=data_strips], 0).expect("valid stripe"),
         _ => unreachable!("unknown op {op}"),
     }
 }
@@ -138,9 +111,7 @@ pub fn measure(config: &BenchConfig, mut call: impl FnMut()) -> (f64, u64) {
     let started = Instant::now();
     call();
     let one_call = started.elapsed().max(Duration::from_nanos(100));
-    let calls_per_repetition = (config.repetition_min.as_secs_f64() / one_call.as_secs_f64())
-        .ceil()
-        .max(1.0) as u64;
+    let calls_per_repetition = (config.repetition_min.as_secs_f64() / one_call.as_secs_f64()).ceil().max(1.0) as u64;
     let mut secs_per_call: Vec<f64> = (0..config.repetitions)
         .map(|_| {
             let started = Instant::now();
@@ -151,10 +122,7 @@ pub fn measure(config: &BenchConfig, mut call: impl FnMut()) -> (f64, u64) {
         })
         .collect();
     secs_per_call.sort_by(f64::total_cmp);
-    (
-        secs_per_call[secs_per_call.len() / 2],
-        calls_per_repetition * config.repetitions as u64,
-    )
+    (secs_per_call[secs_per_call.len() / 2], calls_per_repetition * config.repetitions as u64)
 }
 
 /// Deterministic xorshift64 fill; benchmarks need varied bytes, not good randomness.
@@ -190,16 +158,11 @@ impl AlignedBuf {
         // SAFETY: `layout` has a non-zero size (asserted above).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        Self {
-            ptr,
-            len_bytes,
-            align_bytes,
-        }
+        Self { ptr, len_bytes, align_bytes }
     }
 
     fn layout(len_bytes: usize, align_bytes: usize) -> Layout {
-        Layout::from_size_align(len_bytes, align_bytes)
-            .expect("AlignedBuf: bad length or alignment")
+        Layout::from_size_align(len_bytes, align_bytes).expect("AlignedBuf: bad length or alignment")
     }
 }
 
@@ -221,12 +184,7 @@ impl std::ops::DerefMut for AlignedBuf {
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with this same layout, and freed only here.
-        unsafe {
-            alloc::dealloc(
-                self.ptr.as_ptr(),
-                Self::layout(self.len_bytes, self.align_bytes),
-            )
-        }
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len_bytes, self.align_bytes)) }
     }
 }
 

@@ -144,11 +144,7 @@ mod tests {
     fn field_laws_hold() {
         assert_eq!(pow_g(GROUP_ORDER), 1, "g^255 = 1");
         let powers: std::collections::BTreeSet<u8> = (0..GROUP_ORDER).map(pow_g).collect();
-        assert_eq!(
-            powers.len(),
-            GROUP_ORDER,
-            "g generates every non-zero element"
-        );
+        assert_eq!(powers.len(), GROUP_ORDER, "g generates every non-zero element");
         for a in 0..=255u8 {
             assert_eq!(mul(a, 1), a);
             assert_eq!(mul(a, 0), 0);
@@ -172,11 +168,7 @@ mod tests {
             for x in 0..=255u8 {
                 let expected = mul(c, x);
                 assert_eq!(low[(x & 15) as usize] ^ high[(x >> 4) as usize], expected);
-                assert_eq!(
-                    affine_byte(matrix, x),
-                    expected,
-                    "matrix for c = {c}, x = {x}"
-                );
+                assert_eq!(affine_byte(matrix, x), expected, "matrix for c = {c}, x = {x}");
             }
         }
     }

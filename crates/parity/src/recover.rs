@@ -23,47 +23,17 @@ static ZEROES: [u8; CHUNK_BYTES] = [0; CHUNK_BYTES];
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecoverError {
     #[error("{level}: the stripe has {members} blocks; {level} needs {allowed}")]
-    MemberCount {
-        level: &'static str,
-        members: usize,
-        allowed: &'static str,
-    },
+    MemberCount { level: &'static str, members: usize, allowed: &'static str },
     #[error("{level}: block {index} is {len_bytes} bytes but block 0 is {expected_bytes} bytes; all blocks must have the same length")]
-    LengthMismatch {
-        level: &'static str,
-        index: usize,
-        len_bytes: usize,
-        expected_bytes: usize,
-    },
-    #[error(
-        "{level}: block length {len_bytes} bytes is not a multiple of {LENGTH_MULTIPLE_BYTES}"
-    )]
-    LengthNotMultiple {
-        level: &'static str,
-        len_bytes: usize,
-    },
+    LengthMismatch { level: &'static str, index: usize, len_bytes: usize, expected_bytes: usize },
+    #[error("{level}: block length {len_bytes} bytes is not a multiple of {LENGTH_MULTIPLE_BYTES}")]
+    LengthNotMultiple { level: &'static str, len_bytes: usize },
     #[error("{level}: {count} lost members {lost:?}; {level} can recover {allowed}")]
-    LostCount {
-        level: &'static str,
-        count: usize,
-        lost: Vec<usize>,
-        allowed: &'static str,
-    },
+    LostCount { level: &'static str, count: usize, lost: Vec<usize>, allowed: &'static str },
     #[error("{level}: lost index {index} is out of range; the stripe's blocks are 0..{members} ({layout})")]
-    IndexOutOfRange {
-        level: &'static str,
-        index: usize,
-        members: usize,
-        layout: &'static str,
-    },
-    #[error(
-        "{level}: lost index {index} is listed twice in {lost:?}; lost indices must be distinct"
-    )]
-    DuplicateLost {
-        level: &'static str,
-        index: usize,
-        lost: Vec<usize>,
-    },
+    IndexOutOfRange { level: &'static str, index: usize, members: usize, layout: &'static str },
+    #[error("{level}: lost index {index} is listed twice in {lost:?}; lost indices must be distinct")]
+    DuplicateLost { level: &'static str, index: usize, lost: Vec<usize> },
 }
 
 const RAID6: &str = "raid6_recover";
@@ -123,12 +93,7 @@ impl<'a> Stripe<'a> {
             }
         }
         let low = low_block.expect("validated: the low lost index is in range");
-        Stripe {
-            inputs,
-            low,
-            high: high_block,
-            len_bytes,
-        }
+        Stripe { inputs, low, high: high_block, len_bytes }
     }
 
     /// Fills `sources` with the first `count` inputs restricted to `range`,
@@ -141,11 +106,7 @@ impl<'a> Stripe<'a> {
         sources: &'s mut [&'a [u8]; RAID6_MEMBERS_MAX],
     ) -> &'s [&'a [u8]] {
         for (index, source) in sources[..count].iter_mut().enumerate() {
-            *source = if zeroed.contains(&index) {
-                &ZEROES[..range.len()]
-            } else {
-                &self.inputs[index][range.clone()]
-            };
+            *source = if zeroed.contains(&index) { &ZEROES[..range.len()] } else { &self.inputs[index][range.clone()] };
         }
         &sources[..count]
     }
@@ -153,9 +114,7 @@ impl<'a> Stripe<'a> {
 
 /// Byte ranges of at most `CHUNK_BYTES` covering `0..len_bytes`.
 fn chunks(len_bytes: usize) -> impl Iterator<Item = Range<usize>> {
-    (0..len_bytes)
-        .step_by(CHUNK_BYTES)
-        .map(move |start| start..len_bytes.min(start + CHUNK_BYTES))
+    (0..len_bytes).step_by(CHUNK_BYTES).map(move |start| start..len_bytes.min(start + CHUNK_BYTES))
 }
 
 impl Kernels {
@@ -163,11 +122,7 @@ impl Kernels {
     ///
     /// # Errors
     /// See [`crate::raid6_recover`].
-    pub fn raid6_recover(
-        &self,
-        blocks: &mut [&mut [u8]],
-        lost: &[usize],
-    ) -> Result<(), RecoverError> {
+    pub fn raid6_recover(&self, blocks: &mut [&mut [u8]], lost: &[usize]) -> Result<(), RecoverError> {
         let (low, high) = validate(RAID6, blocks, lost, 3..=RAID6_MEMBERS_MAX, 2)?;
         let data_members = blocks.len() - 2;
         let loss = Raid6Loss::classify(data_members, low, high);
@@ -235,12 +190,7 @@ impl Kernels {
     /// Data x and Q lost: Dx from P as in RAID5, then regenerate Q.
     fn recover_data_q(&self, stripe: &mut Stripe, data_members: usize, x: usize) {
         self.xor_of_the_others(stripe, data_members + 1, x);
-        let Stripe {
-            inputs,
-            low,
-            high,
-            len_bytes,
-        } = stripe;
+        let Stripe { inputs, low, high, len_bytes } = stripe;
         let mut data: [&[u8]; RAID6_MEMBERS_MAX] = *inputs;
         data[x] = low;
         let q = high.as_deref_mut().expect("two-member loss");
@@ -250,11 +200,7 @@ impl Kernels {
             for (source, member) in sources.iter_mut().zip(&data[..data_members]) {
                 *source = &member[range.clone()];
             }
-            (self.pq_gen)(
-                &sources[..data_members],
-                &mut scratch_p[..range.len()],
-                &mut q[range],
-            );
+            (self.pq_gen)(&sources[..data_members], &mut scratch_p[..range.len()], &mut q[range]);
         }
     }
 
@@ -283,51 +229,22 @@ fn validate(
 ) -> Result<(usize, Option<usize>), RecoverError> {
     let members = blocks.len();
     if !members_allowed.contains(&members) {
-        let allowed = if level == RAID6 {
-            "3..=257 blocks (1..=255 data members, P, Q)"
-        } else {
-            "2..=256 blocks (1..=255 data members, P)"
-        };
-        return Err(RecoverError::MemberCount {
-            level,
-            members,
-            allowed,
-        });
+        let allowed =
+            if level == RAID6 { "3..=257 blocks (1..=255 data members, P, Q)" } else { "2..=256 blocks (1..=255 data members, P)" };
+        return Err(RecoverError::MemberCount { level, members, allowed });
     }
     validate_lengths(level, blocks)?;
     if lost.is_empty() || lost.len() > lost_max {
-        let allowed = if lost_max == 2 {
-            "1 or 2 members"
-        } else {
-            "exactly 1 member"
-        };
-        return Err(RecoverError::LostCount {
-            level,
-            count: lost.len(),
-            lost: lost.to_vec(),
-            allowed,
-        });
+        let allowed = if lost_max == 2 { "1 or 2 members" } else { "exactly 1 member" };
+        return Err(RecoverError::LostCount { level, count: lost.len(), lost: lost.to_vec(), allowed });
     }
-    let layout = if level == RAID6 {
-        RAID6_LAYOUT
-    } else {
-        RAID5_LAYOUT
-    };
+    let layout = if level == RAID6 { RAID6_LAYOUT } else { RAID5_LAYOUT };
     if let Some(&index) = lost.iter().find(|&&index| index >= members) {
-        return Err(RecoverError::IndexOutOfRange {
-            level,
-            index,
-            members,
-            layout,
-        });
+        return Err(RecoverError::IndexOutOfRange { level, index, members, layout });
     }
     match *lost {
         [only] => Ok((only, None)),
-        [a, b] if a == b => Err(RecoverError::DuplicateLost {
-            level,
-            index: a,
-            lost: lost.to_vec(),
-        }),
+        [a, b] if a == b => Err(RecoverError::DuplicateLost { level, index: a, lost: lost.to_vec() }),
         [a, b] => Ok((a.min(b), Some(a.max(b)))),
         _ => unreachable!("lost count checked above"),
     }
@@ -335,23 +252,11 @@ fn validate(
 
 fn validate_lengths(level: &'static str, blocks: &[&mut [u8]]) -> Result<(), RecoverError> {
     let expected_bytes = blocks[0].len();
-    if let Some((index, block)) = blocks
-        .iter()
-        .enumerate()
-        .find(|(_, block)| block.len() != expected_bytes)
-    {
-        return Err(RecoverError::LengthMismatch {
-            level,
-            index,
-            len_bytes: block.len(),
-            expected_bytes,
-        });
+    if let Some((index, block)) = blocks.iter().enumerate().find(|(_, block)| block.len() != expected_bytes) {
+        return Err(RecoverError::LengthMismatch { level, index, len_bytes: block.len(), expected_bytes });
     }
     if !expected_bytes.is_multiple_of(LENGTH_MULTIPLE_BYTES) {
-        return Err(RecoverError::LengthNotMultiple {
-            level,
-            len_bytes: expected_bytes,
-        });
+        return Err(RecoverError::LengthNotMultiple { level, len_bytes: expected_bytes });
     }
     Ok(())
 }

@@ -4,9 +4,7 @@
 use parity::kernels::{self, Kernels, TwoDataFactors};
 use proptest::prelude::*;
 
-const DATA_COUNTS: [usize; 19] = [
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 37, 128, 255,
-];
+const DATA_COUNTS: [usize; 19] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 37, 128, 255];
 /// 65536 + 3 * 64 leaves a tail after 256-byte blocks; 7 * 64 and 33 * 64 are odd multiples.
 const LENGTHS_BYTES: [usize; 6] = [64, 7 * 64, 512, 33 * 64, 4096, 65536 + 64 * 3];
 /// Start offsets of the slices in their buffers: aligned and misaligned.
@@ -29,14 +27,7 @@ fn random_bytes(len_bytes: usize, seed: u64) -> Vec<u8> {
 
 /// `count` buffers of `len_bytes` random bytes, each starting `misalignment` bytes in.
 fn members(count: usize, len_bytes: usize, misalignment: usize, seed: u64) -> Vec<Vec<u8>> {
-    (0..count)
-        .map(|i| {
-            random_bytes(
-                len_bytes + misalignment,
-                seed.wrapping_mul(1000).wrapping_add(i as u64),
-            )
-        })
-        .collect()
+    (0..count).map(|i| random_bytes(len_bytes + misalignment, seed.wrapping_mul(1000).wrapping_add(i as u64))).collect()
 }
 
 fn slices(buffers: &[Vec<u8>], misalignment: usize) -> Vec<&[u8]> {
@@ -44,29 +35,18 @@ fn slices(buffers: &[Vec<u8>], misalignment: usize) -> Vec<&[u8]> {
 }
 
 fn simd_sets() -> Vec<&'static Kernels> {
-    kernels::available()
-        .into_iter()
-        .filter(|set| set.name != "scalar")
-        .collect()
+    kernels::available().into_iter().filter(|set| set.name != "scalar").collect()
 }
 
 /// Runs `op` with `set` and with the scalar oracle on copies of the same outputs.
-fn check<const OUTPUTS: usize>(
-    set: &Kernels,
-    case: &str,
-    outputs: [Vec<u8>; OUTPUTS],
-    op: impl Fn(&Kernels, &mut [Vec<u8>; OUTPUTS]),
-) {
+fn check<const OUTPUTS: usize>(set: &Kernels, case: &str, outputs: [Vec<u8>; OUTPUTS], op: impl Fn(&Kernels, &mut [Vec<u8>; OUTPUTS])) {
     let mut expected = outputs.clone();
     op(kernels::scalar(), &mut expected);
     let mut actual = outputs;
     op(set, &mut actual);
     for (index, (actual, expected)) in actual.iter().zip(&expected).enumerate() {
         if let Some(at) = actual.iter().zip(expected).position(|(a, e)| a != e) {
-            panic!(
-                "{}: {case}: output {index} differs from scalar at byte {at}",
-                set.name
-            );
+            panic!("{}: {case}: output {index} differs from scalar at byte {at}", set.name);
         }
     }
 }
@@ -103,15 +83,8 @@ fn xor_gen_and_pq_gen_match_scalar() {
             let data = slices(&buffers, misalignment);
             let case = format!("{count} data x {len} bytes, offset {misalignment}");
             let garbage = || random_bytes(len, !seed);
-            check(set, &format!("xor_gen {case}"), [garbage()], |set, [p]| {
-                (set.xor_gen)(&data, p)
-            });
-            check(
-                set,
-                &format!("pq_gen {case}"),
-                [garbage(), garbage()],
-                |set, [p, q]| (set.pq_gen)(&data, p, q),
-            );
+            check(set, &format!("xor_gen {case}"), [garbage()], |set, [p]| (set.xor_gen)(&data, p));
+            check(set, &format!("pq_gen {case}"), [garbage(), garbage()], |set, [p, q]| (set.pq_gen)(&data, p, q));
         }
     }
 }
@@ -126,24 +99,9 @@ fn pq_update_xor_into_gf_mul_into_match_scalar() {
             let c = (seed * 37) as u8;
             let case = format!("index {data_index}, c {c}, {len} bytes, offset {misalignment}");
             let src = &buffers[0][misalignment..];
-            check(
-                set,
-                &format!("pq_update {case}"),
-                [p.clone(), q.clone()],
-                |set, [p, q]| (set.pq_update)(data_index, &delta, p, q),
-            );
-            check(
-                set,
-                &format!("xor_into {case}"),
-                [p.clone()],
-                |set, [dest]| (set.xor_into)(dest, src),
-            );
-            check(
-                set,
-                &format!("gf_mul_into {case}"),
-                [q.clone()],
-                |set, [dest]| (set.gf_mul_into)(c, src, dest),
-            );
+            check(set, &format!("pq_update {case}"), [p.clone(), q.clone()], |set, [p, q]| (set.pq_update)(data_index, &delta, p, q));
+            check(set, &format!("xor_into {case}"), [p.clone()], |set, [dest]| (set.xor_into)(dest, src));
+            check(set, &format!("gf_mul_into {case}"), [q.clone()], |set, [dest]| (set.gf_mul_into)(c, src, dest));
         }
     }
 }
@@ -153,12 +111,7 @@ fn gf_mul_into_matches_scalar_for_every_constant() {
     for set in simd_sets() {
         for c in 0..=255u8 {
             let src = random_bytes(4096 + 192, c as u64);
-            check(
-                set,
-                &format!("gf_mul_into c={c}"),
-                [random_bytes(4096 + 192, 999)],
-                |set, [dest]| (set.gf_mul_into)(c, &src, dest),
-            );
+            check(set, &format!("gf_mul_into c={c}"), [random_bytes(4096 + 192, 999)], |set, [dest]| (set.gf_mul_into)(c, &src, dest));
         }
     }
 }
@@ -168,22 +121,13 @@ fn recovery_cores_match_scalar() {
     for set in simd_sets() {
         for (x, y) in [(0, 1), (0, 254), (3, 9), (100, 200), (253, 254)] {
             for len in LENGTHS_BYTES {
-                let [p, q, dx, dy] =
-                    [1, 2, 3, 4].map(|seed| random_bytes(len, seed * (x + y) as u64));
+                let [p, q, dx, dy] = [1, 2, 3, 4].map(|seed| random_bytes(len, seed * (x + y) as u64));
                 let factors = TwoDataFactors::new(x, y);
                 let case = format!("x {x}, y {y}, {len} bytes");
-                check(
-                    set,
-                    &format!("recover_2data {case}"),
-                    [dx.clone(), dy],
-                    |set, [dx, dy]| (set.recover_2data)(factors, &p, &q, dx, dy),
-                );
-                check(
-                    set,
-                    &format!("recover_data_from_q {case}"),
-                    [dx],
-                    |set, [dx]| (set.recover_data_from_q)(x, &q, dx),
-                );
+                check(set, &format!("recover_2data {case}"), [dx.clone(), dy], |set, [dx, dy]| {
+                    (set.recover_2data)(factors, &p, &q, dx, dy)
+                });
+                check(set, &format!("recover_data_from_q {case}"), [dx], |set, [dx]| (set.recover_data_from_q)(x, &q, dx));
             }
         }
     }
@@ -202,23 +146,12 @@ fn large_outputs_match_scalar_aligned_or_not() {
                 let mut outputs = [0u8; 2].map(|_| parity::bench::AlignedBuf::new(len + 64, 64));
                 let (mut expected_p, mut expected_q) = (vec![0u8; len], vec![0u8; len]);
                 let [p, q] = &mut outputs;
-                let (p, q) = (
-                    &mut p[dest_offset..dest_offset + len],
-                    &mut q[dest_offset..dest_offset + len],
-                );
+                let (p, q) = (&mut p[dest_offset..dest_offset + len], &mut q[dest_offset..dest_offset + len]);
                 (kernels::scalar().pq_gen)(&data, &mut expected_p, &mut expected_q);
                 (set.pq_gen)(&data, p, q);
-                assert!(
-                    *p == expected_p[..] && *q == expected_q[..],
-                    "{}: pq_gen {count} x {len} @{dest_offset}",
-                    set.name
-                );
+                assert!(*p == expected_p[..] && *q == expected_q[..], "{}: pq_gen {count} x {len} @{dest_offset}", set.name);
                 (set.xor_gen)(&data, q);
-                assert!(
-                    *q == expected_p[..],
-                    "{}: xor_gen {count} x {len} @{dest_offset}",
-                    set.name
-                );
+                assert!(*q == expected_p[..], "{}: xor_gen {count} x {len} @{dest_offset}", set.name);
             }
         }
     }
@@ -235,20 +168,12 @@ fn pq_update_by_delta_equals_regenerating() {
             (set.pq_gen)(&slices(&data, 0), &mut p, &mut q);
             let index = seed as usize % count;
             let new_member = random_bytes(len, seed + 77);
-            let delta: Vec<u8> = data[index]
-                .iter()
-                .zip(&new_member)
-                .map(|(a, b)| a ^ b)
-                .collect();
+            let delta: Vec<u8> = data[index].iter().zip(&new_member).map(|(a, b)| a ^ b).collect();
             (set.pq_update)(index, &delta, &mut p, &mut q);
             data[index] = new_member;
             let (mut p_new, mut q_new) = (vec![0; len], vec![0; len]);
             (kernels::scalar().pq_gen)(&slices(&data, 0), &mut p_new, &mut q_new);
-            assert!(
-                p == p_new && q == q_new,
-                "{}: pq_update of member {index} of {count}",
-                set.name
-            );
+            assert!(p == p_new && q == q_new, "{}: pq_update of member {index} of {count}", set.name);
         }
     }
 }

@@ -244,10 +244,7 @@ impl Sim {
     }
 
     fn overlaps_in_flight(&self, range: &Range<u64>, writes_only: bool) -> bool {
-        self.in_flight
-            .iter()
-            .flatten()
-            .any(|op| (op.write || !writes_only) && op.range.start < range.end && range.start < op.range.end)
+        self.in_flight.iter().flatten().any(|op| (op.write || !writes_only) && op.range.start < range.end && range.start < op.range.end)
     }
 
     fn submit_random(&mut self) {

@@ -30,7 +30,11 @@ fn main() -> ExitCode {
         }
     }
     println!("{} passed, {failed} failed", seeds.len() - failed);
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn usage(problem: &str) -> ExitCode {

@@ -24,7 +24,12 @@ fn seeded_runs_across_every_level_match_the_model() {
         }
     });
     let failures = failures.into_inner().unwrap();
-    assert!(failures.is_empty(), "{} of {runs} runs failed; first ones:\n{}", failures.len(), failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed; first ones:\n{}",
+        failures.len(),
+        failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n")
+    );
     println!("{runs} seeded runs passed");
 }
 

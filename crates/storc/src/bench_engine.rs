@@ -109,7 +109,10 @@ impl Rounds {
     }
 
     fn mb_per_sec(&self, pattern: &str, target: &str) -> Option<Vec<f64>> {
-        self.samples.iter().find(|(p, t, _, _)| p == pattern && t == target).map(|(_, _, _, list)| list.iter().map(Measurement::mb_per_sec).collect())
+        self.samples
+            .iter()
+            .find(|(p, t, _, _)| p == pattern && t == target)
+            .map(|(_, _, _, list)| list.iter().map(Measurement::mb_per_sec).collect())
     }
 }
 
@@ -148,7 +151,10 @@ fn setup(args: &Args) -> Result<Setup, String> {
     let drive_bytes = drive::parse_size_bytes(&args.drive_size).map_err(|e| format!("--drive-size: {e}"))?;
     let zone_bytes = drive::parse_size_bytes(&args.zone).map_err(|e| format!("--zone: {e}"))?;
     if zone_bytes < MIB || zone_bytes + MEMBER_RESERVED_BYTES > drive_bytes {
-        return Err(format!("--zone {} must be at least 1 MiB and fit in --drive-size {} after the 4 MiB metadata reserve", args.zone, args.drive_size));
+        return Err(format!(
+            "--zone {} must be at least 1 MiB and fit in --drive-size {} after the 4 MiB metadata reserve",
+            args.zone, args.drive_size
+        ));
     }
     if args.drives == 0 || args.drives > 32 {
         return Err(format!("--drives {} is not allowed; allowed: 1 to 32", args.drives));
@@ -270,7 +276,14 @@ fn measure_round(setup: &Setup, vds: &[Arc<VirtualDrive>], pattern: &Pattern, us
         let fio_mb = fio_baseline(setup, pattern)?;
         let elapsed = setup.config.duration;
         let bytes = (fio_mb * 1e6 * elapsed.as_secs_f64()) as u64;
-        let fio = Measurement { ops: bytes / block, bytes, errors: 0, elapsed, latency_ns: bench::workload::latency_histogram(), first_error: None };
+        let fio = Measurement {
+            ops: bytes / block,
+            bytes,
+            errors: 0,
+            elapsed,
+            latency_ns: bench::workload::latency_histogram(),
+            first_error: None,
+        };
         rounds.add(&pattern.name, FIO, block, fio);
     }
     for vd in vds {
@@ -325,7 +338,14 @@ fn describe(vd: &VirtualDrive) -> String {
 }
 
 fn clone_measurement(m: &Measurement) -> Measurement {
-    Measurement { ops: m.ops, bytes: m.bytes, errors: m.errors, elapsed: m.elapsed, latency_ns: m.latency_ns.clone(), first_error: m.first_error.clone() }
+    Measurement {
+        ops: m.ops,
+        bytes: m.bytes,
+        errors: m.errors,
+        elapsed: m.elapsed,
+        latency_ns: m.latency_ns.clone(),
+        first_error: m.first_error.clone(),
+    }
 }
 
 /// fio on the same files, one job per file, the same total queue depth, io_uring and O_DIRECT.
@@ -399,7 +419,9 @@ fn print_points(args: &Args, setup: &Setup, points: &[Point]) {
         args.ramp,
         parity::active_kernel_name()
     );
-    println!("ratios are medians over rounds of (this target / the baseline in the same round); full-stripe-write is compared with seq-write-1m");
+    println!(
+        "ratios are medians over rounds of (this target / the baseline in the same round); full-stripe-write is compared with seq-write-1m"
+    );
     let rows: Vec<Vec<String>> = points
         .iter()
         .map(|p| {

@@ -46,11 +46,14 @@ pub fn run(args: &Args) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&rows).expect("JSON of plain values"));
         return Ok(());
     }
-    println!("parity kernels in use: {}; {} data strips of {} KiB per call", parity::active_kernel_name(), args.data_strips, args.strip_kib);
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| vec![r.op.to_string(), r.kernel.to_string(), format!("{:.2}", r.bytes_per_sec / 1e9)])
-        .collect();
+    println!(
+        "parity kernels in use: {}; {} data strips of {} KiB per call",
+        parity::active_kernel_name(),
+        args.data_strips,
+        args.strip_kib
+    );
+    let rows: Vec<Vec<String>> =
+        results.iter().map(|r| vec![r.op.to_string(), r.kernel.to_string(), format!("{:.2}", r.bytes_per_sec / 1e9)]).collect();
     println!("{}", table(&["op", "kernel", "GB/s (data bytes)"], &rows));
     Ok(())
 }

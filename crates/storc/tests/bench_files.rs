@@ -19,7 +19,8 @@ fn text(bytes: &[u8]) -> String {
 
 fn scratch(name: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
-    let dir = PathBuf::from("/var/tmp").join(format!("storc-bench-files-{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let dir =
+        PathBuf::from("/var/tmp").join(format!("storc-bench-files-{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -72,7 +73,10 @@ fn files_keep_leaves_the_files_and_default_far_is_a_sibling() {
 fn files_a_corrupted_copy_fails_the_run() {
     for (phase, caught) in [("copy-near", "Copy Near"), ("copy-far", "Copy Far"), ("create", "Read")] {
         let dir = scratch("corrupt");
-        let out = storc(&["bench", "files", "--dir", s(&dir), "--scale", "0.002", "--sets", "Install"], Some(("STORC_BENCH_FILES_CORRUPT", phase)));
+        let out = storc(
+            &["bench", "files", "--dir", s(&dir), "--scale", "0.002", "--sets", "Install"],
+            Some(("STORC_BENCH_FILES_CORRUPT", phase)),
+        );
         let stderr = text(&out.stderr);
         assert!(!out.status.success(), "{phase}: corrupted run succeeded\n{stderr}");
         assert!(stderr.contains("VERIFY FAILED") && stderr.contains(caught), "{phase}: {stderr}");

@@ -7,25 +7,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn storc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_storc"))
-        .args(args)
-        .output()
-        .expect("cannot run storc")
+    Command::new(env!("CARGO_BIN_EXE_storc")).args(args).output().expect("cannot run storc")
 }
 
 fn ok(output: Output, what: &str) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{what} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{what} failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     stdout
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("storc-bench-report-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("storc-bench-report-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -50,27 +42,19 @@ const REVIEW_CHARTS: &[&str] = &[
 
 fn check_self_contained(html: &str, what: &str) {
     let lower = html.to_ascii_lowercase();
-    for forbidden in [
-        "http://", "https://", " src=", "<script", "<link", "@import", "url(",
-    ] {
-        assert!(
-            !lower.contains(forbidden),
-            "{what} is not self-contained: it contains {forbidden:?}"
-        );
+    for forbidden in ["http://", "https://", " src=", "<script", "<link", "@import", "url("] {
+        assert!(!lower.contains(forbidden), "{what} is not self-contained: it contains {forbidden:?}");
     }
-    assert!(
-        lower.starts_with("<!doctype html>"),
-        "{what} is not an HTML document"
-    );
+    assert!(lower.starts_with("<!doctype html>"), "{what} is not an HTML document");
 }
 
 fn chromium() -> PathBuf {
     let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .flat_map(|dir| [dir.join("chromium"), dir.join("chromium-browser")])
-            .find(|p| p.is_file())
+        std::env::split_paths(&paths).flat_map(|dir| [dir.join("chromium"), dir.join("chromium-browser")]).find(|p| p.is_file())
     });
-    found.expect("chromium is not installed, and this test renders the report in a real browser; install it with `apt-get install -y chromium`")
+    found.expect(
+        "chromium is not installed, and this test renders the report in a real browser; install it with `apt-get install -y chromium`",
+    )
 }
 
 fn browser(page: &Path, profile: &Path, extra: &[&str]) -> Output {
@@ -115,118 +99,47 @@ fn a_quick_review_run_makes_a_self_contained_report_that_a_browser_renders() {
     );
     let other = dir.join("b.json");
     ok(
-        storc(&[
-            "bench",
-            "run",
-            "review-database",
-            "--target",
-            "vd:r10:4xmem:256MiB",
-            "--quick",
-            "--json",
-            other.to_str().unwrap(),
-        ]),
+        storc(&["bench", "run", "review-database", "--target", "vd:r10:4xmem:256MiB", "--quick", "--json", other.to_str().unwrap()]),
         "storc bench run review-database",
     );
     let report = dir.join("report.html");
-    let stdout = ok(
-        storc(&[
-            "bench",
-            "report",
-            a,
-            "--compare",
-            other.to_str().unwrap(),
-            "--html",
-            report.to_str().unwrap(),
-        ]),
-        "storc bench report",
-    );
+    let stdout =
+        ok(storc(&["bench", "report", a, "--compare", other.to_str().unwrap(), "--html", report.to_str().unwrap()]), "storc bench report");
     assert!(stdout.contains("report.html"), "{stdout}");
 
     for (path, what) in [(&run_html, "suite --html"), (&report, "bench report")] {
         let html = std::fs::read_to_string(path).unwrap();
         check_self_contained(&html, what);
         for id in REVIEW_CHARTS {
-            assert!(
-                html.contains(&format!("<svg id=\"{id}\"")),
-                "{what}: chart {id} is missing"
-            );
+            assert!(html.contains(&format!("<svg id=\"{id}\"")), "{what}: chart {id} is missing");
         }
         // What was measured.
-        for needle in [
-            "RAID5",
-            "storc version",
-            "machine",
-            "policies",
-            "vd:r5:4xmem:256MiB",
-        ] {
+        for needle in ["RAID5", "storc version", "machine", "policies", "vd:r5:4xmem:256MiB"] {
             assert!(html.contains(needle), "{what}: the header lacks {needle:?}");
         }
     }
     let html = std::fs::read_to_string(&report).unwrap();
-    assert!(
-        html.contains("id=\"compare-table\""),
-        "the --compare ratio table is missing"
-    );
+    assert!(html.contains("id=\"compare-table\""), "the --compare ratio table is missing");
     // review-database is in both runs: its 9 quick points appear as ratio rows.
-    let ratio_rows = html
-        .split("id=\"compare-table\"")
-        .nth(1)
-        .unwrap()
-        .split("</table>")
-        .next()
-        .unwrap()
-        .matches("<tr><td")
-        .count();
-    assert_eq!(
-        ratio_rows, 9,
-        "one ratio row per review-database point measured in both runs"
-    );
-    assert!(
-        !run_html.exists()
-            || !std::fs::read_to_string(&run_html)
-                .unwrap()
-                .contains("compare-table")
-    );
+    let ratio_rows = html.split("id=\"compare-table\"").nth(1).unwrap().split("</table>").next().unwrap().matches("<tr><td").count();
+    assert_eq!(ratio_rows, 9, "one ratio row per review-database point measured in both runs");
+    assert!(!run_html.exists() || !std::fs::read_to_string(&run_html).unwrap().contains("compare-table"));
 
     // A real browser renders every chart.
     let profile = dir.join("profile");
     let dom = browser(&report, &profile, &["--dump-dom"]);
     let dom_text = String::from_utf8_lossy(&dom.stdout);
-    assert!(
-        dom.status.success() && dom_text.contains("</html>"),
-        "chromium --dump-dom failed: {}",
-        String::from_utf8_lossy(&dom.stderr)
-    );
+    assert!(dom.status.success() && dom_text.contains("</html>"), "chromium --dump-dom failed: {}", String::from_utf8_lossy(&dom.stderr));
     for id in REVIEW_CHARTS {
-        let start = dom_text
-            .find(&format!("<svg id=\"{id}\""))
-            .unwrap_or_else(|| panic!("chart {id} is not in the rendered DOM"));
-        let svg = &dom_text[start
-            ..start
-                + dom_text[start..]
-                    .find("</svg>")
-                    .expect("an svg element is closed")];
-        assert!(
-            svg.contains("class=\"series\""),
-            "chart {id} rendered without data"
-        );
+        let start = dom_text.find(&format!("<svg id=\"{id}\"")).unwrap_or_else(|| panic!("chart {id} is not in the rendered DOM"));
+        let svg = &dom_text[start..start + dom_text[start..].find("</svg>").expect("an svg element is closed")];
+        assert!(svg.contains("class=\"series\""), "chart {id} rendered without data");
     }
     let png = dir.join("report.png");
-    let shot = browser(
-        &report,
-        &dir.join("profile2"),
-        &[&format!("--screenshot={}", png.display())],
-    );
-    assert!(
-        shot.status.success(),
-        "chromium --screenshot failed: {}",
-        String::from_utf8_lossy(&shot.stderr)
-    );
+    let shot = browser(&report, &dir.join("profile2"), &[&format!("--screenshot={}", png.display())]);
+    assert!(shot.status.success(), "chromium --screenshot failed: {}", String::from_utf8_lossy(&shot.stderr));
     let bytes = std::fs::read(&png).expect("chromium wrote no screenshot");
-    assert!(
-        bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
-        "the screenshot is not a rendered page"
-    );
+    assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "the screenshot is not a rendered page");
     eprintln!("report: {} screenshot: {}", report.display(), png.display());
 }
 
@@ -235,13 +148,7 @@ fn report_rejects_a_file_that_is_not_results() {
     let dir = scratch_dir("bad");
     let bad = dir.join("bad.json");
     std::fs::write(&bad, "{\"hello\": 1}").unwrap();
-    let out = storc(&[
-        "bench",
-        "report",
-        bad.to_str().unwrap(),
-        "--html",
-        dir.join("o.html").to_str().unwrap(),
-    ]);
+    let out = storc(&["bench", "report", bad.to_str().unwrap(), "--html", dir.join("o.html").to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a storc bench results document"));
 }

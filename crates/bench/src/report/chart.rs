@@ -11,10 +11,7 @@ const RIGHT: f64 = 150.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 56.0;
 /// Colour-blind friendly (Okabe-Ito, then a few more).
-const COLOURS: [&str; 10] = [
-    "#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#999933",
-    "#882255", "#44aa99",
-];
+const COLOURS: [&str; 10] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#999933", "#882255", "#44aa99"];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kind {
@@ -75,18 +72,10 @@ fn trim(s: String) -> String {
 
 /// Ticks from 0 to a round number at or above `max`.
 fn nice_ticks(max: f64) -> Vec<f64> {
-    let max = if max.is_finite() && max > 0.0 {
-        max
-    } else {
-        1.0
-    };
+    let max = if max.is_finite() && max > 0.0 { max } else { 1.0 };
     let raw = max / 5.0;
     let magnitude = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * magnitude)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * magnitude);
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| *s >= raw).unwrap_or(10.0 * magnitude);
     let count = (max / step).ceil() as usize;
     (0..=count.max(1)).map(|i| i as f64 * step).collect()
 }
@@ -95,12 +84,7 @@ impl Chart {
     pub fn svg(&self) -> String {
         let plot_w = WIDTH - LEFT - RIGHT;
         let plot_h = HEIGHT - TOP - BOTTOM;
-        let y_max = self
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1))
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max);
+        let y_max = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|v| v.is_finite()).fold(0.0, f64::max);
         let y_ticks = nice_ticks(y_max);
         let y_top = *y_ticks.last().unwrap_or(&1.0);
         let ys = |v: f64| TOP + plot_h - (v / y_top) * plot_h;
@@ -111,31 +95,14 @@ impl Chart {
             escape(&self.id),
             escape(&self.title)
         );
-        let _ = write!(
-            out,
-            r##"<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#fff"/>"##
-        );
-        let _ = write!(
-            out,
-            r#"<text x="{}" y="22" class="title" text-anchor="middle">{}</text>"#,
-            LEFT + plot_w / 2.0,
-            escape(&self.title)
-        );
+        let _ = write!(out, r##"<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#fff"/>"##);
+        let _ =
+            write!(out, r#"<text x="{}" y="22" class="title" text-anchor="middle">{}</text>"#, LEFT + plot_w / 2.0, escape(&self.title));
         // Y grid and ticks.
         for &t in &y_ticks {
             let y = ys(t);
-            let _ = write!(
-                out,
-                r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e3e3e3"/>"##,
-                LEFT + plot_w
-            );
-            let _ = write!(
-                out,
-                r#"<text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
-                LEFT - 6.0,
-                y + 4.0,
-                number(t)
-            );
+            let _ = write!(out, r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#e3e3e3"/>"##, LEFT + plot_w);
+            let _ = write!(out, r#"<text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#, LEFT - 6.0, y + 4.0, number(t));
         }
         let _ = write!(
             out,
@@ -155,75 +122,45 @@ impl Chart {
             Kind::Bar => self.bars(&mut out, plot_w, &ys),
         }
         // Axes over the grid.
-        let _ = write!(
-            out,
-            r##"<path d="M{LEFT} {TOP} V{} H{}" fill="none" stroke="#333"/>"##,
-            TOP + plot_h,
-            LEFT + plot_w
-        );
+        let _ = write!(out, r##"<path d="M{LEFT} {TOP} V{} H{}" fill="none" stroke="#333"/>"##, TOP + plot_h, LEFT + plot_w);
         // Legend.
         let legend_x = WIDTH - RIGHT + 16.0;
         for (i, s) in self.series.iter().enumerate() {
             let y = TOP + 8.0 + i as f64 * 20.0;
             let colour = COLOURS[i % COLOURS.len()];
-            let _ = write!(
-                out,
-                r#"<rect x="{legend_x}" y="{:.1}" width="14" height="10" fill="{colour}"/>"#,
-                y - 9.0
-            );
-            let _ = write!(
-                out,
-                r#"<text x="{}" y="{y:.1}" class="legend">{}</text>"#,
-                legend_x + 20.0,
-                escape(&s.name)
-            );
+            let _ = write!(out, r#"<rect x="{legend_x}" y="{:.1}" width="14" height="10" fill="{colour}"/>"#, y - 9.0);
+            let _ = write!(out, r#"<text x="{}" y="{y:.1}" class="legend">{}</text>"#, legend_x + 20.0, escape(&s.name));
         }
         out += "</svg>";
         out
     }
 
     fn lines(&self, out: &mut String, plot_w: f64, ys: &dyn Fn(f64) -> f64) {
-        let mut xs: Vec<f64> = self
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0))
-            .collect();
+        let mut xs: Vec<f64> = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).collect();
         xs.sort_by(f64::total_cmp);
         xs.dedup();
         let log = self.x_log2 && xs.first().is_some_and(|&x| x > 0.0);
         let f = |x: f64| if log { x.log2() } else { x };
         let (lo, hi) = if log {
-            (
-                xs.first().map_or(0.0, |&x| f(x)),
-                xs.last().map_or(1.0, |&x| f(x)),
-            )
+            (xs.first().map_or(0.0, |&x| f(x)), xs.last().map_or(1.0, |&x| f(x)))
         } else {
             let ticks = nice_ticks(xs.last().copied().unwrap_or(1.0));
-            (
-                xs.first().copied().unwrap_or(0.0).min(0.0),
-                *ticks.last().unwrap_or(&1.0),
-            )
+            (xs.first().copied().unwrap_or(0.0).min(0.0), *ticks.last().unwrap_or(&1.0))
         };
         let span = if hi > lo { hi - lo } else { 1.0 };
         let pad = if hi > lo { 0.0 } else { 0.5 };
-        let xs_px =
-            |x: f64| LEFT + 12.0 + ((f(x) - lo + pad) / (span + 2.0 * pad)) * (plot_w - 24.0);
-        let ticks: Vec<f64> =
-            if log || xs.len() <= 12 && xs.iter().all(|x| x.fract() == 0.0) && !xs.is_empty() {
-                // Thin out crowded ticks.
-                let step = xs.len().div_ceil(12).max(1);
-                xs.iter().copied().step_by(step).collect()
-            } else {
-                nice_ticks(hi)
-            };
+        let xs_px = |x: f64| LEFT + 12.0 + ((f(x) - lo + pad) / (span + 2.0 * pad)) * (plot_w - 24.0);
+        let ticks: Vec<f64> = if log || xs.len() <= 12 && xs.iter().all(|x| x.fract() == 0.0) && !xs.is_empty() {
+            // Thin out crowded ticks.
+            let step = xs.len().div_ceil(12).max(1);
+            xs.iter().copied().step_by(step).collect()
+        } else {
+            nice_ticks(hi)
+        };
         let bottom = HEIGHT - BOTTOM;
         for t in ticks {
             let x = xs_px(t);
-            let _ = write!(
-                out,
-                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{bottom}" y2="{}" stroke="#333"/>"##,
-                bottom + 5.0
-            );
+            let _ = write!(out, r##"<line x1="{x:.1}" x2="{x:.1}" y1="{bottom}" y2="{}" stroke="#333"/>"##, bottom + 5.0);
             let _ = write!(
                 out,
                 r#"<text x="{x:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
@@ -233,22 +170,10 @@ impl Chart {
         }
         for (i, s) in self.series.iter().enumerate() {
             let colour = COLOURS[i % COLOURS.len()];
-            let mut points: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .copied()
-                .filter(|p| p.1.is_finite())
-                .collect();
+            let mut points: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.1.is_finite()).collect();
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let path: Vec<String> = points
-                .iter()
-                .map(|&(x, y)| format!("{:.1},{:.1}", xs_px(x), ys(y)))
-                .collect();
-            let _ = write!(
-                out,
-                r#"<polyline class="series" points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
-                path.join(" ")
-            );
+            let path: Vec<String> = points.iter().map(|&(x, y)| format!("{:.1},{:.1}", xs_px(x), ys(y))).collect();
+            let _ = write!(out, r#"<polyline class="series" points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#, path.join(" "));
             for &(x, y) in &points {
                 let _ = write!(
                     out,
@@ -271,12 +196,8 @@ impl Chart {
         let bottom = HEIGHT - BOTTOM;
         for (c, label) in self.categories.iter().enumerate() {
             let centre = LEFT + group_w * (c as f64 + 0.5);
-            let _ = write!(
-                out,
-                r#"<text x="{centre:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
-                bottom + 18.0,
-                escape(label)
-            );
+            let _ =
+                write!(out, r#"<text x="{centre:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#, bottom + 18.0, escape(label));
         }
         for (i, s) in self.series.iter().enumerate() {
             let colour = COLOURS[i % COLOURS.len()];
@@ -331,14 +252,8 @@ mod tests {
             x_format: plain,
             categories: vec![],
             series: vec![
-                Series {
-                    name: "a".into(),
-                    points: vec![(512.0, 1.0), (4096.0, 3.0)],
-                },
-                Series {
-                    name: "b".into(),
-                    points: vec![(512.0, 2.0), (4096.0, 5.0)],
-                },
+                Series { name: "a".into(), points: vec![(512.0, 1.0), (4096.0, 3.0)] },
+                Series { name: "b".into(), points: vec![(512.0, 2.0), (4096.0, 5.0)] },
             ],
         };
         let svg = chart.svg();

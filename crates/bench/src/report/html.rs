@@ -58,11 +58,7 @@ fn bytes_text(bytes: u64) -> String {
     if unit == 0 {
         format!("{bytes} B")
     } else {
-        format!(
-            "{} {}",
-            chart::number((value * 100.0).round() / 100.0),
-            UNITS[unit]
-        )
+        format!("{} {}", chart::number((value * 100.0).round() / 100.0), UNITS[unit])
     }
 }
 
@@ -71,10 +67,7 @@ pub fn render(results: &Results, compare: Option<(&Results, &str)>, label: &str)
     let mut out = String::new();
     let title = format!(
         "storc bench{}: {}",
-        results
-            .suite
-            .as_ref()
-            .map_or_else(String::new, |s| format!(" suite {s}")),
+        results.suite.as_ref().map_or_else(String::new, |s| format!(" suite {s}")),
         results.target.description
     );
     let _ = write!(
@@ -123,9 +116,7 @@ fn header(out: &mut String, r: &Results) {
                     "{} ({}{}, {}{})",
                     d.name,
                     d.kind,
-                    d.model
-                        .as_ref()
-                        .map_or_else(String::new, |m| format!(" {m}")),
+                    d.model.as_ref().map_or_else(String::new, |m| format!(" {m}")),
                     bytes_text(d.capacity_bytes),
                     if d.direct_io { ", direct I/O" } else { "" }
                 )
@@ -143,11 +134,7 @@ fn header(out: &mut String, r: &Results) {
                     p.write,
                     p.read,
                     p.io,
-                    if p.note.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", p.note)
-                    }
+                    if p.note.is_empty() { String::new() } else { format!(" ({})", p.note) }
                 )
             },
         ),
@@ -160,17 +147,7 @@ fn header(out: &mut String, r: &Results) {
     }
     rows.push(("storc version", r.storc_version.clone()));
     let m = &r.machine;
-    rows.push((
-        "machine",
-        format!(
-            "{}: {} cores, {}, {}, {} RAM",
-            m.hostname,
-            m.cores,
-            m.cpu_model,
-            m.kernel,
-            bytes_text(m.memory_bytes)
-        ),
-    ));
+    rows.push(("machine", format!("{}: {} cores, {}, {}, {} RAM", m.hostname, m.cores, m.cpu_model, m.kernel, bytes_text(m.memory_bytes))));
     let s = &r.settings;
     let mut settings = format!(
         "{} loop, {} s per point after {} s ramp, seed {}{}{}",
@@ -179,11 +156,7 @@ fn header(out: &mut String, r: &Results) {
         s.ramp_s,
         s.seed,
         if s.verify { ", verifying reads" } else { "" },
-        if s.quick {
-            ", quick (reduced sweeps)"
-        } else {
-            ""
-        }
+        if s.quick { ", quick (reduced sweeps)" } else { "" }
     );
     if let Some(rate) = s.rate_iops {
         let _ = write!(settings, ", {rate} IOPS offered");
@@ -200,22 +173,13 @@ fn header(out: &mut String, r: &Results) {
     rows.push(("command", r.command_line.clone()));
     out.push_str("<table class=\"meta\">\n");
     for (name, value) in rows {
-        let _ = writeln!(
-            out,
-            "<tr><th>{}</th><td>{}</td></tr>",
-            escape(name),
-            escape(&value)
-        );
+        let _ = writeln!(out, "<tr><th>{}</th><td>{}</td></tr>", escape(name), escape(&value));
     }
     out.push_str("</table>\n");
 }
 
 fn ratings_section(out: &mut String, r: &Results) {
-    let rated: Vec<&PatternResult> = r
-        .patterns
-        .iter()
-        .filter(|p| !p.ratings.is_empty())
-        .collect();
+    let rated: Vec<&PatternResult> = r.patterns.iter().filter(|p| !p.ratings.is_empty()).collect();
     if rated.is_empty() {
         return;
     }
@@ -225,23 +189,12 @@ fn ratings_section(out: &mut String, r: &Results) {
     let mut rows = String::new();
     for p in &rated {
         for rating in &p.ratings {
-            let rest: Vec<String> = rating
-                .coordinates
-                .iter()
-                .map(|(a, v)| format!("{} {}", axis_short(a), axis_value_text(a, *v)))
-                .collect();
-            let label = if rest.is_empty() {
-                p.name.clone()
-            } else {
-                format!("{} ({})", p.name, rest.join(", "))
-            };
+            let rest: Vec<String> =
+                rating.coordinates.iter().map(|(a, v)| format!("{} {}", axis_short(a), axis_value_text(a, *v))).collect();
+            let label = if rest.is_empty() { p.name.clone() } else { format!("{} ({})", p.name, rest.join(", ")) };
             points.push((categories.len() as f64, rating.value));
             categories.push(label.clone());
-            let terms: Vec<String> = rating
-                .terms
-                .iter()
-                .map(|t| format!("QD{}: {}", t.queue_depth, chart::number(t.iops)))
-                .collect();
+            let terms: Vec<String> = rating.terms.iter().map(|t| format!("QD{}: {}", t.queue_depth, chart::number(t.iops))).collect();
             let _ = writeln!(
                 rows,
                 "<tr><td class=\"text\">{}</td><td>{:.1}</td><td class=\"text\">{}</td></tr>",
@@ -260,28 +213,15 @@ fn ratings_section(out: &mut String, r: &Results) {
         x_log2: false,
         x_format: chart::plain,
         categories,
-        series: vec![Series {
-            name: "rating".into(),
-            points,
-        }],
+        series: vec![Series { name: "rating".into(), points }],
     };
     let _ = writeln!(out, "<div class=\"charts\">{}</div>", chart.svg());
     let _ = writeln!(out, "<table class=\"points\"><tr><th>pattern</th><th>rating</th><th>IOPS per queue depth</th></tr>\n{rows}</table>");
 }
 
 fn pattern_section(out: &mut String, p: &PatternResult) {
-    let _ = writeln!(
-        out,
-        "<h2 id=\"pattern-{}\">{}</h2>",
-        super::slug(&p.name),
-        escape(&p.name)
-    );
-    let _ = writeln!(
-        out,
-        "<p class=\"desc\">{} <i>({})</i></p>",
-        escape(&p.description),
-        escape(&p.source)
-    );
+    let _ = writeln!(out, "<h2 id=\"pattern-{}\">{}</h2>", super::slug(&p.name), escape(&p.name));
+    let _ = writeln!(out, "<p class=\"desc\">{} <i>({})</i></p>", escape(&p.description), escape(&p.source));
     if !p.notes.is_empty() {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(&p.notes));
     }
@@ -289,15 +229,7 @@ fn pattern_section(out: &mut String, p: &PatternResult) {
         let lines: Vec<String> = g
             .lines
             .iter()
-            .map(|l| {
-                format!(
-                    "{} {}% read {}% random {}%",
-                    size_text(l.block_bytes),
-                    l.share_percent,
-                    l.read_percent,
-                    l.random_percent
-                )
-            })
+            .map(|l| format!("{} {}% read {}% random {}%", size_text(l.block_bytes), l.share_percent, l.read_percent, l.random_percent))
             .collect();
         let _ = writeln!(
             out,
@@ -326,19 +258,7 @@ fn points_table(out: &mut String, p: &PatternResult) {
     for a in &axes {
         let _ = write!(out, "<th>{}</th>", escape(axis_short(a)));
     }
-    for h in [
-        "workers",
-        "total QD",
-        "IOPS",
-        "MB/s",
-        "mean µs",
-        "p50 µs",
-        "p99 µs",
-        "p99.9 µs",
-        "max µs",
-        "ops",
-        "errors",
-    ] {
+    for h in ["workers", "total QD", "IOPS", "MB/s", "mean µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "ops", "errors"] {
         let _ = write!(out, "<th>{h}</th>");
     }
     if verifying {
@@ -348,20 +268,11 @@ fn points_table(out: &mut String, p: &PatternResult) {
     for pt in &p.points {
         out.push_str("<tr>");
         for a in &axes {
-            let v = pt
-                .coordinates
-                .get(*a)
-                .map(|&v| axis_value_text(a, v))
-                .unwrap_or_default();
+            let v = pt.coordinates.get(*a).map(|&v| axis_value_text(a, v)).unwrap_or_default();
             let _ = write!(out, "<td>{}</td>", escape(&v));
         }
         if let Some(reason) = &pt.skipped {
-            let _ = writeln!(
-                out,
-                "<td class=\"text\" colspan=\"{}\">skipped: {}</td></tr>",
-                11 + usize::from(verifying),
-                escape(reason)
-            );
+            let _ = writeln!(out, "<td class=\"text\" colspan=\"{}\">skipped: {}</td></tr>", 11 + usize::from(verifying), escape(reason));
             continue;
         }
         let l = &pt.latency_us;
@@ -382,11 +293,7 @@ fn points_table(out: &mut String, p: &PatternResult) {
             let _ = write!(out, "<td>{c}</td>");
         }
         if verifying {
-            let _ = write!(
-                out,
-                "<td>{}</td>",
-                pt.verify.as_ref().map_or(0, |v| v.mismatched_sectors)
-            );
+            let _ = write!(out, "<td>{}</td>", pt.verify.as_ref().map_or(0, |v| v.mismatched_sectors));
         }
         out.push_str("</tr>\n");
     }
@@ -426,11 +333,7 @@ fn compare_section(out: &mut String, a: &Results, a_label: &str, b: &Results, b_
     }
     out.push_str("<table class=\"points\" id=\"compare-table\"><tr><th>pattern</th><th>point</th><th>IOPS A</th><th>IOPS B</th><th>IOPS A/B</th><th>MB/s A</th><th>MB/s B</th><th>mean µs A</th><th>mean µs B</th><th>latency A/B</th></tr>\n");
     for r in &rows {
-        let point: Vec<String> = r
-            .coordinates
-            .iter()
-            .map(|(k, v)| format!("{} {}", axis_short(k), axis_value_text(k, *v)))
-            .collect();
+        let point: Vec<String> = r.coordinates.iter().map(|(k, v)| format!("{} {}", axis_short(k), axis_value_text(k, *v))).collect();
         let _ = writeln!(
             out,
             "<tr><td class=\"text\">{}</td><td class=\"text\">{}</td><td>{:.0}</td><td>{:.0}</td>{}<td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td>{}</tr>",

@@ -22,11 +22,7 @@ type Metric = (&'static str, fn(&Point) -> f64);
 
 /// The charts of one pattern, with ids `chart-PATTERN-N`.
 pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
-    let measured: Vec<&Point> = pattern
-        .points
-        .iter()
-        .filter(|p| p.skipped.is_none())
-        .collect();
+    let measured: Vec<&Point> = pattern.points.iter().filter(|p| p.skipped.is_none()).collect();
     if measured.is_empty() {
         return Vec::new();
     }
@@ -36,10 +32,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
         .iter()
         .map(|a| a.axis.clone())
         .filter(|axis| {
-            let mut values: Vec<u64> = measured
-                .iter()
-                .filter_map(|p| p.coordinates.get(axis).copied())
-                .collect();
+            let mut values: Vec<u64> = measured.iter().filter_map(|p| p.coordinates.get(axis).copied()).collect();
             values.sort_unstable();
             values.dedup();
             values.len() > 1
@@ -61,11 +54,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
             categories,
             series: vec![Series {
                 name: "mean µs".into(),
-                points: measured
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (i as f64, p.latency_us.mean))
-                    .collect(),
+                points: measured.iter().enumerate().map(|(i, p)| (i as f64, p.latency_us.mean)).collect(),
             }],
         });
         return charts;
@@ -75,11 +64,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
         // per queue depth measured, so every point shows.
         let workers = distinct(&measured, "workers");
         let depths = distinct(&measured, "queue_depth");
-        let series = if depths.is_empty() {
-            vec![None]
-        } else {
-            depths.iter().map(|&d| Some(d)).collect()
-        };
+        let series = if depths.is_empty() { vec![None] } else { depths.iter().map(|&d| Some(d)).collect() };
         charts.push(Chart {
             id: id(1),
             title: format!("{name}: MB/s by workers"),
@@ -88,10 +73,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
             kind: Kind::Bar,
             x_log2: false,
             x_format: chart::plain,
-            categories: workers
-                .iter()
-                .map(|w| format!("{w} worker{}", if *w == 1 { "" } else { "s" }))
-                .collect(),
+            categories: workers.iter().map(|w| format!("{w} worker{}", if *w == 1 { "" } else { "s" })).collect(),
             series: series
                 .iter()
                 .map(|depth| Series {
@@ -104,9 +86,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
                                 .iter()
                                 .find(|p| {
                                     p.coordinates.get("workers") == Some(&w)
-                                        && depth.is_none_or(|d| {
-                                            p.coordinates.get("queue_depth") == Some(&d)
-                                        })
+                                        && depth.is_none_or(|d| p.coordinates.get("queue_depth") == Some(&d))
                                 })
                                 .map(|p| (i as f64, p.mb_per_s))
                         })
@@ -119,10 +99,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
     if varying.is_empty() {
         // One point (hba-iops): IOPS and MB/s as bars.
         let p = measured[0];
-        for (n, (label, value)) in [("IOPS", p.iops), ("MB/s", p.mb_per_s)]
-            .into_iter()
-            .enumerate()
-        {
+        for (n, (label, value)) in [("IOPS", p.iops), ("MB/s", p.mb_per_s)].into_iter().enumerate() {
             charts.push(Chart {
                 id: id(n + 1),
                 title: format!("{name}: {label}"),
@@ -132,10 +109,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
                 x_log2: false,
                 x_format: chart::plain,
                 categories: vec![name.to_string()],
-                series: vec![Series {
-                    name: label.into(),
-                    points: vec![(0.0, value)],
-                }],
+                series: vec![Series { name: label.into(), points: vec![(0.0, value)] }],
             });
         }
         return charts;
@@ -156,13 +130,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
         } else {
             vec![("MB/s", |p| p.mb_per_s)]
         }
-    } else if pattern
-        .groups
-        .iter()
-        .flat_map(|g| g.lines.iter())
-        .any(|l| l.block_bytes >= 256 * 1024)
-        && !name.contains("server")
-    {
+    } else if pattern.groups.iter().flat_map(|g| g.lines.iter()).any(|l| l.block_bytes >= 256 * 1024) && !name.contains("server") {
         vec![("MB/s", |p| p.mb_per_s), ("IOPS", |p| p.iops)]
     } else {
         vec![("IOPS", |p| p.iops), ("MB/s", |p| p.mb_per_s)]
@@ -170,41 +138,23 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
     // review-database: the reviews drew QD 1, 16 and 256.
     let keep = |p: &Point| {
         name != "review-database"
-            || !distinct(&measured, "queue_depth")
-                .iter()
-                .any(|d| [1, 16, 256].contains(d))
-            || p.coordinates
-                .get("queue_depth")
-                .is_none_or(|d| [1, 16, 256].contains(d))
+            || !distinct(&measured, "queue_depth").iter().any(|d| [1, 16, 256].contains(d))
+            || p.coordinates.get("queue_depth").is_none_or(|d| [1, 16, 256].contains(d))
     };
     // With several series axes (the software-RAID matrix), one chart per combination of all
     // but the last; the last makes the lines.
     let (panel_axes, line_axes) = series_axes.split_at(series_axes.len().saturating_sub(1));
     let mut panels: BTreeMap<Vec<u64>, BTreeMap<Vec<u64>, Vec<&Point>>> = BTreeMap::new();
     for p in measured.iter().copied().filter(|p| keep(p)) {
-        let key = |axes: &[String]| -> Vec<u64> {
-            axes.iter()
-                .map(|a| p.coordinates.get(a).copied().unwrap_or(0))
-                .collect()
-        };
-        panels
-            .entry(key(panel_axes))
-            .or_default()
-            .entry(key(line_axes))
-            .or_default()
-            .push(p);
+        let key = |axes: &[String]| -> Vec<u64> { axes.iter().map(|a| p.coordinates.get(a).copied().unwrap_or(0)).collect() };
+        panels.entry(key(panel_axes)).or_default().entry(key(line_axes)).or_default().push(p);
     }
     let log = matches!(x_axis.as_str(), "block_bytes" | "queue_depth" | "workers") && {
         let xs = distinct(&measured, &x_axis);
-        xs.first()
-            .is_some_and(|&lo| lo > 0 && xs.last().is_some_and(|&hi| hi / lo >= 8))
+        xs.first().is_some_and(|&lo| lo > 0 && xs.last().is_some_and(|&hi| hi / lo >= 8))
     };
     for (panel, groups) in &panels {
-        let panel_text: Vec<String> = panel_axes
-            .iter()
-            .zip(panel)
-            .map(|(a, v)| axis_value_label(a, *v))
-            .collect();
+        let panel_text: Vec<String> = panel_axes.iter().zip(panel).map(|(a, v)| axis_value_label(a, *v)).collect();
         for (metric, value) in &metrics {
             let series: Vec<Series> = groups
                 .iter()
@@ -212,22 +162,9 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
                     name: if line_axes.is_empty() {
                         metric.to_string()
                     } else {
-                        line_axes
-                            .iter()
-                            .zip(key)
-                            .map(|(a, v)| axis_value_label(a, *v))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        line_axes.iter().zip(key).map(|(a, v)| axis_value_label(a, *v)).collect::<Vec<_>>().join(", ")
                     },
-                    points: points
-                        .iter()
-                        .map(|p| {
-                            (
-                                p.coordinates.get(&x_axis).copied().unwrap_or(0) as f64,
-                                value(p),
-                            )
-                        })
-                        .collect(),
+                    points: points.iter().map(|p| (p.coordinates.get(&x_axis).copied().unwrap_or(0) as f64, value(p))).collect(),
                 })
                 .collect();
             charts.push(Chart {
@@ -235,11 +172,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
                 title: if panel_text.is_empty() {
                     format!("{name}: {metric} by {}", axis_title(&x_axis))
                 } else {
-                    format!(
-                        "{metric} by {}, {}",
-                        axis_title(&x_axis),
-                        panel_text.join(", ")
-                    )
+                    format!("{metric} by {}, {}", axis_title(&x_axis), panel_text.join(", "))
                 },
                 x_label: axis_title(&x_axis).to_string() + if log { " (log scale)" } else { "" },
                 y_label: metric.to_string(),
@@ -256,11 +189,7 @@ pub fn pattern_charts(pattern: &PatternResult) -> Vec<Chart> {
 
 /// Every chart id the report of `results` has, in order.
 pub fn chart_ids(results: &Results) -> Vec<String> {
-    let mut ids: Vec<String> = results
-        .patterns
-        .iter()
-        .flat_map(|p| pattern_charts(p).into_iter().map(|c| c.id))
-        .collect();
+    let mut ids: Vec<String> = results.patterns.iter().flat_map(|p| pattern_charts(p).into_iter().map(|c| c.id)).collect();
     if results.patterns.iter().any(|p| !p.ratings.is_empty()) {
         ids.push("chart-ratings".into());
     }
@@ -277,25 +206,14 @@ fn response_label(p: &Point) -> String {
 }
 
 fn distinct(points: &[&Point], axis: &str) -> Vec<u64> {
-    let mut values: Vec<u64> = points
-        .iter()
-        .filter_map(|p| p.coordinates.get(axis).copied())
-        .collect();
+    let mut values: Vec<u64> = points.iter().filter_map(|p| p.coordinates.get(axis).copied()).collect();
     values.sort_unstable();
     values.dedup();
     values
 }
 
 pub fn slug(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect()
+    text.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect()
 }
 
 pub fn axis_title(axis: &str) -> &str {
@@ -386,11 +304,7 @@ pub fn ratios(a: &Results, b: &Results) -> Vec<Ratio> {
             continue;
         };
         for point_a in pa.points.iter().filter(|p| p.skipped.is_none()) {
-            let Some(point_b) = pb
-                .points
-                .iter()
-                .find(|p| p.skipped.is_none() && p.coordinates == point_a.coordinates)
-            else {
+            let Some(point_b) = pb.points.iter().find(|p| p.skipped.is_none() && p.coordinates == point_a.coordinates) else {
                 continue;
             };
             out.push(Ratio {
@@ -415,10 +329,7 @@ mod tests {
 
     fn point(coordinates: &[(&str, u64)], iops: f64) -> Point {
         Point {
-            coordinates: coordinates
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect(),
+            coordinates: coordinates.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             workers: 1,
             iops,
             mb_per_s: iops * 8192.0 / 1e6,
@@ -430,10 +341,7 @@ mod tests {
         let mut points = Vec::new();
         for w in [0, 50, 100] {
             for q in [1, 2, 16, 256] {
-                points.push(point(
-                    &[("write_percent", w), ("queue_depth", q)],
-                    scale * (1000.0 + q as f64 * 10.0 - w as f64),
-                ));
+                points.push(point(&[("write_percent", w), ("queue_depth", q)], scale * (1000.0 + q as f64 * 10.0 - w as f64)));
             }
         }
         Results {
@@ -441,38 +349,20 @@ mod tests {
                 PatternResult {
                     name: "review-database".into(),
                     axes: vec![
-                        AxisValues {
-                            axis: "write_percent".into(),
-                            unit: "percent".into(),
-                            values: vec![0, 50, 100],
-                        },
-                        AxisValues {
-                            axis: "queue_depth".into(),
-                            unit: "requests".into(),
-                            values: vec![1, 2, 16, 256],
-                        },
+                        AxisValues { axis: "write_percent".into(), unit: "percent".into(), values: vec![0, 50, 100] },
+                        AxisValues { axis: "queue_depth".into(), unit: "requests".into(), values: vec![1, 2, 16, 256] },
                     ],
                     points,
                     ..PatternResult::default()
                 },
                 PatternResult {
                     name: "rating".into(),
-                    axes: vec![AxisValues {
-                        axis: "queue_depth".into(),
-                        unit: "requests".into(),
-                        values: vec![1, 2],
-                    }],
-                    points: vec![
-                        point(&[("queue_depth", 1)], scale * 100.0),
-                        point(&[("queue_depth", 2)], scale * 150.0),
-                    ],
+                    axes: vec![AxisValues { axis: "queue_depth".into(), unit: "requests".into(), values: vec![1, 2] }],
+                    points: vec![point(&[("queue_depth", 1)], scale * 100.0), point(&[("queue_depth", 2)], scale * 150.0)],
                     ratings: vec![Rating {
                         coordinates: BTreeMap::new(),
                         value: 175.0,
-                        terms: vec![RatingTerm {
-                            queue_depth: 1,
-                            iops: 100.0,
-                        }],
+                        terms: vec![RatingTerm { queue_depth: 1, iops: 100.0 }],
                     }],
                     ..PatternResult::default()
                 },
@@ -489,20 +379,10 @@ mod tests {
         assert_eq!(charts[0].y_label, "IOPS");
         let names: Vec<&str> = charts[0].series.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["QD 1", "QD 16", "QD 256"]);
-        assert!(charts[0].series.iter().all(|s| s
-            .points
-            .iter()
-            .map(|p| p.0)
-            .eq([0.0, 50.0, 100.0])));
+        assert!(charts[0].series.iter().all(|s| s.points.iter().map(|p| p.0).eq([0.0, 50.0, 100.0])));
         assert_eq!(
             chart_ids(&results),
-            [
-                "chart-review-database-1",
-                "chart-review-database-2",
-                "chart-rating-1",
-                "chart-rating-2",
-                "chart-ratings"
-            ]
+            ["chart-review-database-1", "chart-review-database-2", "chart-rating-1", "chart-rating-2", "chart-ratings"]
         );
     }
 
@@ -515,9 +395,7 @@ mod tests {
         assert_eq!(rows.len(), 4 + 2, "only points in both documents");
         assert!(rows.iter().all(|r| (r.iops_ratio() - 2.0).abs() < 1e-9));
         let html = render(&a, Some((&b, "b.json")), "a.json");
-        assert!(
-            !html.contains("http://") && !html.contains("https://") && !html.contains("<script")
-        );
+        assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("<script"));
         for id in chart_ids(&a) {
             assert!(html.contains(&format!("<svg id=\"{id}\"")), "{id}");
         }

@@ -79,12 +79,7 @@ fn group(mut drives: Vec<(usize, Superblock)>) -> ConfigGroup {
     for (drive_index, sb) in &drives {
         debug_assert_eq!(sb.controller_id, controller_id);
         if sb.generation < config.generation {
-            stale.push(StaleDrive {
-                drive_index: *drive_index,
-                drive_id: sb.drive_id,
-                slot: sb.slot,
-                generation: sb.generation,
-            });
+            stale.push(StaleDrive { drive_index: *drive_index, drive_id: sb.drive_id, slot: sb.slot, generation: sb.generation });
         } else if sb.config == config {
             current.push(*drive_index);
         } else {

@@ -7,8 +7,8 @@
 
 use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX};
 use crate::config::{
-    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
-    WritePolicy, VD_NAME_BYTES_MAX,
+    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord, WritePolicy,
+    VD_NAME_BYTES_MAX,
 };
 use layout::Level;
 use std::ops::Range;
@@ -220,11 +220,8 @@ fn encode_header(sb: &Superblock, copy: u32, payload: &[u8], out: &mut [u8]) {
 /// before anything is allocated or written.
 fn payload_len_bytes(config: &ControllerConfig) -> usize {
     let vds: usize = config.vds.iter().map(|vd| vd_record::BYTES + LIST_ENTRY_BYTES * vd.member_slots.len()).sum();
-    let hot_spares: usize = config
-        .hot_spares
-        .iter()
-        .map(|spare| hot_spare_record::BYTES + LIST_ENTRY_BYTES * spare.dedicated_drive_groups.len())
-        .sum();
+    let hot_spares: usize =
+        config.hot_spares.iter().map(|spare| hot_spare_record::BYTES + LIST_ENTRY_BYTES * spare.dedicated_drive_groups.len()).sum();
     counts::BYTES + drive_record::BYTES * config.drives.len() + vds + hot_spares
 }
 
@@ -399,11 +396,7 @@ fn check_header_fields(bytes: &[u8]) -> Result<(), MetadataError> {
     Ok(())
 }
 
-fn decode_payload(
-    payload: &[u8],
-    controller_id: ControllerId,
-    generation: u64,
-) -> Result<ControllerConfig, MetadataError> {
+fn decode_payload(payload: &[u8], controller_id: ControllerId, generation: u64) -> Result<ControllerConfig, MetadataError> {
     let mut reader = Reader { bytes: payload, position_bytes: 0 };
     let fixed = reader.take(counts::BYTES, || "the record counts".to_string())?;
     check_zero(fixed, counts::RESERVED, || "record counts".to_string())?;
@@ -412,12 +405,9 @@ fn decode_payload(
     let hot_spare_count = get_u32(fixed, counts::HOT_SPARE_COUNT);
     // Records are decoded one at a time, so a corrupt count fails as Truncated before it can
     // make us allocate much.
-    let drives =
-        (0..drive_count).map(|index| decode_drive(&mut reader, index, drive_count)).collect::<Result<_, _>>()?;
+    let drives = (0..drive_count).map(|index| decode_drive(&mut reader, index, drive_count)).collect::<Result<_, _>>()?;
     let vds = (0..vd_count).map(|index| decode_vd(&mut reader, index, vd_count)).collect::<Result<_, _>>()?;
-    let hot_spares = (0..hot_spare_count)
-        .map(|index| decode_hot_spare(&mut reader, index, hot_spare_count))
-        .collect::<Result<_, _>>()?;
+    let hot_spares = (0..hot_spare_count).map(|index| decode_hot_spare(&mut reader, index, hot_spare_count)).collect::<Result<_, _>>()?;
     if reader.position_bytes != payload.len() {
         return Err(MetadataError::TrailingBytes { payload_bytes: payload.len(), parsed_bytes: reader.position_bytes });
     }
@@ -448,8 +438,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32) -> Result<VdRecord, Me
     let io_policy = decode_code(fixed, vd_record::IO_POLICY, record)?;
     let name = decode_name(fixed, record)?;
     let member_count = get_u32(fixed, vd_record::MEMBER_COUNT);
-    let member_slots =
-        reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
+    let member_slots = reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
     Ok(VdRecord {
         vd_id,
         drive_group: get_u32(fixed, vd_record::DRIVE_GROUP),
@@ -501,9 +490,7 @@ fn vd_record_name(index: usize, vd_id: u32) -> String {
 fn check_zero(bytes: &[u8], field: Field, record: impl Fn() -> String) -> Result<(), MetadataError> {
     match bytes[field.range()].iter().position(|&b| b != 0) {
         None => Ok(()),
-        Some(at) => {
-            Err(MetadataError::ReservedNotZero { record: record(), field: field.name, offset_bytes: field.offset + at })
-        }
+        Some(at) => Err(MetadataError::ReservedNotZero { record: record(), field: field.name, offset_bytes: field.offset + at }),
     }
 }
 

@@ -21,17 +21,14 @@ fn doc_table(heading: &str) -> Vec<Vec<String>> {
 }
 
 fn check_byte_table(heading: &str, fields: &[Field]) {
-    let documented: Vec<(usize, usize, String)> = doc_table(heading)
-        .iter()
-        .map(|row| (row[0].parse().unwrap(), row[1].parse().unwrap(), row[3].clone()))
-        .collect();
+    let documented: Vec<(usize, usize, String)> =
+        doc_table(heading).iter().map(|row| (row[0].parse().unwrap(), row[1].parse().unwrap(), row[3].clone())).collect();
     let coded: Vec<(usize, usize, String)> = fields.iter().map(|f| (f.offset, f.size, f.name.to_string())).collect();
     assert_eq!(documented, coded, "docs/on-disk-format.md `### {heading}` vs the code (offset, size, field)");
 }
 
 fn check_code_table<T: Code>(heading: &str) {
-    let documented: Vec<(u8, String)> =
-        doc_table(heading).iter().map(|row| (row[0].parse().unwrap(), row[1].clone())).collect();
+    let documented: Vec<(u8, String)> = doc_table(heading).iter().map(|row| (row[0].parse().unwrap(), row[1].clone())).collect();
     let coded: Vec<(u8, String)> = T::ALL.iter().map(|v| (v.code(), v.short_name().to_string())).collect();
     assert_eq!(documented, coded, "docs/on-disk-format.md `### {heading}` vs the code (code, name)");
 }

@@ -25,22 +25,13 @@ enum Step {
 
 /// Runs the handshake to its end. Protocol violations that leave no way to answer are
 /// `ConnectionError::Protocol` (a hard disconnect, as the spec allows).
-pub(crate) fn negotiate(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
-    exports: &[Export],
-) -> Result<Negotiated, ConnectionError> {
+pub(crate) fn negotiate(reader: &mut impl Read, writer: &mut impl Write, exports: &[Export]) -> Result<Negotiated, ConnectionError> {
     writer.write_all(&proto::encode_greeting(proto::SERVER_HANDSHAKE_FLAGS))?;
     writer.flush()?;
     let mut flags_bytes = [0u8; proto::CLIENT_FLAGS_BYTES];
     reader.read_exact(&mut flags_bytes)?;
-    let client_flags =
-        proto::parse_client_flags(&flags_bytes, proto::SERVER_HANDSHAKE_FLAGS).map_err(protocol)?;
-    let mut haggling = Haggling {
-        exports,
-        no_zeroes: client_flags.no_zeroes,
-        structured_replies: false,
-    };
+    let client_flags = proto::parse_client_flags(&flags_bytes, proto::SERVER_HANDSHAKE_FLAGS).map_err(protocol)?;
+    let mut haggling = Haggling { exports, no_zeroes: client_flags.no_zeroes, structured_replies: false };
     loop {
         let (option, data) = read_option(reader, writer)?;
         let step = haggling.answer(option, &data, writer)?;
@@ -50,10 +41,7 @@ pub(crate) fn negotiate(
             Step::Closed => return Ok(Negotiated::Closed),
             Step::Transmission { export_index } => {
                 let structured_replies = haggling.structured_replies;
-                return Ok(Negotiated::Transmission {
-                    export_index,
-                    structured_replies,
-                });
+                return Ok(Negotiated::Transmission { export_index, structured_replies });
             }
         }
     }
@@ -65,21 +53,14 @@ fn protocol(error: ProtoError) -> ConnectionError {
 
 /// Reads one option. An oversized one gets NBD_REP_ERR_TOO_BIG and a hard disconnect: reading
 /// gigabytes to skip it would be the denial of service it probably is.
-fn read_option(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
-) -> Result<(u32, Vec<u8>), ConnectionError> {
+fn read_option(reader: &mut impl Read, writer: &mut impl Write) -> Result<(u32, Vec<u8>), ConnectionError> {
     let mut header_bytes = [0u8; proto::OPTION_HEADER_BYTES];
     reader.read_exact(&mut header_bytes)?;
     let header = match proto::parse_option_header(&header_bytes) {
         Ok(header) => header,
         Err(error @ ProtoError::OptionTooLong { option, .. }) => {
             let message = error.to_string();
-            writer.write_all(&proto::encode_option_reply(
-                option,
-                proto::NBD_REP_ERR_TOO_BIG,
-                message.as_bytes(),
-            ))?;
+            writer.write_all(&proto::encode_option_reply(option, proto::NBD_REP_ERR_TOO_BIG, message.as_bytes()))?;
             writer.flush()?;
             return Err(protocol(error));
         }
@@ -98,23 +79,13 @@ struct Haggling<'a> {
 }
 
 impl Haggling<'_> {
-    fn answer(
-        &mut self,
-        option: u32,
-        data: &[u8],
-        writer: &mut impl Write,
-    ) -> Result<Step, ConnectionError> {
+    fn answer(&mut self, option: u32, data: &[u8], writer: &mut impl Write) -> Result<Step, ConnectionError> {
         let parsed = match proto::parse_option(option, data) {
             Ok(parsed) => parsed,
             // EXPORT_NAME cannot be answered with an error: the spec says terminate.
             Err(error) if option == proto::NBD_OPT_EXPORT_NAME => return Err(protocol(error)),
             Err(error @ ProtoError::InvalidOption { .. }) => {
-                reply_error(
-                    writer,
-                    option,
-                    proto::NBD_REP_ERR_INVALID,
-                    &error.to_string(),
-                )?;
+                reply_error(writer, option, proto::NBD_REP_ERR_INVALID, &error.to_string())?;
                 return Ok(Step::Continue);
             }
             Err(error) => return Err(protocol(error)),
@@ -123,14 +94,11 @@ impl Haggling<'_> {
             ClientOption::ExportName { export_name } => self.export_name(&export_name, writer),
             ClientOption::Abort => {
                 // The client may already have closed its end; the answer is a courtesy.
-                let _ =
-                    writer.write_all(&proto::encode_option_reply(option, proto::NBD_REP_ACK, &[]));
+                let _ = writer.write_all(&proto::encode_option_reply(option, proto::NBD_REP_ACK, &[]));
                 Ok(Step::Closed)
             }
             ClientOption::List => self.list(writer),
-            ClientOption::Info(request) => {
-                self.info(option, &request, writer).map(|_| Step::Continue)
-            }
+            ClientOption::Info(request) => self.info(option, &request, writer).map(|_| Step::Continue),
             ClientOption::Go(request) => match self.info(option, &request, writer)? {
                 Some(export_index) => Ok(Step::Transmission { export_index }),
                 None => Ok(Step::Continue),
@@ -141,9 +109,7 @@ impl Haggling<'_> {
                 Ok(Step::Continue)
             }
             ClientOption::Unsupported { option } => {
-                let message = format!(
-                    "option {option} is not supported; supported: EXPORT_NAME, ABORT, LIST, INFO, GO, STRUCTURED_REPLY"
-                );
+                let message = format!("option {option} is not supported; supported: EXPORT_NAME, ABORT, LIST, INFO, GO, STRUCTURED_REPLY");
                 reply_error(writer, option, proto::NBD_REP_ERR_UNSUP, &message)?;
                 Ok(Step::Continue)
             }
@@ -155,76 +121,42 @@ impl Haggling<'_> {
         if export_name.is_empty() {
             return Some(0);
         }
-        self.exports
-            .iter()
-            .position(|export| export.name() == export_name)
+        self.exports.iter().position(|export| export.name() == export_name)
     }
 
-    fn export_name(
-        &self,
-        export_name: &str,
-        writer: &mut impl Write,
-    ) -> Result<Step, ConnectionError> {
+    fn export_name(&self, export_name: &str, writer: &mut impl Write) -> Result<Step, ConnectionError> {
         let Some(export_index) = self.find(export_name) else {
-            return Err(ConnectionError::Protocol(format!(
-                "NBD_OPT_EXPORT_NAME asked for unknown export {export_name:?}"
-            )));
+            return Err(ConnectionError::Protocol(format!("NBD_OPT_EXPORT_NAME asked for unknown export {export_name:?}")));
         };
         let export = &self.exports[export_index];
         let flags = export.transmission_flags(self.structured_replies);
-        writer.write_all(&proto::encode_export_name_reply(
-            export.size_bytes(),
-            flags,
-            self.no_zeroes,
-        ))?;
+        writer.write_all(&proto::encode_export_name_reply(export.size_bytes(), flags, self.no_zeroes))?;
         Ok(Step::Transmission { export_index })
     }
 
     fn list(&self, writer: &mut impl Write) -> Result<Step, ConnectionError> {
         for export in self.exports {
-            writer.write_all(&proto::encode_rep_server(
-                export.name(),
-                export.description(),
-            ))?;
+            writer.write_all(&proto::encode_rep_server(export.name(), export.description()))?;
         }
-        writer.write_all(&proto::encode_option_reply(
-            proto::NBD_OPT_LIST,
-            proto::NBD_REP_ACK,
-            &[],
-        ))?;
+        writer.write_all(&proto::encode_option_reply(proto::NBD_OPT_LIST, proto::NBD_REP_ACK, &[]))?;
         Ok(Step::Continue)
     }
 
     /// Answers INFO or GO; returns the export on success.
-    fn info(
-        &self,
-        option: u32,
-        request: &InfoRequest,
-        writer: &mut impl Write,
-    ) -> Result<Option<usize>, ConnectionError> {
+    fn info(&self, option: u32, request: &InfoRequest, writer: &mut impl Write) -> Result<Option<usize>, ConnectionError> {
         let Some(export_index) = self.find(&request.export_name) else {
             let names: Vec<&str> = self.exports.iter().map(Export::name).collect();
-            let message = format!(
-                "no export named {:?}; exports: {}",
-                request.export_name,
-                names.join(", ")
-            );
+            let message = format!("no export named {:?}; exports: {}", request.export_name, names.join(", "));
             reply_error(writer, option, proto::NBD_REP_ERR_UNKNOWN, &message)?;
             return Ok(None);
         };
         let export = &self.exports[export_index];
         let flags = export.transmission_flags(self.structured_replies);
-        let mut infos = vec![Info::Export {
-            size_bytes: export.size_bytes(),
-            transmission_flags: flags,
-        }];
+        let mut infos = vec![Info::Export { size_bytes: export.size_bytes(), transmission_flags: flags }];
         if request.asks_for(proto::NBD_INFO_NAME) {
             infos.push(Info::Name(export.name().to_string()));
         }
-        if let (true, Some(description)) = (
-            request.asks_for(proto::NBD_INFO_DESCRIPTION),
-            export.description(),
-        ) {
+        if let (true, Some(description)) = (request.asks_for(proto::NBD_INFO_DESCRIPTION), export.description()) {
             infos.push(Info::Description(description.to_string()));
         }
         // Always sent, asked for or not: 512-byte alignment is stricter than the default of 1.
@@ -237,16 +169,7 @@ impl Haggling<'_> {
     }
 }
 
-fn reply_error(
-    writer: &mut impl Write,
-    option: u32,
-    reply_type: u32,
-    message: &str,
-) -> Result<(), ConnectionError> {
-    writer.write_all(&proto::encode_option_reply(
-        option,
-        reply_type,
-        message.as_bytes(),
-    ))?;
+fn reply_error(writer: &mut impl Write, option: u32, reply_type: u32, message: &str) -> Result<(), ConnectionError> {
+    writer.write_all(&proto::encode_option_reply(option, reply_type, message.as_bytes()))?;
     Ok(())
 }

@@ -61,11 +61,7 @@ pub struct Export {
 impl Export {
     /// Exports `device` under `name`. Any number of exports may share one device type.
     pub fn new<D: BlockDevice>(name: impl Into<String>, device: Arc<D>) -> Export {
-        Export {
-            name: name.into(),
-            description: None,
-            device: Arc::new(Typed(device)),
-        }
+        Export { name: name.into(), description: None, device: Arc::new(Typed(device)) }
     }
 
     /// A line for people, shown by `nbdinfo --list`.
@@ -89,23 +85,14 @@ impl Export {
     /// The constraints advertised with NBD_INFO_BLOCK_SIZE: the device's block size but at
     /// least 512, a preferred size of at least 4 KiB, and at most 32 MiB per request.
     pub fn block_sizes(&self) -> BlockSizes {
-        let min_bytes = self
-            .device
-            .block_size_bytes()
-            .max(proto::BLOCK_SIZE_MIN_BYTES);
-        BlockSizes {
-            min_bytes,
-            preferred_bytes: min_bytes.max(proto::BLOCK_SIZE_PREFERRED_BYTES),
-            max_bytes: proto::PAYLOAD_MAX_BYTES,
-        }
+        let min_bytes = self.device.block_size_bytes().max(proto::BLOCK_SIZE_MIN_BYTES);
+        BlockSizes { min_bytes, preferred_bytes: min_bytes.max(proto::BLOCK_SIZE_PREFERRED_BYTES), max_bytes: proto::PAYLOAD_MAX_BYTES }
     }
 
     /// The transmission flags for this export; DF only once structured replies are negotiated.
     pub fn transmission_flags(&self, structured_replies: bool) -> u16 {
-        let mut flags = proto::NBD_FLAG_HAS_FLAGS
-            | proto::NBD_FLAG_SEND_FLUSH
-            | proto::NBD_FLAG_SEND_FUA
-            | proto::NBD_FLAG_SEND_WRITE_ZEROES;
+        let mut flags =
+            proto::NBD_FLAG_HAS_FLAGS | proto::NBD_FLAG_SEND_FLUSH | proto::NBD_FLAG_SEND_FUA | proto::NBD_FLAG_SEND_WRITE_ZEROES;
         if self.device.supports_trim() {
             flags |= proto::NBD_FLAG_SEND_TRIM;
         }
@@ -122,27 +109,16 @@ impl Export {
     fn check(&self) -> Result<(), ServerError> {
         let export = || self.name.clone();
         if self.name.len() > proto::STRING_MAX_BYTES {
-            return Err(ServerError::NameTooLong {
-                name_len_bytes: self.name.len(),
-            });
+            return Err(ServerError::NameTooLong { name_len_bytes: self.name.len() });
         }
         let block_size_bytes = self.device.block_size_bytes();
-        if !block_size_bytes.is_power_of_two()
-            || block_size_bytes > proto::BLOCK_SIZE_MIN_LIMIT_BYTES
-        {
-            return Err(ServerError::BadBlockSize {
-                export: export(),
-                block_size_bytes,
-            });
+        if !block_size_bytes.is_power_of_two() || block_size_bytes > proto::BLOCK_SIZE_MIN_LIMIT_BYTES {
+            return Err(ServerError::BadBlockSize { export: export(), block_size_bytes });
         }
         let min_bytes = u64::from(self.block_sizes().min_bytes);
         let size_bytes = self.device.size_bytes();
         if !size_bytes.is_multiple_of(min_bytes) {
-            return Err(ServerError::PartialBlock {
-                export: export(),
-                size_bytes,
-                block_size_bytes: min_bytes,
-            });
+            return Err(ServerError::PartialBlock { export: export(), size_bytes, block_size_bytes: min_bytes });
         }
         Ok(())
     }
@@ -230,20 +206,17 @@ impl fmt::Display for ServerError {
             ServerError::DuplicateExport { export } => {
                 write!(f, "export name {export:?} is used twice; names must be unique")
             }
-            ServerError::NameTooLong { name_len_bytes } => write!(
-                f,
-                "export name is {name_len_bytes} bytes; at most {} allowed",
-                proto::STRING_MAX_BYTES
-            ),
+            ServerError::NameTooLong { name_len_bytes } => {
+                write!(f, "export name is {name_len_bytes} bytes; at most {} allowed", proto::STRING_MAX_BYTES)
+            }
             ServerError::BadBlockSize { export, block_size_bytes } => write!(
                 f,
                 "export {export:?} has block size {block_size_bytes}; allowed: a power of two up to {}",
                 proto::BLOCK_SIZE_MIN_LIMIT_BYTES
             ),
-            ServerError::PartialBlock { export, size_bytes, block_size_bytes } => write!(
-                f,
-                "export {export:?} is {size_bytes} bytes, not a multiple of its block size {block_size_bytes}"
-            ),
+            ServerError::PartialBlock { export, size_bytes, block_size_bytes } => {
+                write!(f, "export {export:?} is {size_bytes} bytes, not a multiple of its block size {block_size_bytes}")
+            }
             ServerError::NoRequestsInFlight => {
                 write!(f, "requests_in_flight_max is 0; allowed: at least 1 (default 128)")
             }
@@ -307,11 +280,7 @@ impl Server {
             return Err(ServerError::NoRequestsInFlight);
         }
         Ok(Server {
-            shared: Arc::new(Shared {
-                exports: RwLock::new(Arc::new(exports)),
-                config,
-                connections_by_export: Mutex::new(HashMap::new()),
-            }),
+            shared: Arc::new(Shared { exports: RwLock::new(Arc::new(exports)), config, connections_by_export: Mutex::new(HashMap::new()) }),
         })
     }
 
@@ -361,23 +330,12 @@ impl Server {
         self.spawn_listener(Listener::Tcp(listener), ListenAddress::Tcp(local))
     }
 
-    fn spawn_listener(
-        &self,
-        listener: Listener,
-        address: ListenAddress,
-    ) -> io::Result<ServerHandle> {
+    fn spawn_listener(&self, listener: Listener, address: ListenAddress) -> io::Result<ServerHandle> {
         let state = Arc::new(ListenerState::default());
         let shared = Arc::clone(&self.shared);
         let accept_state = Arc::clone(&state);
-        let accept_thread = thread::Builder::new()
-            .name("nbd-accept".into())
-            .spawn(move || accept_loop(listener, shared, accept_state))?;
-        Ok(ServerHandle {
-            address,
-            state,
-            accept_thread: Some(accept_thread),
-            shutdown_grace: self.shared.config.shutdown_grace,
-        })
+        let accept_thread = thread::Builder::new().name("nbd-accept".into()).spawn(move || accept_loop(listener, shared, accept_state))?;
+        Ok(ServerHandle { address, state, accept_thread: Some(accept_thread), shutdown_grace: self.shared.config.shutdown_grace })
     }
 }
 
@@ -451,11 +409,7 @@ impl ListenerState {
             if now >= deadline {
                 return false;
             }
-            connections = self
-                .connections_changed
-                .wait_timeout(connections, deadline - now)
-                .unwrap()
-                .0;
+            connections = self.connections_changed.wait_timeout(connections, deadline - now).unwrap().0;
         }
         true
     }
@@ -495,46 +449,29 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>, state: Arc<ListenerState
     }
 }
 
-fn spawn_connection(
-    socket: Socket,
-    shared: &Arc<Shared>,
-    state: &Arc<ListenerState>,
-) -> io::Result<()> {
+fn spawn_connection(socket: Socket, shared: &Arc<Shared>, state: &Arc<ListenerState>) -> io::Result<()> {
     let id = state.register(&socket)?;
-    let registration = Registration {
-        state: Arc::clone(state),
-        id,
-    };
+    let registration = Registration { state: Arc::clone(state), id };
     let shared = Arc::clone(shared);
-    thread::Builder::new()
-        .name("nbd-conn".into())
-        .spawn(move || {
-            let peer = socket.peer_name();
-            match run_connection(socket, &shared, &registration.state) {
-                Ok(()) => tracing::debug!(%peer, "nbd: connection closed"),
-                Err(error) => tracing::warn!(%peer, %error, "nbd: connection dropped"),
-            }
-            drop(registration);
-        })?;
+    thread::Builder::new().name("nbd-conn".into()).spawn(move || {
+        let peer = socket.peer_name();
+        match run_connection(socket, &shared, &registration.state) {
+            Ok(()) => tracing::debug!(%peer, "nbd: connection closed"),
+            Err(error) => tracing::warn!(%peer, %error, "nbd: connection dropped"),
+        }
+        drop(registration);
+    })?;
     Ok(())
 }
 
 /// Handshake, then the transmission phase of the chosen export, on this thread.
-fn run_connection(
-    socket: Socket,
-    shared: &Shared,
-    state: &Arc<ListenerState>,
-) -> Result<(), ConnectionError> {
+fn run_connection(socket: Socket, shared: &Shared, state: &Arc<ListenerState>) -> Result<(), ConnectionError> {
     socket.set_read_timeout(Some(shared.config.handshake_timeout))?;
     let mut reader = io::BufReader::new(socket.try_clone()?);
     let mut writer = io::BufWriter::new(socket.try_clone()?);
     let exports = Arc::clone(&shared.exports.read().expect("exports lock poisoned"));
     let negotiated = handshake::negotiate(&mut reader, &mut writer, &exports)?;
-    let handshake::Negotiated::Transmission {
-        export_index,
-        structured_replies,
-    } = negotiated
-    else {
+    let handshake::Negotiated::Transmission { export_index, structured_replies } = negotiated else {
         return Ok(());
     };
     socket.set_read_timeout(None)?;
@@ -584,15 +521,10 @@ impl ServerHandle {
     /// The URI a client uses to reach `export_name` through this listener.
     pub fn uri(&self, export_name: &str) -> NbdUri {
         match &self.address {
-            ListenAddress::Tcp(address) => NbdUri::Tcp {
-                host: address.ip().to_string(),
-                port: address.port(),
-                export_name: export_name.to_string(),
-            },
-            ListenAddress::Unix(path) => NbdUri::Unix {
-                socket_path: path.clone(),
-                export_name: export_name.to_string(),
-            },
+            ListenAddress::Tcp(address) => {
+                NbdUri::Tcp { host: address.ip().to_string(), port: address.port(), export_name: export_name.to_string() }
+            }
+            ListenAddress::Unix(path) => NbdUri::Unix { socket_path: path.clone(), export_name: export_name.to_string() },
         }
     }
 
@@ -614,9 +546,7 @@ impl ServerHandle {
         self.state.stopping.store(true, Ordering::SeqCst);
         // accept() has no timeout: wake it with a connection it will see is the last.
         let _ = match &self.address {
-            ListenAddress::Tcp(address) => {
-                std::net::TcpStream::connect(wake_address(*address)).map(drop)
-            }
+            ListenAddress::Tcp(address) => std::net::TcpStream::connect(wake_address(*address)).map(drop),
             ListenAddress::Unix(path) => UnixStream::connect(path).map(drop),
         };
         if accept_thread.join().is_err() {
@@ -633,10 +563,7 @@ impl ServerHandle {
     pub fn shutdown(&mut self) {
         self.stop_listening();
         self.state.shutdown_all(Shutdown::Read);
-        if self
-            .state
-            .wait_closed(Some(Instant::now() + self.shutdown_grace))
-        {
+        if self.state.wait_closed(Some(Instant::now() + self.shutdown_grace)) {
             return;
         }
         tracing::warn!("nbd: connections still open after the shutdown grace period; closing them");

@@ -41,16 +41,12 @@ pub(crate) struct RequestLimits {
 
 /// Runs the transmission phase until the client disconnects or breaks the protocol, then
 /// waits for every in-flight request to complete and its reply to be sent.
-pub(crate) fn serve<D: BlockDevice>(
-    device: Arc<D>,
-    mut session: Session,
-) -> Result<(), ConnectionError> {
+pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Result<(), ConnectionError> {
     let (replies, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
     let writer_socket = session.socket.try_clone()?;
     let structured_replies = session.structured_replies;
-    let writer = thread::Builder::new()
-        .name("nbd-writer".into())
-        .spawn(move || write_replies(writer_socket, replies_rx, structured_replies))?;
+    let writer =
+        thread::Builder::new().name("nbd-writer".into()).spawn(move || write_replies(writer_socket, replies_rx, structured_replies))?;
     let result = read_requests(&device, &mut session, &replies);
     // The writer ends once this sender and every pending completion's sender are gone.
     drop(replies);
@@ -62,11 +58,7 @@ pub(crate) fn serve<D: BlockDevice>(
 
 // ---- Reading requests ------------------------------------------------------------------------
 
-fn read_requests<D: BlockDevice>(
-    device: &Arc<D>,
-    session: &mut Session,
-    replies: &Sender<Reply<D::Buf>>,
-) -> Result<(), ConnectionError> {
+fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies: &Sender<Reply<D::Buf>>) -> Result<(), ConnectionError> {
     let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
     loop {
         if !read_header(&mut session.reader, &mut header)? {
@@ -77,14 +69,7 @@ fn read_requests<D: BlockDevice>(
             Err(error @ ProtoError::UnknownCommand { cookie, .. }) => {
                 // The spec: answer an unknown command with EINVAL and carry on.
                 let credit = session.in_flight.acquire(0);
-                send_failure(
-                    replies,
-                    cookie,
-                    false,
-                    credit,
-                    IoError::Invalid,
-                    error.to_string(),
-                );
+                send_failure(replies, cookie, false, credit, IoError::Invalid, error.to_string());
                 continue;
             }
             // A bad magic means we have lost the framing: nothing after it can be trusted.
@@ -121,14 +106,7 @@ fn handle_request<D: BlockDevice>(
     let is_read = request.command == Command::Read;
     if let Err(rejection) = check_request(&request, &session.limits) {
         let credit = session.in_flight.acquire(0);
-        send_failure(
-            replies,
-            request.cookie,
-            is_read,
-            credit,
-            rejection.error,
-            rejection.message,
-        );
+        send_failure(replies, request.cookie, is_read, credit, rejection.error, rejection.message);
         if request.command == Command::Write {
             skip_payload(session, &request)?;
         }
@@ -160,9 +138,7 @@ fn skip_payload(session: &mut Session, request: &Request) -> Result<(), Connecti
 fn payload_bytes(request: &Request) -> usize {
     match request.command {
         Command::Read | Command::Write => request.len_bytes as usize,
-        Command::WriteZeroes if request.has_flag(proto::NBD_CMD_FLAG_NO_HOLE) => {
-            request.len_bytes as usize
-        }
+        Command::WriteZeroes if request.has_flag(proto::NBD_CMD_FLAG_NO_HOLE) => request.len_bytes as usize,
         _ => 0,
     }
 }
@@ -179,15 +155,7 @@ fn submit<D: BlockDevice>(
     let len_bytes = request.len_bytes as usize;
     if len_bytes == 0 && request.command != Command::Flush {
         // The spec leaves zero-length requests unspecified; succeeding without I/O is harmless.
-        send(
-            replies,
-            Reply {
-                cookie: request.cookie,
-                is_read: request.command == Command::Read,
-                outcome: Outcome::Done,
-                _credit: credit,
-            },
-        );
+        send(replies, Reply { cookie: request.cookie, is_read: request.command == Command::Read, outcome: Outcome::Done, _credit: credit });
         return Ok(());
     }
     match request.command {
@@ -208,21 +176,12 @@ fn submit<D: BlockDevice>(
         }
         Command::WriteZeroes => {
             let len_bytes = u64::from(request.len_bytes);
-            device.write_zeroes(
-                request.offset,
-                len_bytes,
-                fua,
-                done(replies, request, credit),
-            );
+            device.write_zeroes(request.offset, len_bytes, fua, done(replies, request, credit));
         }
         Command::Trim => {
             let done = done(replies, request, credit);
             // The device's trim has no FUA: a flush after it persists the deallocation.
-            let done = if fua {
-                flush_then(Arc::clone(device), done)
-            } else {
-                done
-            };
+            let done = if fua { flush_then(Arc::clone(device), done) } else { done };
             device.trim(request.offset, u64::from(request.len_bytes), done);
         }
         Command::Flush => device.flush(done(replies, request, credit)),
@@ -241,11 +200,7 @@ fn flush_then<D: BlockDevice>(device: Arc<D>, done: Done) -> Done {
 
 fn alloc<D: BlockDevice>(device: &D, len_bytes: usize) -> D::Buf {
     let mut buf = device.alloc(len_bytes);
-    assert_eq!(
-        buf.as_mut().len(),
-        len_bytes,
-        "BlockDevice::alloc must return exactly the bytes asked for"
-    );
+    assert_eq!(buf.as_mut().len(), len_bytes, "BlockDevice::alloc must return exactly the bytes asked for");
     buf
 }
 
@@ -258,24 +213,10 @@ fn read_done<B: Send + 'static>(
     let replies = replies.clone();
     Box::new(move |result| {
         let outcome = match result {
-            Ok(buf) => Outcome::Data {
-                offset: request.offset,
-                buf,
-            },
-            Err(error) => Outcome::Failed {
-                error,
-                message: failure_message(&request, error),
-            },
+            Ok(buf) => Outcome::Data { offset: request.offset, buf },
+            Err(error) => Outcome::Failed { error, message: failure_message(&request, error) },
         };
-        send(
-            &replies,
-            Reply {
-                cookie: request.cookie,
-                is_read: true,
-                outcome,
-                _credit: credit,
-            },
-        );
+        send(&replies, Reply { cookie: request.cookie, is_read: true, outcome, _credit: credit });
     })
 }
 
@@ -285,47 +226,18 @@ fn done<B: Send + 'static>(replies: &Sender<Reply<B>>, request: Request, credit:
     Box::new(move |result| {
         let outcome = match result {
             Ok(()) => Outcome::Done,
-            Err(error) => Outcome::Failed {
-                error,
-                message: failure_message(&request, error),
-            },
+            Err(error) => Outcome::Failed { error, message: failure_message(&request, error) },
         };
-        send(
-            &replies,
-            Reply {
-                cookie: request.cookie,
-                is_read: false,
-                outcome,
-                _credit: credit,
-            },
-        );
+        send(&replies, Reply { cookie: request.cookie, is_read: false, outcome, _credit: credit });
     })
 }
 
 fn failure_message(request: &Request, error: IoError) -> String {
-    format!(
-        "{:?} of {} bytes at offset {}: {error}",
-        request.command, request.len_bytes, request.offset
-    )
+    format!("{:?} of {} bytes at offset {}: {error}", request.command, request.len_bytes, request.offset)
 }
 
-fn send_failure<B>(
-    replies: &Sender<Reply<B>>,
-    cookie: u64,
-    is_read: bool,
-    credit: Credit,
-    error: IoError,
-    message: String,
-) {
-    send(
-        replies,
-        Reply {
-            cookie,
-            is_read,
-            outcome: Outcome::Failed { error, message },
-            _credit: credit,
-        },
-    );
+fn send_failure<B>(replies: &Sender<Reply<B>>, cookie: u64, is_read: bool, credit: Credit, error: IoError, message: String) {
+    send(replies, Reply { cookie, is_read, outcome: Outcome::Failed { error, message }, _credit: credit });
 }
 
 fn send<B>(replies: &Sender<Reply<B>>, reply: Reply<B>) {
@@ -347,19 +259,10 @@ pub(crate) struct Rejection {
 /// the command, command advertised, offset and length aligned to the minimum block size, length
 /// within the maximum block size, range within the export (ENOSPC for writes, EINVAL otherwise).
 pub(crate) fn check_request(request: &Request, limits: &RequestLimits) -> Result<(), Rejection> {
-    let invalid = |message: String| {
-        Err(Rejection {
-            error: IoError::Invalid,
-            message,
-        })
-    };
+    let invalid = |message: String| Err(Rejection { error: IoError::Invalid, message });
     let allowed = allowed_flags(request.command, limits.transmission_flags);
     if request.flags & !allowed != 0 {
-        return invalid(format!(
-            "flags {:#x} are not valid on {:?}; allowed: {allowed:#x}",
-            request.flags & !allowed,
-            request.command
-        ));
+        return invalid(format!("flags {:#x} are not valid on {:?}; allowed: {allowed:#x}", request.flags & !allowed, request.command));
     }
     let advertised = match request.command {
         Command::Trim => limits.transmission_flags & proto::NBD_FLAG_SEND_TRIM != 0,
@@ -367,25 +270,17 @@ pub(crate) fn check_request(request: &Request, limits: &RequestLimits) -> Result
         _ => true,
     };
     if !advertised {
-        return invalid(format!(
-            "{:?} is not supported by this export",
-            request.command
-        ));
+        return invalid(format!("{:?} is not supported by this export", request.command));
     }
     let block_size_bytes = u64::from(limits.block_size_bytes);
-    if !request.offset.is_multiple_of(block_size_bytes)
-        || !u64::from(request.len_bytes).is_multiple_of(block_size_bytes)
-    {
+    if !request.offset.is_multiple_of(block_size_bytes) || !u64::from(request.len_bytes).is_multiple_of(block_size_bytes) {
         return invalid(format!(
             "offset {} and length {} must be multiples of the minimum block size {block_size_bytes}",
             request.offset, request.len_bytes
         ));
     }
     if request.command != Command::Trim && request.len_bytes > limits.payload_max_bytes {
-        return invalid(format!(
-            "length {} exceeds the maximum block size {}",
-            request.len_bytes, limits.payload_max_bytes
-        ));
+        return invalid(format!("length {} exceeds the maximum block size {}", request.len_bytes, limits.payload_max_bytes));
     }
     check_range(request, limits.size_bytes)
 }
@@ -454,20 +349,13 @@ impl InFlight {
     /// Blocks until the request fits. A request alone always fits, so nothing waits forever.
     fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
         let mut state = self.state.lock().unwrap();
-        while state.requests >= self.requests_max
-            || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max)
-        {
+        while state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
             state = self.released.wait(state).unwrap();
         }
         state.requests += 1;
         state.payload_bytes += payload_bytes;
-        self.listener
-            .requests_in_flight
-            .fetch_add(1, Ordering::SeqCst);
-        Credit {
-            in_flight: Arc::clone(self),
-            payload_bytes,
-        }
+        self.listener.requests_in_flight.fetch_add(1, Ordering::SeqCst);
+        Credit { in_flight: Arc::clone(self), payload_bytes }
     }
 }
 
@@ -483,10 +371,7 @@ impl Drop for Credit {
         assert!(state.requests > 0 && state.payload_bytes >= self.payload_bytes);
         state.requests -= 1;
         state.payload_bytes -= self.payload_bytes;
-        self.in_flight
-            .listener
-            .requests_in_flight
-            .fetch_sub(1, Ordering::SeqCst);
+        self.in_flight.listener.requests_in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(state);
         // Only the connection's reader ever waits.
         self.in_flight.released.notify_one();
@@ -513,11 +398,7 @@ enum Outcome<B> {
 
 /// Sends replies in completion order, batching writes while more are queued. After a write
 /// error it keeps draining so that every credit is released, then closes the socket.
-fn write_replies<B: AsRef<[u8]>>(
-    socket: Socket,
-    replies: Receiver<Reply<B>>,
-    structured_replies: bool,
-) {
+fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, structured_replies: bool) {
     let mut out = match socket.try_clone() {
         Ok(clone) => Some(BufWriter::with_capacity(64 * 1024, clone)),
         Err(error) => {
@@ -541,11 +422,7 @@ fn write_replies<B: AsRef<[u8]>>(
 
 /// The next reply; flushes first if none is queued, so replies go out as soon as the queue
 /// runs dry. `None` once every sender is gone.
-fn next_reply<B>(
-    replies: &Receiver<Reply<B>>,
-    out: &mut Option<BufWriter<Socket>>,
-    socket: &Socket,
-) -> Option<Reply<B>> {
+fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &mut Option<BufWriter<Socket>>, socket: &Socket) -> Option<Reply<B>> {
     match replies.try_recv() {
         Ok(reply) => return Some(reply),
         Err(TryRecvError::Disconnected) => return None,
@@ -566,11 +443,7 @@ fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, error: &io::Err
     let _ = socket.shutdown(Shutdown::Both);
 }
 
-fn write_reply<B: AsRef<[u8]>>(
-    out: &mut impl Write,
-    reply: &Reply<B>,
-    structured_replies: bool,
-) -> io::Result<()> {
+fn write_reply<B: AsRef<[u8]>>(out: &mut impl Write, reply: &Reply<B>, structured_replies: bool) -> io::Result<()> {
     let cookie = reply.cookie;
     match (&reply.outcome, structured_replies) {
         (Outcome::Done, true) if reply.is_read => out.write_all(&proto::encode_none_chunk(cookie)),
@@ -581,25 +454,13 @@ fn write_reply<B: AsRef<[u8]>>(
         }
         (Outcome::Data { offset, buf }, true) => {
             let data = buf.as_ref();
-            let data_len_bytes =
-                u32::try_from(data.len()).expect("reads are at most PAYLOAD_MAX_BYTES");
+            let data_len_bytes = u32::try_from(data.len()).expect("reads are at most PAYLOAD_MAX_BYTES");
             // One chunk, marked done: the data is complete, so no error can follow it.
-            out.write_all(&proto::encode_offset_data_header(
-                cookie,
-                *offset,
-                data_len_bytes,
-                true,
-            ))?;
+            out.write_all(&proto::encode_offset_data_header(cookie, *offset, data_len_bytes, true))?;
             out.write_all(data)
         }
-        (Outcome::Failed { error, .. }, false) => {
-            out.write_all(&proto::encode_simple_reply(cookie, error.nbd_error()))
-        }
-        (Outcome::Failed { error, message }, true) => out.write_all(&proto::encode_error_chunk(
-            cookie,
-            error.nbd_error(),
-            message,
-        )),
+        (Outcome::Failed { error, .. }, false) => out.write_all(&proto::encode_simple_reply(cookie, error.nbd_error())),
+        (Outcome::Failed { error, message }, true) => out.write_all(&proto::encode_error_chunk(cookie, error.nbd_error(), message)),
     }
 }
 
@@ -610,12 +471,7 @@ mod tests {
     const SIZE_BYTES: u64 = 1 << 20;
 
     fn limits(transmission_flags: u16) -> RequestLimits {
-        RequestLimits {
-            size_bytes: SIZE_BYTES,
-            block_size_bytes: 512,
-            payload_max_bytes: proto::PAYLOAD_MAX_BYTES,
-            transmission_flags,
-        }
+        RequestLimits { size_bytes: SIZE_BYTES, block_size_bytes: 512, payload_max_bytes: proto::PAYLOAD_MAX_BYTES, transmission_flags }
     }
 
     const ALL: u16 = proto::NBD_FLAG_HAS_FLAGS
@@ -627,46 +483,18 @@ mod tests {
 
     /// Checks one request against an export of 1 MiB with 512-byte blocks; `expected` is
     /// `None` for acceptance or the error it must be refused with.
-    fn check(
-        command: Command,
-        flags: u16,
-        offset: u64,
-        len_bytes: u32,
-        transmission_flags: u16,
-        expected: Option<IoError>,
-    ) {
-        let request = Request {
-            flags,
-            command,
-            cookie: 1,
-            offset,
-            len_bytes,
-        };
-        let actual = check_request(&request, &limits(transmission_flags))
-            .map_err(|rejection| rejection.error);
+    fn check(command: Command, flags: u16, offset: u64, len_bytes: u32, transmission_flags: u16, expected: Option<IoError>) {
+        let request = Request { flags, command, cookie: 1, offset, len_bytes };
+        let actual = check_request(&request, &limits(transmission_flags)).map_err(|rejection| rejection.error);
         assert_eq!(actual.err(), expected, "{request:?}");
     }
 
     #[test]
     fn well_formed_requests_pass() {
         check(Command::Read, 0, 0, 4096, ALL, None);
-        check(
-            Command::Write,
-            proto::NBD_CMD_FLAG_FUA,
-            SIZE_BYTES - 512,
-            512,
-            ALL,
-            None,
-        );
+        check(Command::Write, proto::NBD_CMD_FLAG_FUA, SIZE_BYTES - 512, 512, ALL, None);
         check(Command::Read, proto::NBD_CMD_FLAG_DF, 512, 512, ALL, None);
-        check(
-            Command::WriteZeroes,
-            proto::NBD_CMD_FLAG_NO_HOLE | proto::NBD_CMD_FLAG_FUA,
-            0,
-            1024,
-            ALL,
-            None,
-        );
+        check(Command::WriteZeroes, proto::NBD_CMD_FLAG_NO_HOLE | proto::NBD_CMD_FLAG_FUA, 0, 1024, ALL, None);
         check(Command::Trim, 0, 0, 512, ALL, None);
         check(Command::Flush, 0, 7, 3, ALL, None); // offset and length of a flush are reserved
     }
@@ -681,93 +509,27 @@ mod tests {
 
     #[test]
     fn past_the_end_is_enospc_for_writes_and_einval_otherwise() {
-        check(
-            Command::Write,
-            0,
-            SIZE_BYTES,
-            512,
-            ALL,
-            Some(IoError::NoSpace),
-        );
-        check(
-            Command::WriteZeroes,
-            0,
-            SIZE_BYTES - 512,
-            1024,
-            ALL,
-            Some(IoError::NoSpace),
-        );
-        check(
-            Command::Read,
-            0,
-            SIZE_BYTES - 512,
-            1024,
-            ALL,
-            Some(IoError::Invalid),
-        );
-        check(
-            Command::Trim,
-            0,
-            SIZE_BYTES,
-            512,
-            ALL,
-            Some(IoError::Invalid),
-        );
+        check(Command::Write, 0, SIZE_BYTES, 512, ALL, Some(IoError::NoSpace));
+        check(Command::WriteZeroes, 0, SIZE_BYTES - 512, 1024, ALL, Some(IoError::NoSpace));
+        check(Command::Read, 0, SIZE_BYTES - 512, 1024, ALL, Some(IoError::Invalid));
+        check(Command::Trim, 0, SIZE_BYTES, 512, ALL, Some(IoError::Invalid));
         // An offset near u64::MAX must not wrap around into range.
-        check(
-            Command::Read,
-            0,
-            u64::MAX - 511,
-            512,
-            ALL,
-            Some(IoError::Invalid),
-        );
+        check(Command::Read, 0, u64::MAX - 511, 512, ALL, Some(IoError::Invalid));
     }
 
     #[test]
     fn flags_and_commands_must_be_advertised() {
-        check(
-            Command::Read,
-            proto::NBD_CMD_FLAG_DF,
-            0,
-            512,
-            ALL & !proto::NBD_FLAG_SEND_DF,
-            Some(IoError::Invalid),
-        );
-        check(
-            Command::Write,
-            proto::NBD_CMD_FLAG_NO_HOLE,
-            0,
-            512,
-            ALL,
-            Some(IoError::Invalid),
-        );
-        check(
-            Command::WriteZeroes,
-            proto::NBD_CMD_FLAG_FAST_ZERO,
-            0,
-            512,
-            ALL,
-            Some(IoError::Invalid),
-        );
+        check(Command::Read, proto::NBD_CMD_FLAG_DF, 0, 512, ALL & !proto::NBD_FLAG_SEND_DF, Some(IoError::Invalid));
+        check(Command::Write, proto::NBD_CMD_FLAG_NO_HOLE, 0, 512, ALL, Some(IoError::Invalid));
+        check(Command::WriteZeroes, proto::NBD_CMD_FLAG_FAST_ZERO, 0, 512, ALL, Some(IoError::Invalid));
         check(Command::Read, 1 << 9, 0, 512, ALL, Some(IoError::Invalid));
-        check(
-            Command::Trim,
-            0,
-            0,
-            512,
-            ALL & !proto::NBD_FLAG_SEND_TRIM,
-            Some(IoError::Invalid),
-        );
+        check(Command::Trim, 0, 0, 512, ALL & !proto::NBD_FLAG_SEND_TRIM, Some(IoError::Invalid));
         check(Command::Flush, proto::NBD_CMD_FLAG_FUA, 0, 0, ALL, None);
     }
 
     #[test]
     fn oversized_lengths_are_invalid_except_for_trim() {
-        let big_limits = RequestLimits {
-            size_bytes: 1 << 40,
-            ..limits(ALL)
-        };
+        let big_limits = RequestLimits { size_bytes: 1 << 40, ..limits(ALL) };
         let over = proto::PAYLOAD_MAX_BYTES + 512;
         for (command, expected) in [
             (Command::Read, Some(IoError::Invalid)),
@@ -775,13 +537,7 @@ mod tests {
             (Command::WriteZeroes, Some(IoError::Invalid)),
             (Command::Trim, None),
         ] {
-            let request = Request {
-                flags: 0,
-                command,
-                cookie: 1,
-                offset: 0,
-                len_bytes: over,
-            };
+            let request = Request { flags: 0, command, cookie: 1, offset: 0, len_bytes: over };
             let actual = check_request(&request, &big_limits).map_err(|rejection| rejection.error);
             assert_eq!(actual.err(), expected, "{command:?}");
         }
@@ -789,17 +545,8 @@ mod tests {
 
     #[test]
     fn rejections_explain_themselves() {
-        let request = Request {
-            flags: 0,
-            command: Command::Write,
-            cookie: 1,
-            offset: SIZE_BYTES,
-            len_bytes: 512,
-        };
+        let request = Request { flags: 0, command: Command::Write, cookie: 1, offset: SIZE_BYTES, len_bytes: 512 };
         let rejection = check_request(&request, &limits(ALL)).unwrap_err();
-        assert_eq!(
-            rejection.message,
-            "Write of 512 bytes at offset 1048576 ends past the export size of 1048576 bytes"
-        );
+        assert_eq!(rejection.message, "Write of 512 bytes at offset 1048576 ends past the export size of 1048576 bytes");
     }
 }

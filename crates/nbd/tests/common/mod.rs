@@ -21,15 +21,9 @@ pub struct TempDir {
 impl TempDir {
     pub fn new(test_name: &str) -> TempDir {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
         let unique = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let name = format!(
-            "storc-nbd-{test_name}-{}-{unique}-{nanos}",
-            std::process::id()
-        );
+        let name = format!("storc-nbd-{test_name}-{}-{unique}-{nanos}", std::process::id());
         let path = std::env::temp_dir().join(name);
         std::fs::create_dir_all(&path).unwrap();
         TempDir { path }
@@ -67,9 +61,7 @@ pub fn random_bytes(len_bytes: usize, seed: u64) -> Vec<u8> {
 /// Fails the test, saying how to install it, if a client tool is missing: these tests must
 /// never pass by skipping.
 pub fn require_tool(tool: &str, debian_package: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-        .unwrap_or(false);
+    let found = std::env::var_os("PATH").map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file())).unwrap_or(false);
     assert!(
         found,
         "`{tool}` is not installed, and this test runs it as a real NBD client; \
@@ -79,9 +71,7 @@ pub fn require_tool(tool: &str, debian_package: &str) {
 
 /// Runs a command to completion and fails the test with its output if it fails.
 pub fn run(command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    let output = command.output().unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
     assert!(
         output.status.success(),
         "{command:?} failed with {}\nstdout:\n{}\nstderr:\n{}",

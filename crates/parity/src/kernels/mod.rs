@@ -31,8 +31,7 @@ pub type PqUpdateFn = fn(data_index: usize, delta: &[u8], p: &mut [u8], q: &mut 
 /// See [`crate::gf_mul_into`].
 pub type GfMulIntoFn = fn(c: u8, src: &[u8], dest: &mut [u8]);
 /// See [`Kernels::recover_2data`].
-pub type Recover2DataFn =
-    fn(factors: TwoDataFactors, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]);
+pub type Recover2DataFn = fn(factors: TwoDataFactors, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]);
 /// See [`Kernels::recover_data_from_q`].
 pub type RecoverDataFromQFn = fn(data_index: usize, q: &[u8], dx: &mut [u8]);
 
@@ -68,14 +67,8 @@ impl TwoDataFactors {
     /// # Panics
     /// Unless `x < y < DATA_MEMBERS_MAX`.
     pub fn new(x: usize, y: usize) -> Self {
-        assert!(
-            x < y && y < DATA_MEMBERS_MAX,
-            "TwoDataFactors: need x < y < 255, got x={x}, y={y}"
-        );
-        Self {
-            p_factor: gf::inv(gf::pow_g(y - x) ^ 1),
-            q_factor: gf::inv(gf::pow_g(x) ^ gf::pow_g(y)),
-        }
+        assert!(x < y && y < DATA_MEMBERS_MAX, "TwoDataFactors: need x < y < 255, got x={x}, y={y}");
+        Self { p_factor: gf::inv(gf::pow_g(y - x) ^ 1), q_factor: gf::inv(gf::pow_g(x) ^ gf::pow_g(y)) }
     }
 }
 
@@ -130,28 +123,19 @@ pub(crate) mod check {
     }
 
     pub(crate) fn xor_gen(sources: &[&[u8]], dest: &[u8]) {
-        assert!(
-            !sources.is_empty(),
-            "parity::xor_gen: needs at least one source, got none"
-        );
+        assert!(!sources.is_empty(), "parity::xor_gen: needs at least one source, got none");
         self::sources("xor_gen", sources, dest.len());
     }
 
     pub(crate) fn pq_gen(data: &[&[u8]], p: &[u8], q: &[u8]) {
         let count = data.len();
-        assert!(
-            (1..=DATA_MEMBERS_MAX).contains(&count),
-            "parity::pq_gen: {count} data members; RAID6 allows 1..={DATA_MEMBERS_MAX}"
-        );
+        assert!((1..=DATA_MEMBERS_MAX).contains(&count), "parity::pq_gen: {count} data members; RAID6 allows 1..={DATA_MEMBERS_MAX}");
         sources("pq_gen", data, p.len());
         length("pq_gen", "q", q.len(), p.len());
     }
 
     pub(crate) fn data_index(op: &str, data_index: usize) {
-        assert!(
-            data_index < DATA_MEMBERS_MAX,
-            "parity::{op}: data index {data_index} out of range; RAID6 allows 0..{DATA_MEMBERS_MAX}"
-        );
+        assert!(data_index < DATA_MEMBERS_MAX, "parity::{op}: data index {data_index} out of range; RAID6 allows 0..{DATA_MEMBERS_MAX}");
     }
 
     /// Every slice in `others` must have `dest`'s length, a multiple of 64.

@@ -5,16 +5,8 @@
 use super::{check, Kernels, TwoDataFactors};
 use crate::gf;
 
-pub(super) static KERNELS: Kernels = Kernels {
-    name: "scalar",
-    xor_gen,
-    xor_into,
-    pq_gen,
-    pq_update,
-    gf_mul_into,
-    recover_2data,
-    recover_data_from_q,
-};
+pub(super) static KERNELS: Kernels =
+    Kernels { name: "scalar", xor_gen, xor_into, pq_gen, pq_update, gf_mul_into, recover_2data, recover_data_from_q };
 
 fn xor_gen(sources: &[&[u8]], dest: &mut [u8]) {
     check::xor_gen(sources, dest);

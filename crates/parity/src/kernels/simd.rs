@@ -96,11 +96,7 @@ unsafe fn load_n<V: Vector, const N: usize>(slice: &[u8], offset: usize) -> [V; 
 }
 
 #[inline(always)]
-unsafe fn store_n<V: Vector, const N: usize, const STREAM: bool>(
-    vectors: [V; N],
-    slice: *mut u8,
-    offset: usize,
-) {
+unsafe fn store_n<V: Vector, const N: usize, const STREAM: bool>(vectors: [V; N], slice: *mut u8, offset: usize) {
     for (k, vector) in vectors.into_iter().enumerate() {
         let ptr = slice.add(offset + k * V::BYTES);
         if STREAM {
@@ -121,23 +117,15 @@ pub(super) unsafe fn xor_gen<V: Vector>(sources: &[&[u8]], dest: &mut [u8]) {
     let len_bytes = dest.len();
     let dest = dest.as_mut_ptr();
     if streaming::<V>(dest, len_bytes) {
-        in_blocks!(V, len_bytes, |offset, N| xor_gen_block::<V, N, true>(
-            sources, dest, offset
-        ));
+        in_blocks!(V, len_bytes, |offset, N| xor_gen_block::<V, N, true>(sources, dest, offset));
         V::fence();
     } else {
-        in_blocks!(V, len_bytes, |offset, N| xor_gen_block::<V, N, false>(
-            sources, dest, offset
-        ));
+        in_blocks!(V, len_bytes, |offset, N| xor_gen_block::<V, N, false>(sources, dest, offset));
     }
 }
 
 #[inline(always)]
-unsafe fn xor_gen_block<V: Vector, const N: usize, const STREAM: bool>(
-    sources: &[&[u8]],
-    dest: *mut u8,
-    offset: usize,
-) {
+unsafe fn xor_gen_block<V: Vector, const N: usize, const STREAM: bool>(sources: &[&[u8]], dest: *mut u8, offset: usize) {
     let mut acc: [V; N] = load_n(sources[0], offset);
     let mut index = 1;
     while index + 1 < sources.len() {
@@ -162,9 +150,7 @@ pub(super) unsafe fn xor_into<V: Vector>(dest: &mut [u8], src: &[u8]) {
     in_blocks!(V, len_bytes, |offset, N| {
         for k in 0..N {
             let at = offset + k * V::BYTES;
-            V::load(dest.add(at))
-                .xor(V::load(src.add(at)))
-                .store(dest.add(at));
+            V::load(dest.add(at)).xor(V::load(src.add(at))).store(dest.add(at));
         }
     });
 }
@@ -175,24 +161,15 @@ pub(super) unsafe fn pq_gen<V: Vector>(data: &[&[u8]], p: &mut [u8], q: &mut [u8
     let len_bytes = p.len();
     let (p, q) = (p.as_mut_ptr(), q.as_mut_ptr());
     if streaming::<V>(p, len_bytes) && streaming::<V>(q, len_bytes) {
-        in_blocks!(V, len_bytes, |offset, N| pq_gen_block::<V, N, true>(
-            data, p, q, offset
-        ));
+        in_blocks!(V, len_bytes, |offset, N| pq_gen_block::<V, N, true>(data, p, q, offset));
         V::fence();
     } else {
-        in_blocks!(V, len_bytes, |offset, N| pq_gen_block::<V, N, false>(
-            data, p, q, offset
-        ));
+        in_blocks!(V, len_bytes, |offset, N| pq_gen_block::<V, N, false>(data, p, q, offset));
     }
 }
 
 #[inline(always)]
-unsafe fn pq_gen_block<V: Vector, const N: usize, const STREAM: bool>(
-    data: &[&[u8]],
-    p: *mut u8,
-    q: *mut u8,
-    offset: usize,
-) {
+unsafe fn pq_gen_block<V: Vector, const N: usize, const STREAM: bool>(data: &[&[u8]], p: *mut u8, q: *mut u8, offset: usize) {
     let top = data.len() - 1;
     let mut p_acc: [V; N] = load_n(data[top], offset);
     let mut q_acc = p_acc;
@@ -220,12 +197,7 @@ unsafe fn pq_gen_block<V: Vector, const N: usize, const STREAM: bool>(
 }
 
 #[inline(always)]
-pub(super) unsafe fn pq_update<V: Vector>(
-    data_index: usize,
-    delta: &[u8],
-    p: &mut [u8],
-    q: &mut [u8],
-) {
+pub(super) unsafe fn pq_update<V: Vector>(data_index: usize, delta: &[u8], p: &mut [u8], q: &mut [u8]) {
     let factor = V::factor(gf::pow_g(data_index));
     let (p, q) = (p.as_mut_ptr(), q.as_mut_ptr());
     in_blocks!(V, delta.len(), |offset, N| {
@@ -253,13 +225,7 @@ pub(super) unsafe fn gf_mul_into<V: Vector>(c: u8, src: &[u8], dest: &mut [u8]) 
 
 /// Linux `raid6_2data_recov`: Dy = p_factor (P ^ P') ^ q_factor (Q ^ Q'), Dx = Dy ^ P ^ P'.
 #[inline(always)]
-pub(super) unsafe fn recover_2data<V: Vector>(
-    factors: TwoDataFactors,
-    p: &[u8],
-    q: &[u8],
-    dx: &mut [u8],
-    dy: &mut [u8],
-) {
+pub(super) unsafe fn recover_2data<V: Vector>(factors: TwoDataFactors, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]) {
     let (p_factor, q_factor) = (V::factor(factors.p_factor), V::factor(factors.q_factor));
     let (dx, dy) = (dx.as_mut_ptr(), dy.as_mut_ptr());
     in_blocks!(V, p.len(), |offset, N| {

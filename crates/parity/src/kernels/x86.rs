@@ -66,8 +66,7 @@ impl Vector for Avx2 {
     #[inline(always)]
     unsafe fn factor(c: u8) -> Self::Factor {
         let (low, high) = gf::nibble_tables(c);
-        let broadcast =
-            |table: [u8; 16]| _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr().cast()));
+        let broadcast = |table: [u8; 16]| _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr().cast()));
         [broadcast(low), broadcast(high)]
     }
     #[inline(always)]
@@ -75,10 +74,7 @@ impl Vector for Avx2 {
         let nibble = _mm256_set1_epi8(0x0f);
         let low = _mm256_and_si256(self.0, nibble);
         let high = _mm256_and_si256(_mm256_srli_epi16::<4>(self.0), nibble);
-        Self(_mm256_xor_si256(
-            _mm256_shuffle_epi8(factor[0], low),
-            _mm256_shuffle_epi8(factor[1], high),
-        ))
+        Self(_mm256_xor_si256(_mm256_shuffle_epi8(factor[0], low), _mm256_shuffle_epi8(factor[1], high)))
     }
 }
 
@@ -123,8 +119,7 @@ impl Vector for Avx512Bw {
     #[inline(always)]
     unsafe fn factor(c: u8) -> Self::Factor {
         let (low, high) = gf::nibble_tables(c);
-        let broadcast =
-            |table: [u8; 16]| _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
+        let broadcast = |table: [u8; 16]| _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
         [broadcast(low), broadcast(high)]
     }
     #[inline(always)]
@@ -132,10 +127,7 @@ impl Vector for Avx512Bw {
         let nibble = _mm512_set1_epi8(0x0f);
         let low = _mm512_and_si512(self.0, nibble);
         let high = _mm512_and_si512(_mm512_srli_epi16::<4>(self.0), nibble);
-        Self(_mm512_xor_si512(
-            _mm512_shuffle_epi8(factor[0], low),
-            _mm512_shuffle_epi8(factor[1], high),
-        ))
+        Self(_mm512_xor_si512(_mm512_shuffle_epi8(factor[0], low), _mm512_shuffle_epi8(factor[1], high)))
     }
 }
 
@@ -206,16 +198,8 @@ macro_rules! kernel_set {
         mod $module {
             use super::*;
 
-            pub(in crate::kernels) static KERNELS: Kernels = Kernels {
-                name: $name,
-                xor_gen,
-                xor_into,
-                pq_gen,
-                pq_update,
-                gf_mul_into,
-                recover_2data,
-                recover_data_from_q,
-            };
+            pub(in crate::kernels) static KERNELS: Kernels =
+                Kernels { name: $name, xor_gen, xor_into, pq_gen, pq_update, gf_mul_into, recover_2data, recover_data_from_q };
 
             fn xor_gen(sources: &[&[u8]], dest: &mut [u8]) {
                 check::xor_gen(sources, dest);
@@ -249,13 +233,7 @@ macro_rules! kernel_set {
                 unsafe { features::gf_mul_into(c, src, dest) }
             }
 
-            fn recover_2data(
-                factors: TwoDataFactors,
-                p: &[u8],
-                q: &[u8],
-                dx: &mut [u8],
-                dy: &mut [u8],
-            ) {
+            fn recover_2data(factors: TwoDataFactors, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]) {
                 check::same_lengths("recover_2data", dx, &[("p", p), ("q", q), ("dy", dy)]);
                 // SAFETY: CPU features as in `xor_gen`; lengths checked above.
                 unsafe { features::recover_2data(factors, p, q, dx, dy) }
@@ -285,12 +263,7 @@ macro_rules! kernel_set {
                     simd::pq_gen::<$vector>(data, p, q)
                 }
                 #[target_feature(enable = $features)]
-                pub(super) unsafe fn pq_update(
-                    data_index: usize,
-                    delta: &[u8],
-                    p: &mut [u8],
-                    q: &mut [u8],
-                ) {
+                pub(super) unsafe fn pq_update(data_index: usize, delta: &[u8], p: &mut [u8], q: &mut [u8]) {
                     simd::pq_update::<$vector>(data_index, delta, p, q)
                 }
                 #[target_feature(enable = $features)]
@@ -298,21 +271,11 @@ macro_rules! kernel_set {
                     simd::gf_mul_into::<$vector>(c, src, dest)
                 }
                 #[target_feature(enable = $features)]
-                pub(super) unsafe fn recover_2data(
-                    factors: TwoDataFactors,
-                    p: &[u8],
-                    q: &[u8],
-                    dx: &mut [u8],
-                    dy: &mut [u8],
-                ) {
+                pub(super) unsafe fn recover_2data(factors: TwoDataFactors, p: &[u8], q: &[u8], dx: &mut [u8], dy: &mut [u8]) {
                     simd::recover_2data::<$vector>(factors, p, q, dx, dy)
                 }
                 #[target_feature(enable = $features)]
-                pub(super) unsafe fn recover_data_from_q(
-                    data_index: usize,
-                    q: &[u8],
-                    dx: &mut [u8],
-                ) {
+                pub(super) unsafe fn recover_data_from_q(data_index: usize, q: &[u8], dx: &mut [u8]) {
                     simd::recover_data_from_q::<$vector>(data_index, q, dx)
                 }
             }
@@ -322,9 +285,4 @@ macro_rules! kernel_set {
 
 kernel_set!(avx2, Avx2, "avx2", "avx2");
 kernel_set!(avx512bw, Avx512Bw, "avx512f,avx512bw", "avx512bw");
-kernel_set!(
-    avx512_gfni,
-    Avx512Gfni,
-    "avx512f,avx512bw,gfni",
-    "avx512+gfni"
-);
+kernel_set!(avx512_gfni, Avx512Gfni, "avx512f,avx512bw,gfni", "avx512+gfni");

@@ -107,20 +107,12 @@ impl Request {
     }
 
     pub fn without_body(method: Method, path: &str) -> Request {
-        Request {
-            method,
-            path: path.to_string(),
-            body: None,
-        }
+        Request { method, path: path.to_string(), body: None }
     }
 
     pub fn with_body(method: Method, path: &str, body: &impl Serialize) -> Request {
         let json = serde_json::to_string(body).expect("API request types serialize to JSON");
-        Request {
-            method,
-            path: path.to_string(),
-            body: Some(json),
-        }
+        Request { method, path: path.to_string(), body: Some(json) }
     }
 
     /// The bytes on the wire; `host` only fills the Host header HTTP/1.1 requires.
@@ -162,31 +154,19 @@ pub fn send(endpoint: &Endpoint, request: &Request) -> Result<Response, String> 
     let timeout = Some(Duration::from_secs(ANSWER_TIMEOUT_SECS));
     let exchanged = match endpoint {
         Endpoint::Unix(path) => {
-            let stream =
-                UnixStream::connect(path).map_err(|error| unreachable(endpoint, &error))?;
-            stream
-                .set_read_timeout(timeout)
-                .and_then(|()| stream.set_write_timeout(timeout))
-                .map_err(|e| e.to_string())?;
+            let stream = UnixStream::connect(path).map_err(|error| unreachable(endpoint, &error))?;
+            stream.set_read_timeout(timeout).and_then(|()| stream.set_write_timeout(timeout)).map_err(|e| e.to_string())?;
             exchange(stream, &request.encode("localhost"))
         }
         Endpoint::Tcp(address) => {
-            let stream =
-                TcpStream::connect(address).map_err(|error| unreachable(endpoint, &error))?;
-            stream
-                .set_read_timeout(timeout)
-                .and_then(|()| stream.set_write_timeout(timeout))
-                .map_err(|e| e.to_string())?;
+            let stream = TcpStream::connect(address).map_err(|error| unreachable(endpoint, &error))?;
+            stream.set_read_timeout(timeout).and_then(|()| stream.set_write_timeout(timeout)).map_err(|e| e.to_string())?;
             exchange(stream, &request.encode(address))
         }
     };
     let raw = exchanged.map_err(|error| lost(endpoint, request, &error))?;
     parse_response(&raw).map_err(|why| {
-        format!(
-            "the storc daemon at {endpoint} sent a malformed answer to {} {}: {why}",
-            request.method.as_str(),
-            request.path
-        )
+        format!("the storc daemon at {endpoint} sent a malformed answer to {} {}: {why}", request.method.as_str(), request.path)
     })
 }
 
@@ -199,10 +179,7 @@ fn exchange(mut stream: impl Read + Write, request_bytes: &[u8]) -> io::Result<V
 }
 
 fn unreachable(endpoint: &Endpoint, error: &io::Error) -> String {
-    format!(
-        "cannot reach the storc daemon at {endpoint} ({}); start it with: storc serve",
-        io_reason(error)
-    )
+    format!("cannot reach the storc daemon at {endpoint} ({}); start it with: storc serve", io_reason(error))
 }
 
 fn lost(endpoint: &Endpoint, request: &Request, error: &io::Error) -> String {
@@ -212,11 +189,7 @@ fn lost(endpoint: &Endpoint, request: &Request, error: &io::Error) -> String {
         }
         _ => io_reason(error),
     };
-    format!(
-        "lost the storc daemon at {endpoint} during {} {} ({reason})",
-        request.method.as_str(),
-        request.path
-    )
+    format!("lost the storc daemon at {endpoint} during {} {} ({reason})", request.method.as_str(), request.path)
 }
 
 /// The operating system's words without Rust's " (os error 2)" suffix, which means nothing to a person.
@@ -241,16 +214,12 @@ pub fn parse_response(raw: &[u8]) -> Result<Response, String> {
     let mut chunked = false;
     let mut content_length_bytes = None;
     for line in lines {
-        let (name, value) = line
-            .split_once(':')
-            .ok_or_else(|| format!("header line {line:?} has no colon"))?;
+        let (name, value) = line.split_once(':').ok_or_else(|| format!("header line {line:?} has no colon"))?;
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
             "content-length" => {
-                let length = value
-                    .parse::<usize>()
-                    .map_err(|_| format!("Content-Length {value:?} is not a number"))?;
+                let length = value.parse::<usize>().map_err(|_| format!("Content-Length {value:?} is not a number"))?;
                 content_length_bytes = Some(length);
             }
             _ => {}
@@ -261,10 +230,7 @@ pub fn parse_response(raw: &[u8]) -> Result<Response, String> {
     let body = match (chunked, content_length_bytes) {
         (true, _) => decode_chunked(rest)?,
         (false, Some(length)) if rest.len() < length => {
-            return Err(format!(
-                "the body is {} bytes; Content-Length says {length}",
-                rest.len()
-            ));
+            return Err(format!("the body is {} bytes; Content-Length says {length}", rest.len()));
         }
         (false, Some(length)) => rest[..length].to_vec(),
         (false, None) => rest.to_vec(),
@@ -293,8 +259,7 @@ fn decode_chunked(mut rest: &[u8]) -> Result<Vec<u8>, String> {
         let line_end = find(rest, b"\r\n").ok_or("a chunk size line never ends")?;
         let line = String::from_utf8_lossy(&rest[..line_end]);
         let size_text = line.split(';').next().unwrap_or_default().trim();
-        let chunk_bytes = usize::from_str_radix(size_text, 16)
-            .map_err(|_| format!("chunk size {size_text:?} is not hexadecimal"))?;
+        let chunk_bytes = usize::from_str_radix(size_text, 16).map_err(|_| format!("chunk size {size_text:?} is not hexadecimal"))?;
         rest = &rest[line_end + 2..];
         if chunk_bytes == 0 {
             return Ok(body);
@@ -303,9 +268,7 @@ fn decode_chunked(mut rest: &[u8]) -> Result<Vec<u8>, String> {
             return Err(format!("a chunk of {chunk_bytes} bytes is cut short"));
         }
         if &rest[chunk_bytes..chunk_bytes + 2] != b"\r\n" {
-            return Err(format!(
-                "a chunk of {chunk_bytes} bytes does not end with CRLF"
-            ));
+            return Err(format!("a chunk of {chunk_bytes} bytes does not end with CRLF"));
         }
         body.extend_from_slice(&rest[..chunk_bytes]);
         rest = &rest[chunk_bytes + 2..];
@@ -313,9 +276,7 @@ fn decode_chunked(mut rest: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
+    haystack.windows(needle.len()).position(|window| window == needle)
 }
 
 #[cfg(test)]
@@ -326,10 +287,7 @@ mod tests {
     fn check(raw: &str, expected: Result<(u16, &str), &str>) {
         let parsed = parse_response(raw.as_bytes());
         let actual = match &parsed {
-            Ok(response) => Ok((
-                response.status_code,
-                std::str::from_utf8(&response.body).unwrap(),
-            )),
+            Ok(response) => Ok((response.status_code, std::str::from_utf8(&response.body).unwrap())),
             Err(why) => Err(why.as_str()),
         };
         assert_eq!(actual, expected, "for {raw:?}");
@@ -337,87 +295,47 @@ mod tests {
 
     #[test]
     fn responses() {
+        check("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n[]", Ok((200, "[]")));
         check(
-            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n[]",
-            Ok((200, "[]")),
+            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"error\":\"no\"}",
+            Ok((404, "{\"error\":\"no\"}")),
         );
-        check("HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"error\":\"no\"}", Ok((404, "{\"error\":\"no\"}")));
-        check(
-            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]garbage after the body",
-            Ok((200, "[]")),
-        );
+        check("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]garbage after the body", Ok((200, "[]")));
         check("HTTP/1.0 200 OK\r\n\r\n{\"a\":1}", Ok((200, "{\"a\":1}")));
-        check(
-            "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
-            Ok((204, "")),
-        );
+        check("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", Ok((204, "")));
         check("HTTP/1.1 200\r\nContent-Length: 1\r\n\r\n1", Ok((200, "1")));
     }
 
     #[test]
     fn chunked_responses() {
-        check("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n[1,2\r\n2\r\n,3\r\n1;ext=x\r\n]\r\n0\r\n\r\n", Ok((200, "[1,2,3]")));
+        check(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n[1,2\r\n2\r\n,3\r\n1;ext=x\r\n]\r\n0\r\n\r\n",
+            Ok((200, "[1,2,3]")),
+        );
         check("HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\nA\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n", Ok((200, "0123456789")));
         check("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\n\r\n2\r\nok\r\n0\r\n\r\n", Ok((200, "ok")));
     }
 
     #[test]
     fn malformed_responses() {
-        check(
-            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n",
-            Err("the headers never end"),
-        );
-        check(
-            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n[]",
-            Err("the body is 2 bytes; Content-Length says 5"),
-        );
-        check(
-            "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-            Err("Content-Length \"x\" is not a number"),
-        );
-        check(
-            "SSH-2.0-OpenSSH\r\n\r\n",
-            Err("status line \"SSH-2.0-OpenSSH\" is not HTTP/1.x"),
-        );
-        check(
-            "HTTP/1.1 OK\r\n\r\n",
-            Err("status line \"HTTP/1.1 OK\" has no status code"),
-        );
-        check(
-            "HTTP/1.1 200 OK\r\nBroken\r\n\r\n",
-            Err("header line \"Broken\" has no colon"),
-        );
-        check(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nshort\r\n",
-            Err("a chunk of 16 bytes is cut short"),
-        );
-        check(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-            Err("chunk size \"zz\" is not hexadecimal"),
-        );
-        check(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n",
-            Err("a chunk of 2 bytes does not end with CRLF"),
-        );
-        check(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n",
-            Err("a chunk size line never ends"),
-        );
+        check("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n", Err("the headers never end"));
+        check("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n[]", Err("the body is 2 bytes; Content-Length says 5"));
+        check("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", Err("Content-Length \"x\" is not a number"));
+        check("SSH-2.0-OpenSSH\r\n\r\n", Err("status line \"SSH-2.0-OpenSSH\" is not HTTP/1.x"));
+        check("HTTP/1.1 OK\r\n\r\n", Err("status line \"HTTP/1.1 OK\" has no status code"));
+        check("HTTP/1.1 200 OK\r\nBroken\r\n\r\n", Err("header line \"Broken\" has no colon"));
+        check("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nshort\r\n", Err("a chunk of 16 bytes is cut short"));
+        check("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", Err("chunk size \"zz\" is not hexadecimal"));
+        check("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n", Err("a chunk of 2 bytes does not end with CRLF"));
+        check("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n", Err("a chunk size line never ends"));
     }
 
     #[test]
     fn requests_on_the_wire() {
-        let request = Request::with_body(
-            Method::Post,
-            "/api/v1/drives/3/state",
-            &serde_json::json!({"state": "good"}),
-        );
+        let request = Request::with_body(Method::Post, "/api/v1/drives/3/state", &serde_json::json!({"state": "good"}));
         let expected = "POST /api/v1/drives/3/state HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
                         Accept: application/json\r\nContent-Length: 16\r\nConnection: close\r\n\r\n{\"state\":\"good\"}";
-        assert_eq!(
-            String::from_utf8(request.encode("localhost")).unwrap(),
-            expected
-        );
+        assert_eq!(String::from_utf8(request.encode("localhost")).unwrap(), expected);
         let get = String::from_utf8(Request::get("/api/v1/vds").encode("127.0.0.1:9090")).unwrap();
         assert!(get.starts_with("GET /api/v1/vds HTTP/1.1\r\nHost: 127.0.0.1:9090\r\n"));
         assert!(get.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"));
@@ -425,46 +343,20 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        let strings = |items: &[&str]| {
-            items
-                .iter()
-                .map(|item| item.to_string())
-                .collect::<Vec<_>>()
-        };
+        let strings = |items: &[&str]| items.iter().map(|item| item.to_string()).collect::<Vec<_>>();
         let mut args = strings(&["/c0", "--api", "/run/a.sock", "show"]);
-        assert_eq!(
-            take_api_option(&mut args),
-            Ok(Some("/run/a.sock".to_string()))
-        );
+        assert_eq!(take_api_option(&mut args), Ok(Some("/run/a.sock".to_string())));
         assert_eq!(args, strings(&["/c0", "show"]));
         let mut args = strings(&["--api=tcp:127.0.0.1:9090", "/c0", "show", "J"]);
-        assert_eq!(
-            take_api_option(&mut args),
-            Ok(Some("tcp:127.0.0.1:9090".to_string()))
-        );
+        assert_eq!(take_api_option(&mut args), Ok(Some("tcp:127.0.0.1:9090".to_string())));
         assert_eq!(args, strings(&["/c0", "show", "J"]));
         let mut args = strings(&["/c0", "show", "--api"]);
-        assert_eq!(
-            take_api_option(&mut args),
-            Err("--api needs a socket path or tcp:HOST:PORT".to_string())
-        );
+        assert_eq!(take_api_option(&mut args), Err("--api needs a socket path or tcp:HOST:PORT".to_string()));
 
-        assert_eq!(
-            Endpoint::choose(None, None),
-            Endpoint::Unix(PathBuf::from(API_SOCKET_DEFAULT))
-        );
-        assert_eq!(
-            Endpoint::choose(None, Some("/env.sock".into())),
-            Endpoint::Unix(PathBuf::from("/env.sock"))
-        );
-        assert_eq!(
-            Endpoint::choose(Some("tcp:127.0.0.1:9090".into()), Some("/env.sock".into())),
-            Endpoint::Tcp("127.0.0.1:9090".into())
-        );
-        assert_eq!(
-            Endpoint::Tcp("127.0.0.1:9090".into()).to_string(),
-            "tcp:127.0.0.1:9090"
-        );
+        assert_eq!(Endpoint::choose(None, None), Endpoint::Unix(PathBuf::from(API_SOCKET_DEFAULT)));
+        assert_eq!(Endpoint::choose(None, Some("/env.sock".into())), Endpoint::Unix(PathBuf::from("/env.sock")));
+        assert_eq!(Endpoint::choose(Some("tcp:127.0.0.1:9090".into()), Some("/env.sock".into())), Endpoint::Tcp("127.0.0.1:9090".into()));
+        assert_eq!(Endpoint::Tcp("127.0.0.1:9090".into()).to_string(), "tcp:127.0.0.1:9090");
     }
 
     #[test]

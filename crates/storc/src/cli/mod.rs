@@ -61,9 +61,7 @@ impl Failure {
 fn run_with(mut args: Vec<String>, api_env: Option<String>, out: &mut dyn Write) -> u8 {
     let api_option = http::take_api_option(&mut args);
     let json_output = parse::wants_json(&args);
-    let outcome = api_option
-        .map_err(Failure::Usage)
-        .and_then(|api_option| execute(&args, Endpoint::choose(api_option, api_env)));
+    let outcome = api_option.map_err(Failure::Usage).and_then(|api_option| execute(&args, Endpoint::choose(api_option, api_env)));
     let (text, exit_code) = match &outcome {
         Ok(report) => (render::success(report, json_output), 0),
         Err(failure) => {
@@ -79,10 +77,7 @@ fn run_with(mut args: Vec<String>, api_env: Option<String>, out: &mut dyn Write)
 fn execute(args: &[String], endpoint: Endpoint) -> Result<Report, Failure> {
     let invocation = parse::parse(args).map_err(|error| Failure::Usage(error.0))?;
     let requests = invocation.action.requests();
-    let answers = requests
-        .iter()
-        .map(|request| call(&endpoint, request))
-        .collect::<Result<Vec<Value>, Failure>>()?;
+    let answers = requests.iter().map(|request| call(&endpoint, request)).collect::<Result<Vec<Value>, Failure>>()?;
     render::report(&invocation.action, &answers).map_err(Failure::Daemon)
 }
 
@@ -90,20 +85,13 @@ fn execute(args: &[String], endpoint: Endpoint) -> Result<Report, Failure> {
 fn call(endpoint: &Endpoint, request: &Request) -> Result<Value, Failure> {
     let response = http::send(endpoint, request).map_err(Failure::Daemon)?;
     if !(200..300).contains(&response.status_code) {
-        return Err(Failure::Daemon(error_message(
-            request,
-            response.status_code,
-            &response.body,
-        )));
+        return Err(Failure::Daemon(error_message(request, response.status_code, &response.body)));
     }
     if response.body.is_empty() {
         return Ok(Value::Null);
     }
-    serde_json::from_slice(&response.body).map_err(|error| {
-        Failure::Daemon(format!(
-            "the storc daemon answered {request} with invalid JSON: {error}"
-        ))
-    })
+    serde_json::from_slice(&response.body)
+        .map_err(|error| Failure::Daemon(format!("the storc daemon answered {request} with invalid JSON: {error}")))
 }
 
 /// The `ApiError` message when the body is one; otherwise enough to tell what happened.
@@ -112,15 +100,8 @@ fn error_message(request: &Request, status_code: u16, body: &[u8]) -> String {
         return api_error.error;
     }
     const BODY_CHARS_SHOWN_MAX: usize = 200;
-    let body_text: String = String::from_utf8_lossy(body)
-        .chars()
-        .take(BODY_CHARS_SHOWN_MAX)
-        .collect();
-    let body_text = if body_text.trim().is_empty() {
-        "no error message".to_string()
-    } else {
-        body_text
-    };
+    let body_text: String = String::from_utf8_lossy(body).chars().take(BODY_CHARS_SHOWN_MAX).collect();
+    let body_text = if body_text.trim().is_empty() { "no error message".to_string() } else { body_text };
     format!("the storc daemon answered HTTP {status_code} to {request} ({body_text})")
 }
 
@@ -145,20 +126,12 @@ mod tests {
         fn start(answers: Vec<(u16, String)>) -> FakeDaemon {
             static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            let dir =
-                std::env::temp_dir().join(format!("storc-cli-test-{}-{id}", std::process::id()));
+            let dir = std::env::temp_dir().join(format!("storc-cli-test-{}-{id}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
             let listener = UnixListener::bind(dir.join("api.sock")).unwrap();
-            let thread = std::thread::spawn(move || {
-                answers
-                    .into_iter()
-                    .map(|answer| answer_one(listener.accept().unwrap().0, answer))
-                    .collect()
-            });
-            FakeDaemon {
-                dir,
-                thread: Some(thread),
-            }
+            let thread =
+                std::thread::spawn(move || answers.into_iter().map(|answer| answer_one(listener.accept().unwrap().0, answer)).collect());
+            FakeDaemon { dir, thread: Some(thread) }
         }
 
         fn socket(&self) -> String {
@@ -200,46 +173,30 @@ mod tests {
 
     fn run_to_string(args: &[&str], api_env: Option<&str>) -> (u8, String) {
         let mut out = Vec::new();
-        let exit_code = run_with(
-            args.iter().map(|arg| arg.to_string()).collect(),
-            api_env.map(String::from),
-            &mut out,
-        );
+        let exit_code = run_with(args.iter().map(|arg| arg.to_string()).collect(), api_env.map(String::from), &mut out);
         (exit_code, String::from_utf8(out).unwrap())
     }
 
     #[test]
     fn vall_show_prints_the_vd_table() {
-        let daemon = FakeDaemon::start(vec![(
-            200,
-            serde_json::to_string(&vec![sample_vd()]).unwrap(),
-        )]);
+        let daemon = FakeDaemon::start(vec![(200, serde_json::to_string(&vec![sample_vd()]).unwrap())]);
         let (exit_code, output) = run_to_string(&["/c0/vall", "show"], Some(&daemon.socket()));
         assert_eq!(exit_code, 0, "{output}");
-        assert!(output.starts_with("CLI Version = storc 0.1.0\nController = 0\nStatus = Success\nDescription = Show Virtual Drives Succeeded\n"), "{output}");
         assert!(
-            output.contains("\nDG/VD TYPE  State Size     Strip  Cache Name Export\n"),
+            output
+                .starts_with("CLI Version = storc 0.1.0\nController = 0\nStatus = Success\nDescription = Show Virtual Drives Succeeded\n"),
             "{output}"
         );
-        assert!(
-            output.contains("\n0/0   RAID5 Dgrd  48.0 GiB 64 KiB NRWTD db   db\n"),
-            "{output}"
-        );
-        assert!(
-            output.contains("NR=No Read Ahead"),
-            "the legend explains the cache code"
-        );
+        assert!(output.contains("\nDG/VD TYPE  State Size     Strip  Cache Name Export\n"), "{output}");
+        assert!(output.contains("\n0/0   RAID5 Dgrd  48.0 GiB 64 KiB NRWTD db   db\n"), "{output}");
+        assert!(output.contains("NR=No Read Ahead"), "the legend explains the cache code");
         assert_eq!(daemon.requests_seen(), vec!["GET /api/v1/vds HTTP/1.1 "]);
     }
 
     #[test]
     fn json_output_wraps_the_api_answer_in_storclis_envelope() {
-        let daemon = FakeDaemon::start(vec![(
-            200,
-            serde_json::to_string(&vec![sample_vd()]).unwrap(),
-        )]);
-        let (exit_code, output) =
-            run_to_string(&["/c0/vall", "--api", &daemon.socket(), "show", "J"], None);
+        let daemon = FakeDaemon::start(vec![(200, serde_json::to_string(&vec![sample_vd()]).unwrap())]);
+        let (exit_code, output) = run_to_string(&["/c0/vall", "--api", &daemon.socket(), "show", "J"], None);
         assert_eq!(exit_code, 0, "{output}");
         let envelope: Value = serde_json::from_str(&output).unwrap();
         let controller = &envelope["Controllers"][0];
@@ -250,60 +207,37 @@ mod tests {
     #[test]
     fn vd_show_all_asks_for_the_vd_and_the_drives() {
         let drives: Vec<_> = (0..3).map(super::render::tests::sample_drive).collect();
-        let daemon = FakeDaemon::start(vec![
-            (200, serde_json::to_string(&sample_vd()).unwrap()),
-            (200, serde_json::to_string(&drives).unwrap()),
-        ]);
+        let daemon =
+            FakeDaemon::start(vec![(200, serde_json::to_string(&sample_vd()).unwrap()), (200, serde_json::to_string(&drives).unwrap())]);
         let (exit_code, output) = run_to_string(&["/c0/v0", "show", "all"], Some(&daemon.socket()));
         assert_eq!(exit_code, 0, "{output}");
         assert!(output.contains("\nPDs for VD 0 :\n"), "{output}");
         assert!(output.contains("\nExport Name = db\n"), "{output}");
         let seen = daemon.requests_seen();
-        assert_eq!(
-            seen,
-            vec![
-                "GET /api/v1/vds/0 HTTP/1.1 ",
-                "GET /api/v1/drives HTTP/1.1 "
-            ]
-        );
+        assert_eq!(seen, vec!["GET /api/v1/vds/0 HTTP/1.1 ", "GET /api/v1/drives HTTP/1.1 "]);
     }
 
     #[test]
     fn tcp_endpoints_work_alike() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let api = format!("tcp:{}", listener.local_addr().unwrap());
-        let answer = (
-            200,
-            r#"{"message":"foreign configuration imported"}"#.to_string(),
-        );
+        let answer = (200, r#"{"message":"foreign configuration imported"}"#.to_string());
         let server = std::thread::spawn(move || answer_one(listener.accept().unwrap().0, answer));
         let (exit_code, output) = run_to_string(&["/c0/fall", "import", "--api", &api], None);
         assert_eq!(exit_code, 0, "{output}");
-        assert!(
-            output.ends_with("Description = foreign configuration imported\n"),
-            "{output}"
-        );
-        assert_eq!(
-            server.join().unwrap(),
-            "POST /api/v1/foreign/import HTTP/1.1 "
-        );
+        assert!(output.ends_with("Description = foreign configuration imported\n"), "{output}");
+        assert_eq!(server.join().unwrap(), "POST /api/v1/foreign/import HTTP/1.1 ");
     }
 
     #[test]
     fn a_daemon_error_is_a_failure_with_its_message_and_exit_1() {
         let error = r#"{"error":"no VD 9; VDs: 0"}"#.to_string();
         let daemon = FakeDaemon::start(vec![(404, error)]);
-        let (exit_code, output) =
-            run_to_string(&["/c0/v9", "set", "wrcache=wb"], Some(&daemon.socket()));
+        let (exit_code, output) = run_to_string(&["/c0/v9", "set", "wrcache=wb"], Some(&daemon.socket()));
         assert_eq!(exit_code, 1);
         assert_eq!(output, "CLI Version = storc 0.1.0\nController = 0\nStatus = Failure\nDescription = no VD 9; VDs: 0\n");
         let seen = daemon.requests_seen();
-        assert_eq!(
-            seen,
-            vec![
-                r#"PATCH /api/v1/vds/9 HTTP/1.1 {"write_policy":"wb","read_policy":null,"io_policy":null,"name":null}"#
-            ]
-        );
+        assert_eq!(seen, vec![r#"PATCH /api/v1/vds/9 HTTP/1.1 {"write_policy":"wb","read_policy":null,"io_policy":null,"name":null}"#]);
     }
 
     #[test]
@@ -311,14 +245,16 @@ mod tests {
         let daemon = FakeDaemon::start(vec![(500, String::new())]);
         let (exit_code, output) = run_to_string(&["/c0/fall", "import"], Some(&daemon.socket()));
         assert_eq!(exit_code, 1);
-        assert!(output.ends_with("Description = the storc daemon answered HTTP 500 to POST /api/v1/foreign/import (no error message)\n"), "{output}");
+        assert!(
+            output.ends_with("Description = the storc daemon answered HTTP 500 to POST /api/v1/foreign/import (no error message)\n"),
+            "{output}"
+        );
     }
 
     #[test]
     fn usage_errors_exit_2_without_calling_the_daemon() {
         let absent = "/nonexistent-storc-dir/api.sock";
-        let (exit_code, output) =
-            run_to_string(&["/c0", "add", "vd", "r7", "drives=0-3"], Some(absent));
+        let (exit_code, output) = run_to_string(&["/c0", "add", "vd", "r7", "drives=0-3"], Some(absent));
         assert_eq!(exit_code, 2);
         let expected = "CLI Version = storc 0.1.0\nStatus = Failure\n\
                         Description = unknown RAID level \"r7\"; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod\n";
@@ -326,24 +262,21 @@ mod tests {
         let (exit_code, output) = run_to_string(&["/c1", "show", "J"], Some(absent));
         assert_eq!(exit_code, 2);
         let envelope: Value = serde_json::from_str(&output).unwrap();
-        assert_eq!(
-            envelope["Controllers"][0]["Command Status"]["Description"],
-            "controller /c1 does not exist; storc has only /c0"
-        );
+        assert_eq!(envelope["Controllers"][0]["Command Status"]["Description"], "controller /c1 does not exist; storc has only /c0");
         assert_eq!(run_to_string(&["/c0", "show", "--api"], None).0, 2);
     }
 
     #[test]
     fn an_absent_daemon_says_how_to_start_it() {
-        let (exit_code, output) = run_to_string(
-            &["--api", "/nonexistent-storc-dir/api.sock", "/c0", "show"],
-            Some("/other.sock"),
-        );
+        let (exit_code, output) = run_to_string(&["--api", "/nonexistent-storc-dir/api.sock", "/c0", "show"], Some("/other.sock"));
         assert_eq!(exit_code, 1);
-        assert!(output.ends_with(
-            "Status = Failure\nDescription = cannot reach the storc daemon at /nonexistent-storc-dir/api.sock \
+        assert!(
+            output.ends_with(
+                "Status = Failure\nDescription = cannot reach the storc daemon at /nonexistent-storc-dir/api.sock \
              (No such file or directory); start it with: storc serve\n"
-        ), "{output}");
+            ),
+            "{output}"
+        );
         assert!(!Path::new("/nonexistent-storc-dir").exists());
     }
 }

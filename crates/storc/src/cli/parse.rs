@@ -8,9 +8,7 @@
 use super::http::{Method, Request};
 use crate::api_types::{AddHotSpare, CreateVd, SetDriveState, SetVd};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
-use layout::{
-    Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX,
-};
+use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
 
 /// A command line that cannot be understood; the message names what is wrong and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,10 +69,7 @@ enum Object {
 /// Whether the command asks for JSON (a trailing `J`); known even when the rest does not parse,
 /// so that a usage error is reported in the form the caller reads.
 pub fn wants_json(args: &[String]) -> bool {
-    args.len() > 1
-        && args
-            .last()
-            .is_some_and(|last| last.eq_ignore_ascii_case("j"))
+    args.len() > 1 && args.last().is_some_and(|last| last.eq_ignore_ascii_case("j"))
 }
 
 /// Parses the arguments after the binary name (`--api` already removed).
@@ -83,51 +78,31 @@ pub fn wants_json(args: &[String]) -> bool {
 /// A [`UsageError`] naming the first wrong argument and what is allowed there.
 pub fn parse(args: &[String]) -> Result<Invocation, UsageError> {
     let json_output = wants_json(args);
-    let words = if json_output {
-        &args[..args.len() - 1]
-    } else {
-        args
-    };
+    let words = if json_output { &args[..args.len() - 1] } else { args };
     let Some((path, tokens)) = words.split_first() else {
         return usage(format!("missing object; expected one of: {OBJECTS}"));
     };
     let object = parse_object(path)?;
     let action = parse_action(object, path, tokens)?;
-    Ok(Invocation {
-        action,
-        json_output,
-    })
+    Ok(Invocation { action, json_output })
 }
 
 const OBJECTS: &str = "/c0, /c0/vN, /c0/vall, /c0/sN, /c0/sall, /c0/fall";
 
 fn parse_object(path: &str) -> Result<Object, UsageError> {
     let lower = path.to_ascii_lowercase();
-    let not_a_path = || {
-        usage(format!(
-            "\"{path}\" is not an object; expected one of: {OBJECTS}"
-        ))
-    };
+    let not_a_path = || usage(format!("\"{path}\" is not an object; expected one of: {OBJECTS}"));
     let Some(inner) = lower.strip_prefix('/') else {
         return not_a_path();
     };
     let segments: Vec<&str> = inner.split('/').collect();
     match segments[0].strip_prefix('c').map(str::parse::<u32>) {
         Some(Ok(0)) => {}
-        Some(Ok(controller)) => {
-            return usage(format!(
-                "controller /c{controller} does not exist; storc has only /c0"
-            ))
-        }
+        Some(Ok(controller)) => return usage(format!("controller /c{controller} does not exist; storc has only /c0")),
         _ => return not_a_path(),
     }
-    if segments
-        .get(1)
-        .is_some_and(|segment| segment.starts_with('e'))
-    {
-        return usage(format!(
-            "{path}: storc has no enclosures; name a drive by its slot, e.g. /c0/s3"
-        ));
+    if segments.get(1).is_some_and(|segment| segment.starts_with('e')) {
+        return usage(format!("{path}: storc has no enclosures; name a drive by its slot, e.g. /c0/s3"));
     }
     match segments[1..] {
         [] => Ok(Object::Controller),
@@ -148,25 +123,14 @@ fn parse_child(segment: &str, path: &str) -> Option<Result<Object, UsageError>> 
         "all" => Target::All,
         _ => match rest.parse::<u32>() {
             Ok(number) => Target::One(number),
-            Err(_) => {
-                return Some(usage(format!(
-                    "{path}: \"{rest}\" is not a {noun} number or \"all\""
-                )))
-            }
+            Err(_) => return Some(usage(format!("{path}: \"{rest}\" is not a {noun} number or \"all\""))),
         },
     };
-    Some(Ok(if noun == "VD" {
-        Object::Vds(target)
-    } else {
-        Object::Slots(target)
-    }))
+    Some(Ok(if noun == "VD" { Object::Vds(target) } else { Object::Slots(target) }))
 }
 
 fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action, UsageError> {
-    let lower: Vec<String> = tokens
-        .iter()
-        .map(|token| token.to_ascii_lowercase())
-        .collect();
+    let lower: Vec<String> = tokens.iter().map(|token| token.to_ascii_lowercase()).collect();
     let words: Vec<&str> = lower.iter().map(String::as_str).collect();
     let action = match (object, words.as_slice()) {
         (Object::Controller, ["show"]) => Action::ShowController { all: false },
@@ -176,26 +140,15 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Vds(target), ["show"]) => Action::ShowVds { target, all: false },
         (Object::Vds(target), ["show", "all"]) => Action::ShowVds { target, all: true },
         (Object::Vds(Target::One(vd)), ["del" | "delete"]) => Action::DeleteVd { vd, force: false },
-        (Object::Vds(Target::One(vd)), ["del" | "delete", "force"]) => {
-            Action::DeleteVd { vd, force: true }
-        }
-        (Object::Vds(Target::One(vd)), ["set", ..]) => Action::SetVd {
-            vd,
-            changes: parse_set_vd(&tokens[1..])?,
-        },
+        (Object::Vds(Target::One(vd)), ["del" | "delete", "force"]) => Action::DeleteVd { vd, force: true },
+        (Object::Vds(Target::One(vd)), ["set", ..]) => Action::SetVd { vd, changes: parse_set_vd(&tokens[1..])? },
         (Object::Slots(target), ["show"]) => Action::ShowDrives { target, all: false },
         (Object::Slots(target), ["show", "all"]) => Action::ShowDrives { target, all: true },
-        (Object::Slots(Target::One(slot)), ["add", "hotsparedrive", ..]) => Action::AddHotSpare {
-            slot,
-            spare: parse_hot_spare(&tokens[2..])?,
-        },
-        (Object::Slots(Target::One(slot)), ["del" | "delete", "hotsparedrive"]) => {
-            Action::DeleteHotSpare { slot }
+        (Object::Slots(Target::One(slot)), ["add", "hotsparedrive", ..]) => {
+            Action::AddHotSpare { slot, spare: parse_hot_spare(&tokens[2..])? }
         }
-        (Object::Slots(Target::One(slot)), ["set", ..]) => Action::SetDriveState {
-            slot,
-            state: parse_drive_state(&words[1..])?,
-        },
+        (Object::Slots(Target::One(slot)), ["del" | "delete", "hotsparedrive"]) => Action::DeleteHotSpare { slot },
+        (Object::Slots(Target::One(slot)), ["set", ..]) => Action::SetDriveState { slot, state: parse_drive_state(&words[1..])? },
         (Object::Foreign, ["show"] | ["show", "all"]) => Action::ShowForeign,
         (Object::Foreign, ["import"]) => Action::ImportForeign,
         (Object::Foreign, ["del" | "delete"]) => Action::DeleteForeign,
@@ -218,10 +171,7 @@ fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     if tokens.is_empty() {
         return format!("missing command after {path}; allowed: {allowed}");
     }
-    format!(
-        "unknown command \"{path} {}\"; allowed after {path}: {allowed}",
-        tokens.join(" ")
-    )
+    format!("unknown command \"{path} {}\"; allowed after {path}: {allowed}", tokens.join(" "))
 }
 
 /// One of a fixed set of words (a policy, a drive state), named for error messages.
@@ -232,46 +182,21 @@ struct Choice {
 
 impl Choice {
     fn write_policy() -> Choice {
-        Choice {
-            what: "write policy",
-            words: WritePolicy::ALL
-                .iter()
-                .map(|policy| policy.short_name())
-                .collect(),
-        }
+        Choice { what: "write policy", words: WritePolicy::ALL.iter().map(|policy| policy.short_name()).collect() }
     }
     fn read_policy() -> Choice {
-        Choice {
-            what: "read policy",
-            words: ReadPolicy::ALL
-                .iter()
-                .map(|policy| policy.short_name())
-                .collect(),
-        }
+        Choice { what: "read policy", words: ReadPolicy::ALL.iter().map(|policy| policy.short_name()).collect() }
     }
     fn io_policy() -> Choice {
-        Choice {
-            what: "IO policy",
-            words: IoPolicy::ALL
-                .iter()
-                .map(|policy| policy.short_name())
-                .collect(),
-        }
+        Choice { what: "IO policy", words: IoPolicy::ALL.iter().map(|policy| policy.short_name()).collect() }
     }
     fn find(&self, text: &str) -> Option<&'static str> {
-        self.words
-            .iter()
-            .copied()
-            .find(|word| word.eq_ignore_ascii_case(text))
+        self.words.iter().copied().find(|word| word.eq_ignore_ascii_case(text))
     }
     fn parse(&self, text: &str) -> Result<String, UsageError> {
         match self.find(text) {
             Some(word) => Ok(word.to_string()),
-            None => usage(format!(
-                "unknown {} \"{text}\"; allowed: {}",
-                self.what,
-                self.words.join(", ")
-            )),
+            None => usage(format!("unknown {} \"{text}\"; allowed: {}", self.what, self.words.join(", "))),
         }
     }
 }
@@ -298,8 +223,7 @@ struct VdSpec {
     io_policy: Option<String>,
 }
 
-const ADD_VD_ALLOWED: &str =
-    "a level (r0, r1, r1e, r5, r6, r10, r50, r60, jbod or type=raid5), drives=LIST, \
+const ADD_VD_ALLOWED: &str = "a level (r0, r1, r1e, r5, r6, r10, r50, r60, jbod or type=raid5), drives=LIST, \
      strip=KiB, name=NAME, pdperarray=N, wt|wb|awb, nora|ra|adra, direct|cached";
 
 fn parse_add_vd(tokens: &[String]) -> Result<CreateVd, UsageError> {
@@ -316,20 +240,10 @@ fn parse_add_vd(tokens: &[String]) -> Result<CreateVd, UsageError> {
 impl VdSpec {
     fn take_word(&mut self, token: &str) -> Result<(), UsageError> {
         if let Some(word) = Choice::write_policy().find(token) {
-            return set_once(
-                &mut self.write_policy,
-                word.to_string(),
-                "write policy",
-                token,
-            );
+            return set_once(&mut self.write_policy, word.to_string(), "write policy", token);
         }
         if let Some(word) = Choice::read_policy().find(token) {
-            return set_once(
-                &mut self.read_policy,
-                word.to_string(),
-                "read policy",
-                token,
-            );
+            return set_once(&mut self.read_policy, word.to_string(), "read policy", token);
         }
         if let Some(word) = Choice::io_policy().find(token) {
             return set_once(&mut self.io_policy, word.to_string(), "IO policy", token);
@@ -337,55 +251,29 @@ impl VdSpec {
         match parse_level(token) {
             Ok(level) => set_once(&mut self.level, level, "RAID level", token),
             Err(error) if looks_like_level(token) => Err(error),
-            Err(_) => usage(format!(
-                "unknown option \"{token}\" for add vd; allowed: {ADD_VD_ALLOWED}"
-            )),
+            Err(_) => usage(format!("unknown option \"{token}\" for add vd; allowed: {ADD_VD_ALLOWED}")),
         }
     }
 
     fn take_option(&mut self, key: &str, value: &str, token: &str) -> Result<(), UsageError> {
         match key {
             "type" => set_once(&mut self.level, parse_level(value)?, "RAID level", token),
-            "drives" => set_once(
-                &mut self.drives,
-                parse_number_list("drives", value, "slot")?,
-                "drives=",
-                token,
-            ),
-            "strip" => set_once(
-                &mut self.strip_kib,
-                parse_strip_kib(value)?,
-                "strip=",
-                token,
-            ),
+            "drives" => set_once(&mut self.drives, parse_number_list("drives", value, "slot")?, "drives=", token),
+            "strip" => set_once(&mut self.strip_kib, parse_strip_kib(value)?, "strip=", token),
             "name" => set_once(&mut self.name, parse_vd_name(value)?, "name=", token),
-            "pdperarray" => set_once(
-                &mut self.pdperarray,
-                parse_pdperarray(value)?,
-                "pdperarray=",
-                token,
-            ),
-            _ => usage(format!(
-                "unknown option \"{token}\" for add vd; allowed: {ADD_VD_ALLOWED}"
-            )),
+            "pdperarray" => set_once(&mut self.pdperarray, parse_pdperarray(value)?, "pdperarray=", token),
+            _ => usage(format!("unknown option \"{token}\" for add vd; allowed: {ADD_VD_ALLOWED}")),
         }
     }
 
     fn finish(self) -> Result<CreateVd, UsageError> {
         let Some(level) = self.level else {
-            return usage(
-                "add vd needs a RAID level; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod",
-            );
+            return usage("add vd needs a RAID level; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod");
         };
         let Some(drives) = self.drives else {
             return usage("add vd needs drives=LIST, e.g. drives=0-3,5");
         };
-        check_geometry(
-            level,
-            drives.len(),
-            self.pdperarray,
-            self.strip_kib.unwrap_or(STRIP_KIB_DEFAULT),
-        )?;
+        check_geometry(level, drives.len(), self.pdperarray, self.strip_kib.unwrap_or(STRIP_KIB_DEFAULT))?;
         Ok(CreateVd {
             level: level.short_name().to_string(),
             drives,
@@ -406,20 +294,13 @@ fn parse_level(text: &str) -> Result<Level, UsageError> {
 /// `r7`, `raid3`: meant as a level, so the error lists the levels rather than every option.
 fn looks_like_level(token: &str) -> bool {
     let lower = token.to_ascii_lowercase();
-    let after_r = lower
-        .strip_prefix("raid")
-        .or_else(|| lower.strip_prefix('r'));
+    let after_r = lower.strip_prefix("raid").or_else(|| lower.strip_prefix('r'));
     after_r.is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// Applies `layout`'s drive-count and span rules, the ones the controller applies, before
 /// anything is sent. The member size is large enough that only those rules can fail.
-fn check_geometry(
-    level: Level,
-    drive_count: usize,
-    pdperarray: Option<u32>,
-    strip_kib: u64,
-) -> Result<(), UsageError> {
+fn check_geometry(level: Level, drive_count: usize, pdperarray: Option<u32>, strip_kib: u64) -> Result<(), UsageError> {
     const MEMBER_SIZE_BYTES: u64 = 1 << 40;
     let config = GeometryConfig {
         level,
@@ -442,40 +323,25 @@ fn parse_strip_kib(text: &str) -> Result<u64, UsageError> {
     let allowed = STRIP_KIB_ALLOWED.map(|kib| kib.to_string()).join(", ");
     match text.parse::<u64>() {
         Ok(kib) if STRIP_KIB_ALLOWED.contains(&kib) => Ok(kib),
-        Ok(kib) => usage(format!(
-            "strip={text}: {kib} KiB is not a strip size; allowed (KiB): {allowed}"
-        )),
-        Err(_) => usage(format!(
-            "strip={text}: \"{text}\" is not a number of KiB; allowed (KiB): {allowed}"
-        )),
+        Ok(kib) => usage(format!("strip={text}: {kib} KiB is not a strip size; allowed (KiB): {allowed}")),
+        Err(_) => usage(format!("strip={text}: \"{text}\" is not a number of KiB; allowed (KiB): {allowed}")),
     }
 }
 
 fn parse_pdperarray(text: &str) -> Result<u32, UsageError> {
-    text.parse::<u32>().map_err(|_| {
-        UsageError(format!(
-            "pdperarray={text}: \"{text}\" is not a number of drives per span"
-        ))
-    })
+    text.parse::<u32>().map_err(|_| UsageError(format!("pdperarray={text}: \"{text}\" is not a number of drives per span")))
 }
 
 /// The VD name is also its NBD export name, so it must survive a shell and a URI unquoted.
 fn parse_vd_name(text: &str) -> Result<String, UsageError> {
     if text.is_empty() {
-        return usage(format!(
-            "name= is empty; give 1 to {VD_NAME_BYTES_MAX} bytes"
-        ));
+        return usage(format!("name= is empty; give 1 to {VD_NAME_BYTES_MAX} bytes"));
     }
     if text.len() > VD_NAME_BYTES_MAX {
-        return usage(format!(
-            "name={text}: {} bytes; at most {VD_NAME_BYTES_MAX} allowed",
-            text.len()
-        ));
+        return usage(format!("name={text}: {} bytes; at most {VD_NAME_BYTES_MAX} allowed", text.len()));
     }
     if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return usage(format!(
-            "name={text:?}: no spaces or control characters allowed"
-        ));
+        return usage(format!("name={text:?}: no spaces or control characters allowed"));
     }
     Ok(text.to_string())
 }
@@ -506,10 +372,7 @@ pub fn parse_number_list(key: &str, text: &str, noun: &str) -> Result<Vec<u32>, 
 
 /// One item of a list: `5` or `7-8`, as (first, last) inclusive.
 fn parse_range(item: &str, noun: &str) -> Result<(u32, u32), String> {
-    let number = |part: &str| {
-        part.parse::<u32>()
-            .map_err(|_| format!("\"{part}\" is not a {noun} number"))
-    };
+    let number = |part: &str| part.parse::<u32>().map_err(|_| format!("\"{part}\" is not a {noun} number"));
     let Some((first, last)) = item.split_once('-') else {
         let single = number(item)?;
         return Ok((single, single));
@@ -522,43 +385,21 @@ fn parse_range(item: &str, noun: &str) -> Result<(u32, u32), String> {
 }
 
 fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
-    const ALLOWED: &str =
-        "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME";
+    const ALLOWED: &str = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
     let mut changes = SetVd::default();
     for token in tokens {
         let Some((key, value)) = token.split_once('=') else {
-            return usage(format!(
-                "set: \"{token}\" is not KEY=VALUE; allowed: {ALLOWED}"
-            ));
+            return usage(format!("set: \"{token}\" is not KEY=VALUE; allowed: {ALLOWED}"));
         };
         match key.to_ascii_lowercase().as_str() {
-            "wrcache" => set_once(
-                &mut changes.write_policy,
-                Choice::write_policy().parse(value)?,
-                "wrcache=",
-                token,
-            )?,
-            "rdcache" => set_once(
-                &mut changes.read_policy,
-                Choice::read_policy().parse(value)?,
-                "rdcache=",
-                token,
-            )?,
-            "iopolicy" => set_once(
-                &mut changes.io_policy,
-                Choice::io_policy().parse(value)?,
-                "iopolicy=",
-                token,
-            )?,
+            "wrcache" => set_once(&mut changes.write_policy, Choice::write_policy().parse(value)?, "wrcache=", token)?,
+            "rdcache" => set_once(&mut changes.read_policy, Choice::read_policy().parse(value)?, "rdcache=", token)?,
+            "iopolicy" => set_once(&mut changes.io_policy, Choice::io_policy().parse(value)?, "iopolicy=", token)?,
             "name" => set_once(&mut changes.name, parse_vd_name(value)?, "name=", token)?,
-            _ => {
-                return usage(format!(
-                    "set: unknown property \"{key}\"; allowed: {ALLOWED}"
-                ))
-            }
+            _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
         }
     }
     Ok(changes)
@@ -579,12 +420,8 @@ fn parse_hot_spare(tokens: &[String]) -> Result<AddHotSpare, UsageError> {
 fn parse_drive_state(words: &[&str]) -> Result<SetDriveState, UsageError> {
     let allowed = DRIVE_STATES.join(", ");
     match words {
-        [word] if DRIVE_STATES.contains(word) => Ok(SetDriveState {
-            state: word.to_string(),
-        }),
-        [word] => usage(format!(
-            "unknown drive state \"{word}\"; allowed: {allowed}"
-        )),
+        [word] if DRIVE_STATES.contains(word) => Ok(SetDriveState { state: word.to_string() }),
+        [word] => usage(format!("unknown drive state \"{word}\"; allowed: {allowed}")),
         _ => usage(format!("set takes one drive state; allowed: {allowed}")),
     }
 }
@@ -610,41 +447,20 @@ impl Action {
             Action::AddVd(create) => vec![Request::with_body(Method::Post, VDS, create)],
             Action::DeleteVd { vd, force } => {
                 let query = if *force { "?force=true" } else { "" };
-                vec![Request::without_body(
-                    Method::Delete,
-                    &format!("{VDS}/{vd}{query}"),
-                )]
+                vec![Request::without_body(Method::Delete, &format!("{VDS}/{vd}{query}"))]
             }
-            Action::SetVd { vd, changes } => vec![Request::with_body(
-                Method::Patch,
-                &format!("{VDS}/{vd}"),
-                changes,
-            )],
+            Action::SetVd { vd, changes } => vec![Request::with_body(Method::Patch, &format!("{VDS}/{vd}"), changes)],
             Action::AddHotSpare { slot, spare } => {
-                vec![Request::with_body(
-                    Method::Post,
-                    &format!("{DRIVES}/{slot}/hotspare"),
-                    spare,
-                )]
+                vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/hotspare"), spare)]
             }
             Action::DeleteHotSpare { slot } => {
-                vec![Request::without_body(
-                    Method::Delete,
-                    &format!("{DRIVES}/{slot}/hotspare"),
-                )]
+                vec![Request::without_body(Method::Delete, &format!("{DRIVES}/{slot}/hotspare"))]
             }
             Action::SetDriveState { slot, state } => {
-                vec![Request::with_body(
-                    Method::Post,
-                    &format!("{DRIVES}/{slot}/state"),
-                    state,
-                )]
+                vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/state"), state)]
             }
             Action::ShowForeign => vec![Request::get("/api/v1/foreign")],
-            Action::ImportForeign => vec![Request::without_body(
-                Method::Post,
-                "/api/v1/foreign/import",
-            )],
+            Action::ImportForeign => vec![Request::without_body(Method::Post, "/api/v1/foreign/import")],
             Action::DeleteForeign => vec![Request::without_body(Method::Delete, "/api/v1/foreign")],
         }
     }
@@ -667,12 +483,7 @@ mod tests {
         let args: Vec<String> = args.split_whitespace().map(String::from).collect();
         let actual = match parse(&args) {
             Ok(invocation) => {
-                let lines: Vec<String> = invocation
-                    .action
-                    .requests()
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
+                let lines: Vec<String> = invocation.action.requests().iter().map(ToString::to_string).collect();
                 lines.join("\n")
             }
             Err(UsageError(message)) => format!("usage: {message}"),
@@ -702,18 +513,9 @@ mod tests {
 
     #[test]
     fn add_vd_takes_tokens_in_any_order() {
-        check(
-            "/c0 add vd r5 drives=0-6 strip=64 name=db wt nora direct",
-            CREATE_R5,
-        );
-        check(
-            "/c0 add vd direct nora wt name=db strip=64 drives=0-6 r5",
-            CREATE_R5,
-        );
-        check(
-            "/c0 ADD VD type=RAID5 drives=0-3,4-6 strip=64 name=db WT NoRA Direct",
-            CREATE_R5,
-        );
+        check("/c0 add vd r5 drives=0-6 strip=64 name=db wt nora direct", CREATE_R5);
+        check("/c0 add vd direct nora wt name=db strip=64 drives=0-6 r5", CREATE_R5);
+        check("/c0 ADD VD type=RAID5 drives=0-3,4-6 strip=64 name=db WT NoRA Direct", CREATE_R5);
         check(
             "/c0 add vd raid50 drives=0-7 pdperarray=4 awb adra cached",
             r#"POST /api/v1/vds {"level":"r50","drives":[0,1,2,3,4,5,6,7],"strip_kib":null,"name":null,"pdperarray":4,"write_policy":"awb","read_policy":"adra","io_policy":"cached"}"#,
@@ -726,73 +528,31 @@ mod tests {
 
     #[test]
     fn add_vd_errors_name_the_token_and_what_is_allowed() {
-        check(
-            "/c0 add vd r7 drives=0-3",
-            "usage: unknown RAID level \"r7\"; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod",
-        );
+        check("/c0 add vd r7 drives=0-3", "usage: unknown RAID level \"r7\"; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod");
         check("/c0 add vd type=raid3 drives=0-3", "usage: unknown RAID level \"raid3\"; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod");
+        check("/c0 add vd r5 drives=0-x", "usage: drives=0-x: \"x\" is not a slot number");
+        check("/c0 add vd r5 drives=", "usage: drives=: empty; give slot numbers such as 0-3,5");
+        check("/c0 add vd r5 drives=0,,1", "usage: drives=0,,1: \"\" is not a slot number");
+        check("/c0 add vd r5 drives=5-3", "usage: drives=5-3: range 5-3 runs backwards; write 3-5");
+        check("/c0 add vd r5 drives=0-3,2", "usage: drives=0-3,2: slot 2 listed twice");
+        check("/c0 add vd r0 drives=0-4000000000", "usage: drives=0-4000000000: more than 256 entries");
         check(
-            "/c0 add vd r5 drives=0-x",
-            "usage: drives=0-x: \"x\" is not a slot number",
+            "/c0 add vd r5 drives=0-3 strip=48",
+            "usage: strip=48: 48 KiB is not a strip size; allowed (KiB): 8, 16, 32, 64, 128, 256, 512, 1024",
         );
         check(
-            "/c0 add vd r5 drives=",
-            "usage: drives=: empty; give slot numbers such as 0-3,5",
+            "/c0 add vd r5 drives=0-3 strip=big",
+            "usage: strip=big: \"big\" is not a number of KiB; allowed (KiB): 8, 16, 32, 64, 128, 256, 512, 1024",
         );
-        check(
-            "/c0 add vd r5 drives=0,,1",
-            "usage: drives=0,,1: \"\" is not a slot number",
-        );
-        check(
-            "/c0 add vd r5 drives=5-3",
-            "usage: drives=5-3: range 5-3 runs backwards; write 3-5",
-        );
-        check(
-            "/c0 add vd r5 drives=0-3,2",
-            "usage: drives=0-3,2: slot 2 listed twice",
-        );
-        check(
-            "/c0 add vd r0 drives=0-4000000000",
-            "usage: drives=0-4000000000: more than 256 entries",
-        );
-        check("/c0 add vd r5 drives=0-3 strip=48", "usage: strip=48: 48 KiB is not a strip size; allowed (KiB): 8, 16, 32, 64, 128, 256, 512, 1024");
-        check("/c0 add vd r5 drives=0-3 strip=big", "usage: strip=big: \"big\" is not a number of KiB; allowed (KiB): 8, 16, 32, 64, 128, 256, 512, 1024");
-        check(
-            "/c0 add vd r5 drives=0-3 wt wb",
-            "usage: \"wb\": write policy given twice; give it once",
-        );
-        check(
-            "/c0 add vd r5 r6 drives=0-3",
-            "usage: \"r6\": RAID level given twice; give it once",
-        );
-        check(
-            "/c0 add vd r5 drives=0-3 drives=4-6",
-            "usage: \"drives=4-6\": drives= given twice; give it once",
-        );
-        check(
-            "/c0 add vd drives=0-3",
-            "usage: add vd needs a RAID level; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod",
-        );
-        check(
-            "/c0 add vd r5",
-            "usage: add vd needs drives=LIST, e.g. drives=0-3,5",
-        );
-        check(
-            "/c0 add vd r5 drives=0-3 size=10gb",
-            &format!("usage: unknown option \"size=10gb\" for add vd; allowed: {ADD_VD_ALLOWED}"),
-        );
-        check(
-            "/c0 add vd r5 drives=0-3 fast",
-            &format!("usage: unknown option \"fast\" for add vd; allowed: {ADD_VD_ALLOWED}"),
-        );
-        check(
-            "/c0 add vd r5 drives=0-3 pdperarray=x",
-            "usage: pdperarray=x: \"x\" is not a number of drives per span",
-        );
-        check(
-            "/c0 add vd r5 drives=0-3 name=",
-            "usage: name= is empty; give 1 to 32 bytes",
-        );
+        check("/c0 add vd r5 drives=0-3 wt wb", "usage: \"wb\": write policy given twice; give it once");
+        check("/c0 add vd r5 r6 drives=0-3", "usage: \"r6\": RAID level given twice; give it once");
+        check("/c0 add vd r5 drives=0-3 drives=4-6", "usage: \"drives=4-6\": drives= given twice; give it once");
+        check("/c0 add vd drives=0-3", "usage: add vd needs a RAID level; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod");
+        check("/c0 add vd r5", "usage: add vd needs drives=LIST, e.g. drives=0-3,5");
+        check("/c0 add vd r5 drives=0-3 size=10gb", &format!("usage: unknown option \"size=10gb\" for add vd; allowed: {ADD_VD_ALLOWED}"));
+        check("/c0 add vd r5 drives=0-3 fast", &format!("usage: unknown option \"fast\" for add vd; allowed: {ADD_VD_ALLOWED}"));
+        check("/c0 add vd r5 drives=0-3 pdperarray=x", "usage: pdperarray=x: \"x\" is not a number of drives per span");
+        check("/c0 add vd r5 drives=0-3 name=", "usage: name= is empty; give 1 to 32 bytes");
         check(
             "/c0 add vd r5 drives=0-3 name=a-name-that-is-much-too-long-for-a-vd",
             "usage: name=a-name-that-is-much-too-long-for-a-vd: 37 bytes; at most 32 allowed",
@@ -801,113 +561,47 @@ mod tests {
 
     #[test]
     fn add_vd_applies_the_layout_drive_count_rules() {
-        check(
-            "/c0 add vd r5 drives=0-1",
-            "usage: RAID5 needs 3 to 32 drives; got 2",
-        );
-        check(
-            "/c0 add vd r1 drives=0-2",
-            "usage: RAID1 needs exactly 2 drives; got 3",
-        );
-        check(
-            "/c0 add vd jbod drives=0-1",
-            "usage: JBOD needs exactly 1 drive; got 2",
-        );
-        check(
-            "/c0 add vd r5 drives=0-5 pdperarray=3",
-            "usage: pdperarray applies only to r10, r50 and r60, not RAID5",
-        );
+        check("/c0 add vd r5 drives=0-1", "usage: RAID5 needs 3 to 32 drives; got 2");
+        check("/c0 add vd r1 drives=0-2", "usage: RAID1 needs exactly 2 drives; got 3");
+        check("/c0 add vd jbod drives=0-1", "usage: JBOD needs exactly 1 drive; got 2");
+        check("/c0 add vd r5 drives=0-5 pdperarray=3", "usage: pdperarray applies only to r10, r50 and r60, not RAID5");
         check(
             "/c0 add vd r50 drives=0-6 pdperarray=3",
             "usage: RAID50 needs 2 to 8 spans of equal size; 7 drives do not split into spans of 3",
         );
-        check(
-            "/c0 add vd r60 drives=0-7 pdperarray=0",
-            "usage: RAID60 needs 4 to 32 drives per span; got 0",
-        );
+        check("/c0 add vd r60 drives=0-7 pdperarray=0", "usage: RAID60 needs 4 to 32 drives per span; got 0");
     }
 
     #[test]
     fn vd_delete_and_set() {
         check("/c0/v2 del", "DELETE /api/v1/vds/2");
         check("/c0/v2 delete force", "DELETE /api/v1/vds/2?force=true");
-        check(
-            "/c0/v2 set wrcache=WB",
-            r#"PATCH /api/v1/vds/2 {"write_policy":"wb","read_policy":null,"io_policy":null,"name":null}"#,
-        );
+        check("/c0/v2 set wrcache=WB", r#"PATCH /api/v1/vds/2 {"write_policy":"wb","read_policy":null,"io_policy":null,"name":null}"#);
         check(
             "/c0/v2 set rdcache=adra iopolicy=cached name=Logs wrcache=awb",
             r#"PATCH /api/v1/vds/2 {"write_policy":"awb","read_policy":"adra","io_policy":"cached","name":"Logs"}"#,
         );
-        check(
-            "/c0/v2 set wrcache=wx",
-            "usage: unknown write policy \"wx\"; allowed: wt, wb, awb",
-        );
-        check(
-            "/c0/v2 set rdcache=always",
-            "usage: unknown read policy \"always\"; allowed: nora, ra, adra",
-        );
-        check(
-            "/c0/v2 set iopolicy=fast",
-            "usage: unknown IO policy \"fast\"; allowed: direct, cached",
-        );
+        check("/c0/v2 set wrcache=wx", "usage: unknown write policy \"wx\"; allowed: wt, wb, awb");
+        check("/c0/v2 set rdcache=always", "usage: unknown read policy \"always\"; allowed: nora, ra, adra");
+        check("/c0/v2 set iopolicy=fast", "usage: unknown IO policy \"fast\"; allowed: direct, cached");
         let allowed = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME";
-        check(
-            "/c0/v2 set",
-            &format!("usage: set needs one or more of: {allowed}"),
-        );
-        check(
-            "/c0/v2 set wb",
-            &format!("usage: set: \"wb\" is not KEY=VALUE; allowed: {allowed}"),
-        );
-        check(
-            "/c0/v2 set pdcache=on",
-            &format!("usage: set: unknown property \"pdcache\"; allowed: {allowed}"),
-        );
-        check(
-            "/c0/v2 set wrcache=wt wrcache=wb",
-            "usage: \"wrcache=wb\": wrcache= given twice; give it once",
-        );
+        check("/c0/v2 set", &format!("usage: set needs one or more of: {allowed}"));
+        check("/c0/v2 set wb", &format!("usage: set: \"wb\" is not KEY=VALUE; allowed: {allowed}"));
+        check("/c0/v2 set pdcache=on", &format!("usage: set: unknown property \"pdcache\"; allowed: {allowed}"));
+        check("/c0/v2 set wrcache=wt wrcache=wb", "usage: \"wrcache=wb\": wrcache= given twice; give it once");
     }
 
     #[test]
     fn drives() {
-        check(
-            "/c0/s4 add hotsparedrive",
-            r#"POST /api/v1/drives/4/hotspare {"drive_groups":[]}"#,
-        );
-        check(
-            "/c0/s4 add HotSpareDrive DGs=0,2-3",
-            r#"POST /api/v1/drives/4/hotspare {"drive_groups":[0,2,3]}"#,
-        );
-        check(
-            "/c0/s4 delete hotsparedrive",
-            "DELETE /api/v1/drives/4/hotspare",
-        );
-        check(
-            "/c0/s4 del hotsparedrive",
-            "DELETE /api/v1/drives/4/hotspare",
-        );
-        check(
-            "/c0/s4 set offline",
-            r#"POST /api/v1/drives/4/state {"state":"offline"}"#,
-        );
-        check(
-            "/c0/s4 set GOOD",
-            r#"POST /api/v1/drives/4/state {"state":"good"}"#,
-        );
-        check(
-            "/c0/s4 set broken",
-            "usage: unknown drive state \"broken\"; allowed: offline, online, missing, good",
-        );
-        check(
-            "/c0/s4 set",
-            "usage: set takes one drive state; allowed: offline, online, missing, good",
-        );
-        check(
-            "/c0/s4 add hotsparedrive dgs=a",
-            "usage: dgs=a: \"a\" is not a drive group number",
-        );
+        check("/c0/s4 add hotsparedrive", r#"POST /api/v1/drives/4/hotspare {"drive_groups":[]}"#);
+        check("/c0/s4 add HotSpareDrive DGs=0,2-3", r#"POST /api/v1/drives/4/hotspare {"drive_groups":[0,2,3]}"#);
+        check("/c0/s4 delete hotsparedrive", "DELETE /api/v1/drives/4/hotspare");
+        check("/c0/s4 del hotsparedrive", "DELETE /api/v1/drives/4/hotspare");
+        check("/c0/s4 set offline", r#"POST /api/v1/drives/4/state {"state":"offline"}"#);
+        check("/c0/s4 set GOOD", r#"POST /api/v1/drives/4/state {"state":"good"}"#);
+        check("/c0/s4 set broken", "usage: unknown drive state \"broken\"; allowed: offline, online, missing, good");
+        check("/c0/s4 set", "usage: set takes one drive state; allowed: offline, online, missing, good");
+        check("/c0/s4 add hotsparedrive dgs=a", "usage: dgs=a: \"a\" is not a drive group number");
         check(
             "/c0/s4 add hotsparedrive spares=1",
             "usage: unknown option \"spares=1\" for add hotsparedrive; allowed: dgs=LIST (e.g. dgs=0,1)",
@@ -916,65 +610,31 @@ mod tests {
 
     #[test]
     fn objects_and_commands_that_do_not_exist() {
-        check(
-            "/c1 show",
-            "usage: controller /c1 does not exist; storc has only /c0",
-        );
-        check(
-            "/c1/v0 show",
-            "usage: controller /c1 does not exist; storc has only /c0",
-        );
-        check(
-            "/cx show",
-            &format!("usage: \"/cx\" is not an object; expected one of: {OBJECTS}"),
-        );
-        check(
-            "/c0/x1 show",
-            &format!("usage: \"/c0/x1\" is not an object; expected one of: {OBJECTS}"),
-        );
-        check(
-            "/c0/v0/s1 show",
-            &format!("usage: \"/c0/v0/s1\" is not an object; expected one of: {OBJECTS}"),
-        );
-        check(
-            "/c0/vx show",
-            "usage: /c0/vx: \"x\" is not a VD number or \"all\"",
-        );
-        check(
-            "/c0/s-1 show",
-            "usage: /c0/s-1: \"-1\" is not a slot number or \"all\"",
-        );
-        check(
-            "/c0/e252/s3 show",
-            "usage: /c0/e252/s3: storc has no enclosures; name a drive by its slot, e.g. /c0/s3",
-        );
+        check("/c1 show", "usage: controller /c1 does not exist; storc has only /c0");
+        check("/c1/v0 show", "usage: controller /c1 does not exist; storc has only /c0");
+        check("/cx show", &format!("usage: \"/cx\" is not an object; expected one of: {OBJECTS}"));
+        check("/c0/x1 show", &format!("usage: \"/c0/x1\" is not an object; expected one of: {OBJECTS}"));
+        check("/c0/v0/s1 show", &format!("usage: \"/c0/v0/s1\" is not an object; expected one of: {OBJECTS}"));
+        check("/c0/vx show", "usage: /c0/vx: \"x\" is not a VD number or \"all\"");
+        check("/c0/s-1 show", "usage: /c0/s-1: \"-1\" is not a slot number or \"all\"");
+        check("/c0/e252/s3 show", "usage: /c0/e252/s3: storc has no enclosures; name a drive by its slot, e.g. /c0/s3");
         check(
             "/c0/vall del",
             "usage: unknown command \"/c0/vall del\"; allowed after /c0/vall: show, show all (del and set need one VD: /c0/vN)",
         );
-        check(
-            "/c0",
-            "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options]",
-        );
+        check("/c0", "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options]");
         check("/c0/fall show import", "usage: unknown command \"/c0/fall show import\"; allowed after /c0/fall: show, import, del");
     }
 
     #[test]
     fn a_trailing_j_asks_for_json() {
-        let args = |text: &str| {
-            text.split_whitespace()
-                .map(String::from)
-                .collect::<Vec<_>>()
-        };
+        let args = |text: &str| text.split_whitespace().map(String::from).collect::<Vec<_>>();
         let invocation = parse(&args("/c0/v0 set wrcache=wb J")).unwrap();
         assert!(invocation.json_output);
         assert_eq!(invocation.action.requests().len(), 1);
         assert!(parse(&args("/c0 show j")).unwrap().json_output);
         assert!(!parse(&args("/c0 show")).unwrap().json_output);
-        assert!(
-            wants_json(&args("/c9 show J")),
-            "known even when the rest is wrong"
-        );
+        assert!(wants_json(&args("/c9 show J")), "known even when the rest is wrong");
     }
 
     #[test]
@@ -982,26 +642,11 @@ mod tests {
         let list = |text: &str| parse_number_list("drives", text, "slot");
         assert_eq!(list("0-3,5,7-8"), Ok(vec![0, 1, 2, 3, 5, 7, 8]));
         assert_eq!(list("4"), Ok(vec![4]));
-        assert_eq!(
-            list("3,1,2"),
-            Ok(vec![3, 1, 2]),
-            "order is kept: it is the member order"
-        );
+        assert_eq!(list("3,1,2"), Ok(vec![3, 1, 2]), "order is kept: it is the member order");
         assert_eq!(list("2-2"), Ok(vec![2]));
-        assert_eq!(
-            list("1-"),
-            Err(UsageError("drives=1-: \"\" is not a slot number".into()))
-        );
-        assert_eq!(
-            list("-1"),
-            Err(UsageError("drives=-1: \"\" is not a slot number".into()))
-        );
-        assert_eq!(
-            list("1-2-3"),
-            Err(UsageError(
-                "drives=1-2-3: \"2-3\" is not a slot number".into()
-            ))
-        );
+        assert_eq!(list("1-"), Err(UsageError("drives=1-: \"\" is not a slot number".into())));
+        assert_eq!(list("-1"), Err(UsageError("drives=-1: \"\" is not a slot number".into())));
+        assert_eq!(list("1-2-3"), Err(UsageError("drives=1-2-3: \"2-3\" is not a slot number".into())));
         assert!(list(&format!("0-{}", LIST_ENTRIES_MAX - 1)).is_ok());
         assert!(list(&format!("0-{}", LIST_ENTRIES_MAX)).is_err());
     }

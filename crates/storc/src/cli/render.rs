@@ -40,12 +40,7 @@ pub enum Controller {
 
 pub fn success(report: &Report, json_output: bool) -> String {
     if json_output {
-        return envelope(
-            Controller::Zero,
-            "Success",
-            &report.description,
-            Some(&report.data),
-        );
+        return envelope(Controller::Zero, "Success", &report.description, Some(&report.data));
     }
     header(Controller::Zero, "Success", &report.description) + &report.text
 }
@@ -67,14 +62,8 @@ fn header(controller: Controller, status: &str, description: &str) -> String {
     key_values(&pairs)
 }
 
-fn envelope(
-    controller: Controller,
-    status: &str,
-    description: &str,
-    data: Option<&Value>,
-) -> String {
-    let mut command_status =
-        json!({ "CLI Version": CLI_VERSION, "Status": status, "Description": description });
+fn envelope(controller: Controller, status: &str, description: &str, data: Option<&Value>) -> String {
+    let mut command_status = json!({ "CLI Version": CLI_VERSION, "Status": status, "Description": description });
     if controller == Controller::Zero {
         command_status["Controller"] = json!(CONTROLLER);
     }
@@ -82,8 +71,7 @@ fn envelope(
     if let Some(data) = data {
         answer["Response Data"] = data.clone();
     }
-    let text = serde_json::to_string_pretty(&json!({ "Controllers": [answer] }))
-        .expect("JSON values serialize");
+    let text = serde_json::to_string_pretty(&json!({ "Controllers": [answer] })).expect("JSON values serialize");
     text + "\n"
 }
 
@@ -92,53 +80,33 @@ fn envelope(
 /// # Errors
 /// An answer that is not the JSON the API promises (a daemon of another version).
 pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
-    assert_eq!(
-        answers.len(),
-        action.requests().len(),
-        "one answer per request"
-    );
+    assert_eq!(answers.len(), action.requests().len(), "one answer per request");
     let first = &answers[0];
     let report = match action {
         Action::ShowController { all } => controller_report(&decode(first)?, *all, first),
         Action::ShowEvents => events_report(&decode::<Vec<_>>(first)?, first),
-        Action::ShowVds { target, all: false } => {
-            vd_list_report(*target, &decode_target(*target, first)?, first)
-        }
+        Action::ShowVds { target, all: false } => vd_list_report(*target, &decode_target(*target, first)?, first),
         Action::ShowVds { target, all: true } => {
             let drives = decode::<Vec<_>>(&answers[1])?;
             vd_details_report(&decode_target(*target, first)?, &drives)
         }
-        Action::ShowDrives { target, all } => {
-            drives_report(&decode_target(*target, first)?, *all, first)
-        }
+        Action::ShowDrives { target, all } => drives_report(&decode_target(*target, first)?, *all, first),
         Action::AddVd(_) => changed_vd_report("Add VD Succeeded", &decode(first)?, first),
-        Action::SetVd { .. } => {
-            changed_vd_report("Set VD Properties Succeeded", &decode(first)?, first)
-        }
-        Action::AddHotSpare { .. } => {
-            changed_drive_report("Add Hot Spare Succeeded", &decode(first)?, first)
-        }
-        Action::DeleteHotSpare { .. } => {
-            changed_drive_report("Delete Hot Spare Succeeded", &decode(first)?, first)
-        }
-        Action::SetDriveState { .. } => {
-            changed_drive_report("Set Drive State Succeeded", &decode(first)?, first)
-        }
+        Action::SetVd { .. } => changed_vd_report("Set VD Properties Succeeded", &decode(first)?, first),
+        Action::AddHotSpare { .. } => changed_drive_report("Add Hot Spare Succeeded", &decode(first)?, first),
+        Action::DeleteHotSpare { .. } => changed_drive_report("Delete Hot Spare Succeeded", &decode(first)?, first),
+        Action::SetDriveState { .. } => changed_drive_report("Set Drive State Succeeded", &decode(first)?, first),
         Action::ShowForeign => foreign_report(&decode::<Vec<_>>(first)?, first),
-        Action::DeleteVd { .. } | Action::ImportForeign | Action::DeleteForeign => {
-            message_report(first)?
-        }
+        Action::DeleteVd { .. } | Action::ImportForeign | Action::DeleteForeign => message_report(first)?,
     };
     Ok(report)
 }
 
 fn decode<T: DeserializeOwned>(answer: &Value) -> Result<T, String> {
-    let type_name = std::any::type_name::<T>()
-        .rsplit("::")
-        .next()
-        .unwrap_or("answer");
-    serde_json::from_value(answer.clone())
-        .map_err(|error| format!("the storc daemon's answer is not the {type_name} this CLI knows ({error}); are daemon and CLI the same version?"))
+    let type_name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("answer");
+    serde_json::from_value(answer.clone()).map_err(|error| {
+        format!("the storc daemon's answer is not the {type_name} this CLI knows ({error}); are daemon and CLI the same version?")
+    })
 }
 
 /// `vall`/`sall` answers with a list, `vN`/`sN` with one object; both become a list.
@@ -160,10 +128,7 @@ fn controller_report(controller: &ControllerView, all: bool, answer: &Value) -> 
     ];
     if all {
         facts.push(("Generation", controller.generation.to_string()));
-        facts.push((
-            "Foreign Configurations",
-            controller.foreign_configurations.to_string(),
-        ));
+        facts.push(("Foreign Configurations", controller.foreign_configurations.to_string()));
         facts.push(("Shards", controller.shards.to_string()));
         facts.push(("Parity Kernels", controller.parity_kernels.clone()));
     }
@@ -173,22 +138,10 @@ fn controller_report(controller: &ControllerView, all: bool, answer: &Value) -> 
         text += &section("VD POLICIES", &policy_table(&controller.vds).render());
     }
     text += &section("PD LIST", &pd_table_or_none(&controller.drives));
-    let endpoints = if controller.nbd_endpoints.is_empty() {
-        "None\n".to_string()
-    } else {
-        controller.nbd_endpoints.join("\n") + "\n"
-    };
+    let endpoints = if controller.nbd_endpoints.is_empty() { "None\n".to_string() } else { controller.nbd_endpoints.join("\n") + "\n" };
     text += &section("NBD Endpoints", &endpoints);
-    let description = if all {
-        "Show Controller Properties Succeeded"
-    } else {
-        "Show Controller Summary Succeeded"
-    };
-    Report {
-        description: description.to_string(),
-        text,
-        data: answer.clone(),
-    }
+    let description = if all { "Show Controller Properties Succeeded" } else { "Show Controller Summary Succeeded" };
+    Report { description: description.to_string(), text, data: answer.clone() }
 }
 
 fn vd_list_report(target: Target, vds: &[VdView], answer: &Value) -> Report {
@@ -197,11 +150,7 @@ fn vd_list_report(target: Target, vds: &[VdView], answer: &Value) -> Report {
         Target::One(vd) => format!("/c0/v{vd}"),
     };
     let text = section(&title, &vd_table_or_none(vds));
-    Report {
-        description: "Show Virtual Drives Succeeded".to_string(),
-        text,
-        data: answer.clone(),
-    }
+    Report { description: "Show Virtual Drives Succeeded".to_string(), text, data: answer.clone() }
 }
 
 /// `show all` of VDs: per VD its table, its drives and its properties, as storcli prints them.
@@ -209,46 +158,21 @@ fn vd_details_report(vds: &[VdView], drives: &[DriveView]) -> Report {
     let mut text = String::new();
     let mut data = Vec::new();
     for vd in vds {
-        let members: Vec<DriveView> = drives
-            .iter()
-            .filter(|drive| vd.member_slots.contains(&drive.slot))
-            .cloned()
-            .collect();
-        text += &section(
-            &format!("/c0/v{}", vd.vd),
-            &(vd_table(std::slice::from_ref(vd)).render() + "\n" + VD_LEGEND),
-        );
-        text += &section(
-            &format!("PDs for VD {}", vd.vd),
-            &(member_table(vd, &members).render() + "\n" + PD_LEGEND),
-        );
-        text += &section(
-            &format!("VD{} Properties", vd.vd),
-            &key_values(&vd_properties(vd)),
-        );
+        let members: Vec<DriveView> = drives.iter().filter(|drive| vd.member_slots.contains(&drive.slot)).cloned().collect();
+        text += &section(&format!("/c0/v{}", vd.vd), &(vd_table(std::slice::from_ref(vd)).render() + "\n" + VD_LEGEND));
+        text += &section(&format!("PDs for VD {}", vd.vd), &(member_table(vd, &members).render() + "\n" + PD_LEGEND));
+        text += &section(&format!("VD{} Properties", vd.vd), &key_values(&vd_properties(vd)));
         data.push(json!({ "vd": vd, "drives": members }));
     }
     if vds.is_empty() {
         text = section("Virtual Drives", "No virtual drives are configured.\n");
     }
-    Report {
-        description: "Show Virtual Drives Succeeded".to_string(),
-        text,
-        data: Value::Array(data),
-    }
+    Report { description: "Show Virtual Drives Succeeded".to_string(), text, data: Value::Array(data) }
 }
 
 fn drives_report(drives: &[DriveView], all: bool, answer: &Value) -> Report {
-    let text = if !all {
-        section("Drive Information", &pd_table_or_none(drives))
-    } else {
-        drives.iter().map(drive_details).collect()
-    };
-    Report {
-        description: "Show Drive Information Succeeded".to_string(),
-        text,
-        data: answer.clone(),
-    }
+    let text = if !all { section("Drive Information", &pd_table_or_none(drives)) } else { drives.iter().map(drive_details).collect() };
+    Report { description: "Show Drive Information Succeeded".to_string(), text, data: answer.clone() }
 }
 
 fn drive_details(drive: &DriveView) -> String {
@@ -262,96 +186,41 @@ fn drive_details(drive: &DriveView) -> String {
         ("Drive ID", drive.drive_id.clone()),
         ("Source", drive.source.clone()),
         ("Kind", drive.kind.clone()),
-        (
-            "Direct I/O",
-            if drive.direct_io { "Yes" } else { "No" }.to_string(),
-        ),
+        ("Direct I/O", if drive.direct_io { "Yes" } else { "No" }.to_string()),
         ("Read Errors", drive.read_errors.to_string()),
-        (
-            "DG",
-            drive
-                .drive_group
-                .map_or_else(dash, |group| group.to_string()),
-        ),
+        ("DG", drive.drive_group.map_or_else(dash, |group| group.to_string())),
         ("VD", drive.vd.map_or_else(dash, |vd| vd.to_string())),
         ("Hot Spare DGs", spare_drive_groups),
-        (
-            "Size",
-            format!(
-                "{} ({} bytes)",
-                human_size(drive.size_bytes),
-                drive.size_bytes
-            ),
-        ),
+        ("Size", format!("{} ({} bytes)", human_size(drive.size_bytes), drive.size_bytes)),
     ];
     let name = format!("/c0/s{}", drive.slot);
-    section(
-        &format!("Drive {name}"),
-        &(pd_table(std::slice::from_ref(drive)).render() + "\n" + PD_LEGEND),
-    ) + &section(
-        &format!("Drive {name} - Detailed Information"),
-        &key_values(&properties),
-    )
+    section(&format!("Drive {name}"), &(pd_table(std::slice::from_ref(drive)).render() + "\n" + PD_LEGEND))
+        + &section(&format!("Drive {name} - Detailed Information"), &key_values(&properties))
 }
 
 fn changed_vd_report(description: &str, vd: &VdView, answer: &Value) -> Report {
-    let text = section(
-        &format!("/c0/v{}", vd.vd),
-        &(vd_table(std::slice::from_ref(vd)).render() + "\n" + VD_LEGEND),
-    );
-    Report {
-        description: description.to_string(),
-        text,
-        data: answer.clone(),
-    }
+    let text = section(&format!("/c0/v{}", vd.vd), &(vd_table(std::slice::from_ref(vd)).render() + "\n" + VD_LEGEND));
+    Report { description: description.to_string(), text, data: answer.clone() }
 }
 
 fn changed_drive_report(description: &str, drive: &DriveView, answer: &Value) -> Report {
-    let text = section(
-        &format!("Drive /c0/s{}", drive.slot),
-        &(pd_table(std::slice::from_ref(drive)).render() + "\n" + PD_LEGEND),
-    );
-    Report {
-        description: description.to_string(),
-        text,
-        data: answer.clone(),
-    }
+    let text = section(&format!("Drive /c0/s{}", drive.slot), &(pd_table(std::slice::from_ref(drive)).render() + "\n" + PD_LEGEND));
+    Report { description: description.to_string(), text, data: answer.clone() }
 }
 
 /// Answers that only say what happened: the daemon's sentence becomes the description.
 fn message_report(answer: &Value) -> Result<Report, String> {
-    let description = if answer.is_null() {
-        "Succeeded".to_string()
-    } else {
-        decode::<Message>(answer)?.message
-    };
-    Ok(Report {
-        description,
-        text: String::new(),
-        data: answer.clone(),
-    })
+    let description = if answer.is_null() { "Succeeded".to_string() } else { decode::<Message>(answer)?.message };
+    Ok(Report { description, text: String::new(), data: answer.clone() })
 }
 
 fn events_report(events: &[EventView], answer: &Value) -> Report {
     let mut table = Table::new(&["Seq", "Time (UTC)", "Severity", "Description"]);
     for event in events {
-        table.push(vec![
-            event.sequence.to_string(),
-            utc_time(event.time_unix_secs),
-            event.severity.clone(),
-            event.description.clone(),
-        ]);
+        table.push(vec![event.sequence.to_string(), utc_time(event.time_unix_secs), event.severity.clone(), event.description.clone()]);
     }
-    let body = if table.is_empty() {
-        "No events.\n".to_string()
-    } else {
-        table.render()
-    };
-    Report {
-        description: "Show Events Succeeded".to_string(),
-        text: section("Events", &body),
-        data: answer.clone(),
-    }
+    let body = if table.is_empty() { "No events.\n".to_string() } else { table.render() };
+    Report { description: "Show Events Succeeded".to_string(), text: section("Events", &body), data: answer.clone() }
 }
 
 fn foreign_report(configurations: &[ForeignView], answer: &Value) -> Report {
@@ -367,30 +236,17 @@ fn foreign_report(configurations: &[ForeignView], answer: &Value) -> Report {
         ];
         summary.push(row);
         for vd in &foreign.vds {
-            vds.push(vec![
-                index.to_string(),
-                vd.name.clone(),
-                vd.level.clone(),
-                human_size(vd.size_bytes),
-            ]);
+            vds.push(vec![index.to_string(), vd.name.clone(), vd.level.clone(), human_size(vd.size_bytes)]);
         }
     }
     let total = configurations.len().to_string();
     let mut text = "\n".to_string() + &key_values(&[("Total foreign configurations", total)]);
     if !summary.is_empty() {
         text += &section("Foreign Configurations", &summary.render());
-        let vds_text = if vds.is_empty() {
-            "None\n".to_string()
-        } else {
-            vds.render()
-        };
+        let vds_text = if vds.is_empty() { "None\n".to_string() } else { vds.render() };
         text += &section("Foreign VDs", &vds_text);
     }
-    Report {
-        description: "Show Foreign Configurations Succeeded".to_string(),
-        text,
-        data: answer.clone(),
-    }
+    Report { description: "Show Foreign Configurations Succeeded".to_string(), text, data: answer.clone() }
 }
 
 fn vd_table_or_none(vds: &[VdView]) -> String {
@@ -408,9 +264,7 @@ fn pd_table_or_none(drives: &[DriveView]) -> String {
 }
 
 fn vd_table(vds: &[VdView]) -> Table {
-    let mut table = Table::new(&[
-        "DG/VD", "TYPE", "State", "Size", "Strip", "Cache", "Name", "Export",
-    ]);
+    let mut table = Table::new(&["DG/VD", "TYPE", "State", "Size", "Strip", "Cache", "Name", "Export"]);
     for vd in vds {
         table.push(vec![
             format!("{}/{}", vd.drive_group, vd.vd),
@@ -455,9 +309,7 @@ fn pd_row(drive: &DriveView) -> Vec<String> {
         drive.slot.to_string(),
         drive.drive_id.chars().take(8).collect(),
         drive.state.clone(),
-        drive
-            .drive_group
-            .map_or_else(|| "-".to_string(), |group| group.to_string()),
+        drive.drive_group.map_or_else(|| "-".to_string(), |group| group.to_string()),
         human_size(drive.size_bytes),
         drive.kind.clone(),
         drive.source.clone(),
@@ -472,21 +324,9 @@ fn member_table(vd: &VdView, drives: &[DriveView]) -> Table {
         let row = match drives.iter().find(|drive| drive.slot == *slot) {
             Some(drive) => pd_row(drive),
             None => {
-                let state = vd
-                    .member_states
-                    .get(index)
-                    .cloned()
-                    .unwrap_or_else(|| "-".to_string());
+                let state = vd.member_states.get(index).cloned().unwrap_or_else(|| "-".to_string());
                 let dash = || "-".to_string();
-                vec![
-                    slot.to_string(),
-                    dash(),
-                    state,
-                    vd.drive_group.to_string(),
-                    dash(),
-                    dash(),
-                    dash(),
-                ]
+                vec![slot.to_string(), dash(), state, vd.drive_group.to_string(), dash(), dash(), dash()]
             }
         };
         table.push(row);
@@ -497,28 +337,19 @@ fn member_table(vd: &VdView, drives: &[DriveView]) -> Table {
 fn vd_properties(vd: &VdView) -> Vec<(&'static str, String)> {
     let mut write_effective = vd.write_policy_effective.to_uppercase();
     if vd.write_policy_effective != vd.write_policy {
-        write_effective += &format!(
-            " (asked for {}; the journal is not ready)",
-            vd.write_policy.to_uppercase()
-        );
+        write_effective += &format!(" (asked for {}; the journal is not ready)", vd.write_policy.to_uppercase());
     }
     vec![
         ("Strip Size", strip_size(vd.strip_size_bytes)),
         ("Span Depth", vd.span_count.to_string()),
         ("Number of Drives Per Span", vd.drives_per_span.to_string()),
         ("Member Slots", join_numbers(&vd.member_slots)),
-        (
-            "Write Cache(initial setting)",
-            vd.write_policy.to_uppercase(),
-        ),
+        ("Write Cache(initial setting)", vd.write_policy.to_uppercase()),
         ("Write Cache(effective)", write_effective),
         ("Read Cache", vd.read_policy.to_uppercase()),
         ("IO Policy", vd.io_policy.to_uppercase()),
         ("Export Name", vd.export_name.clone()),
-        (
-            "Size",
-            format!("{} ({} bytes)", human_size(vd.size_bytes), vd.size_bytes),
-        ),
+        ("Size", format!("{} ({} bytes)", human_size(vd.size_bytes), vd.size_bytes)),
     ]
 }
 
@@ -549,11 +380,7 @@ fn join_numbers(numbers: &[u32]) -> String {
     if numbers.is_empty() {
         return "-".to_string();
     }
-    numbers
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+    numbers.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]
@@ -570,11 +397,7 @@ pub mod tests {
             (("sometimes", "wt", "direct"), "?WTD"),
         ];
         for ((read, write, io), expected) in cases {
-            assert_eq!(
-                cache_code(read, write, io),
-                expected,
-                "for {read} {write} {io}"
-            );
+            assert_eq!(cache_code(read, write, io), expected, "for {read} {write} {io}");
         }
     }
 
@@ -620,26 +443,11 @@ pub mod tests {
         let vd = sample_vd();
         let drives: Vec<DriveView> = (0..3).map(sample_drive).collect();
         let answers = [json!([vd]), serde_json::to_value(&drives).unwrap()];
-        let action = Action::ShowVds {
-            target: Target::All,
-            all: true,
-        };
+        let action = Action::ShowVds { target: Target::All, all: true };
         let report = report(&action, &answers).unwrap();
-        assert!(
-            report
-                .text
-                .contains("0/0   RAID5 Dgrd  48.0 GiB 64 KiB NRWTD db   db\n"),
-            "{}",
-            report.text
-        );
-        assert!(
-            report.text.contains("\n3    -        Msng  0  -"),
-            "a missing member keeps its row:\n{}",
-            report.text
-        );
-        assert!(report
-            .text
-            .contains("Write Cache(effective) = WT (asked for WB; the journal is not ready)\n"));
+        assert!(report.text.contains("0/0   RAID5 Dgrd  48.0 GiB 64 KiB NRWTD db   db\n"), "{}", report.text);
+        assert!(report.text.contains("\n3    -        Msng  0  -"), "a missing member keeps its row:\n{}", report.text);
+        assert!(report.text.contains("Write Cache(effective) = WT (asked for WB; the journal is not ready)\n"));
         assert!(report.text.contains("Number of Drives Per Span = 4\n"));
         assert_eq!(report.data[0]["drives"].as_array().unwrap().len(), 3);
     }
@@ -661,43 +469,20 @@ pub mod tests {
             parity_kernels: "avx2".into(),
         };
         let answer = serde_json::to_value(&controller).unwrap();
-        let summary = report(
-            &Action::ShowController { all: false },
-            std::slice::from_ref(&answer),
-        )
-        .unwrap();
-        assert!(summary
-            .text
-            .contains("Controller Status = Needs Attention\n"));
+        let summary = report(&Action::ShowController { all: false }, std::slice::from_ref(&answer)).unwrap();
+        assert!(summary.text.contains("Controller Status = Needs Attention\n"));
         assert!(summary.text.contains("\nPD LIST :\n=========\n\n"));
-        assert!(
-            summary
-                .text
-                .contains("\n2    20a1b2c3 Onln  0  16.0 GiB Memory mem:16GiB#2\n"),
-            "{}",
-            summary.text
-        );
+        assert!(summary.text.contains("\n2    20a1b2c3 Onln  0  16.0 GiB Memory mem:16GiB#2\n"), "{}", summary.text);
         assert!(summary.text.contains("nbd://127.0.0.1:10809/db\n"));
         assert!(!summary.text.contains("Parity Kernels"));
         let all = report(&Action::ShowController { all: true }, &[answer]).unwrap();
-        assert!(
-            all.text.contains("Parity Kernels = avx2\n") && all.text.contains("Generation = 7\n")
-        );
-        assert!(
-            all.text
-                .contains("0/0   WB    WT               NORA DIRECT\n"),
-            "{}",
-            all.text
-        );
+        assert!(all.text.contains("Parity Kernels = avx2\n") && all.text.contains("Generation = 7\n"));
+        assert!(all.text.contains("0/0   WB    WT               NORA DIRECT\n"), "{}", all.text);
     }
 
     #[test]
     fn headers_and_envelopes() {
-        let report = Report {
-            description: "Show Events Succeeded".into(),
-            text: "\nbody\n".into(),
-            data: json!([]),
-        };
+        let report = Report { description: "Show Events Succeeded".into(), text: "\nbody\n".into(), data: json!([]) };
         let expected = "CLI Version = storc 0.1.0\nController = 0\nStatus = Success\nDescription = Show Events Succeeded\n\nbody\n";
         assert_eq!(success(&report, false), expected);
         let envelope: Value = serde_json::from_str(&success(&report, true)).unwrap();
@@ -706,30 +491,18 @@ pub mod tests {
         assert_eq!(status["Controller"], 0);
         assert_eq!(envelope["Controllers"][0]["Response Data"], json!([]));
 
-        assert_eq!(
-            failure("no VD 9", Controller::Unknown, false),
-            "CLI Version = storc 0.1.0\nStatus = Failure\nDescription = no VD 9\n"
-        );
-        let envelope: Value =
-            serde_json::from_str(&failure("no VD 9", Controller::Zero, true)).unwrap();
-        assert_eq!(
-            envelope["Controllers"][0]["Command Status"]["Description"],
-            "no VD 9"
-        );
+        assert_eq!(failure("no VD 9", Controller::Unknown, false), "CLI Version = storc 0.1.0\nStatus = Failure\nDescription = no VD 9\n");
+        let envelope: Value = serde_json::from_str(&failure("no VD 9", Controller::Zero, true)).unwrap();
+        assert_eq!(envelope["Controllers"][0]["Command Status"]["Description"], "no VD 9");
         assert!(envelope["Controllers"][0].get("Response Data").is_none());
     }
 
     #[test]
     fn events_in_utc() {
-        let events = json!([{ "sequence": 4, "time_unix_secs": 1_700_000_000u64, "severity": "warning", "description": "VD 0 is degraded" }]);
+        let events =
+            json!([{ "sequence": 4, "time_unix_secs": 1_700_000_000u64, "severity": "warning", "description": "VD 0 is degraded" }]);
         let report = report(&Action::ShowEvents, &[events]).unwrap();
-        assert!(
-            report
-                .text
-                .contains("4   2023-11-14T22:13:20Z warning  VD 0 is degraded\n"),
-            "{}",
-            report.text
-        );
+        assert!(report.text.contains("4   2023-11-14T22:13:20Z warning  VD 0 is degraded\n"), "{}", report.text);
     }
 
     #[test]
@@ -737,21 +510,9 @@ pub mod tests {
         let foreign = json!([{ "controller_id": "ffeeddccbbaa99887766554433221100", "generation": 3,
             "slots": [5, 6, 7], "vds": [{ "name": "old", "level": "RAID5", "size_bytes": 1u64 << 35 }] }]);
         let report = report(&Action::ShowForeign, &[foreign]).unwrap();
-        assert!(
-            report
-                .text
-                .starts_with("\nTotal foreign configurations = 1\n"),
-            "{}",
-            report.text
-        );
-        assert!(report
-            .text
-            .contains("\n0  ffeeddccbbaa99887766554433221100 3          5,6,7 1\n"));
-        assert!(
-            report.text.contains("\n0  old  RAID5 32.0 GiB\n"),
-            "{}",
-            report.text
-        );
+        assert!(report.text.starts_with("\nTotal foreign configurations = 1\n"), "{}", report.text);
+        assert!(report.text.contains("\n0  ffeeddccbbaa99887766554433221100 3          5,6,7 1\n"));
+        assert!(report.text.contains("\n0  old  RAID5 32.0 GiB\n"), "{}", report.text);
         let none = report_of(&Action::ShowForeign, json!([]));
         assert_eq!(none.text, "\nTotal foreign configurations = 0\n");
     }
@@ -762,33 +523,14 @@ pub mod tests {
 
     #[test]
     fn messages_become_the_description() {
-        let deleted = report_of(
-            &Action::DeleteVd {
-                vd: 1,
-                force: false,
-            },
-            json!({ "message": "VD 1 deleted" }),
-        );
+        let deleted = report_of(&Action::DeleteVd { vd: 1, force: false }, json!({ "message": "VD 1 deleted" }));
         assert_eq!(deleted.description, "VD 1 deleted");
-        assert_eq!(
-            report_of(&Action::ImportForeign, Value::Null).description,
-            "Succeeded"
-        );
+        assert_eq!(report_of(&Action::ImportForeign, Value::Null).description, "Succeeded");
     }
 
     #[test]
     fn an_answer_of_another_shape_is_an_error_not_a_panic() {
-        let error = report(
-            &Action::ShowVds {
-                target: Target::One(0),
-                all: false,
-            },
-            &[json!({"vd": "zero"})],
-        )
-        .unwrap_err();
-        assert!(
-            error.starts_with("the storc daemon's answer is not the VdView this CLI knows ("),
-            "{error}"
-        );
+        let error = report(&Action::ShowVds { target: Target::One(0), all: false }, &[json!({"vd": "zero"})]).unwrap_err();
+        assert!(error.starts_with("the storc daemon's answer is not the VdView this CLI knows ("), "{error}");
     }
 }

@@ -10,18 +10,11 @@ pub struct Table {
 
 impl Table {
     pub fn new(header: &[&str]) -> Table {
-        Table {
-            header: header.iter().map(|title| title.to_string()).collect(),
-            rows: Vec::new(),
-        }
+        Table { header: header.iter().map(|title| title.to_string()).collect(), rows: Vec::new() }
     }
 
     pub fn push(&mut self, row: Vec<String>) {
-        assert_eq!(
-            row.len(),
-            self.header.len(),
-            "a row has one cell per column"
-        );
+        assert_eq!(row.len(), self.header.len(), "a row has one cell per column");
         self.rows.push(row);
     }
 
@@ -30,22 +23,14 @@ impl Table {
     }
 
     pub fn render(&self) -> String {
-        let mut widths: Vec<usize> = self
-            .header
-            .iter()
-            .map(|title| title.chars().count())
-            .collect();
+        let mut widths: Vec<usize> = self.header.iter().map(|title| title.chars().count()).collect();
         for row in &self.rows {
             for (width, cell) in widths.iter_mut().zip(row) {
                 *width = (*width).max(cell.chars().count());
             }
         }
         let line = |cells: &[String]| {
-            let padded: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .map(|(cell, width)| format!("{cell:<width$}"))
-                .collect();
+            let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
             padded.join(" ").trim_end().to_string()
         };
         let dashes = "-".repeat(widths.iter().sum::<usize>() + widths.len().saturating_sub(1));
@@ -66,10 +51,7 @@ pub fn section(title: &str, body: &str) -> String {
 
 /// `key = value` lines, storcli's form for properties.
 pub fn key_values(pairs: &[(&str, String)]) -> String {
-    pairs
-        .iter()
-        .map(|(key, value)| format!("{key} = {value}\n"))
-        .collect()
+    pairs.iter().map(|(key, value)| format!("{key} = {value}\n")).collect()
 }
 
 /// `48.0 GiB`: one decimal in the largest binary unit that keeps the number at least 1.
@@ -115,16 +97,11 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let shifted_days = days + 719_468;
     let era = shifted_days.div_euclid(146_097);
     let day_of_era = shifted_days.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_from_march = (5 * day_of_year + 2) / 153;
     let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
+    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     debug_assert!((1..=12).contains(&month) && (1..=31).contains(&day));
     (year, month as u32, day as u32)

@@ -53,7 +53,9 @@ fn bad(message: String) -> (StatusCode, Json<ApiError>) {
 }
 
 /// Runs a controller call on the blocking pool (it may write metadata to every drive).
-async fn blocking<T: Send + 'static>(call: impl FnOnce() -> Result<T, ControlError> + Send + 'static) -> Result<T, (StatusCode, Json<ApiError>)> {
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, ControlError> + Send + 'static,
+) -> Result<T, (StatusCode, Json<ApiError>)> {
     match tokio::task::spawn_blocking(call).await {
         Ok(result) => result.map_err(fail),
         Err(join) => Err(fail(ControlError::Io(format!("control task failed: {join}")))),
@@ -282,7 +284,11 @@ async fn foreign(State(state): State<Shared>) -> Reply<Vec<ForeignView>> {
                 .config
                 .vds
                 .iter()
-                .map(|v| ForeignVdView { name: v.name.clone(), level: v.level.to_string(), size_bytes: foreign_vd_bytes(&f.superblock.config, v) })
+                .map(|v| ForeignVdView {
+                    name: v.name.clone(),
+                    level: v.level.to_string(),
+                    size_bytes: foreign_vd_bytes(&f.superblock.config, v),
+                })
                 .collect(),
         })
         .collect();
@@ -291,7 +297,8 @@ async fn foreign(State(state): State<Shared>) -> Reply<Vec<ForeignView>> {
 
 /// The size a foreign VD would have once imported, from its recorded geometry.
 fn foreign_vd_bytes(config: &engine::config::ControllerConfig, vd: &VdRecord) -> u64 {
-    let smallest = vd.member_slots.iter().filter_map(|s| config.drives.iter().find(|d| d.slot == *s)).map(|d| d.capacity_bytes).min().unwrap_or(0);
+    let smallest =
+        vd.member_slots.iter().filter_map(|s| config.drives.iter().find(|d| d.slot == *s)).map(|d| d.capacity_bytes).min().unwrap_or(0);
     let geometry = layout::Geometry::new(layout::GeometryConfig {
         level: vd.level,
         drive_count: vd.member_slots.len(),

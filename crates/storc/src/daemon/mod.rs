@@ -123,10 +123,8 @@ async fn serve(args: &Args, controller: Arc<Controller>) -> Result<(), String> {
     fresh_socket_path(&api_socket)?;
     let server = nbd::Server::empty(nbd::ServerConfig::default()).map_err(|e| e.to_string())?;
     let absolute = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
-    let templates = vec![
-        format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display()),
-        format!("nbd://{}/{{}}", args.nbd_listen),
-    ];
+    let templates =
+        vec![format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display()), format!("nbd://{}/{{}}", args.nbd_listen)];
     let pool = drive::BufPool::new(NBD_POOL_IDLE_BYTES_PER_CLASS);
     let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
     api::refresh_exports(&state);
@@ -169,7 +167,14 @@ fn print_banner(state: &api::AppState, data_dir: &Path, args: &Args) {
     let vds = state.controller.vds();
     println!("storc serving {} virtual drive(s) on {} drive(s)", vds.len(), state.controller.slots().len());
     for (record, vd) in &vds {
-        println!("  v{} {:?}: {} {:.1} GiB, {}", record.vd_id, record.name, record.level, vd.capacity_bytes() as f64 / (1u64 << 30) as f64, vd.state().short_name());
+        println!(
+            "  v{} {:?}: {} {:.1} GiB, {}",
+            record.vd_id,
+            record.name,
+            record.level,
+            vd.capacity_bytes() as f64 / (1u64 << 30) as f64,
+            vd.state().short_name()
+        );
     }
     let first = vds.first().map(|(r, _)| r.name.clone()).unwrap_or_else(|| "v0".into());
     println!("reach it:");

@@ -44,17 +44,10 @@ impl Scratch {
     pub fn new(test_name: &str) -> Scratch {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let unique = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let path = PathBuf::from("/var/tmp").join(format!(
-            "storc-e2e-{test_name}-{}-{unique}",
-            std::process::id()
-        ));
+        let path = PathBuf::from("/var/tmp").join(format!("storc-e2e-{test_name}-{}-{unique}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
-        Scratch {
-            path,
-            daemon_start_count: Cell::new(0),
-        }
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        Scratch { path, daemon_start_count: Cell::new(0) }
     }
 
     pub fn join(&self, name: &str) -> PathBuf {
@@ -69,11 +62,8 @@ impl Scratch {
     /// A sparse file of `size_bytes`, for `--drive PATH`.
     pub fn sparse_file(&self, name: &str, size_bytes: u64) -> PathBuf {
         let path = self.join(name);
-        let file =
-            File::create(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
-        file.set_len(size_bytes).unwrap_or_else(|e| {
-            panic!("cannot size {} to {size_bytes} bytes: {e}", path.display())
-        });
+        let file = File::create(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        file.set_len(size_bytes).unwrap_or_else(|e| panic!("cannot size {} to {size_bytes} bytes: {e}", path.display()));
         path
     }
 
@@ -112,32 +102,16 @@ impl Daemon {
         let data_dir = scratch.data_dir();
         let log_path = scratch.next_log_path();
         let nbd_address = format!("127.0.0.1:{}", free_tcp_port());
-        let log = File::create(&log_path)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+        let log = File::create(&log_path).unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
         let mut command = Command::new(env!("CARGO_BIN_EXE_storc"));
-        command
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args(["--nbd-listen", &nbd_address]);
+        command.arg("serve").arg("--data-dir").arg(&data_dir).args(["--nbd-listen", &nbd_address]);
         for drive in drives {
             command.args(["--drive", drive]);
         }
-        command
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file handle"))
-            .stderr(log);
+        command.stdin(Stdio::null()).stdout(log.try_clone().expect("log file handle")).stderr(log);
         let spawned_at = Instant::now();
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-        let mut daemon = Daemon {
-            child: Some(child),
-            data_dir,
-            log_path,
-            nbd_address,
-            startup: Duration::ZERO,
-        };
+        let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+        let mut daemon = Daemon { child: Some(child), data_dir, log_path, nbd_address, startup: Duration::ZERO };
         daemon.wait_for_api(spawned_at);
         daemon.startup = spawned_at.elapsed();
         daemon
@@ -147,19 +121,12 @@ impl Daemon {
         let socket = self.api_socket();
         loop {
             if let Ok(reply) = http(&socket, "GET", "/api/v1/controller", None) {
-                assert_eq!(
-                    reply.status, 200,
-                    "GET /api/v1/controller answered {}: {}",
-                    reply.status, reply.body
-                );
+                assert_eq!(reply.status, 200, "GET /api/v1/controller answered {}: {}", reply.status, reply.body);
                 return;
             }
             let child = self.child.as_mut().expect("a running daemon");
             if let Some(status) = child.try_wait().expect("daemon status") {
-                panic!(
-                    "storc serve exited with {status} before its API answered\n{}",
-                    self.log_tail()
-                );
+                panic!("storc serve exited with {status} before its API answered\n{}", self.log_tail());
             }
             assert!(
                 spawned_at.elapsed() < DAEMON_START_TIMEOUT,
@@ -176,12 +143,7 @@ impl Daemon {
         let mut child = self.child.take().expect("a running daemon");
         let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
         // SAFETY: kill(2) on our own child, which has not been reaped yet, so the pid is its own.
-        assert_eq!(
-            unsafe { libc::kill(pid, libc::SIGTERM) },
-            0,
-            "kill(SIGTERM) failed: {}",
-            std::io::Error::last_os_error()
-        );
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill(SIGTERM) failed: {}", std::io::Error::last_os_error());
         let deadline = Instant::now() + DAEMON_STOP_TIMEOUT;
         let status = loop {
             if let Some(status) = child.try_wait().expect("daemon status") {
@@ -190,23 +152,12 @@ impl Daemon {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!(
-                    "storc serve did not exit within {DAEMON_STOP_TIMEOUT:?} of SIGTERM\n{}",
-                    self.log_tail()
-                );
+                panic!("storc serve did not exit within {DAEMON_STOP_TIMEOUT:?} of SIGTERM\n{}", self.log_tail());
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        assert!(
-            status.success(),
-            "storc serve exited with {status} on SIGTERM, not 0\n{}",
-            self.log_tail()
-        );
-        assert!(
-            !self.api_socket().exists(),
-            "{} is left behind after a clean stop",
-            self.api_socket().display()
-        );
+        assert!(status.success(), "storc serve exited with {status} on SIGTERM, not 0\n{}", self.log_tail());
+        assert!(!self.api_socket().exists(), "{} is left behind after a clean stop", self.api_socket().display());
     }
 
     pub fn api_socket(&self) -> PathBuf {
@@ -215,10 +166,7 @@ impl Daemon {
 
     /// `nbd+unix:///EXPORT?socket=PATH`; an empty export name lists all with `nbdinfo --list`.
     pub fn unix_uri(&self, export: &str) -> String {
-        format!(
-            "nbd+unix:///{export}?socket={}",
-            self.data_dir.join("nbd.sock").display()
-        )
+        format!("nbd+unix:///{export}?socket={}", self.data_dir.join("nbd.sock").display())
     }
 
     pub fn tcp_uri(&self, export: &str) -> String {
@@ -228,19 +176,13 @@ impl Daemon {
     /// One API request; panics only if the daemon does not answer.
     pub fn api(&self, method: &str, path: &str, body: Option<&impl Serialize>) -> Reply {
         let body = body.map(|b| serde_json::to_string(b).expect("request JSON"));
-        http(&self.api_socket(), method, path, body.as_deref()).unwrap_or_else(|e| {
-            panic!(
-                "{method} {path}: no answer from {}: {e}\n{}",
-                self.api_socket().display(),
-                self.log_tail()
-            )
-        })
+        http(&self.api_socket(), method, path, body.as_deref())
+            .unwrap_or_else(|e| panic!("{method} {path}: no answer from {}: {e}\n{}", self.api_socket().display(), self.log_tail()))
     }
 
     /// A GET that must succeed, decoded.
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> T {
-        self.api("GET", path, None::<&()>)
-            .expect(200, &format!("GET {path}"))
+        self.api("GET", path, None::<&()>).expect(200, &format!("GET {path}"))
     }
 
     pub fn controller(&self) -> ControllerView {
@@ -250,19 +192,13 @@ impl Daemon {
     pub fn vd_named(&self, name: &str) -> VdView {
         let vds: Vec<VdView> = self.get("/api/v1/vds");
         let names: Vec<&str> = vds.iter().map(|v| v.name.as_str()).collect();
-        vds.iter()
-            .find(|v| v.name == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no VD named {name:?}; VDs: {names:?}"))
+        vds.iter().find(|v| v.name == name).cloned().unwrap_or_else(|| panic!("no VD named {name:?}; VDs: {names:?}"))
     }
 
     /// Creates a VD with the default policies; it must succeed.
     pub fn create_vd(&self, level: &str, drives: &[u32], name: &str) -> VdView {
         let body = create_vd_body(level, drives, name);
-        self.api("POST", "/api/v1/vds", Some(&body)).expect(
-            201,
-            &format!("creating {level} {name:?} over slots {drives:?}"),
-        )
+        self.api("POST", "/api/v1/vds", Some(&body)).expect(201, &format!("creating {level} {name:?} over slots {drives:?}"))
     }
 
     /// The last lines of the daemon's output, for failure messages.
@@ -322,13 +258,8 @@ pub struct Reply {
 impl Reply {
     /// Decodes the body, after checking the status is `status`; `what` names the request.
     pub fn expect<T: DeserializeOwned>(&self, status: u16, what: &str) -> T {
-        assert_eq!(
-            self.status, status,
-            "{what}: HTTP {}, expected {status}; body: {}",
-            self.status, self.body
-        );
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("{what}: cannot decode {}: {e}", self.body))
+        assert_eq!(self.status, status, "{what}: HTTP {}, expected {status}; body: {}", self.status, self.body);
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{what}: cannot decode {}: {e}", self.body))
     }
 
     /// The message of an error answer, after checking the status is `status`.
@@ -351,28 +282,11 @@ pub fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> std:
     stream.write_all(request.as_bytes())?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;
-    let malformed = || {
-        std::io::Error::new(
-            ErrorKind::InvalidData,
-            format!("malformed HTTP answer: {answer:?}"),
-        )
-    };
+    let malformed = || std::io::Error::new(ErrorKind::InvalidData, format!("malformed HTTP answer: {answer:?}"));
     let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(malformed)?;
-    assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
-        "the test client reads no chunked bodies: {head}"
-    );
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(malformed)?;
-    Ok(Reply {
-        status,
-        body: body.to_string(),
-    })
+    assert!(!head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "the test client reads no chunked bodies: {head}");
+    let status = head.split(' ').nth(1).and_then(|code| code.parse().ok()).ok_or_else(malformed)?;
+    Ok(Reply { status, body: body.to_string() })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,9 +295,7 @@ pub fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> std:
 /// Fails the test, saying how to install it, if a client tool is missing: these tests must
 /// never pass by skipping.
 pub fn require_tool(tool: &str, debian_package: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-        .unwrap_or(false);
+    let found = std::env::var_os("PATH").map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file())).unwrap_or(false);
     assert!(
         found,
         "`{tool}` is not installed, and this test runs it as a real NBD client; install it with `apt-get install -y {debian_package}`"
@@ -392,9 +304,7 @@ pub fn require_tool(tool: &str, debian_package: &str) {
 
 /// Runs a command to completion and fails the test with its output if it fails.
 pub fn run(command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let output = command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
     assert!(
         output.status.success(),
         "{command:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
@@ -412,8 +322,7 @@ pub fn stdout(output: &Output) -> String {
 /// Writes `len_bytes` of deterministic pseudo-random bytes (xorshift64*, so a failure
 /// reproduces) to a new file, a chunk at a time.
 pub fn write_random_image(path: &Path, len_bytes: u64, seed: u64) {
-    let mut file =
-        File::create(path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+    let mut file = File::create(path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut chunk = vec![0u8; CHUNK_BYTES];
     let mut written_bytes = 0;
@@ -425,8 +334,7 @@ pub fn write_random_image(path: &Path, len_bytes: u64, seed: u64) {
             word.copy_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
         }
         let take_bytes = (len_bytes - written_bytes).min(CHUNK_BYTES as u64) as usize;
-        file.write_all(&chunk[..take_bytes])
-            .expect("write the image");
+        file.write_all(&chunk[..take_bytes]).expect("write the image");
         written_bytes += take_bytes as u64;
     }
     assert_eq!(file.metadata().expect("image metadata").len(), len_bytes);
@@ -442,10 +350,7 @@ pub fn nbdcopy_in(image: &Path, uri: &str) {
 /// bytes of `image` and is `export_size_bytes` long. Names the first byte that differs.
 pub fn assert_export_starts_with(uri: &str, image: &Path, export_size_bytes: u64) {
     if let Some(difference) = export_difference(uri, image, export_size_bytes) {
-        panic!(
-            "export {uri} does not hold {}: {difference}",
-            image.display()
-        );
+        panic!("export {uri} does not hold {}: {difference}", image.display());
     }
 }
 
@@ -460,60 +365,37 @@ pub fn export_difference(uri: &str, image: &Path, export_size_bytes: u64) -> Opt
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run nbdcopy {uri} -: {e}"));
-    let mut export =
-        BufReader::with_capacity(CHUNK_BYTES, nbdcopy.stdout.take().expect("piped stdout"));
+    let mut export = BufReader::with_capacity(CHUNK_BYTES, nbdcopy.stdout.take().expect("piped stdout"));
     let image_len_bytes = std::fs::metadata(image).expect("image metadata").len();
-    let mut expected =
-        BufReader::with_capacity(CHUNK_BYTES, File::open(image).expect("open the image"));
+    let mut expected = BufReader::with_capacity(CHUNK_BYTES, File::open(image).expect("open the image"));
     if let Some(difference) = compare_prefix(&mut export, &mut expected, image_len_bytes) {
         drop(export);
         let _ = nbdcopy.kill();
         let output = nbdcopy.wait_with_output().expect("nbdcopy status");
-        return Some(format!(
-            "{difference}\nnbdcopy stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
+        return Some(format!("{difference}\nnbdcopy stderr: {}", String::from_utf8_lossy(&output.stderr)));
     }
     let rest_bytes = std::io::copy(&mut export, &mut std::io::sink()).unwrap_or(0);
     drop(export);
     let output = nbdcopy.wait_with_output().expect("nbdcopy status");
-    assert!(
-        output.status.success(),
-        "nbdcopy {uri} - failed with {}: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "nbdcopy {uri} - failed with {}: {}", output.status, String::from_utf8_lossy(&output.stderr));
     let read_bytes = image_len_bytes + rest_bytes;
-    assert_eq!(
-        read_bytes, export_size_bytes,
-        "nbdcopy read {read_bytes} bytes from {uri}; the API says the VD has {export_size_bytes}"
-    );
+    assert_eq!(read_bytes, export_size_bytes, "nbdcopy read {read_bytes} bytes from {uri}; the API says the VD has {export_size_bytes}");
     None
 }
 
 /// Compares the first `len_bytes` of two streams; the first difference, described, if any.
-fn compare_prefix(
-    actual: &mut impl Read,
-    expected: &mut impl Read,
-    len_bytes: u64,
-) -> Option<String> {
+fn compare_prefix(actual: &mut impl Read, expected: &mut impl Read, len_bytes: u64) -> Option<String> {
     let mut actual_chunk = vec![0u8; CHUNK_BYTES];
     let mut expected_chunk = vec![0u8; CHUNK_BYTES];
     let mut offset_bytes = 0u64;
     while offset_bytes < len_bytes {
         let take_bytes = (len_bytes - offset_bytes).min(CHUNK_BYTES as u64) as usize;
-        expected
-            .read_exact(&mut expected_chunk[..take_bytes])
-            .expect("read the image");
+        expected.read_exact(&mut expected_chunk[..take_bytes]).expect("read the image");
         if let Err(error) = actual.read_exact(&mut actual_chunk[..take_bytes]) {
-            return Some(format!(
-                "the export ended ({error}) within the {take_bytes} bytes at offset {offset_bytes}"
-            ));
+            return Some(format!("the export ended ({error}) within the {take_bytes} bytes at offset {offset_bytes}"));
         }
         if let Some(i) = (0..take_bytes).find(|&i| actual_chunk[i] != expected_chunk[i]) {
-            let run_bytes = (i..take_bytes)
-                .take_while(|&j| actual_chunk[j] != expected_chunk[j])
-                .count();
+            let run_bytes = (i..take_bytes).take_while(|&j| actual_chunk[j] != expected_chunk[j]).count();
             return Some(format!(
                 "first difference at byte {} (read {:#04x}, expected {:#04x}; {run_bytes} differing bytes in a row)",
                 offset_bytes + i as u64,
@@ -529,9 +411,7 @@ fn compare_prefix(
 /// The lines of `nbdinfo --list` output for one export: from its heading to the next one.
 pub fn nbdinfo_section<'a>(listing: &'a str, export: &str) -> &'a str {
     let heading = format!("export=\"{export}\":");
-    let start = listing
-        .find(&heading)
-        .unwrap_or_else(|| panic!("no {heading} in nbdinfo's listing:\n{listing}"));
+    let start = listing.find(&heading).unwrap_or_else(|| panic!("no {heading} in nbdinfo's listing:\n{listing}"));
     let rest = &listing[start + heading.len()..];
     &rest[..rest.find("export=").unwrap_or(rest.len())]
 }
