@@ -10,6 +10,10 @@ const LEFT: f64 = 78.0;
 const RIGHT: f64 = 150.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 56.0;
+/// Rough width of one tick-label character, to decide when category labels would collide.
+const TICK_CHAR_PX: f64 = 6.5;
+/// Characters a slanted category label keeps: at -30 degrees that fits the bottom margin.
+const SLANTED_LABEL_CHARS_MAX: usize = 12;
 /// Colour-blind friendly (Okabe-Ito, then a few more).
 const COLOURS: [&str; 10] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#999933", "#882255", "#44aa99"];
 
@@ -194,10 +198,28 @@ impl Chart {
         let n = self.series.len().max(1) as f64;
         let bar_w = (group_w * 0.8 / n).min(60.0);
         let bottom = HEIGHT - BOTTOM;
+        // Labels wider than their group are slanted and shortened (the full name is in the
+        // tooltip and in the table under the chart), so that neighbours do not overprint.
+        let longest_px = self.categories.iter().map(|l| l.chars().count()).max().unwrap_or(0) as f64 * TICK_CHAR_PX;
+        let slant = longest_px > group_w;
         for (c, label) in self.categories.iter().enumerate() {
             let centre = LEFT + group_w * (c as f64 + 0.5);
-            let _ =
-                write!(out, r#"<text x="{centre:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#, bottom + 18.0, escape(label));
+            let _ = if slant {
+                let short: String = if label.chars().count() > SLANTED_LABEL_CHARS_MAX {
+                    label.chars().take(SLANTED_LABEL_CHARS_MAX - 1).chain(['…']).collect()
+                } else {
+                    label.clone()
+                };
+                write!(
+                    out,
+                    r#"<text class="tick" text-anchor="end" transform="translate({centre:.1} {:.1}) rotate(-30)"><title>{}</title>{}</text>"#,
+                    bottom + 12.0,
+                    escape(label),
+                    escape(&short)
+                )
+            } else {
+                write!(out, r#"<text x="{centre:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#, bottom + 18.0, escape(label))
+            };
         }
         for (i, s) in self.series.iter().enumerate() {
             let colour = COLOURS[i % COLOURS.len()];
