@@ -514,9 +514,16 @@ impl Controller {
         for slot in &record.member_slots {
             set_drive_state(&mut state.config, *slot, DriveState::UnconfiguredGood);
         }
-        // Dedicated spares of this drive group become global... no: MegaRAID drops them to UGood.
+        // A spare dedicated only to this drive group has nothing left to serve: it becomes
+        // unconfigured good (as on a MegaRAID), never silently global.
+        let dg = record.drive_group;
+        let orphaned: Vec<u32> = state.config.hot_spares.iter().filter(|h| h.dedicated_drive_groups == [dg]).map(|h| h.slot).collect();
+        state.config.hot_spares.retain(|h| !orphaned.contains(&h.slot));
         for spare in &mut state.config.hot_spares {
-            spare.dedicated_drive_groups.retain(|dg| *dg != record.drive_group);
+            spare.dedicated_drive_groups.retain(|g| *g != dg);
+        }
+        for slot in &orphaned {
+            set_drive_state(&mut state.config, *slot, DriveState::UnconfiguredGood);
         }
         let persisted = self.persist(&mut state);
         drop(state);

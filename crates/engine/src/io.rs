@@ -111,7 +111,8 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
     }
     let row = Row { map, pieces, lo: 0, hi: 0 }.with_columns(piece);
     let result = match (env.vd.geometry().span_kind(), write) {
-        (SpanKind::Stripe, _) => stripe_io(env, &row, &mut views, write).await,
+        // RAID0/JBOD never come here: serve_rows sends them through merged_io.
+        (SpanKind::Stripe, _) => unreachable!("stripe levels use the merged path"),
         (SpanKind::Mirror | SpanKind::OffsetMirror, false) => mirror_read(env, &row, &mut views).await,
         (SpanKind::Mirror | SpanKind::OffsetMirror, true) => mirror_write(env, &row, &mut views).await,
         (_, false) => parity_read(env, &row, &mut views).await,
@@ -331,33 +332,6 @@ fn stripe_error(env: &Env, error: AttemptError, buf: IoBuf) -> VdCompletion {
         AttemptError::Lost => Err(env.vd.offline_error()),
     };
     VdCompletion { result, buf: Some(buf) }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Stripe: RAID0 and JBOD.
-
-async fn stripe_io(env: &Env, row: &Row, views: &mut Vec<IoBuf>, write: bool) -> Result<(), VdError> {
-    let ops = row
-        .pieces
-        .iter()
-        .zip(std::mem::take(views))
-        .map(|(piece, buf)| {
-            let (member, strip_offset) = row.data_member(piece.strip_index);
-            let offset_bytes = strip_offset + piece.offset_in_strip_bytes;
-            let op = if write { DriveOp::Write { offset_bytes, buf } } else { DriveOp::Read { offset_bytes, buf } };
-            (member, op)
-        })
-        .collect();
-    let (bufs, error) = run_all(env, ops).await;
-    *views = bufs.into_iter().map(|b| b.expect("read/write returns its buffer")).collect();
-    match error {
-        None => Ok(()),
-        Some(AttemptError::Member { index, kind, error }) => {
-            env.vd.member_error(index, kind, &error);
-            Err(VdError::Unrecoverable { vd: env.vd.name().to_string(), member: index, error })
-        }
-        Some(AttemptError::Lost) => Err(env.vd.offline_error()),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -226,3 +226,17 @@ fn a_restart_does_not_forget_that_an_offline_member_missed_writes() {
     assert_eq!(vd.state(), VdState::Degraded);
     assert!(engine.read_at(&vd, 0, 1 << 20).unwrap().as_slice() == pattern(1 << 20, 6).as_slice());
 }
+
+/// Deleting a VD must not turn a spare dedicated to it into a global spare.
+#[test]
+fn a_spare_dedicated_to_a_deleted_vd_becomes_unconfigured_good() {
+    let engine = engine();
+    let controller = open(&engine, &drives(4));
+    controller.create_vd(spec(Level::Raid1, &[0, 1], "a")).unwrap();
+    controller.add_hot_spare(2, vec![0]).unwrap();
+    controller.add_hot_spare(3, vec![]).unwrap();
+    controller.delete_vd(0, false, false).unwrap();
+    assert_eq!(controller.slot(2).unwrap().state, DriveState::UnconfiguredGood);
+    assert!(controller.slot(2).unwrap().hot_spare_drive_groups.is_none());
+    assert_eq!(controller.slot(3).unwrap().hot_spare_drive_groups, Some(vec![]), "the global spare stays");
+}
