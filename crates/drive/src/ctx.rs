@@ -4,13 +4,18 @@
 //! Each engine shard owns one `IoCtx` and is the only thread that touches it, so nothing here is
 //! locked. Other threads wake a shard that sleeps in `poll` through its [`ShardWaker`], an eventfd
 //! the ring polls.
+//!
+//! Emulated drives complete on a timetable instead of a ring: one that knows an operation's due
+//! time at submit parks the completion here ([`IoCtx::complete_at`]); one whose queue decides
+//! later (a hard disk reordering its queue, NCQ) keeps the completion itself and registers as a
+//! [`DueSource`], which every `poll` asks for what has come due and when to ask again.
 
 use crate::{Completion, DriveError, IoBuf, Token};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,6 +77,23 @@ impl Ord for Delayed {
     }
 }
 
+/// Identifies contexts to the sources that hold completions for several of them.
+static NEXT_CTX_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Holds completions for contexts and releases them as time passes: a drive whose completion
+/// times are decided after submit, possibly by another thread's submit (a shared queue).
+pub(crate) trait DueSource: Send + Sync {
+    /// Moves the completions of context `ctx_id` that are due by now into `out`, and says when
+    /// to ask again: `None` once the source holds nothing more for that context.
+    fn release_due(&self, ctx_id: u64, out: &mut VecDeque<Completion>) -> Option<Instant>;
+}
+
+/// A source this context has operations in, and when it asked to be polled next.
+struct WatchedSource {
+    source: Arc<dyn DueSource>,
+    next_poll: Option<Instant>,
+}
+
 /// Something to do to a completion before the submitter sees it.
 pub(crate) enum Hook {
     Delay(Duration),
@@ -119,6 +141,10 @@ pub struct IoCtx {
     delay_sequence: u64,
     waker: Option<Arc<ShardWaker>>,
     waker_armed: bool,
+    id: u64,
+    sources: Vec<WatchedSource>,
+    /// Operations whose completions sources hold for this context.
+    held_by_sources: usize,
 }
 
 impl IoCtx {
@@ -146,6 +172,9 @@ impl IoCtx {
             delay_sequence: 0,
             waker: None,
             waker_armed: false,
+            id: NEXT_CTX_ID.fetch_add(1, Ordering::Relaxed),
+            sources: Vec::new(),
+            held_by_sources: 0,
         })
     }
 
@@ -198,6 +227,23 @@ impl IoCtx {
         let sequence = self.delay_sequence;
         self.delayed.push(Delayed { due, sequence });
         self.delayed_completions.insert(sequence, completion);
+    }
+
+    /// This context's identity, unique in the process, for sources that serve several.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// `source` now holds one more completion for this context and will release it through
+    /// [`DueSource::release_due`], which `poll` calls until the source says it holds nothing.
+    pub(crate) fn held_by(&mut self, source: Arc<dyn DueSource>) {
+        self.held_by_sources += 1;
+        let known = self.sources.iter_mut().find(|w| std::ptr::addr_eq(Arc::as_ptr(&w.source), Arc::as_ptr(&source)));
+        match known {
+            // Poll it now: the new operation may be due sooner than the source last said.
+            Some(watched) => watched.next_poll = Some(Instant::now()),
+            None => self.sources.push(WatchedSource { source, next_poll: Some(Instant::now()) }),
+        }
     }
 
     /// Queues a read or write on the ring; the buffer is kept until the CQE arrives.
@@ -264,15 +310,17 @@ impl IoCtx {
 
     /// Operations submitted on this context that have not completed yet (ring and delayed).
     pub fn in_flight(&self) -> usize {
-        self.in_ring + self.delayed_completions.len()
+        self.in_ring + self.delayed_completions.len() + self.held_by_sources
     }
 
     /// Moves finished completions into `out`. With `wait`, blocks until at least one completion
     /// is available or the waker fires (only when the caller has nothing else to do).
     pub fn poll(&mut self, out: &mut Vec<Completion>, wait: bool) {
+        self.release_from_sources();
         let must_wait = wait && self.ready.is_empty();
         self.submit_and_reap(must_wait);
         self.release_due_delays();
+        self.release_from_sources();
         while let Some(completion) = self.ready.pop_front() {
             self.finish(completion, out);
         }
@@ -285,7 +333,7 @@ impl IoCtx {
         if wait {
             self.arm_waker();
         }
-        let timeout = self.delayed.peek().map(|d| d.due.saturating_duration_since(Instant::now()));
+        let timeout = self.next_deadline().map(|due| due.saturating_duration_since(Instant::now()));
         let ring = self.ring.as_mut().expect("checked above");
         let result = match (wait, timeout) {
             (true, Some(timeout)) => {
@@ -409,12 +457,36 @@ impl IoCtx {
             let completion = self.delayed_completions.remove(&delayed.sequence).expect("parked");
             self.ready.push_back(completion);
         }
-        if self.ring.is_none() && !self.delayed.is_empty() && self.ready.is_empty() {
-            // No ring to sleep in: wait for the next deadline here.
-            let due = self.delayed.peek().expect("not empty").due;
-            std::thread::sleep(due.saturating_duration_since(now));
-            self.release_due_delays();
+        if self.ring.is_none() && self.ready.is_empty() {
+            if let Some(due) = self.next_deadline() {
+                // No ring to sleep in: wait for the next deadline here.
+                std::thread::sleep(due.saturating_duration_since(now));
+                self.release_from_sources();
+                self.release_due_delays();
+            }
         }
+    }
+
+    /// The earliest instant something parked here comes due or a source wants to be asked.
+    fn next_deadline(&self) -> Option<Instant> {
+        let sources = self.sources.iter().filter_map(|w| w.next_poll);
+        self.delayed.peek().map(|d| d.due).into_iter().chain(sources).min()
+    }
+
+    /// Asks every source whose time has come for this context's due completions.
+    fn release_from_sources(&mut self) {
+        if self.sources.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let before = self.ready.len();
+        for watched in &mut self.sources {
+            if watched.next_poll.is_some_and(|at| at <= now) {
+                watched.next_poll = watched.source.release_due(self.id, &mut self.ready);
+            }
+        }
+        self.held_by_sources -= self.ready.len() - before;
+        self.sources.retain(|w| w.next_poll.is_some());
     }
 }
 

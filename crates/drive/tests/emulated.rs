@@ -123,7 +123,7 @@ fn run_virtual(drive: &EmulatedDrive, clock: &VirtualClock, workload: Workload) 
 }
 
 fn check_within(what: &str, measured: f64, range: std::ops::RangeInclusive<f64>) {
-    println!("{what}: {measured:.1}");
+    println!("{what}: {measured:.3}");
     assert!(range.contains(&measured), "{what}: {measured:.1} is outside {range:?}");
 }
 
@@ -190,6 +190,33 @@ fn read_ahead_streams_sequential_reads_that_would_each_miss_a_revolution() {
     let unbuffered = measure("hdd:15k:8GiB,noreadahead", reads).mb_per_s();
     println!("15k sequential 64 KiB reads at QD1: {streamed:.1} MB/s with read-ahead, {unbuffered:.1} MB/s without");
     assert!(streamed > 190.0 && unbuffered < 20.0);
+}
+
+/// Two sequential readers far apart, taking turns with 2 ms of host think time between requests
+/// (as on the members of a striped array): the drive reads ahead for each while idle and keeps
+/// both segments, so after the first visits nearly every read is a buffer hit. With read-ahead
+/// off every read seeks to the other zone.
+#[test]
+fn interleaved_sequential_readers_each_keep_their_read_ahead_segment() {
+    let mean_read_us = |spec: &str| {
+        let (drive, clock) = virtual_drive(spec);
+        let mut ctx = IoCtx::without_ring();
+        let (reads, mut busy_ns) = (200u64, 0);
+        for index in 0..reads {
+            let zone_bytes = if index % 2 == 0 { 0 } else { 300 * GIB };
+            let offset_bytes = zone_bytes + index / 2 * 64 * KIB;
+            let started_ns = clock.now_ns();
+            drive.submit(&mut ctx, index, DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(64 << 10) });
+            run_until_complete(&drive, &clock, &mut ctx, 1);
+            busy_ns += clock.now_ns() - started_ns;
+            clock.advance_by(2_000_000);
+        }
+        busy_ns as f64 / reads as f64 / 1e3
+    };
+    let kept = mean_read_us("hdd:15k:600GiB");
+    let unbuffered = mean_read_us("hdd:15k:600GiB,noreadahead");
+    println!("two interleaved 64 KiB sequential readers: mean read {kept:.0} us with read-ahead, {unbuffered:.0} us without");
+    assert!(kept < 600.0 && unbuffered > 4000.0, "kept segments {kept:.0} us, no read-ahead {unbuffered:.0} us");
 }
 
 #[test]
@@ -340,6 +367,47 @@ fn with_the_real_clock_data_round_trips_and_completions_wait_for_their_due_time(
     }
     let iops = 40.0 / started.elapsed().as_secs_f64();
     check_within("15k random 8 KiB read IOPS at QD1, real clock", iops, 80.0..=260.0);
+}
+
+/// Real clock, two threads with a context each, sharing one drive: each submits `per_thread`
+/// random 8 KiB reads at once and waits for them. Returns the seconds taken and each thread's
+/// completion order (by token).
+fn queued_reads_from_two_threads(spec: &str, per_thread: u64) -> (f64, Vec<Vec<u64>>) {
+    let drive = Arc::new(EmulatedDrive::new(&EmulatedDriveSpec::parse(spec).unwrap(), Arc::new(RealClock::new())));
+    let capacity_bytes = drive.info().capacity_bytes;
+    let started = Instant::now();
+    let threads: Vec<_> = (0..2u64)
+        .map(|thread| {
+            let drive = Arc::clone(&drive);
+            std::thread::spawn(move || {
+                let mut ctx = IoCtx::without_ring();
+                let mut rng = Rng(11 + thread);
+                for token in 0..per_thread {
+                    let offset_bytes = rng.block_offset(capacity_bytes, 8 * KIB);
+                    drive.submit(&mut ctx, token, DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(8 << 10) });
+                }
+                let done = wait_for(&mut ctx, per_thread as usize);
+                assert!(done.iter().all(|c| c.result == Ok(())));
+                assert_eq!(ctx.in_flight(), 0);
+                done.iter().map(|c| c.token).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let orders = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    (started.elapsed().as_secs_f64(), orders)
+}
+
+/// With the real clock, commands queued from several contexts are reordered together (NCQ):
+/// 32 random reads finish well before the same reads served in arrival order (`qd=1`), and not
+/// in the order they were sent. (About 0.09 s against 0.17 s on an idle machine.)
+#[test]
+fn with_the_real_clock_queued_commands_from_several_contexts_are_reordered() {
+    let (fifo_s, fifo_orders) = queued_reads_from_two_threads("hdd:15k:600GiB,qd=1", 16);
+    let (ncq_s, ncq_orders) = queued_reads_from_two_threads("hdd:15k:600GiB", 16);
+    println!("32 random 8 KiB reads queued from two threads: {ncq_s:.3} s with NCQ, {fifo_s:.3} s in arrival order");
+    assert!(fifo_orders.iter().all(|order| order.windows(2).all(|w| w[0] < w[1])), "qd=1 serves in arrival order");
+    assert!(ncq_orders.iter().any(|order| !order.windows(2).all(|w| w[0] < w[1])), "NCQ served in arrival order: {ncq_orders:?}");
+    assert!(ncq_s < 0.75 * fifo_s, "NCQ took {ncq_s:.3} s, arrival order {fifo_s:.3} s");
 }
 
 #[test]

@@ -16,15 +16,18 @@
 //! - *Read look-ahead*: after a read from the platter the head keeps reading on into one segment
 //!   for as long as the drive has nothing else to do. A read that the segment already holds
 //!   completes from the buffer; one that starts inside it while the head is still streaming
-//!   completes when the stream reaches its end. Any other access stops the stream.
+//!   completes when the stream reaches its end. Any other access stops the stream. The cache
+//!   keeps the segments of the last few streams (`read_segments`, least recently used out), so
+//!   interleaved sequential readers each find what was read ahead for them; a write drops the
+//!   kept segments it overlaps.
 //! - *Write-back cache*: a write completes once its data crossed the link, and becomes a destage
 //!   job that the queue schedules like any command. A write that continues the destage in
 //!   progress (or waiting) joins it, so sequential writes reach the platter as one stream. When
 //!   dirty data would exceed the cache the write goes to the platter before it completes. A flush
 //!   completes once every destage queued before it is on the platter.
 //!
-//! Not modelled: head switches apart from seeks, reads served from dirty write-cache data, more
-//! than one read segment, thermal recalibration, errors and retries.
+//! Not modelled: head switches apart from seeks, reads served from dirty write-cache data, thermal
+//! recalibration, errors and retries.
 
 use super::geometry::{Platter, SeekCurve};
 use super::profiles::HddProfile;
@@ -137,6 +140,8 @@ pub(crate) struct HddModel {
     write_cache_bytes: u64,
     /// 0 when read look-ahead is off.
     read_ahead_bytes: u64,
+    /// Segments kept besides the one being read ahead.
+    kept_segments_max: usize,
     queue_depth: usize,
     capacity_bytes: u64,
 
@@ -147,6 +152,8 @@ pub(crate) struct HddModel {
     /// Where the last access left the head (the read-ahead moves it on from there).
     head_bytes: u64,
     read_ahead: Option<ReadAhead>,
+    /// Earlier look-ahead segments as `[start, end)` byte ranges, most recently used last.
+    kept_segments: VecDeque<(u64, u64)>,
     last_access: Option<LastAccess>,
     /// Decided destages as (end, bytes), in decision order, so with ends rising.
     destaging: VecDeque<(u64, u64)>,
@@ -169,6 +176,7 @@ impl HddModel {
             interface_ns_per_byte: 1e3 / profile.interface_mb_per_s,
             write_cache_bytes: if config.write_cache { profile.write_cache_bytes } else { 0 },
             read_ahead_bytes: if config.read_ahead { profile.read_ahead_bytes } else { 0 },
+            kept_segments_max: if config.read_ahead { profile.read_segments.saturating_sub(1) } else { 0 },
             queue_depth: config.queue_depth,
             capacity_bytes: config.capacity_bytes,
             pending: VecDeque::new(),
@@ -176,6 +184,7 @@ impl HddModel {
             free_at_ns: 0,
             head_bytes: 0,
             read_ahead: None,
+            kept_segments: VecDeque::new(),
             last_access: None,
             destaging: VecDeque::new(),
             destaging_bytes: 0,
@@ -220,16 +229,48 @@ impl HddModel {
 
     /// A read the look-ahead buffer holds whole completes without the head.
     fn try_buffer_read(&mut self, command: Command, decided: &mut Vec<Due>) -> bool {
-        let Some(read_ahead) = &self.read_ahead else { return false };
         let at_ns = command.arrival_ns;
         let end_bytes = command.offset_bytes + command.len_bytes;
-        if !read_ahead.holds_start_of(&self.platter, &command, at_ns) || read_ahead.held_end_bytes(&self.platter, at_ns) < end_bytes {
+        let in_stream = self.read_ahead.as_ref().is_some_and(|read_ahead| {
+            read_ahead.holds_start_of(&self.platter, &command, at_ns) && read_ahead.held_end_bytes(&self.platter, at_ns) >= end_bytes
+        });
+        if !in_stream && !self.use_kept_segment(command.offset_bytes, end_bytes) {
             return false;
         }
         let due_ns = at_ns + self.command_overhead_ns + self.link_ns(command.len_bytes);
         decided.push(Due { id: command.id, due_ns });
-        self.keep_reading_ahead(end_bytes, at_ns);
+        if in_stream {
+            self.keep_reading_ahead(end_bytes, at_ns);
+        }
         true
+    }
+
+    /// Whether a kept segment holds `[start, end)` whole; if so it becomes the most recent.
+    fn use_kept_segment(&mut self, start_bytes: u64, end_bytes: u64) -> bool {
+        let Some(index) = self.kept_segments.iter().position(|&(s, e)| s <= start_bytes && end_bytes <= e) else {
+            return false;
+        };
+        let segment = self.kept_segments.remove(index).expect("found above");
+        self.kept_segments.push_back(segment);
+        true
+    }
+
+    /// The stream being read ahead stops for good: what it read stays in a kept segment.
+    fn keep_segment(&mut self, at_ns: u64) {
+        let Some(read_ahead) = self.read_ahead.take() else { return };
+        let end_bytes = read_ahead.held_end_bytes(&self.platter, at_ns);
+        if self.kept_segments_max == 0 || end_bytes <= read_ahead.segment_start_bytes {
+            return;
+        }
+        if self.kept_segments.len() == self.kept_segments_max {
+            self.kept_segments.pop_front();
+        }
+        self.kept_segments.push_back((read_ahead.segment_start_bytes, end_bytes));
+    }
+
+    /// A write makes what kept segments hold of its range stale.
+    fn drop_kept_segments(&mut self, start_bytes: u64, end_bytes: u64) {
+        self.kept_segments.retain(|&(s, e)| e <= start_bytes || end_bytes <= s);
     }
 
     /// A write the cache has room for completes once its data crossed the link.
@@ -336,6 +377,15 @@ impl HddModel {
     }
 
     fn plan_from_read_ahead(&self, job: &Job, at_ns: u64) -> Option<Plan> {
+        let (start_bytes, end_bytes) = (job.command.offset_bytes, job.end_bytes());
+        if self.kept_segments.iter().any(|&(s, e)| s <= start_bytes && end_bytes <= e) {
+            let ready_ns = self.ready_ns(job, at_ns);
+            return Some(Plan {
+                access: Access::Buffer,
+                transfer_start_ns: ready_ns as f64,
+                end_ns: ready_ns + self.link_ns(job.command.len_bytes),
+            });
+        }
         let read_ahead = self.read_ahead.as_ref()?;
         if !read_ahead.holds_start_of(&self.platter, &job.command, at_ns) {
             return None;
@@ -397,6 +447,7 @@ impl HddModel {
         self.head_bytes = job.end_bytes();
         self.last_access = Some(LastAccess { origin: job.origin, end_bytes: job.end_bytes(), end_ns: plan.end_ns });
         if job.command.kind == OpKind::Read && self.read_ahead_bytes > 0 {
+            self.keep_segment(at_ns);
             self.read_ahead = Some(ReadAhead {
                 segment_start_bytes: job.command.offset_bytes,
                 stream_from_bytes: job.end_bytes(),
@@ -432,7 +483,10 @@ impl TimingModel for HddModel {
                 self.arrive_flush(command, decided);
                 true
             }
-            OpKind::Write => self.try_cache_write(command, decided),
+            OpKind::Write => {
+                self.drop_kept_segments(command.offset_bytes, command.offset_bytes + command.len_bytes);
+                self.try_cache_write(command, decided)
+            }
             OpKind::Read => self.try_buffer_read(command, decided),
         };
         if !served_at_once {

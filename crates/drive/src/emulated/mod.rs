@@ -5,17 +5,20 @@
 //! # Time and delivery
 //! A drive reads the time from a [`Clock`] and computes each completion's due time from its
 //! model, whose state (head position, platter angle, queue, caches, busy units) sits behind one
-//! mutex shared by every submitting thread.
+//! mutex shared by every submitting thread. The model decides as a real drive does: when it
+//! becomes free, among the commands that have arrived by then (a hard disk picks the one it can
+//! reach soonest, NCQ), so a command's due time may be settled after its submit, and by another
+//! thread's call. Whoever reaches the model first takes every decision due by its `now`, in
+//! time order, so the result does not depend on which thread that is.
 //!
-//! - With a [`RealClock`] the due time must be known at submit: the completion goes to the
-//!   caller's `IoCtx`, which holds it until that instant (`IoCtx::complete_at`), and no later
-//!   call reaches the drive on the caller's thread to change it. The drive therefore decides
-//!   each command when it arrives, and a hard disk serves in arrival order: **no NCQ reordering
-//!   with the real clock**. Caches, zones, seeks and rotation all apply.
-//! - With a [`VirtualClock`] the drive keeps completions until the simulator asks for them, so it
-//!   decides as a real drive does: when it becomes free, among what has arrived by then. The
-//!   simulator runs on one thread with one `IoCtx` and loops: `next_due_ns()` says when the drive
-//!   next has something to report or to decide; it advances the clock there and calls
+//! - With a [`RealClock`], a command decided at submit (an idle drive, a cache hit, any SSD
+//!   command) goes to the caller's `IoCtx` with its due instant (`IoCtx::complete_at`). One that
+//!   waits in the queue stays with the drive, which registers with that `IoCtx` as a
+//!   `DueSource`: each `poll` of the context asks the drive for its due completions and is told
+//!   when to ask again (the next decision, or the next due time), and sleeps until then.
+//! - With a [`VirtualClock`] the drive keeps every completion until the simulator asks for them.
+//!   The simulator runs on one thread with one `IoCtx` and loops: `next_due_ns()` says when the
+//!   drive next has something to report or to decide; it advances the clock there and calls
 //!   `poll_due(ctx)`, which completes into `ctx` everything due by then; `ctx.poll` returns it.
 //!
 //! # Models
@@ -37,12 +40,14 @@ mod ssd;
 pub use clock::{Clock, RealClock, VirtualClock};
 pub use spec::{EmulatedClass, EmulatedDriveSpec};
 
+use crate::ctx::DueSource;
 use crate::{check_op_range, Completion, Drive, DriveInfo, DriveKind, DriveOp, IoCtx, MemDrive, OpKind, Token};
 use hdd::{HddConfig, HddModel};
 use spec::Profile;
 use ssd::SsdModel;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// One operation as a timing model sees it: where, how much, when; no data.
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +83,11 @@ pub struct EmulatedDrive {
     info: DriveInfo,
     class: EmulatedClass,
     store: MemDrive,
+    timing: Arc<Timing>,
+}
+
+/// The model and the completions the drive holds, shared with the contexts it holds them for.
+struct Timing {
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
 }
@@ -85,15 +95,17 @@ pub struct EmulatedDrive {
 struct State {
     model: Box<dyn TimingModel>,
     next_command_id: u64,
-    /// Virtual clock: completions the drive holds until they are due, by command id.
+    /// Completions the drive holds until they are due, by command id.
     held: HashMap<u64, Held>,
-    /// Virtual clock: the context every completion goes to (its address, for a clear panic).
-    owner_ctx: Option<usize>,
+    /// Virtual clock: the context every completion goes to while any is held (for a clear panic).
+    owner_ctx: Option<u64>,
 }
 
 struct Held {
     completion: Completion,
     due_ns: Option<u64>,
+    /// The id of the context the completion goes to.
+    ctx_id: u64,
 }
 
 impl EmulatedDrive {
@@ -102,7 +114,7 @@ impl EmulatedDrive {
         let store = MemDrive::named(name.clone(), spec.capacity_bytes);
         let info = DriveInfo { name, kind: DriveKind::Emulated, capacity_bytes: spec.capacity_bytes, direct_io: true };
         let state = State { model: build_model(spec), next_command_id: 0, held: HashMap::new(), owner_ctx: None };
-        EmulatedDrive { info, class: spec.class, store, clock, state: Mutex::new(state) }
+        EmulatedDrive { info, class: spec.class, store, timing: Arc::new(Timing { clock, state: Mutex::new(state) }) }
     }
 
     /// The datasheet model this drive behaves like.
@@ -113,8 +125,8 @@ impl EmulatedDrive {
     /// Virtual clock: the next instant at which the drive has a completion due or a decision to
     /// take; `None` when it is idle. Already-due completions give a time at or before now.
     pub fn next_due_ns(&self) -> Option<u64> {
-        let mut state = self.lock();
-        state.decide_until(self.clock.now_ns());
+        let mut state = self.timing.lock();
+        state.decide_until(self.timing.clock.now_ns());
         let held = state.held.values().filter_map(|held| held.due_ns).min();
         [held, state.model.next_decision_ns()].into_iter().flatten().min()
     }
@@ -125,11 +137,11 @@ impl EmulatedDrive {
     /// # Panics
     /// If operations were submitted on another context: the simulator has exactly one.
     pub fn poll_due(&self, ctx: &mut IoCtx) -> usize {
-        if !self.is_virtual() {
+        if !self.timing.is_virtual() {
             return 0;
         }
-        let now_ns = self.clock.now_ns();
-        let mut state = self.lock();
+        let now_ns = self.timing.clock.now_ns();
+        let mut state = self.timing.lock();
         state.claim_owner(ctx);
         state.decide_until(now_ns);
         let mut due: Vec<(u64, u64)> =
@@ -139,16 +151,6 @@ impl EmulatedDrive {
             ctx.complete(state.held.remove(id).expect("listed above").completion);
         }
         due.len()
-    }
-
-    /// Whether the drive holds completions for the simulator (virtual clock) rather than handing
-    /// them to the caller's `IoCtx` with their due instant (real clock).
-    fn is_virtual(&self) -> bool {
-        self.clock.wall_instant(0).is_none()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("emulated drive state poisoned")
     }
 
     /// Reads or writes the data now, on a private context: the model only decides when the
@@ -184,10 +186,13 @@ impl State {
         self.next_command_id
     }
 
+    /// A drive holding nothing may pass to another context (a simulator that starts afresh).
     fn claim_owner(&mut self, ctx: &IoCtx) {
-        let address = ctx as *const IoCtx as usize;
-        let owner = *self.owner_ctx.get_or_insert(address);
-        assert_eq!(owner, address, "an emulated drive on a virtual clock serves one IoCtx (the simulator's)");
+        if self.held.is_empty() {
+            self.owner_ctx = Some(ctx.id());
+        }
+        let owner = *self.owner_ctx.get_or_insert(ctx.id());
+        assert_eq!(owner, ctx.id(), "an emulated drive on a virtual clock serves one IoCtx (the simulator's)");
     }
 
     /// Virtual clock: takes the decisions due by `horizon_ns` and notes the due times.
@@ -218,27 +223,76 @@ impl Drive for EmulatedDrive {
         let kind = op.kind();
         let (offset_bytes, len_bytes) = op.range_bytes().unwrap_or((0, 0));
         let completion = self.store_now(token, op);
-        let mut state = self.lock();
+        let mut state = self.timing.lock();
         // Read under the lock, so that racing shards reach the model in time order.
-        let arrival_ns = self.clock.now_ns();
+        let arrival_ns = self.timing.clock.now_ns();
         let command = Command { id: state.next_id(), kind, offset_bytes, len_bytes, arrival_ns };
-        match self.is_virtual() {
-            false => self.submit_real(&mut state, ctx, command, completion),
-            true => submit_virtual(&mut state, ctx, command, completion),
+        match self.timing.clock.wall_instant(0).is_some() {
+            true => self.submit_real(state, ctx, command, completion),
+            false => submit_virtual(&mut state, ctx, command, completion),
         }
     }
 }
 
 impl EmulatedDrive {
-    /// Decides the command at once (earlier ones were decided at their own submit) and lets the
-    /// context hold its completion until it is due.
-    fn submit_real(&self, state: &mut State, ctx: &mut IoCtx, command: Command, completion: Completion) {
-        let mut decided = Vec::with_capacity(1);
+    /// Takes the decisions due by now; a command decided at once goes to the context with its
+    /// due instant, one left in the queue stays here until a later decision (see the module docs).
+    fn submit_real(&self, mut state: std::sync::MutexGuard<'_, State>, ctx: &mut IoCtx, command: Command, completion: Completion) {
+        let mut decided = Vec::new();
+        state.decide_until(command.arrival_ns);
         state.model.arrive(command, &mut decided);
-        state.model.decide_until(u64::MAX, &mut decided);
-        assert!(matches!(decided[..], [Due { id, .. }] if id == command.id), "only the new command is decided: {decided:?}");
-        let due = self.clock.wall_instant(decided[0].due_ns).expect("a real clock has instants");
-        ctx.complete_at(completion, due);
+        state.model.decide_until(command.arrival_ns, &mut decided);
+        let own_due = decided.iter().position(|d| d.id == command.id).map(|index| decided.swap_remove(index));
+        state.note_due(&decided);
+        match own_due {
+            Some(due) => {
+                drop(state);
+                ctx.complete_at(completion, self.timing.clock.wall_instant(due.due_ns).expect("a real clock has instants"));
+            }
+            None => {
+                state.held.insert(command.id, Held { completion, due_ns: None, ctx_id: ctx.id() });
+                drop(state);
+                ctx.held_by(Arc::clone(&self.timing) as Arc<dyn DueSource>);
+            }
+        }
+    }
+}
+
+impl Timing {
+    /// Whether the drive holds every completion for the simulator (virtual clock).
+    fn is_virtual(&self) -> bool {
+        self.clock.wall_instant(0).is_none()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("emulated drive state poisoned")
+    }
+}
+
+impl DueSource for Timing {
+    /// Decides what is due by now, hands over the context's due completions earliest first, and
+    /// names the next instant that can change anything for the context: one of its completions
+    /// coming due, or the next decision while any of its commands still waits to be decided.
+    fn release_due(&self, ctx_id: u64, out: &mut VecDeque<Completion>) -> Option<Instant> {
+        let now_ns = self.clock.now_ns();
+        let mut state = self.lock();
+        state.decide_until(now_ns);
+        let mut due: Vec<(u64, u64)> = state
+            .held
+            .iter()
+            .filter(|(_, held)| held.ctx_id == ctx_id)
+            .filter_map(|(id, held)| held.due_ns.filter(|d| *d <= now_ns).map(|d| (d, *id)))
+            .collect();
+        due.sort_unstable();
+        for (_, id) in due {
+            out.push_back(state.held.remove(&id).expect("listed above").completion);
+        }
+        let mut next_ns: Option<u64> = None;
+        for held in state.held.values().filter(|held| held.ctx_id == ctx_id) {
+            let at_ns = held.due_ns.or_else(|| state.model.next_decision_ns()).unwrap_or(now_ns);
+            next_ns = Some(next_ns.map_or(at_ns, |n| n.min(at_ns)));
+        }
+        next_ns.map(|at_ns| self.clock.wall_instant(at_ns).expect("a real clock has instants"))
     }
 }
 
@@ -246,7 +300,7 @@ impl EmulatedDrive {
 fn submit_virtual(state: &mut State, ctx: &IoCtx, command: Command, completion: Completion) {
     state.claim_owner(ctx);
     state.decide_until(command.arrival_ns);
-    state.held.insert(command.id, Held { completion, due_ns: None });
+    state.held.insert(command.id, Held { completion, due_ns: None, ctx_id: ctx.id() });
     let mut decided = Vec::new();
     state.model.arrive(command, &mut decided);
     state.model.decide_until(command.arrival_ns, &mut decided);

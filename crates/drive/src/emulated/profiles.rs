@@ -25,6 +25,9 @@ pub(crate) struct HddProfile {
     pub(crate) write_cache_bytes: u64,
     /// How far the drive reads on after a read while it has nothing else to do.
     pub(crate) read_ahead_bytes: u64,
+    /// Read segments the cache keeps: the stream being read ahead and the latest ones before it,
+    /// so that a few interleaved sequential streams each find their data read ahead.
+    pub(crate) read_segments: usize,
     /// Commands the drive reorders among (SATA NCQ and SAS drives of this class: 32).
     pub(crate) queue_depth_max: u32,
 }
@@ -44,6 +47,7 @@ pub(crate) const HDD_15K: HddProfile = HddProfile {
     interface_mb_per_s: 600.0,   // manual §4.2.3: SAS maximum instantaneous rate 600 MB/s per port
     write_cache_bytes: 16 * MIB, // memory: 16 MB cache
     read_ahead_bytes: 2 * MIB,   // estimate: one segment of the cache
+    read_segments: 8,            // estimate: the 16 MB cache in read-ahead-sized segments
     queue_depth_max: 32,
 };
 
@@ -63,6 +67,7 @@ pub(crate) const HDD_10K: HddProfile = HddProfile {
     interface_mb_per_s: 600.0,
     write_cache_bytes: 16 * MIB, // memory: 16 MB cache
     read_ahead_bytes: 2 * MIB,
+    read_segments: 8, // estimate, as for the 15K.7
     queue_depth_max: 32,
 };
 
@@ -82,6 +87,7 @@ pub(crate) const HDD_7200: HddProfile = HddProfile {
     interface_mb_per_s: 600.0,    // manual §4.1.2: 600 MB/s per port
     write_cache_bytes: 128 * MIB, // memory: 128 MB cache
     read_ahead_bytes: 2 * MIB,
+    read_segments: 8, // estimate, as for the 15K.7
     queue_depth_max: 32,
 };
 
