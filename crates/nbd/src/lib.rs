@@ -11,7 +11,8 @@
 //! - [`Server`]: listeners on Unix sockets and TCP; per connection, the handshake, then the
 //!   transmission phase.
 //! - [`Client`] and [`NbdUri`]: a blocking, pipelining client for storc's benchmark and tests.
-//! - [`testing::MemDevice`]: a `Vec`-backed device to test the server alone.
+//! - [`testing::MemDevice`]: a `Vec`-backed device to test the server alone;
+//!   [`testing::Nbdkit`]: nbdkit on a Unix socket, to test the client and the benchmark.
 //!
 //! # Design decisions
 //!

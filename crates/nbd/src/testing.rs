@@ -1,8 +1,11 @@
 //! Devices for testing the server alone, and for other crates' tests that need an NBD export
-//! without the engine.
+//! without the engine; and nbdkit as a third-party server for the client and the benchmark.
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::device::{BlockDevice, Done, IoError, ReadDone};
 
@@ -131,4 +134,100 @@ impl BlockDevice for MemDevice {
         self.counters.write_zeroes.fetch_add(1, Ordering::Relaxed);
         done(self.zero(offset, len_bytes));
     }
+}
+
+/// nbdkit serving on a Unix socket of its own, for tests that check storc against a third-party
+/// NBD server. Dropping it kills nbdkit; [`Nbdkit::stop`] ends it with SIGTERM instead, so that
+/// filters that report at exit (`--filter=stats`) write their files.
+pub struct Nbdkit {
+    child: Option<Child>,
+    dir: PathBuf,
+    socket_path: PathBuf,
+}
+
+/// From spawn until the socket exists, and from SIGTERM until nbdkit has exited.
+const NBDKIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Nbdkit {
+    /// Runs `nbdkit --foreground --exit-with-parent --unix SOCKET ARGS...`: `args` are further
+    /// options, filters, the plugin and its parameters (`["memory", "size=1G"]`).
+    ///
+    /// # Panics
+    /// If nbdkit is not installed (the message says how to install it: a test that needs it
+    /// must fail, never skip), or it does not create its socket within 10 s.
+    pub fn start(args: &[&str]) -> Nbdkit {
+        let installed = std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nbdkit").is_file()));
+        assert!(
+            installed,
+            "nbdkit is not installed, and this test runs it as a real NBD server; install it with `apt-get install -y nbdkit`"
+        );
+        let dir = unique_temp_dir("nbdkit");
+        let socket_path = dir.join("nbdkit.sock");
+        let child = Command::new("nbdkit")
+            .args(["--foreground", "--exit-with-parent", "--unix"])
+            .arg(&socket_path)
+            .args(args)
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start nbdkit {args:?}: {error}"));
+        let nbdkit = Nbdkit { child: Some(child), dir, socket_path };
+        let deadline = Instant::now() + NBDKIT_TIMEOUT;
+        while !nbdkit.socket_path.exists() {
+            assert!(Instant::now() < deadline, "nbdkit {args:?} did not create {}", nbdkit.socket_path.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        nbdkit
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket_path
+    }
+
+    /// `nbd+unix:///?socket=PATH`, the default export.
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket_path.display())
+    }
+
+    /// Sends SIGTERM and waits for nbdkit to exit: it closes its connections, unloads its
+    /// filters (the stats filter writes its file then) and exits 0.
+    ///
+    /// # Panics
+    /// If nbdkit was already stopped, does not exit within 10 s, or exits with an error.
+    pub fn stop(&mut self) {
+        let mut child = self.child.take().expect("nbdkit is running");
+        let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+        // SAFETY: kill(2) on our own child, not reaped yet, so the pid is still its own.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill(SIGTERM): {}", std::io::Error::last_os_error());
+        let deadline = Instant::now() + NBDKIT_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("nbdkit's exit status") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("nbdkit did not exit within {NBDKIT_TIMEOUT:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(status.success(), "nbdkit exited with {status} on SIGTERM");
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A new directory under the system's temp dir, unique to this process and call.
+fn unique_temp_dir(name: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("storc-{name}-{}-{unique}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("cannot create {}: {error}", dir.display()));
+    dir
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use nbd::proto::{self, Command, InfoRequest};
-use nbd::testing::MemDevice;
+use nbd::testing::{MemDevice, Nbdkit};
 use nbd::{BlockDevice, Client, ClientConfig, ClientError, Done, Export, NbdUri, ReadDone, Server, ServerHandle};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -516,30 +516,10 @@ fn shutdown_waits_for_in_flight_requests() {
 
 // ---- The client against a third-party server ---------------------------------------------------
 
-/// nbdkit's memory plugin, killed (by its pid) when dropped.
-struct Nbdkit(std::process::Child);
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn client_round_trips_against_nbdkit() {
-    require_tool("nbdkit", "nbdkit");
-    let dir = TempDir::new("nbdkit");
-    let socket_path = dir.join("nbdkit.sock");
-    let child = std::process::Command::new("nbdkit")
-        .args(["--foreground", "--exit-with-parent", "--unix"])
-        .arg(&socket_path)
-        .args(["memory", "size=8M"])
-        .spawn()
-        .expect("cannot start nbdkit");
-    let _nbdkit = Nbdkit(child);
-    assert!(wait_until(TIMEOUT, || socket_path.exists()), "nbdkit did not create its socket");
-    let uri = NbdUri::Unix { socket_path, export_name: String::new() };
+    let nbdkit = Nbdkit::start(&["memory", "size=8M"]);
+    let uri = NbdUri::Unix { socket_path: nbdkit.socket_path().to_path_buf(), export_name: String::new() };
     for structured_replies in [false, true] {
         let mut client = Client::connect(&uri, &ClientConfig { structured_replies }).unwrap();
         assert_eq!(client.export().size_bytes, 8 * MIB);

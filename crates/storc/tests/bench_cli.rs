@@ -2,10 +2,10 @@
 //! its process, and nbdkit as an NBD server (`apt-get install -y nbdkit`; a missing nbdkit fails
 //! the test, it never skips).
 
+use nbd::testing::Nbdkit;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 fn storc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_storc")).args(args).output().expect("cannot run storc")
@@ -21,46 +21,6 @@ fn scratch_dir(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("storc-bench-cli-{name}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// nbdkit serving `plugin` on a Unix socket, killed (by its pid) when dropped.
-struct Nbdkit {
-    child: Child,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-impl Nbdkit {
-    fn start(plugin: &[&str]) -> Nbdkit {
-        let found = std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nbdkit").is_file()));
-        assert!(found, "nbdkit is not installed, and this test benchmarks a real NBD server; install it with `apt-get install -y nbdkit`");
-        let dir = scratch_dir("nbdkit");
-        let socket = dir.join("nbdkit.sock");
-        let child = Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(&socket)
-            .args(plugin)
-            .spawn()
-            .expect("cannot start nbdkit");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "nbdkit did not create {}", socket.display());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Nbdkit { child, dir, socket }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 fn read_json(path: &Path) -> serde_json::Value {
