@@ -3,11 +3,12 @@
 //! The client is blocking, so each connection is one thread that owns it: it takes requests
 //! from a channel, pipelines them on the socket and runs each request's completion callback
 //! itself. A closed-loop worker's next request is submitted from that callback, i.e. on the
-//! same thread, so it goes out before the thread blocks for the next reply: the connection keeps
+//! same thread, so it goes out before the thread waits for the next reply: the connection keeps
 //! the worker's queue depth in flight with no thread hop. Requests from other threads (the
-//! open-loop pacer) wait in the channel until the thread next wakes, at a reply or when idle;
-//! their latency is measured from their intended time all the same, so that delay is counted,
-//! never hidden.
+//! open-loop pacer) must not wait for the next reply: while they keep coming, the thread sleeps
+//! in `poll(2)` on the socket and an eventfd they signal, and sends them at once. Once none came
+//! for [`FOREIGN_QUIET_REPLIES`] replies (a closed loop after its first requests) it blocks in
+//! `read(2)` alone again, which saves a system call per reply (5-10% at 4 KiB).
 //!
 //! A read's data arrives in a buffer of the client's own; it is copied into the worker's buffer
 //! only when the worker checks it (`--verify`). Otherwise nothing looks at it, and the copy
@@ -33,7 +34,7 @@
 
 use crate::spec::AccessSpec;
 use crate::target::{IoDone, Target};
-use drive::IoBuf;
+use drive::{IoBuf, ShardWaker};
 use nbd::{Client, ClientConfig, NbdUri};
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -49,6 +50,9 @@ pub const PAYLOAD_IN_FLIGHT_BYTES_MAX: u64 = 32 << 20;
 /// Write bytes in flight beside reads: well under what the socket buffers of a Unix socket
 /// (208 KiB by default) or a loopback TCP connection (16 KiB send + 128 KiB receive) hold.
 pub const MIXED_WRITE_BYTES_IN_FLIGHT_MAX: u64 = 64 << 10;
+/// Replies after the last request from another thread before the connection stops watching
+/// for more such requests while replies are due.
+pub const FOREIGN_QUIET_REPLIES: u32 = 256;
 /// The largest request sent when the server does not say (the NBD spec's usual maximum).
 const REQUEST_BYTES_MAX_DEFAULT: u64 = 32 << 20;
 
@@ -94,10 +98,14 @@ pub struct NbdTarget {
 struct Connection {
     id: usize,
     sender: Option<Sender<Request>>,
+    /// Wakes the connection's thread from `poll(2)` when another thread queued a request.
+    waker: Arc<ShardWaker>,
     thread: Option<JoinHandle<()>>,
 }
 
 struct Request {
+    /// Submitted by a thread other than the connection's own.
+    foreign: bool,
     write: bool,
     offset_bytes: u64,
     buf: IoBuf,
@@ -121,14 +129,16 @@ impl NbdTarget {
             let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
             let (sender, receiver) = mpsc::channel();
             let deliver_reads = Arc::clone(&deliver_reads);
+            let waker = ShardWaker::new();
+            let loop_waker = Arc::clone(&waker);
             let thread = std::thread::Builder::new()
                 .name(format!("bench-nbd-{id}"))
                 .spawn(move || {
                     CURRENT_CONNECTION.with(|c| c.set(id));
-                    ConnectionLoop::new(client, receiver, request_bytes_max, deliver_reads).run();
+                    ConnectionLoop::new(client, receiver, loop_waker, request_bytes_max, deliver_reads).run();
                 })
                 .map_err(|e| format!("cannot start an NBD connection thread: {e}"))?;
-            connections.push(Connection { id, sender: Some(sender), thread: Some(thread) });
+            connections.push(Connection { id, sender: Some(sender), waker, thread: Some(thread) });
         }
         Ok(NbdTarget { uri: uri_text.to_string(), export_bytes, connections, next_connection: AtomicUsize::new(0), deliver_reads })
     }
@@ -162,10 +172,17 @@ impl Target for NbdTarget {
     }
 
     fn submit(&self, write: bool, offset_bytes: u64, buf: IoBuf, done: IoDone) {
-        let request = Request { write, offset_bytes, buf, done };
-        let sender = self.pick_connection().sender.as_ref().expect("senders live until drop");
+        let connection = self.pick_connection();
+        let foreign = CURRENT_CONNECTION.with(Cell::get) != connection.id;
+        let request = Request { foreign, write, offset_bytes, buf, done };
+        let sender = connection.sender.as_ref().expect("senders live until drop");
         if let Err(mpsc::SendError(request)) = sender.send(request) {
-            (request.done)(Err("the NBD connection thread has stopped".into()), request.buf);
+            return (request.done)(Err("the NBD connection thread has stopped".into()), request.buf);
+        }
+        // The connection's own thread is awake (it is running a completion); any other caller
+        // may find it asleep in poll(2).
+        if foreign {
+            connection.waker.wake();
         }
     }
 }
@@ -176,6 +193,7 @@ impl Drop for NbdTarget {
     fn drop(&mut self) {
         for connection in &mut self.connections {
             connection.sender.take();
+            connection.waker.wake();
         }
         let current = CURRENT_CONNECTION.with(Cell::get);
         for connection in &mut self.connections {
@@ -197,6 +215,7 @@ struct InFlight {
 struct ConnectionLoop {
     client: Client,
     receiver: Receiver<Request>,
+    waker: Arc<ShardWaker>,
     request_bytes_max: u64,
     deliver_reads: Arc<AtomicBool>,
     /// Arrived, waiting for room in flight.
@@ -209,6 +228,8 @@ struct ConnectionLoop {
     /// Reads in flight (whole requests).
     read_count: usize,
     next_request_id: u64,
+    /// Replies left before the connection stops watching for requests from other threads.
+    foreign_watch_replies: u32,
     /// Set once the channel is closed: finish what is in flight, then stop.
     closing: bool,
     /// Set once the connection failed: every request fails at once with this.
@@ -216,10 +237,17 @@ struct ConnectionLoop {
 }
 
 impl ConnectionLoop {
-    fn new(client: Client, receiver: Receiver<Request>, request_bytes_max: u64, deliver_reads: Arc<AtomicBool>) -> ConnectionLoop {
+    fn new(
+        client: Client,
+        receiver: Receiver<Request>,
+        waker: Arc<ShardWaker>,
+        request_bytes_max: u64,
+        deliver_reads: Arc<AtomicBool>,
+    ) -> ConnectionLoop {
         ConnectionLoop {
             client,
             receiver,
+            waker,
             request_bytes_max,
             deliver_reads,
             queued: VecDeque::new(),
@@ -229,6 +257,7 @@ impl ConnectionLoop {
             write_bytes: 0,
             read_count: 0,
             next_request_id: 0,
+            foreign_watch_replies: 0,
             closing: false,
             broken: None,
         }
@@ -244,24 +273,67 @@ impl ConnectionLoop {
                 }
                 if self.queued.is_empty() {
                     match self.receiver.recv() {
-                        Ok(request) => self.queued.push_back(request),
+                        Ok(request) => self.enqueue(request),
                         Err(_) => self.closing = true,
                     }
                 }
                 continue;
             }
+            let watch = self.foreign_watch_replies > 0 && !self.client.reply_buffered();
+            if watch && !self.sleep_until_reply_or_request() {
+                continue;
+            }
             match self.client.wait() {
-                Ok(completion) => self.complete_piece(completion),
+                Ok(completion) => {
+                    self.foreign_watch_replies = self.foreign_watch_replies.saturating_sub(1);
+                    self.complete_piece(completion);
+                }
                 Err(error) => self.fail_all(format!("NBD connection failed: {error}")),
             }
         }
         let _ = self.client.disconnect();
     }
 
+    /// Sends what is buffered and sleeps until a reply starts to arrive (true) or another thread
+    /// queued a request or closed the channel (false).
+    fn sleep_until_reply_or_request(&mut self) -> bool {
+        if let Err(error) = self.client.send_submitted() {
+            self.fail_all(format!("NBD connection failed: {error}"));
+            return false;
+        }
+        self.waker.prepare_sleep();
+        // A request queued before the flag was set found nobody to wake: look once more.
+        match self.receiver.try_recv() {
+            Ok(request) => {
+                self.waker.cancel_sleep();
+                self.enqueue(request);
+                return false;
+            }
+            Err(TryRecvError::Disconnected) if !self.closing => {
+                self.waker.cancel_sleep();
+                self.closing = true;
+                return false;
+            }
+            Err(_) => {}
+        }
+        let mut fds = [
+            libc::pollfd { fd: self.client.socket_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.waker.fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two live pollfd entries; both descriptors stay open for the call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        self.waker.cancel_sleep();
+        if fds[1].revents != 0 {
+            self.waker.drain();
+        }
+        // On a poll error (EINTR), read the socket: a blocking wait is always safe here.
+        ready < 0 || fds[0].revents != 0
+    }
+
     fn take_arrived(&mut self) {
         loop {
             match self.receiver.try_recv() {
-                Ok(request) => self.queued.push_back(request),
+                Ok(request) => self.enqueue(request),
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => {
                     self.closing = true;
@@ -269,6 +341,13 @@ impl ConnectionLoop {
                 }
             }
         }
+    }
+
+    fn enqueue(&mut self, request: Request) {
+        if request.foreign {
+            self.foreign_watch_replies = FOREIGN_QUIET_REPLIES;
+        }
+        self.queued.push_back(request);
     }
 
     /// Sends queued requests while the connection has room; one request is always allowed

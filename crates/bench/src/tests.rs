@@ -12,11 +12,11 @@ use crate::workload::{run_jobs, Job, Pace, PointMeasurement, RunOptions};
 use drive::{Drive, Faults, FaultyDrive, IoBuf, MemDrive};
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive};
 use layout::Level;
-use std::path::PathBuf;
+use nbd::testing::Nbdkit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -199,52 +199,10 @@ fn a_run_with_mismatches_fails_and_says_where() {
     assert!(!results.first_mismatches(3).is_empty());
 }
 
-/// nbdkit serving `plugin` on a Unix socket, killed (by its pid) when dropped.
-struct Nbdkit {
-    child: std::process::Child,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-impl Nbdkit {
-    fn start(plugin: &[&str]) -> Nbdkit {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let found = std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nbdkit").is_file()));
-        assert!(found, "nbdkit is not installed, and this test measures a real NBD server; install it with `apt-get install -y nbdkit`");
-        let dir = std::env::temp_dir().join(format!("storc-bench-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("nbdkit.sock");
-        let child = std::process::Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(&socket)
-            .args(plugin)
-            .spawn()
-            .expect("cannot start nbdkit");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "nbdkit did not create {}", socket.display());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Nbdkit { child, dir, socket }
-    }
-
-    fn target(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[test]
 fn nbd_target_measures_and_verifies_against_nbdkit() {
     let nbdkit = Nbdkit::start(&["memory", "size=256M"]);
-    let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.target()).unwrap(), OpenOptions::default()).unwrap();
+    let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.uri()).unwrap(), OpenOptions::default()).unwrap();
     assert_eq!(target.capacity_bytes(), 256 * MIB);
     assert_eq!(target.info().kind, "nbd");
     let settings = RunSettings {
@@ -273,7 +231,7 @@ fn nbd_target_measures_and_verifies_against_nbdkit() {
 #[test]
 fn nbd_requests_above_the_server_maximum_are_split() {
     let nbdkit = Nbdkit::start(&["memory", "size=256M"]);
-    let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.target()).unwrap(), OpenOptions::default()).unwrap();
+    let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.uri()).unwrap(), OpenOptions::default()).unwrap();
     let block = 40 * MIB;
     let lines = vec![AccessLine::whole(block, 50, 0)];
     let worker = target.worker_target(0, 2, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
@@ -289,7 +247,7 @@ fn nbd_requests_above_the_server_maximum_are_split() {
 fn verify_catches_an_nbd_server_that_drops_writes() {
     // nbdkit's null plugin accepts writes and reads back zeros: every written sector is lost.
     let nbdkit = Nbdkit::start(&["null", "size=64M"]);
-    let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.target()).unwrap(), OpenOptions::default()).unwrap();
+    let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.uri()).unwrap(), OpenOptions::default()).unwrap();
     let lines = vec![AccessLine::whole(4096, 50, 100)];
     let worker = target.worker_target(0, 4, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
     let verifier = Some(Arc::new(Verifier::new()));
@@ -325,4 +283,21 @@ fn results_round_trip_through_json_and_flatten_to_csv() {
     assert_eq!(lines.count(), 10);
     assert!(csv.lines().last().unwrap().starts_with("hba-iops,,,8,512,"), "{csv}");
     assert_eq!(results.failure(), None);
+}
+
+/// Open loop over NBD: a request the pacer issues while another is in flight must go out at
+/// once, not when the next reply wakes the connection's thread. nbdkit delays every read by
+/// 10 ms; at 150 requests/s a new one is due every 6.7 ms, while the one before is still out.
+/// Were it held until that reply, the median would be about 13 ms.
+#[test]
+fn open_loop_requests_over_nbd_go_out_while_replies_are_due() {
+    let nbdkit = Nbdkit::start(&["--threads", "16", "--filter=delay", "memory", "size=64M", "rdelay=10ms"]);
+    let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.uri()).unwrap(), OpenOptions::default()).unwrap();
+    let lines = vec![AccessLine::whole(4096, 100, 100)];
+    let worker = target.worker_target(0, 4, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
+    let measured = run_jobs(&[job(worker, lines, 4, 0..64 * MIB)], &options(2000, Pace::Open { rate_iops: 150.0 }, None));
+    assert_eq!(measured.errors, 0, "{:?}", measured.first_error);
+    let p50_ms = measured.latency_ns.value_at_quantile(0.5) as f64 / 1e6;
+    eprintln!("open loop at 150/s against a 10 ms server: p50 {p50_ms:.2} ms, {:.0} IOPS", measured.iops());
+    assert!((9.9..12.0).contains(&p50_ms), "p50 {p50_ms:.2} ms: requests waited for a reply before going out");
 }

@@ -107,6 +107,28 @@ pub struct ShardWaker {
 }
 
 impl ShardWaker {
+    /// A waker of its own, for a thread that sleeps in `poll(2)` on `fd()` rather than in a ring.
+    pub fn new() -> Arc<ShardWaker> {
+        // SAFETY: plain syscall; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd failed: {}", io::Error::last_os_error());
+        // SAFETY: fd is a fresh descriptor that nothing else owns.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Arc::new(ShardWaker { eventfd, sleeping: AtomicBool::new(false) })
+    }
+
+    /// The eventfd, readable after a `wake` that found the sleeper's flag set.
+    pub fn fd(&self) -> RawFd {
+        self.eventfd.as_raw_fd()
+    }
+
+    /// Clears the eventfd after waking.
+    pub fn drain(&self) {
+        let mut value: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd we own.
+        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+    }
+
     /// Called by the shard before it checks its inbox one last time and sleeps: a message sent
     /// after this point finds the flag set and writes the eventfd, so no wake-up is lost.
     pub fn prepare_sleep(&self) {
@@ -196,12 +218,7 @@ impl IoCtx {
         if let Some(waker) = &self.waker {
             return Arc::clone(waker);
         }
-        // SAFETY: plain syscall; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(fd >= 0, "eventfd failed: {}", io::Error::last_os_error());
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let waker = Arc::new(ShardWaker { eventfd, sleeping: AtomicBool::new(false) });
+        let waker = ShardWaker::new();
         self.waker = Some(Arc::clone(&waker));
         waker
     }
@@ -380,10 +397,7 @@ impl IoCtx {
 
     fn drain_waker(&mut self) {
         self.waker_armed = false;
-        let mut value: u64 = 0;
-        let fd = self.waker.as_ref().expect("only armed with a waker").eventfd.as_raw_fd();
-        // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd we own.
-        let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+        self.waker.as_ref().expect("only armed with a waker").drain();
     }
 
     fn ring_completed(&mut self, index: usize, result: i32) {

@@ -206,6 +206,23 @@ impl Client {
         Ok(cookie)
     }
 
+    /// Sends the requests submitted so far (they are buffered until this or `wait`).
+    pub fn send_submitted(&mut self) -> Result<(), ClientError> {
+        self.writer.flush().map_err(ClientError::from)
+    }
+
+    /// Whether reply bytes have already been read from the socket, so `wait` starts without
+    /// blocking on it; when false, poll [`Client::socket_fd`] for input first.
+    pub fn reply_buffered(&self) -> bool {
+        !self.reader.buffer().is_empty()
+    }
+
+    /// The socket, for `poll(2)` beside other descriptors. Reading or writing it directly would
+    /// break the stream.
+    pub fn socket_fd(&self) -> std::os::fd::RawFd {
+        self.reader.get_ref().raw_fd()
+    }
+
     /// Sends what is queued and returns the next completion, in the server's order.
     pub fn wait(&mut self) -> Result<Completion, ClientError> {
         if let Some(completion) = self.ready.pop_front() {

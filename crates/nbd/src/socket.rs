@@ -33,6 +33,14 @@ impl Socket {
         }
     }
 
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Socket::Tcp(stream) => stream.as_raw_fd(),
+            Socket::Unix(stream) => stream.as_raw_fd(),
+        }
+    }
+
     /// A printable name of the other end, for logs.
     pub(crate) fn peer_name(&self) -> String {
         match self {
