@@ -274,8 +274,9 @@ impl DueSource for Timing {
     /// names the next instant that can change anything for the context: one of its completions
     /// coming due, or the next decision while any of its commands still waits to be decided.
     fn release_due(&self, ctx_id: u64, out: &mut VecDeque<Completion>) -> Option<Instant> {
-        let now_ns = self.clock.now_ns();
         let mut state = self.lock();
+        // Read under the lock, as at submit, so the model's time never runs backwards.
+        let now_ns = self.clock.now_ns();
         state.decide_until(now_ns);
         let mut due: Vec<(u64, u64)> = state
             .held
