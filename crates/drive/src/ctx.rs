@@ -465,19 +465,20 @@ impl IoCtx {
     }
 
     fn release_due_delays(&mut self) {
-        let now = Instant::now();
-        while self.delayed.peek().is_some_and(|d| d.due <= now) {
-            let delayed = self.delayed.pop().expect("peeked");
-            let completion = self.delayed_completions.remove(&delayed.sequence).expect("parked");
-            self.ready.push_back(completion);
-        }
-        if self.ring.is_none() && self.ready.is_empty() {
-            if let Some(due) = self.next_deadline() {
-                // No ring to sleep in: wait for the next deadline here.
-                std::thread::sleep(due.saturating_duration_since(now));
-                self.release_from_sources();
-                self.release_due_delays();
+        loop {
+            let now = Instant::now();
+            while self.delayed.peek().is_some_and(|d| d.due <= now) {
+                let delayed = self.delayed.pop().expect("peeked");
+                let completion = self.delayed_completions.remove(&delayed.sequence).expect("parked");
+                self.ready.push_back(completion);
             }
+            if self.ring.is_some() || !self.ready.is_empty() {
+                return;
+            }
+            // No ring to sleep in: wait for the next deadline here.
+            let Some(due) = self.next_deadline() else { return };
+            std::thread::sleep(due.saturating_duration_since(now));
+            self.release_from_sources();
         }
     }
 
