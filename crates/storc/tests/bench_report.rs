@@ -86,18 +86,7 @@ fn a_quick_review_run_makes_a_self_contained_report_that_a_browser_renders() {
     let run_html = dir.join("run.html");
     let a = json.to_str().unwrap();
     ok(
-        storc(&[
-            "bench",
-            "suite",
-            "review",
-            "--target",
-            TARGET,
-            "--quick",
-            "--json",
-            a,
-            "--html",
-            run_html.to_str().unwrap(),
-        ]),
+        storc(&["bench", "suite", "review", "--target", TARGET, "--quick", "--json", a, "--html", run_html.to_str().unwrap()]),
         "storc bench suite review",
     );
     let other = dir.join("b.json");
