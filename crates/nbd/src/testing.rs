@@ -2,7 +2,7 @@
 //! without the engine; and nbdkit as a third-party server for the client and the benchmark.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -156,11 +156,7 @@ impl Nbdkit {
     /// If nbdkit is not installed (the message says how to install it: a test that needs it
     /// must fail, never skip), or it does not create its socket within 10 s.
     pub fn start(args: &[&str]) -> Nbdkit {
-        let installed = std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nbdkit").is_file()));
-        assert!(
-            installed,
-            "nbdkit is not installed, and this test runs it as a real NBD server; install it with `apt-get install -y nbdkit`"
-        );
+        require_tool("nbdkit", "nbdkit", "runs it as a real NBD server");
         let dir = unique_temp_dir("nbdkit");
         let socket_path = dir.join("nbdkit.sock");
         let child = Command::new("nbdkit")
@@ -230,4 +226,32 @@ fn unique_temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("storc-{name}-{}-{unique}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("cannot create {}: {error}", dir.display()));
     dir
+}
+
+/// Whether `tool` is an executable file on the PATH.
+pub fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+}
+
+/// Fails the test, saying how to install it, if `tool` is missing: tests that run real tools
+/// must never pass by skipping. `purpose` completes "this test ...".
+pub fn require_tool(tool: &str, debian_package: &str, purpose: &str) {
+    assert!(on_path(tool), "`{tool}` is not installed, and this test {purpose}; install it with `apt-get install -y {debian_package}`");
+}
+
+/// Runs a command to completion and fails the test with its output if it fails.
+pub fn run_ok(command: &mut Command) -> Output {
+    let output = command.output().unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+pub fn stdout_text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

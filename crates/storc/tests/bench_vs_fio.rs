@@ -35,11 +35,7 @@ struct PointTiming {
 
 fn require_fio_and_nbdkit() {
     for tool in ["fio", "nbdkit"] {
-        let installed = std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()));
-        assert!(
-            installed,
-            "`{tool}` is not installed, and this test runs fio against nbdkit; install both with `apt-get install -y fio nbdkit`"
-        );
+        nbd::testing::require_tool(tool, "fio nbdkit", "runs fio against nbdkit");
     }
 }
 

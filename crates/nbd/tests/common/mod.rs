@@ -3,7 +3,6 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -58,33 +57,13 @@ pub fn random_bytes(len_bytes: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// Fails the test, saying how to install it, if a client tool is missing: these tests must
-/// never pass by skipping.
+/// Fails the test, saying how to install it, if a client tool is missing.
 pub fn require_tool(tool: &str, debian_package: &str) {
-    let found = std::env::var_os("PATH").map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file())).unwrap_or(false);
-    assert!(
-        found,
-        "`{tool}` is not installed, and this test runs it as a real NBD client; \
-         install it with `apt-get install -y {debian_package}`"
-    );
+    nbd::testing::require_tool(tool, debian_package, "runs it as a real NBD client");
 }
 
-/// Runs a command to completion and fails the test with its output if it fails.
-pub fn run(command: &mut Command) -> Output {
-    let output = command.output().unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-pub fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+#[allow(unused_imports)] // not every test file that includes this module runs commands
+pub use nbd::testing::{run_ok as run, stdout_text as stdout};
 
 /// A server with one MemDevice export `name` of `size_bytes`, on a Unix socket in `dir`.
 pub fn serve_mem(dir: &TempDir, name: &str, size_bytes: u64) -> (ServerHandle, Arc<MemDevice>) {

@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -292,32 +292,13 @@ pub fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> std:
 // ---------------------------------------------------------------------------------------------
 // Tools and images
 
-/// Fails the test, saying how to install it, if a client tool is missing: these tests must
-/// never pass by skipping.
+/// Fails the test, saying how to install it, if a client tool is missing.
 pub fn require_tool(tool: &str, debian_package: &str) {
-    let found = std::env::var_os("PATH").map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file())).unwrap_or(false);
-    assert!(
-        found,
-        "`{tool}` is not installed, and this test runs it as a real NBD client; install it with `apt-get install -y {debian_package}`"
-    );
+    nbd::testing::require_tool(tool, debian_package, "runs it as a real NBD client");
 }
 
-/// Runs a command to completion and fails the test with its output if it fails.
-pub fn run(command: &mut Command) -> Output {
-    let output = command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-pub fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+#[allow(unused_imports)] // not every test file that includes this module runs commands
+pub use nbd::testing::{run_ok as run, stdout_text as stdout};
 
 /// Writes `len_bytes` of deterministic pseudo-random bytes (xorshift64*, so a failure
 /// reproduces) to a new file, a chunk at a time.
