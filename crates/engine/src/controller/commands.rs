@@ -1,0 +1,383 @@
+//! The administrator's commands: virtual drives, drive states, hot spares, foreign configurations.
+
+use super::*;
+
+impl Controller {
+    // -----------------------------------------------------------------------------------------
+    // Virtual drives
+
+    /// Creates a VD over unconfigured good drives.
+    ///
+    /// # Errors
+    /// Which slot or rule is wrong, and what is allowed; nothing changes.
+    pub fn create_vd(&self, spec: CreateVdSpec) -> Result<VdRecord, ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        check_new_members(&state, &spec.slots)?;
+        let vd_id = (0..).find(|id| !state.vds.contains_key(id)).expect("a free VD id");
+        let name = match &spec.name {
+            Some(name) => parse_name(name)?,
+            None => format!("v{vd_id}"),
+        };
+        if let Some(other) = state.config.vds.iter().find(|v| v.name == name) {
+            return Err(ControlError::Conflict(format!(
+                "VD name {name:?} is used by v{}; names are NBD export names and must be unique",
+                other.vd_id
+            )));
+        }
+        let members: Vec<Arc<dyn Drive>> = spec.slots.iter().map(|s| Arc::clone(&state.slots[s].drive)).collect();
+        let layout = VdLayout { level: spec.level, strip_size_bytes: spec.strip_size_bytes, drives_per_span: spec.drives_per_span };
+        let vd = VirtualDrive::new(u64::from(vd_id), &name, layout, members)
+            .map_err(|e| ControlError::BadInput(format!("{e}: slots {}", slot_list(&spec.slots))))?;
+        let record = VdRecord {
+            vd_id,
+            drive_group: vd_id,
+            name,
+            level: spec.level,
+            strip_size_bytes: spec.strip_size_bytes,
+            drives_per_span: vd.geometry().drives_per_span() as u32,
+            member_slots: spec.slots.clone(),
+            write_policy: spec.write_policy,
+            read_policy: spec.read_policy,
+            io_policy: spec.io_policy,
+        };
+        vd.set_notifier(self.member_events.clone());
+        for slot in &spec.slots {
+            set_drive_state(&mut state.config, *slot, DriveState::Online);
+        }
+        state.config.vds.push(record.clone());
+        state.vds.insert(vd_id, Arc::new(vd));
+        let persisted = self.persist(&mut state);
+        drop(state);
+        self.log(
+            Severity::Info,
+            format!("created v{vd_id} {:?}: {} over slots {}", record.name, record.level, slot_list(&record.member_slots)),
+        );
+        self.vds_changed();
+        persisted.map(|()| record)
+    }
+
+    /// Deletes a VD; its drives become unconfigured good. `in_use` says whether clients are
+    /// connected to it; then `force` is needed.
+    ///
+    /// # Errors
+    /// No such VD, or in use without `force`.
+    pub fn delete_vd(&self, vd_id: u32, force: bool, in_use: bool) -> Result<(), ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        let Some(position) = state.config.vds.iter().position(|v| v.vd_id == vd_id) else {
+            drop(state);
+            return Err(self.no_vd(vd_id));
+        };
+        if in_use && !force {
+            return Err(ControlError::Conflict(format!("v{vd_id} has NBD clients connected; disconnect them or add `force`")));
+        }
+        let record = state.config.vds.remove(position);
+        state.vds.remove(&vd_id);
+        for slot in &record.member_slots {
+            set_drive_state(&mut state.config, *slot, DriveState::UnconfiguredGood);
+        }
+        // A spare dedicated only to this drive group has nothing left to serve: it becomes
+        // unconfigured good (as on a MegaRAID), never silently global.
+        let dg = record.drive_group;
+        let orphaned: Vec<u32> = state.config.hot_spares.iter().filter(|h| h.dedicated_drive_groups == [dg]).map(|h| h.slot).collect();
+        state.config.hot_spares.retain(|h| !orphaned.contains(&h.slot));
+        for spare in &mut state.config.hot_spares {
+            spare.dedicated_drive_groups.retain(|g| *g != dg);
+        }
+        for slot in &orphaned {
+            set_drive_state(&mut state.config, *slot, DriveState::UnconfiguredGood);
+        }
+        let persisted = self.persist(&mut state);
+        drop(state);
+        self.log(Severity::Info, format!("deleted v{vd_id} {:?}", record.name));
+        self.vds_changed();
+        persisted
+    }
+
+    /// Changes a VD's policies or name.
+    ///
+    /// # Errors
+    /// No such VD, or a bad or duplicate name.
+    pub fn set_vd(&self, vd_id: u32, changes: VdChanges) -> Result<VdRecord, ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        let name = changes.name.as_deref().map(parse_name).transpose()?;
+        if let Some(name) = &name {
+            if let Some(other) = state.config.vds.iter().find(|v| &v.name == name && v.vd_id != vd_id) {
+                return Err(ControlError::Conflict(format!("VD name {name:?} is used by v{}", other.vd_id)));
+            }
+        }
+        let Some(record) = state.config.vds.iter_mut().find(|v| v.vd_id == vd_id) else {
+            drop(state);
+            return Err(self.no_vd(vd_id));
+        };
+        record.write_policy = changes.write_policy.unwrap_or(record.write_policy);
+        record.read_policy = changes.read_policy.unwrap_or(record.read_policy);
+        record.io_policy = changes.io_policy.unwrap_or(record.io_policy);
+        let renamed = name.is_some();
+        if let Some(name) = name {
+            record.name = name;
+        }
+        let record = record.clone();
+        if renamed {
+            let rebuilt = self.build_vd(&state, &record)?;
+            state.vds.insert(vd_id, rebuilt);
+        }
+        let persisted = self.persist(&mut state);
+        drop(state);
+        self.log(
+            Severity::Info,
+            format!(
+                "v{vd_id}: policies {} {} {}, name {:?}",
+                record.write_policy.short_name(),
+                record.read_policy.short_name(),
+                record.io_policy.short_name(),
+                record.name
+            ),
+        );
+        if renamed {
+            self.vds_changed();
+        }
+        persisted.map(|()| record)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Drives and hot spares
+
+    /// Takes a drive out, brings it back, marks it missing, or makes it unconfigured good.
+    ///
+    /// # Errors
+    /// No such slot, or the change is not allowed from its state (with what is).
+    pub fn set_drive(&self, slot: u32, command: DriveCommand) -> Result<(), ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        let Some(record) = state.config.drives.iter().find(|d| d.slot == slot).cloned() else {
+            drop(state);
+            return Err(self.no_slot(slot));
+        };
+        let membership = member_of(&state, slot);
+        let new_state = plan_drive_change(slot, record.state, command, membership.as_ref().map(|(vd, _)| vd))?;
+        if let Some((vd_id, index)) = membership {
+            let vd = Arc::clone(&state.vds[&vd_id]);
+            if new_state == DriveState::Online && vd.member(index).has_missed_writes() {
+                return Err(ControlError::Conflict(format!(
+                    "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild (not built yet); until then keep it offline"
+                )));
+            }
+            vd.set_member_state(index, member_state_of(new_state));
+        }
+        set_drive_state(&mut state.config, slot, new_state);
+        let persisted = self.persist(&mut state);
+        drop(state);
+        self.log(
+            Severity::Warning,
+            format!("slot {slot}: {} -> {} by the administrator", record.state.short_name(), new_state.short_name()),
+        );
+        persisted
+    }
+
+    /// Makes an unconfigured good drive a hot spare, global (no drive groups) or dedicated.
+    ///
+    /// # Errors
+    /// No such slot, the drive is not unconfigured good, or a drive group does not exist.
+    pub fn add_hot_spare(&self, slot: u32, drive_groups: Vec<u32>) -> Result<(), ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        let Some(record) = state.config.drives.iter().find(|d| d.slot == slot).cloned() else {
+            drop(state);
+            return Err(self.no_slot(slot));
+        };
+        if record.state != DriveState::UnconfiguredGood {
+            return Err(ControlError::Conflict(format!(
+                "slot {slot} is {}; only an unconfigured good (UGood) drive can become a hot spare",
+                record.state.short_name()
+            )));
+        }
+        for dg in &drive_groups {
+            if state.config.vds.iter().all(|v| v.drive_group != *dg) {
+                let dgs: Vec<String> = state.config.vds.iter().map(|v| v.drive_group.to_string()).collect();
+                return Err(ControlError::NotFound(format!(
+                    "drive group {dg} does not exist; drive groups: {}",
+                    if dgs.is_empty() { "none".into() } else { dgs.join(", ") }
+                )));
+            }
+        }
+        set_drive_state(&mut state.config, slot, DriveState::HotSpare);
+        state.config.hot_spares.push(HotSpareRecord { slot, dedicated_drive_groups: drive_groups.clone() });
+        let persisted = self.persist(&mut state);
+        drop(state);
+        let kind = if drive_groups.is_empty() {
+            "global".to_string()
+        } else {
+            format!("dedicated to drive group(s) {}", slot_list(&drive_groups))
+        };
+        self.log(Severity::Info, format!("slot {slot} is now a {kind} hot spare"));
+        persisted
+    }
+
+    /// Turns a hot spare back into an unconfigured good drive.
+    ///
+    /// # Errors
+    /// No such slot, or it is not a hot spare.
+    pub fn delete_hot_spare(&self, slot: u32) -> Result<(), ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        let Some(position) = state.config.hot_spares.iter().position(|h| h.slot == slot) else {
+            let exists = state.config.drives.iter().any(|d| d.slot == slot);
+            drop(state);
+            return Err(if exists { ControlError::Conflict(format!("slot {slot} is not a hot spare")) } else { self.no_slot(slot) });
+        };
+        state.config.hot_spares.remove(position);
+        set_drive_state(&mut state.config, slot, DriveState::UnconfiguredGood);
+        let persisted = self.persist(&mut state);
+        drop(state);
+        self.log(Severity::Info, format!("slot {slot} is no longer a hot spare"));
+        persisted
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Foreign configurations
+
+    /// Adopts every foreign configuration: its VDs join ours, its drives become our members.
+    ///
+    /// # Errors
+    /// If there is none, or its VDs' names clash with ours.
+    pub fn import_foreign(&self) -> Result<usize, ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        if state.foreign.is_empty() {
+            return Err(ControlError::NotFound("there is no foreign configuration to import".into()));
+        }
+        let foreign = std::mem::take(&mut state.foreign);
+        let mut imported = 0;
+        for config in &foreign {
+            imported += import_one(&mut state, config)
+                .map_err(|e| ControlError::Conflict(format!("foreign configuration {:032x}: {e}", config.superblock.controller_id.0)))?;
+        }
+        for record in state.config.vds.clone() {
+            if !state.vds.contains_key(&record.vd_id) {
+                let vd = self.build_vd(&state, &record)?;
+                state.vds.insert(record.vd_id, vd);
+            }
+        }
+        let persisted = self.persist(&mut state);
+        drop(state);
+        self.log(Severity::Info, format!("imported {imported} VD(s) from {} foreign configuration(s)", foreign.len()));
+        self.vds_changed();
+        persisted.map(|()| imported)
+    }
+
+    /// Clears every foreign configuration; its drives become unconfigured good drives of ours.
+    ///
+    /// # Errors
+    /// If there is none, or a drive's metadata cannot be cleared.
+    pub fn clear_foreign(&self) -> Result<usize, ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        if state.foreign.is_empty() {
+            return Err(ControlError::NotFound("there is no foreign configuration to delete".into()));
+        }
+        let foreign = std::mem::take(&mut state.foreign);
+        let slots: Vec<u32> = foreign.iter().flat_map(|f| f.slots.clone()).collect();
+        for slot in &slots {
+            let present = state.slots.get_mut(slot).expect("foreign drives are present");
+            metadata::clear(&*present.drive).map_err(|e| ControlError::Io(format!("slot {slot}: {e}")))?;
+            present.foreign = false;
+            present.drive_id = DriveId(random_id());
+            let record = DriveRecord {
+                slot: *slot,
+                drive_id: present.drive_id,
+                state: DriveState::UnconfiguredGood,
+                capacity_bytes: present.drive.info().capacity_bytes,
+            };
+            state.config.drives.push(record);
+        }
+        let persisted = self.persist(&mut state);
+        drop(state);
+        self.log(Severity::Warning, format!("cleared {} foreign configuration(s) on slots {}", foreign.len(), slot_list(&slots)));
+        persisted.map(|()| foreign.len())
+    }
+}
+
+/// The state a drive command leads to, or why it is not allowed.
+fn plan_drive_change(slot: u32, current: DriveState, command: DriveCommand, vd: Option<&u32>) -> Result<DriveState, ControlError> {
+    let refuse = |allowed: &str| {
+        Err(ControlError::Conflict(format!(
+            "slot {slot} is {}; `set {}` is allowed only for {allowed}",
+            current.short_name(),
+            format!("{command:?}").to_lowercase()
+        )))
+    };
+    match (command, current, vd) {
+        (DriveCommand::Offline, DriveState::Online, Some(_)) => Ok(DriveState::Offline),
+        (DriveCommand::Offline, _, _) => refuse("online members of a VD (Onln)"),
+        (DriveCommand::Online, DriveState::Offline | DriveState::Failed | DriveState::Missing, Some(_)) => Ok(DriveState::Online),
+        (DriveCommand::Online, _, _) => refuse("members of a VD that are Offln, Failed or Msng"),
+        (DriveCommand::Missing, DriveState::Online | DriveState::Offline | DriveState::Failed, Some(_)) => Ok(DriveState::Missing),
+        (DriveCommand::Missing, _, _) => refuse("members of a VD"),
+        (DriveCommand::Good, DriveState::Failed | DriveState::Offline | DriveState::Missing, None) => Ok(DriveState::UnconfiguredGood),
+        (DriveCommand::Good, _, Some(vd)) => Err(ControlError::Conflict(format!("slot {slot} is a member of v{vd}; delete the VD first"))),
+        (DriveCommand::Good, _, None) => refuse("drives in no VD that are Failed, Offln or Msng"),
+    }
+}
+
+/// Checks that `slots` can become the members of a new VD.
+fn check_new_members(state: &State, slots: &[u32]) -> Result<(), ControlError> {
+    if slots.is_empty() {
+        return Err(ControlError::BadInput("a VD needs drives; give them as drives=0-3".into()));
+    }
+    for (i, slot) in slots.iter().enumerate() {
+        if slots[..i].contains(slot) {
+            return Err(ControlError::BadInput(format!("slot {slot} is listed twice: slots {}", slot_list(slots))));
+        }
+        if state.slots.get(slot).is_some_and(|s| s.foreign) {
+            return Err(ControlError::Conflict(format!(
+                "slot {slot} holds a foreign configuration; import it (/c0/fall import) or clear it (/c0/fall del) first"
+            )));
+        }
+        let Some(record) = state.config.drives.iter().find(|d| d.slot == *slot) else {
+            let mut known: Vec<u32> = state.config.drives.iter().map(|d| d.slot).chain(state.slots.keys().copied()).collect();
+            known.sort_unstable();
+            known.dedup();
+            return Err(ControlError::NotFound(format!("slot {slot} does not exist; slots: {}", slot_list(&known))));
+        };
+        if record.state != DriveState::UnconfiguredGood || state.slots.get(slot).is_none_or(|s| s.foreign) {
+            let what = match member_of(state, *slot) {
+                Some((vd, _)) => format!("a member of v{vd}"),
+                None if record.state == DriveState::HotSpare => format!("a hot spare (remove it with /c0/s{slot} delete hotsparedrive)"),
+                None => record.state.short_name().to_string(),
+            };
+            return Err(ControlError::Conflict(format!("slot {slot} is {what}; a new VD needs unconfigured good (UGood) drives")));
+        }
+    }
+    Ok(())
+}
+
+/// Moves one foreign configuration's VDs into ours. Returns how many.
+fn import_one(state: &mut State, foreign: &ForeignConfig) -> Result<usize, String> {
+    let theirs = &foreign.superblock.config;
+    // Their slot numbers -> ours, through the drive ids.
+    let slot_of = |their_slot: u32| -> Option<u32> {
+        let drive_id = theirs.drives.iter().find(|d| d.slot == their_slot)?.drive_id;
+        state.slots.iter().find(|(_, s)| s.drive_id == drive_id).map(|(slot, _)| *slot)
+    };
+    let mut new_records = Vec::new();
+    for record in &theirs.vds {
+        if state.config.vds.iter().any(|v| v.name == record.name) {
+            return Err(format!("its VD name {:?} is already used here; rename ours first", record.name));
+        }
+        let taken: Vec<u32> = state.config.vds.iter().map(|v| v.vd_id).chain(new_records.iter().map(|r: &VdRecord| r.vd_id)).collect();
+        let vd_id = (0..).find(|id| !taken.contains(id)).expect("a free id");
+        let member_slots: Vec<u32> = record.member_slots.iter().map(|s| slot_of(*s).unwrap_or(u32::MAX)).collect();
+        new_records.push(VdRecord { vd_id, drive_group: vd_id, member_slots, ..record.clone() });
+    }
+    for slot in &foreign.slots {
+        let present = state.slots.get_mut(slot).expect("foreign drives are present");
+        present.foreign = false;
+        let their_state =
+            theirs.drives.iter().find(|d| d.drive_id == present.drive_id).map(|d| d.state).unwrap_or(DriveState::UnconfiguredGood);
+        let record = DriveRecord {
+            slot: *slot,
+            drive_id: present.drive_id,
+            state: their_state,
+            capacity_bytes: present.drive.info().capacity_bytes,
+        };
+        state.config.drives.push(record);
+    }
+    let count = new_records.len();
+    state.config.vds.extend(new_records);
+    Ok(count)
+}

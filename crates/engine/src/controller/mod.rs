@@ -1,0 +1,473 @@
+//! The controller: the drives it owns (by slot), the virtual drives laid over them, hot spares,
+//! events, and the configuration every member carries on disk.
+//!
+//! Every change goes the same way: check everything first (bad input changes nothing), apply it
+//! to the in-memory configuration, bump the generation and write the whole configuration to
+//! every drive the controller owns. The engine reports member failures through a channel; the
+//! controller's watcher thread books them in the configuration, off the shard threads, because
+//! writing metadata blocks.
+
+use crate::config::{
+    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord, WritePolicy,
+    VD_NAME_BYTES_MAX,
+};
+use crate::metadata::{self, Superblock};
+
+mod assemble;
+mod commands;
+use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
+use crate::{Engine, VdRequest};
+use drive::{Drive, DriveError, DriveInfo, DriveOp, IoCtx, Token};
+use layout::Level;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Events kept in memory for `show events`.
+const EVENTS_MAX: usize = 1000;
+
+/// A drive offered to the controller at start: the drive and where it came from.
+pub struct OfferedDrive {
+    pub drive: Arc<dyn Drive>,
+    /// `mem:8GiB`, a path, an emulated drive spec.
+    pub source: String,
+}
+
+/// Why a control request was refused. Nothing was changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlError {
+    /// Malformed or impossible input (400).
+    BadInput(String),
+    /// No such VD, slot or foreign configuration (404).
+    NotFound(String),
+    /// Not allowed in the current state (409).
+    Conflict(String),
+    /// The change was applied in memory but metadata could not be written (500).
+    Io(String),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::BadInput(m) | ControlError::NotFound(m) | ControlError::Conflict(m) | ControlError::Io(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub sequence: u64,
+    pub time_unix_secs: u64,
+    pub severity: Severity,
+    pub description: String,
+}
+
+/// What `add vd` asks for.
+#[derive(Clone, Debug)]
+pub struct CreateVdSpec {
+    pub level: Level,
+    pub slots: Vec<u32>,
+    pub strip_size_bytes: u64,
+    pub name: Option<String>,
+    pub drives_per_span: Option<usize>,
+    pub write_policy: WritePolicy,
+    pub read_policy: ReadPolicy,
+    pub io_policy: IoPolicy,
+}
+
+/// What `set` changes on a VD; `None` keeps the current value.
+#[derive(Clone, Debug, Default)]
+pub struct VdChanges {
+    pub write_policy: Option<WritePolicy>,
+    pub read_policy: Option<ReadPolicy>,
+    pub io_policy: Option<IoPolicy>,
+    pub name: Option<String>,
+}
+
+/// What `/c0/sN set` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriveCommand {
+    Offline,
+    Online,
+    Missing,
+    Good,
+}
+
+/// A drive slot as the controller sees it now.
+#[derive(Clone)]
+pub struct SlotView {
+    pub slot: u32,
+    pub drive_id: DriveId,
+    pub state: DriveState,
+    /// Carries another controller's configuration (not written until imported or cleared).
+    pub foreign: bool,
+    pub vd: Option<u32>,
+    pub hot_spare_drive_groups: Option<Vec<u32>>,
+    pub capacity_bytes: u64,
+    pub source: String,
+    pub info: Option<DriveInfo>,
+    pub read_errors: u32,
+}
+
+/// A configuration found on drives written by another controller.
+#[derive(Clone, Debug)]
+pub struct ForeignConfig {
+    pub superblock: Superblock,
+    /// Our slots holding its drives.
+    pub slots: Vec<u32>,
+}
+
+/// A present drive.
+struct Slot {
+    drive: Arc<dyn Drive>,
+    source: String,
+    drive_id: DriveId,
+    /// Carries a foreign configuration; left untouched until import or clear.
+    foreign: bool,
+}
+
+struct State {
+    config: ControllerConfig,
+    slots: BTreeMap<u32, Slot>,
+    vds: BTreeMap<u32, Arc<VirtualDrive>>,
+    foreign: Vec<ForeignConfig>,
+}
+
+pub struct Controller {
+    engine: Arc<Engine>,
+    state: Mutex<State>,
+    events: Mutex<(u64, VecDeque<Event>)>,
+    member_events: crossbeam_channel::Sender<MemberEvent>,
+    /// Called (outside the state lock) after every change of the VD set or of a VD's name.
+    on_vds_changed: Mutex<Option<Box<dyn Fn() + Send>>>,
+}
+
+fn now_unix_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn now_unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// A fresh random 128-bit id (controller or drive), from the kernel's entropy.
+fn random_id() -> u128 {
+    let mut bytes = [0u8; 16];
+    // SAFETY: getrandom writes at most 16 bytes into a live 16-byte array.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    assert_eq!(got, 16, "getrandom failed");
+    u128::from_le_bytes(bytes)
+}
+
+fn member_state_of(state: DriveState) -> MemberState {
+    match state {
+        DriveState::Online => MemberState::Online,
+        DriveState::Missing => MemberState::Missing,
+        _ => MemberState::Failed,
+    }
+}
+
+fn parse_name(name: &str) -> Result<String, ControlError> {
+    let ok = !name.is_empty()
+        && name.len() <= VD_NAME_BYTES_MAX
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(ControlError::BadInput(format!(
+            "VD name {name:?} is not allowed; allowed: 1 to {VD_NAME_BYTES_MAX} characters of A-Z, a-z, 0-9, '-', '_', '.'"
+        )))
+    }
+}
+
+fn slot_list(slots: &[u32]) -> String {
+    slots.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+impl Controller {
+    /// Assembles the controller from the drives offered: reads their metadata, takes the newest
+    /// configuration of our controller (or of the only one present, or starts a new one), marks
+    /// members that are absent or out of date, sets other controllers' drives aside as foreign,
+    /// and writes the assembled configuration back with a new generation.
+    ///
+    /// # Errors
+    /// If the metadata of a drive cannot be read at all, or a VD cannot be laid out again.
+    /// `ours` is this controller's id if it has one (the daemon keeps it in its data directory):
+    /// with drives of several controllers present, only it decides which configuration is ours.
+    pub fn open(engine: Arc<Engine>, offered: Vec<OfferedDrive>, ours: Option<ControllerId>) -> Result<Arc<Controller>, ControlError> {
+        let mut found = Vec::new();
+        for (index, offer) in offered.iter().enumerate() {
+            let outcome = metadata::read(&*offer.drive).map_err(|e| ControlError::Io(format!("drive {}: {e}", offer.source)))?;
+            if let Some(outcome) = outcome {
+                found.push((index, outcome.superblock));
+            }
+        }
+        let assembly = metadata::assemble(ours, found.clone());
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let controller = Arc::new(Controller {
+            engine,
+            state: Mutex::new(State {
+                config: ControllerConfig {
+                    controller_id: ours.unwrap_or_else(|| ControllerId(random_id())),
+                    generation: 0,
+                    drives: Vec::new(),
+                    vds: Vec::new(),
+                    hot_spares: Vec::new(),
+                },
+                slots: BTreeMap::new(),
+                vds: BTreeMap::new(),
+                foreign: Vec::new(),
+            }),
+            events: Mutex::new((0, VecDeque::new())),
+            member_events: sender,
+            on_vds_changed: Mutex::new(None),
+        });
+        controller.assemble(offered, found, assembly)?;
+        let watcher = Arc::downgrade(&controller);
+        std::thread::Builder::new()
+            .name("storc-watcher".into())
+            .spawn(move || watch_members(watcher, receiver))
+            .map_err(|e| ControlError::Io(format!("cannot start the watcher thread: {e}")))?;
+        Ok(controller)
+    }
+
+    /// Lays a recorded VD over its member slots; absent members stand in as missing drives.
+    fn build_vd(&self, state: &State, record: &VdRecord) -> Result<Arc<VirtualDrive>, ControlError> {
+        let mut members: Vec<Arc<dyn Drive>> = Vec::new();
+        for slot in &record.member_slots {
+            let capacity = state.config.drives.iter().find(|d| d.slot == *slot).map(|d| d.capacity_bytes).unwrap_or(0);
+            match state.slots.get(slot) {
+                Some(present) if !present.foreign => members.push(Arc::clone(&present.drive)),
+                _ => members.push(Arc::new(MissingDrive::new(*slot, capacity))),
+            }
+        }
+        let layout = VdLayout { level: record.level, strip_size_bytes: record.strip_size_bytes, drives_per_span: spanned(record) };
+        let vd = VirtualDrive::new(u64::from(record.vd_id), &record.name, layout, members)
+            .map_err(|e| ControlError::Io(format!("VD {} ({}) cannot be laid out again: {e}", record.vd_id, record.name)))?;
+        for (index, slot) in record.member_slots.iter().enumerate() {
+            let drive_state = state.config.drives.iter().find(|d| d.slot == *slot).map(|d| d.state).unwrap_or(DriveState::Missing);
+            let present = state.slots.get(slot).is_some_and(|s| !s.foreign);
+            let member_state = if present { member_state_of(drive_state) } else { MemberState::Missing };
+            vd.set_member_state(index, member_state);
+            // Out of service at assembly: writes may have reached the VD without it, before a
+            // restart or a crash, and nothing on disk says which; only a rebuild may return it.
+            if member_state != MemberState::Online {
+                vd.presume_missed_writes(index);
+            }
+        }
+        vd.set_notifier(self.member_events.clone());
+        Ok(Arc::new(vd))
+    }
+
+    /// Bumps the generation and writes the configuration to every drive we own.
+    fn persist(&self, state: &mut State) -> Result<(), ControlError> {
+        state.config.generation += 1;
+        let mut failures = Vec::new();
+        for (slot, present) in state.slots.iter().filter(|(_, s)| !s.foreign) {
+            let superblock = Superblock {
+                controller_id: state.config.controller_id,
+                drive_id: present.drive_id,
+                slot: *slot,
+                generation: state.config.generation,
+                capacity_bytes: present.drive.info().capacity_bytes,
+                written_unix_ns: now_unix_ns(),
+                config: state.config.clone(),
+            };
+            if let Err(error) = metadata::write(&*present.drive, &superblock) {
+                failures.push(format!("slot {slot}: {error}"));
+            }
+        }
+        if failures.is_empty() {
+            return Ok(());
+        }
+        let message = format!("configuration generation {} not written to {}", state.config.generation, failures.join("; "));
+        self.log(Severity::Critical, message.clone());
+        Err(ControlError::Io(message))
+    }
+
+    pub fn log(&self, severity: Severity, description: String) {
+        match severity {
+            Severity::Info => tracing::info!("{description}"),
+            Severity::Warning => tracing::warn!("{description}"),
+            Severity::Critical => tracing::error!("{description}"),
+        }
+        let mut events = self.events.lock().expect("events lock");
+        events.0 += 1;
+        let event = Event { sequence: events.0, time_unix_secs: now_unix_secs(), severity, description };
+        events.1.push_back(event);
+        if events.1.len() > EVENTS_MAX {
+            events.1.pop_front();
+        }
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().expect("events lock").1.iter().cloned().collect()
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Runs `callback` after every change to the set of VDs (the NBD exports follow it).
+    pub fn on_vds_changed(&self, callback: Box<dyn Fn() + Send>) {
+        *self.on_vds_changed.lock().expect("callback lock") = Some(callback);
+    }
+
+    fn vds_changed(&self) {
+        if let Some(callback) = &*self.on_vds_changed.lock().expect("callback lock") {
+            callback();
+        }
+    }
+
+    pub fn config(&self) -> ControllerConfig {
+        self.state.lock().expect("controller lock").config.clone()
+    }
+
+    pub fn vds(&self) -> Vec<(VdRecord, Arc<VirtualDrive>)> {
+        let state = self.state.lock().expect("controller lock");
+        state.config.vds.iter().map(|r| (r.clone(), Arc::clone(&state.vds[&r.vd_id]))).collect()
+    }
+
+    pub fn vd(&self, vd_id: u32) -> Result<(VdRecord, Arc<VirtualDrive>), ControlError> {
+        self.vds().into_iter().find(|(r, _)| r.vd_id == vd_id).ok_or_else(|| self.no_vd(vd_id))
+    }
+
+    fn no_vd(&self, vd_id: u32) -> ControlError {
+        let ids: Vec<String> = self.config().vds.iter().map(|v| format!("v{}", v.vd_id)).collect();
+        let known = if ids.is_empty() { "there are none".to_string() } else { format!("VDs: {}", ids.join(", ")) };
+        ControlError::NotFound(format!("virtual drive v{vd_id} does not exist; {known}"))
+    }
+
+    pub fn slots(&self) -> Vec<SlotView> {
+        let state = self.state.lock().expect("controller lock");
+        let mut views: Vec<SlotView> = state.slots.iter().map(|(slot, present)| slot_view(&state, *slot, Some(present))).collect();
+        for record in state.config.drives.iter().filter(|d| !state.slots.contains_key(&d.slot)) {
+            views.push(slot_view(&state, record.slot, None));
+        }
+        views.sort_by_key(|v| v.slot);
+        views
+    }
+
+    pub fn slot(&self, slot: u32) -> Result<SlotView, ControlError> {
+        self.slots().into_iter().find(|v| v.slot == slot).ok_or_else(|| self.no_slot(slot))
+    }
+
+    fn no_slot(&self, slot: u32) -> ControlError {
+        let slots: Vec<u32> = self.slots().iter().map(|v| v.slot).collect();
+        ControlError::NotFound(format!("slot {slot} does not exist; slots: {}", slot_list(&slots)))
+    }
+
+    pub fn foreign(&self) -> Vec<ForeignConfig> {
+        self.state.lock().expect("controller lock").foreign.clone()
+    }
+
+    // -----------------------------------------------------------------------------------------
+
+    /// Flushes every VD and writes the configuration once more (clean shutdown).
+    pub fn shutdown(&self) {
+        for (record, vd) in self.vds() {
+            if let Err(error) = self.engine.run(&vd, VdRequest::Flush).result {
+                self.log(Severity::Warning, format!("v{}: flush at shutdown failed: {error}", record.vd_id));
+            }
+        }
+        let mut state = self.state.lock().expect("controller lock");
+        let _ = self.persist(&mut state);
+        drop(state);
+        self.log(Severity::Info, "controller stopped cleanly".into());
+    }
+
+    /// Books a member state change the engine made (a failed drive).
+    fn member_changed(&self, event: MemberEvent) {
+        let mut state = self.state.lock().expect("controller lock");
+        let Some(record) = state.config.vds.iter().find(|v| u64::from(v.vd_id) == event.vd_id).cloned() else { return };
+        let slot = record.member_slots[event.member];
+        let drive_state = match event.state {
+            MemberState::Online => return,
+            MemberState::Failed => DriveState::Failed,
+            MemberState::Missing => DriveState::Missing,
+        };
+        let before = state.config.drives.iter().find(|d| d.slot == slot).map(|d| d.state);
+        if before != Some(DriveState::Online) {
+            return;
+        }
+        set_drive_state(&mut state.config, slot, drive_state);
+        let vd_state = state.vds[&record.vd_id].state();
+        let _ = self.persist(&mut state);
+        drop(state);
+        self.log(
+            Severity::Critical,
+            format!("slot {slot} of v{} failed ({}); v{} is now {}", record.vd_id, event.reason, record.vd_id, vd_state.short_name()),
+        );
+    }
+}
+
+fn watch_members(controller: std::sync::Weak<Controller>, events: crossbeam_channel::Receiver<MemberEvent>) {
+    while let Ok(event) = events.recv() {
+        let Some(controller) = controller.upgrade() else { return };
+        controller.member_changed(event);
+    }
+}
+
+fn spanned(record: &VdRecord) -> Option<usize> {
+    record.level.is_spanned().then_some(record.drives_per_span as usize)
+}
+
+fn set_drive_state(config: &mut ControllerConfig, slot: u32, state: DriveState) {
+    if let Some(record) = config.drives.iter_mut().find(|d| d.slot == slot) {
+        record.state = state;
+    }
+}
+
+/// The VD (and member index) a slot belongs to.
+fn member_of(state: &State, slot: u32) -> Option<(u32, usize)> {
+    state.config.vds.iter().find_map(|v| v.member_slots.iter().position(|s| *s == slot).map(|i| (v.vd_id, i)))
+}
+
+fn slot_view(state: &State, slot: u32, present: Option<&Slot>) -> SlotView {
+    let record = state.config.drives.iter().find(|d| d.slot == slot);
+    let vd = member_of(state, slot).map(|(vd, _)| vd);
+    let read_errors = member_of(state, slot).map(|(vd, i)| state.vds[&vd].member(i).read_error_count()).unwrap_or(0);
+    SlotView {
+        slot,
+        drive_id: present.map(|p| p.drive_id).or(record.map(|r| r.drive_id)).unwrap_or(DriveId(0)),
+        state: record.map(|r| r.state).unwrap_or(DriveState::UnconfiguredGood),
+        foreign: present.is_some_and(|p| p.foreign),
+        vd,
+        hot_spare_drive_groups: state.config.hot_spares.iter().find(|h| h.slot == slot).map(|h| h.dedicated_drive_groups.clone()),
+        capacity_bytes: present.map(|p| p.drive.info().capacity_bytes).or(record.map(|r| r.capacity_bytes)).unwrap_or(0),
+        source: present.map(|p| p.source.clone()).unwrap_or_else(|| "(not present)".into()),
+        info: present.map(|p| p.drive.info().clone()),
+        read_errors,
+    }
+}
+
+/// Stands in for a member that is not present: every operation fails as a pulled drive does.
+struct MissingDrive {
+    info: DriveInfo,
+}
+
+impl MissingDrive {
+    fn new(slot: u32, capacity_bytes: u64) -> MissingDrive {
+        let info = DriveInfo { name: format!("missing slot {slot}"), kind: drive::DriveKind::Memory, capacity_bytes, direct_io: false };
+        MissingDrive { info }
+    }
+}
+
+impl Drive for MissingDrive {
+    fn info(&self) -> &DriveInfo {
+        &self.info
+    }
+    fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
+        ctx.fail(token, DriveError::Gone, op);
+    }
+}
