@@ -402,39 +402,46 @@ impl IoCtx {
 
     fn ring_completed(&mut self, index: usize, result: i32) {
         let mut slot = self.slots[index].take().expect("CQE for an empty slot");
-        if result >= 0 {
-            if let Some(next) = self.short_transfer_rest(&mut slot, result as usize) {
-                // The continuation points into the slot's buffers and iovecs, which move back into
-                // the slot table without their heap storage moving.
-                self.slots[index] = Some(slot);
-                self.push_sqe(next.user_data(index as u64));
-                return;
-            }
-        }
+        let result = match result {
+            ..0 => Err(DriveError::Io(-result)),
+            transferred_bytes => match self.short_transfer_rest(&mut slot, transferred_bytes as usize) {
+                Transfer::Continue(next) => {
+                    // The continuation points into the slot's buffers and iovecs, which move back
+                    // into the slot table without their heap storage moving.
+                    self.slots[index] = Some(slot);
+                    self.push_sqe(next.user_data(index as u64));
+                    return;
+                }
+                Transfer::Done => Ok(()),
+                Transfer::Stalled(error) => Err(error),
+            },
+        };
         self.in_ring -= 1;
         self.free_slots.push(index);
-        let result = if result < 0 { Err(DriveError::Io(-result)) } else { Ok(()) };
         self.ready.push_back(Completion { token: slot.token, result, buf: slot.buf, bufs: slot.bufs });
     }
 
-    /// For a short read or write, the entry that continues it; `None` when done.
-    fn short_transfer_rest(&mut self, slot: &mut RingSlot, transferred_bytes: usize) -> Option<squeue::Entry> {
-        let resubmit = slot.resubmit?;
-        let total_bytes: usize = slot.buf.iter().chain(&slot.bufs).map(|b| b.len()).sum();
+    /// After a read or write transferred `transferred_bytes`: done, the entry that continues
+    /// a short transfer, or the error of one that can make no progress.
+    fn short_transfer_rest(&mut self, slot: &mut RingSlot, transferred_bytes: usize) -> Transfer {
+        let Some(resubmit) = slot.resubmit else { return Transfer::Done };
+        let len_bytes: usize = slot.buf.iter().chain(&slot.bufs).map(|b| b.len()).sum();
         slot.done_bytes += transferred_bytes;
-        if slot.done_bytes >= total_bytes {
-            return None;
+        if slot.done_bytes >= len_bytes {
+            return Transfer::Done;
         }
         if transferred_bytes == 0 {
-            // End of file on a read: the rest reads as zeros (a file shorter than its drive).
-            if !resubmit.write {
-                zero_from(slot, slot.done_bytes);
-            }
-            return None;
+            // End of file: the file is shorter than the drive it was opened as (it shrank).
+            // Zeros here would be silent data loss; the engine repairs the error from redundancy.
+            let (offset_bytes, len_bytes, done_bytes) = (resubmit.offset_bytes, len_bytes as u64, slot.done_bytes as u64);
+            return Transfer::Stalled(match resubmit.write {
+                false => DriveError::EndOfMedium { offset_bytes, len_bytes, done_bytes },
+                true => DriveError::Io(libc::EIO),
+            });
         }
         let offset = resubmit.offset_bytes + slot.done_bytes as u64;
         slot.iovecs = remaining_iovecs(slot, slot.done_bytes);
-        Some(vectored_entry(resubmit.fd, &slot.iovecs, offset, resubmit.write))
+        Transfer::Continue(vectored_entry(resubmit.fd, &slot.iovecs, offset, resubmit.write))
     }
 
     /// Runs hooks; a delayed completion is parked, everything else goes to `out`.
@@ -531,14 +538,13 @@ fn remaining_iovecs(slot: &mut RingSlot, done_bytes: usize) -> Vec<libc::iovec> 
     iovecs
 }
 
-/// Zero-fills a slot's buffers from `done_bytes` on (a read that met end of file).
-fn zero_from(slot: &mut RingSlot, done_bytes: usize) {
-    let mut skip = done_bytes;
-    for buf in slot.buf.iter_mut().chain(slot.bufs.iter_mut()) {
-        let start = skip.min(buf.len());
-        buf.as_mut_slice()[start..].fill(0);
-        skip -= start;
-    }
+/// Where a read or write stands after one of its transfers completed.
+enum Transfer {
+    Done,
+    /// A short transfer: the entry for the rest.
+    Continue(squeue::Entry),
+    /// It can make no progress (end of file).
+    Stalled(DriveError),
 }
 
 impl Drop for IoCtx {

@@ -106,6 +106,10 @@ pub enum DriveError {
     Io(i32),
     #[error("the drive is gone")]
     Gone,
+    #[error(
+        "the drive ends inside a read of {len_bytes} bytes at offset {offset_bytes} (only {done_bytes} bytes came back; the file shrank?)"
+    )]
+    EndOfMedium { offset_bytes: u64, len_bytes: u64, done_bytes: u64 },
     #[error("range {offset_bytes}+{len_bytes} is past the end of the drive ({capacity_bytes} bytes)")]
     OutOfRange { offset_bytes: u64, len_bytes: u64, capacity_bytes: u64 },
     #[error("offset {offset_bytes} or length {len_bytes} is not a multiple of 512 bytes")]

@@ -163,3 +163,28 @@ fn vectored_reads_and_writes_round_trip_on_every_backend() {
     check_vectored_round_trip(&drive, &mut IoCtx::new(IoCtxConfig::default()).unwrap());
     check_vectored_round_trip(&drive, &mut IoCtx::without_ring());
 }
+
+/// Regression: a member file truncated while open read back as zeros past its new end, and a
+/// RAID5 served 216 MiB of zeros with no error. Reading past the end is an error now.
+#[test]
+fn a_read_past_the_end_of_a_shrunken_file_is_an_error_not_zeros() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("d0");
+    let config = FileDriveConfig { create_size_bytes: Some(4 << 20), ..Default::default() };
+    let drive = FileDrive::open(&path, &config).unwrap();
+    let mut ring = IoCtx::new(IoCtxConfig::default()).unwrap();
+    assert_eq!(run(&drive, &mut ring, DriveOp::Write { offset_bytes: 1 << 20, buf: pattern(1 << 20, 9) }).result, Ok(()));
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len((1 << 20) + 4096).unwrap();
+    for ctx in [&mut ring, &mut IoCtx::without_ring()] {
+        let read = run(&drive, ctx, DriveOp::Read { offset_bytes: 1 << 20, buf: IoBuf::zeroed(64 << 10) });
+        assert!(read.result.is_err(), "a read that crosses the new end fails, got {:?}", read.result);
+        let beyond = run(&drive, ctx, DriveOp::Read { offset_bytes: 2 << 20, buf: IoBuf::zeroed(4096) });
+        assert!(beyond.result.is_err(), "a read wholly past the new end fails, got {:?}", beyond.result);
+    }
+    let read = run(&drive, &mut ring, DriveOp::Read { offset_bytes: 1 << 20, buf: IoBuf::zeroed(64 << 10) });
+    assert!(
+        matches!(read.result, Err(DriveError::EndOfMedium { offset_bytes, done_bytes: 4096, .. }) if offset_bytes == 1 << 20),
+        "{:?}",
+        read.result
+    );
+}
