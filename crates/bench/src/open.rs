@@ -293,7 +293,12 @@ fn open_vd(spec: &VdSpec, options: OpenOptions) -> Result<OpenTarget, String> {
     let drives = make_members(spec, &mut created_files);
     let cleanup = |files: &[PathBuf]| files.iter().for_each(|f| drop(std::fs::remove_file(f)));
     let drives = drives.inspect_err(|_| cleanup(&created_files))?;
-    let layout = VdLayout { level: spec.level, strip_size_bytes: spec.strip_size_bytes, drives_per_span: spec.drives_per_span };
+    let layout = VdLayout {
+        level: spec.level,
+        strip_size_bytes: spec.strip_size_bytes,
+        drives_per_span: spec.drives_per_span,
+        member_size_bytes: None,
+    };
     let vd = VirtualDrive::new(0, "bench", layout, drives.clone()).map_err(|e| {
         cleanup(&created_files);
         format!("--target vd:{}: {e}", spec.level)

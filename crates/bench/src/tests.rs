@@ -135,7 +135,7 @@ fn raid5(faults: Faults) -> (OpenTarget, Vec<Arc<FaultyDrive>>) {
     let members: Vec<Arc<FaultyDrive>> = (0..3).map(|_| Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(64 * MIB))))).collect();
     members[0].set_faults(faults);
     let drives: Vec<Arc<dyn Drive>> = members.iter().map(|m| Arc::clone(m) as Arc<dyn Drive>).collect();
-    let layout = VdLayout { level: Level::Raid5, strip_size_bytes: 64 * KIB, drives_per_span: None };
+    let layout = VdLayout { level: Level::Raid5, strip_size_bytes: 64 * KIB, drives_per_span: None, member_size_bytes: None };
     let vd = Arc::new(VirtualDrive::new(0, "v", layout, drives).unwrap());
     let engine = Arc::new(Engine::start(EngineConfig { shard_count: 2, ..EngineConfig::default() }).unwrap());
     let target = Arc::new(VdTarget { engine, vd });

@@ -150,6 +150,9 @@ pub struct VdRecord {
     pub write_policy: WritePolicy,
     pub read_policy: ReadPolicy,
     pub io_policy: IoPolicy,
+    /// Bytes of each member the VD is laid out on. A member found smaller is not used: reading
+    /// past its end would return nothing where the VD has data.
+    pub member_size_bytes: u64,
 }
 
 pub const VD_NAME_BYTES_MAX: usize = 32;

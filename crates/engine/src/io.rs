@@ -50,6 +50,10 @@ pub(crate) struct Env {
 /// Serves one request whose range lies in rows this shard owns (or a flush).
 pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
     let env = Env { reactor, vd };
+    if env.vd.is_retired() {
+        // Queued before the VD was deleted; its drives may belong to another VD by now.
+        return VdCompletion { result: Err(VdError::Deleted { vd: env.vd.name() }), buf: request.into_buf() };
+    }
     if env.vd.state() == crate::VdState::Offline {
         return VdCompletion { result: Err(env.vd.offline_error()), buf: request.into_buf() };
     }
@@ -326,7 +330,7 @@ fn stripe_error(env: &Env, error: AttemptError, buf: IoBuf) -> VdCompletion {
             env.vd.member_error(index, kind, &error);
             match env.vd.state() {
                 crate::VdState::Offline => Err(env.vd.offline_error()),
-                _ => Err(VdError::Unrecoverable { vd: env.vd.name().to_string(), member: index, error }),
+                _ => Err(VdError::Unrecoverable { vd: env.vd.name(), member: index, error }),
             }
         }
         AttemptError::Lost => Err(env.vd.offline_error()),

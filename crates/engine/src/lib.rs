@@ -112,7 +112,7 @@ impl Engine {
             VdRequest::Flush => {
                 // Any shard can flush: member caches are per drive, not per ring.
                 let shard = self.next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
-                self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done });
+                self.send_request(shard, vd, request, done);
             }
             VdRequest::Read { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, false, done),
             VdRequest::Write { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, true, done),
@@ -142,14 +142,21 @@ impl Engine {
         };
         if pieces.len() == 1 {
             let (shard, offset, buf) = pieces.pop().expect("one piece");
-            return self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request: request(offset, buf), done });
+            return self.send_request(shard, vd, request(offset, buf), done);
         }
         let joiner = Joiner::new(pieces.len(), done);
         for (index, (shard, offset, buf)) in pieces.into_iter().enumerate() {
             let joiner = Arc::clone(&joiner);
             let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
-            self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request: request(offset, buf), done });
+            self.send_request(shard, vd, request(offset, buf), done);
         }
+    }
+
+    /// Hands one request piece to a shard, counted in the VD's requests in flight until
+    /// [`VirtualDrive::finish`] delivers it (a deletion waits for that count to drain).
+    fn send_request(&self, shard: usize, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
+        vd.begin_request();
+        self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done });
     }
 
     /// Runs one operation on a drive directly, bypassing every RAID layer: the baseline the
@@ -217,6 +224,9 @@ fn shard_stride_rows(geometry: &layout::Geometry) -> u64 {
 
 /// Checks a request against the VD before anything is queued.
 fn validate(vd: &VirtualDrive, request: &VdRequest) -> Result<(), VdError> {
+    if vd.is_retired() {
+        return Err(VdError::Deleted { vd: vd.name() });
+    }
     match request.range_bytes() {
         Some((offset_bytes, len_bytes)) => vd.check_range(offset_bytes, len_bytes),
         None => Ok(()),
@@ -268,7 +278,11 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
     let reactor = Rc::clone(executor.reactor());
     match msg {
         ShardMsg::Request { vd, request, done } => {
-            executor.spawn(async move { done(io::serve(reactor, vd, request).await) });
+            let write = matches!(request, VdRequest::Write { .. });
+            executor.spawn(async move {
+                let completion = io::serve(reactor, Arc::clone(&vd), request).await;
+                vd.finish(completion, done, write);
+            });
             false
         }
         ShardMsg::Raw { drive, op, done } => {

@@ -84,7 +84,7 @@ pub enum MetadataError {
     Truncated { what: String, needed_bytes: usize, available_bytes: usize },
     #[error("no storc metadata: magic is b\"{}\", expected b\"STORCMD\\0\"", .found.escape_ascii())]
     BadMagic { found: [u8; 8] },
-    #[error("metadata format version {found} is unknown; this storc reads version {supported}")]
+    #[error("metadata format version {found} is unknown; this storc reads versions 1 to {supported}")]
     UnknownVersion { found: u32, supported: u32 },
     #[error("header checksum mismatch: stored crc32c {stored:#010x}, computed {computed:#010x} (torn or corrupted header)")]
     HeaderChecksum { stored: u32, computed: u32 },

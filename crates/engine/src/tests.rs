@@ -13,7 +13,7 @@ fn rig(level: Level, drive_count: usize, strip_kib: u64) -> Rig {
     let drives: Vec<Arc<FaultyDrive>> =
         (0..drive_count).map(|_| Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(MEMBER_BYTES))))).collect();
     let members = drives.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
-    let layout = VdLayout { level, strip_size_bytes: strip_kib * KIB, drives_per_span: None };
+    let layout = VdLayout { level, strip_size_bytes: strip_kib * KIB, drives_per_span: None, member_size_bytes: None };
     let vd = Arc::new(VirtualDrive::new(1, "v0", layout, members).unwrap());
     Rig { vd, drives }
 }

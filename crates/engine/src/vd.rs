@@ -1,10 +1,12 @@
 //! A virtual drive: its layout, its members and their states. No I/O happens here; the paths in
 //! `io` read this state at the start of every attempt.
 
+use crate::Done;
 use drive::{Drive, DriveError, IoBuf, OpKind};
 use layout::{Geometry, GeometryConfig, Level, SpanKind};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// Bytes reserved at the start of every member for controller metadata (two copies of the
 /// configuration plus room to grow; see docs/on-disk-format.md).
@@ -111,6 +113,10 @@ pub enum VdError {
     Unrecoverable { vd: String, member: usize, error: DriveError },
     #[error("the engine is stopped")]
     Stopped,
+    #[error("virtual drive {vd} was deleted")]
+    Deleted { vd: String },
+    #[error("virtual drive {vd}: a member failed and the failure could not be recorded in the metadata ({detail}); writes are refused until it is")]
+    FailureUnrecorded { vd: String, detail: String },
 }
 
 /// How a VD is laid out, before the member sizes are known.
@@ -120,23 +126,55 @@ pub struct VdLayout {
     pub strip_size_bytes: u64,
     /// Drives per span for RAID 10/50/60 (`pdperarray`).
     pub drives_per_span: Option<usize>,
+    /// Bytes of each member the VD is laid out on, as recorded in the metadata; `None` for a new
+    /// VD, which takes its smallest member's size.
+    pub member_size_bytes: Option<u64>,
 }
+
+/// Source of [`VirtualDrive::instance_id`].
+static NEXT_INSTANCE_ID: AtomicU64 = AtomicU64::new(1);
 
 pub struct VirtualDrive {
     id: u64,
-    name: String,
+    /// Unique to this object within the process. Clients bind to it, not to the VD number or
+    /// name, so a VD deleted and another created in its place are never taken for each other.
+    instance_id: u64,
+    /// Changes on rename; the object (and every connection to it) stays.
+    name: RwLock<String>,
     geometry: Geometry,
     members: Vec<Member>,
     /// Serialises state changes so that two shards failing members at once see each other.
     state_change: Mutex<()>,
     /// Where member failures found by I/O are reported (the controller's watcher).
     notifier: std::sync::OnceLock<crossbeam_channel::Sender<MemberEvent>>,
+    /// Set once the VD is deleted: every request fails from then on.
+    retired: AtomicBool,
+    /// Request pieces queued or running on shards, plus writes whose acknowledgement is held.
+    requests_in_flight: AtomicUsize,
+    acks: Mutex<AckGate>,
+}
+
+/// Holds write acknowledgements while a member failure is not yet in the metadata.
+///
+/// The rule (DESIGN.md, on-disk metadata): before a write proceeds without a member, the
+/// member's failure is recorded; otherwise a crash could bring the member back as in service,
+/// with stale contents under an acknowledged write. A write that completes while a failure is
+/// unrecorded is acknowledged only once the controller has written it to the members.
+#[derive(Default)]
+struct AckGate {
+    /// Member failures found by I/O and sent to the controller, not yet recorded.
+    failures_unrecorded: u32,
+    /// Why the last attempt to record a failure failed; writes fail until a record succeeds.
+    record_error: Option<String>,
+    held: Vec<(Done, VdCompletion)>,
 }
 
 /// A member the engine took out of service, reported to the controller.
 #[derive(Clone, Debug)]
 pub struct MemberEvent {
     pub vd_id: u64,
+    /// [`VirtualDrive::instance_id`] of the VD object that found it.
+    pub instance_id: u64,
     pub member: usize,
     pub state: MemberState,
     pub reason: String,
@@ -148,7 +186,8 @@ impl VirtualDrive {
     /// # Errors
     /// The layout rule the drives break (count, strip size, size), with what is allowed.
     pub fn new(id: u64, name: &str, layout: VdLayout, drives: Vec<Arc<dyn Drive>>) -> Result<VirtualDrive, layout::LayoutError> {
-        let member_size_bytes = drives.iter().map(|d| d.info().capacity_bytes).min().unwrap_or(0);
+        let smallest_bytes = drives.iter().map(|d| d.info().capacity_bytes).min().unwrap_or(0);
+        let member_size_bytes = layout.member_size_bytes.unwrap_or(smallest_bytes);
         let geometry = Geometry::new(GeometryConfig {
             level: layout.level,
             drive_count: drives.len(),
@@ -160,11 +199,15 @@ impl VirtualDrive {
         let members = drives.into_iter().map(Member::new).collect();
         Ok(VirtualDrive {
             id,
-            name: name.to_string(),
+            instance_id: NEXT_INSTANCE_ID.fetch_add(1, Ordering::Relaxed),
+            name: RwLock::new(name.to_string()),
             geometry,
             members,
             state_change: Mutex::new(()),
             notifier: std::sync::OnceLock::new(),
+            retired: AtomicBool::new(false),
+            requests_in_flight: AtomicUsize::new(0),
+            acks: Mutex::new(AckGate::default()),
         })
     }
 
@@ -189,8 +232,15 @@ impl VirtualDrive {
     pub fn id(&self) -> u64 {
         self.id
     }
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn instance_id(&self) -> u64 {
+        self.instance_id
+    }
+    pub fn name(&self) -> String {
+        self.name.read().expect("name lock poisoned").clone()
+    }
+    /// Renames the VD in place: clients connected to it stay connected to this object.
+    pub fn set_name(&self, name: &str) {
+        *self.name.write().expect("name lock poisoned") = name.to_string();
     }
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
@@ -244,7 +294,7 @@ impl VirtualDrive {
         let before = self.members[index].state();
         self.members[index].state.store(state as u8, Ordering::Release);
         if before != state {
-            tracing::warn!(vd = %self.name, member = index, ?before, after = ?state, "member state changed");
+            tracing::warn!(vd = %self.name(), member = index, ?before, after = ?state, "member state changed");
         }
         drop(_guard);
         self.state()
@@ -260,21 +310,130 @@ impl VirtualDrive {
             (OpKind::Read, _) => member.read_errors.fetch_add(1, Ordering::Relaxed) + 1 >= MEMBER_READ_ERRORS_MAX,
             _ => true,
         };
-        tracing::warn!(vd = %self.name, member = index, drive = %member.drive.info().name, ?kind, %error, fail, "member I/O error");
+        tracing::warn!(vd = %self.name(), member = index, drive = %member.drive.info().name, ?kind, %error, fail, "member I/O error");
         if fail && member.state() == MemberState::Online {
             // Whatever was being written when it failed did not reach it.
             member.missed_writes.store(true, Ordering::Release);
+            // Counted before the state changes, so that no write that skips the member can be
+            // acknowledged before the controller has recorded the failure.
+            let notifier = self.notifier.get();
+            if notifier.is_some() {
+                self.acks.lock().expect("ack gate poisoned").failures_unrecorded += 1;
+            }
             self.set_member_state(index, MemberState::Failed);
-            if let Some(notifier) = self.notifier.get() {
+            if let Some(notifier) = notifier {
                 let reason = format!("{kind:?} error: {error}");
-                let _ = notifier.send(MemberEvent { vd_id: self.id, member: index, state: MemberState::Failed, reason });
+                let event =
+                    MemberEvent { vd_id: self.id, instance_id: self.instance_id, member: index, state: MemberState::Failed, reason };
+                if notifier.send(event).is_err() {
+                    // No controller is listening, so there is no metadata to record it in.
+                    self.failure_recorded(Ok(()));
+                }
             }
         }
         fail
     }
 
+    /// The controller has written (or failed to write) one reported member failure to the
+    /// members' metadata. Held write acknowledgements go out once every reported failure is
+    /// recorded; if the record failed, those writes fail instead.
+    pub fn failure_recorded(&self, outcome: Result<(), String>) {
+        let mut gate = self.acks.lock().expect("ack gate poisoned");
+        assert!(gate.failures_unrecorded > 0, "v{}: a failure was recorded that was never reported", self.id);
+        gate.failures_unrecorded -= 1;
+        gate.record_error = outcome.err();
+        if gate.failures_unrecorded > 0 {
+            return;
+        }
+        let held = std::mem::take(&mut gate.held);
+        let refusal = gate.record_error.clone().map(|detail| VdError::FailureUnrecorded { vd: self.name(), detail });
+        drop(gate);
+        for (done, completion) in held {
+            let result = refusal.clone().map_or(completion.result, Err);
+            self.complete(done, VdCompletion { result, buf: completion.buf });
+        }
+    }
+
+    /// A later successful metadata write recorded every failure: writes may be acknowledged again.
+    pub fn metadata_current(&self) {
+        let mut gate = self.acks.lock().expect("ack gate poisoned");
+        if gate.failures_unrecorded == 0 {
+            gate.record_error = None;
+        }
+    }
+
+    /// Counts a request piece handed to a shard; [`VirtualDrive::finish`] ends it.
+    pub(crate) fn begin_request(&self) {
+        self.requests_in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Delivers a finished request piece, holding a write's acknowledgement while a member
+    /// failure is unrecorded (see [`AckGate`]).
+    pub(crate) fn finish(&self, completion: VdCompletion, done: Done, write: bool) {
+        if write && completion.result.is_ok() && self.is_retired() {
+            // Deleted meanwhile: nothing will settle a held acknowledgement now, and the
+            // client's data is gone with the VD anyway.
+            let refused = VdCompletion { result: Err(VdError::Deleted { vd: self.name() }), buf: completion.buf };
+            return self.complete(done, refused);
+        }
+        if write && completion.result.is_ok() {
+            let mut gate = self.acks.lock().expect("ack gate poisoned");
+            if gate.failures_unrecorded > 0 {
+                return gate.held.push((done, completion));
+            }
+            if let Some(detail) = gate.record_error.clone() {
+                drop(gate);
+                let refused = VdCompletion { result: Err(VdError::FailureUnrecorded { vd: self.name(), detail }), buf: completion.buf };
+                return self.complete(done, refused);
+            }
+        }
+        self.complete(done, completion);
+    }
+
+    fn complete(&self, done: Done, completion: VdCompletion) {
+        done(completion);
+        let before = self.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "v{}: more requests finished than began", self.id);
+    }
+
+    pub fn requests_in_flight(&self) -> usize {
+        self.requests_in_flight.load(Ordering::Acquire)
+    }
+
+    /// Takes the VD out of service for good (it is being deleted): new requests fail, and held
+    /// acknowledgements fail too, since nothing will record their member failures now.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        let held = std::mem::take(&mut self.acks.lock().expect("ack gate poisoned").held);
+        for (done, completion) in held {
+            self.complete(done, VdCompletion { result: Err(VdError::Deleted { vd: self.name() }), buf: completion.buf });
+        }
+    }
+
+    /// Undoes [`VirtualDrive::retire`] when a deletion is abandoned.
+    pub fn unretire(&self) {
+        self.retired.store(false, Ordering::Release);
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Waits until no request of this VD is queued or running; returns whether that happened
+    /// within `timeout`. Control plane only.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.requests_in_flight() > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
     pub(crate) fn offline_error(&self) -> VdError {
-        VdError::Offline { vd: self.name.clone(), level: self.geometry.level() }
+        VdError::Offline { vd: self.name(), level: self.geometry.level() }
     }
 
     /// Checks that a request fits the VD and is sector-aligned.
@@ -284,7 +443,7 @@ impl VirtualDrive {
         }
         let capacity_bytes = self.capacity_bytes();
         if offset_bytes.checked_add(len_bytes).is_none_or(|end| end > capacity_bytes) {
-            return Err(VdError::OutOfRange { vd: self.name.clone(), offset_bytes, len_bytes, capacity_bytes });
+            return Err(VdError::OutOfRange { vd: self.name(), offset_bytes, len_bytes, capacity_bytes });
         }
         Ok(())
     }

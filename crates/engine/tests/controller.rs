@@ -3,7 +3,7 @@
 
 use drive::{Drive, MemDrive};
 use engine::config::{ControllerId, DriveState, IoPolicy, ReadPolicy, WritePolicy};
-use engine::controller::{ControlError, Controller, CreateVdSpec, DriveCommand, OfferedDrive};
+use engine::controller::{ControlError, Controller, ControllerOptions, CreateVdSpec, DriveCommand, OfferedDrive};
 use engine::{Engine, EngineConfig, VdState};
 use layout::{Level, KIB, MIB};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>]) -> Arc<Controller> {
 /// Opens as the controller with id `ours` (what the daemon remembers in its data directory).
 fn open_as(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], ours: Option<ControllerId>) -> Arc<Controller> {
     let offered = drives.iter().enumerate().map(|(i, d)| OfferedDrive { drive: Arc::clone(d), source: format!("mem{i}") }).collect();
-    Controller::open(Arc::clone(engine), offered, ours).unwrap()
+    Controller::open(Arc::clone(engine), offered, ControllerOptions { ours, ..ControllerOptions::default() }).unwrap()
 }
 
 fn spec(level: Level, slots: &[u32], name: &str) -> CreateVdSpec {
@@ -90,7 +90,7 @@ fn a_member_left_out_is_missing_and_comes_back_out_of_date() {
     second.shutdown();
     drop(second);
 
-    // Drive 2 returns with an older generation: it missed writes and is not trusted.
+    // Drive 2 returns: the configuration recorded it missing, so it missed writes and is not trusted.
     let third = open(&engine, &members);
     assert_eq!(third.slot(2).unwrap().state, DriveState::Failed);
     let (_, vd) = third.vd(0).unwrap();

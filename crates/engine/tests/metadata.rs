@@ -55,6 +55,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             write_policy: WritePolicy::ALL[index % 3],
             read_policy: ReadPolicy::ALL[(index / 3) % 3],
             io_policy: IoPolicy::ALL[index % 2],
+            member_size_bytes: (1 << 40) - u64::from(index as u32) * 4096,
         });
     }
     let hot_spares = vec![
@@ -90,6 +91,7 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         write_policy: WritePolicy::WriteBack,
         read_policy: ReadPolicy::Adaptive,
         io_policy: IoPolicy::Direct,
+        member_size_bytes: 1 << 30,
     };
     let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
     ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds: vec![vd], hot_spares }
@@ -165,6 +167,24 @@ fn the_two_copies_differ_only_in_copy_index_and_header_checksum() {
     assert_eq!((u32_at(&copy0, 52), u32_at(&copy1, 52)), (0, 1));
 }
 
+/// Format version 1 (written by earlier storc releases) is still read: its VD records end before
+/// `member_size_bytes`, which is then the smallest member's recorded capacity.
+#[test]
+fn version_1_metadata_is_read_with_the_member_size_from_the_drive_records() {
+    let sb = superblock(small_config(0x55, 9), 1);
+    let mut bytes = encode(&sb, 0).unwrap();
+    set_u32(&mut bytes, 8, 1);
+    // Drop member_size_bytes (the last 8 bytes of the VD record's fixed part).
+    let member_size_at = VD0 + 64;
+    bytes.drain(member_size_at..member_size_at + 8);
+    let payload_bytes = payload_len(&bytes) - 8;
+    set_u32(&mut bytes, 72, payload_bytes as u32);
+    reseal(&mut bytes);
+    let decoded = decode(&bytes).unwrap();
+    assert_eq!(decoded.config.vds[0].member_size_bytes, 1 << 30);
+    assert_eq!(decoded, sb);
+}
+
 /// An independent transcription of the byte tables: the exact bytes of `small_config`.
 #[test]
 fn encoding_matches_the_documented_bytes() {
@@ -172,7 +192,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&1u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&2u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -198,6 +218,7 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&3u32.to_le_bytes()); // member_count
     payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, reserved
     payload.extend_from_slice(&[b"vd0".as_slice(), &[0; 29]].concat());
+    payload.extend_from_slice(&(1u64 << 30).to_le_bytes()); // member_size_bytes
     [0u32, 1, 2].iter().for_each(|slot| payload.extend_from_slice(&slot.to_le_bytes()));
     payload.extend_from_slice(&3u32.to_le_bytes()); // spare slot
     payload.extend_from_slice(&1u32.to_le_bytes()); // dedicated_count
@@ -225,8 +246,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 2), |_| UnknownVersion { found: 2, supported: 1 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 1 });
+    check_decode("unknown version", |b| set_u32(b, 8, 3), |_| UnknownVersion { found: 3, supported: 2 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 2 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -303,7 +324,7 @@ fn counts_and_lengths_that_disagree_with_the_payload_are_detected() {
     let huge_members = |b: &mut Vec<u8>| (set_u32(b, VD0 + 24, u32::MAX), reseal(b)).1;
     check_decode("member count 2^32 - 1", huge_members, |b| Truncated {
         what: "member slots of vd record 0 (vd 7)".into(),
-        needed_bytes: VD0 - PAYLOAD + 64 + 4 * u32::MAX as usize,
+        needed_bytes: VD0 - PAYLOAD + 72 + 4 * u32::MAX as usize,
         available_bytes: payload_len(b),
     });
     let no_drives = |b: &mut Vec<u8>| (set_u32(b, PAYLOAD, 0), reseal(b)).1;
@@ -332,7 +353,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 3), "metadata format version 3 is unknown; this storc reads version 1");
+    check("version", |b| set_u32(b, 8, 3), "metadata format version 3 is unknown; this storc reads versions 1 to 2");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,

@@ -183,7 +183,12 @@ impl Sim {
         let drives: Vec<Arc<FaultyDrive>> =
             (0..config.drive_count).map(|_| Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(member_bytes))))).collect();
         let members = drives.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
-        let layout = VdLayout { level: config.level, strip_size_bytes: config.strip_size_bytes, drives_per_span: config.drives_per_span };
+        let layout = VdLayout {
+            level: config.level,
+            strip_size_bytes: config.strip_size_bytes,
+            drives_per_span: config.drives_per_span,
+            member_size_bytes: None,
+        };
         let vd = Arc::new(VirtualDrive::new(config.seed, "sim", layout, members).expect("the seed picks a valid layout"));
         let capacity = vd.capacity_bytes() as usize;
         Sim {

@@ -234,7 +234,7 @@ const FIO: &str = "fio on the same files";
 fn make_vds(args: &Args, setup: &Setup, levels: &[Level]) -> Result<Vec<Arc<VirtualDrive>>, String> {
     let mut vds = Vec::new();
     for (i, level) in levels.iter().enumerate() {
-        let layout = VdLayout { level: *level, strip_size_bytes: args.strip_kib * KIB, drives_per_span: None };
+        let layout = VdLayout { level: *level, strip_size_bytes: args.strip_kib * KIB, drives_per_span: None, member_size_bytes: None };
         let members = setup.drives[..member_count(*level, setup.drives.len())].to_vec();
         let vd = VirtualDrive::new(i as u64, &format!("v{i}"), layout, members).map_err(|e| format!("{level}: {e}"))?;
         vds.push(Arc::new(vd));

@@ -25,14 +25,17 @@ impl Controller {
             let offer = offered[index].take().expect("each drive once");
             let slot = state.config.drives.iter().find(|d| d.drive_id == sb.drive_id).expect("checked").slot;
             if sb.generation < state.config.generation {
+                // Configuration changes are written drive by drive, so a crash leaves some drives
+                // a generation behind. That alone means a missed metadata update, not missed
+                // data: a member that missed data is out of service in the newest configuration,
+                // which recorded that before any write went on without it.
                 self.log(
-                    Severity::Warning,
+                    Severity::Info,
                     format!(
-                        "drive at slot {slot} ({}) has configuration generation {} older than {}; it is out of date",
+                        "drive at slot {slot} ({}) missed a metadata update (generation {}, newest {}); it is brought up to date",
                         offer.source, sb.generation, state.config.generation
                     ),
                 );
-                mark_out_of_date(&mut state.config, slot);
             }
             state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id: sb.drive_id, foreign: false });
         }
@@ -55,9 +58,17 @@ impl Controller {
                 }
             }
         }
+        self.settle_returning_drives(&mut state);
         mark_missing(&mut state);
+        self.refuse_shrunken_members(&mut state);
         for record in state.config.vds.clone() {
             let vd = self.build_vd(&state, &record)?;
+            if vd.state() != crate::VdState::Optimal {
+                self.log(
+                    Severity::Warning,
+                    format!("v{} {:?} starts {}: {}", record.vd_id, record.name, vd.state().short_name(), out_of_service(&state, &record)),
+                );
+            }
             state.vds.insert(record.vd_id, vd);
         }
         if !state.foreign.is_empty() {
@@ -78,11 +89,66 @@ impl Controller {
     }
 }
 
-fn mark_out_of_date(config: &mut ControllerConfig, slot: u32) {
-    let is_member = config.vds.iter().any(|v| v.member_slots.contains(&slot));
-    if is_member {
-        set_drive_state(config, slot, DriveState::Failed);
+impl Controller {
+    /// Drives recorded as missing that are present again. A member missed every write made
+    /// while it was gone (the configuration recorded its absence first), so it comes back
+    /// failed, to be rebuilt; a spare or an unconfigured drive simply returns.
+    fn settle_returning_drives(&self, state: &mut State) {
+        let returning: Vec<u32> = state
+            .config
+            .drives
+            .iter()
+            .filter(|d| d.state == DriveState::Missing && state.slots.contains_key(&d.slot))
+            .map(|d| d.slot)
+            .collect();
+        for slot in returning {
+            let back_as = match member_of(state, slot) {
+                Some((vd_id, _)) => {
+                    self.log(Severity::Warning, format!("slot {slot} is back but missed the writes to v{vd_id} while missing; it stays out of service (Failed) until rebuilt"));
+                    DriveState::Failed
+                }
+                None if state.config.hot_spares.iter().any(|h| h.slot == slot) => DriveState::HotSpare,
+                None => DriveState::UnconfiguredGood,
+            };
+            set_drive_state(&mut state.config, slot, back_as);
+        }
     }
+
+    /// Members now smaller than their VD's recorded member size are not used: reading past
+    /// their end would return nothing where the VD holds data. Recorded as failed.
+    fn refuse_shrunken_members(&self, state: &mut State) {
+        for record in state.config.vds.clone() {
+            for slot in &record.member_slots {
+                let Some(present) = state.slots.get(slot).filter(|s| !s.foreign) else { continue };
+                let found_bytes = present.drive.info().capacity_bytes;
+                if found_bytes >= record.member_size_bytes {
+                    continue;
+                }
+                self.log(
+                    Severity::Critical,
+                    format!(
+                        "slot {slot} ({}) of v{} has {found_bytes} bytes but v{} was laid out on {} bytes per member; the drive shrank and is not used",
+                        present.source, record.vd_id, record.vd_id, record.member_size_bytes
+                    ),
+                );
+                if state.config.drives.iter().any(|d| d.slot == *slot && d.state == DriveState::Online) {
+                    set_drive_state(&mut state.config, *slot, DriveState::Failed);
+                }
+            }
+        }
+    }
+}
+
+/// "slot 3 Msng, slot 5 Failed": the members of a VD that are out of service.
+fn out_of_service(state: &State, record: &VdRecord) -> String {
+    let state_of = |slot: &u32| state.config.drives.iter().find(|d| d.slot == *slot).map_or(DriveState::Missing, |d| d.state);
+    let list: Vec<String> = record
+        .member_slots
+        .iter()
+        .filter(|slot| state_of(slot) != DriveState::Online)
+        .map(|slot| format!("slot {slot} {}", state_of(slot).short_name()))
+        .collect();
+    list.join(", ")
 }
 
 /// Recorded drives that did not show up are missing.

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// How long a deletion waits for the VD's requests in flight to finish.
+const VD_DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Controller {
     // -----------------------------------------------------------------------------------------
     // Virtual drives
@@ -25,7 +28,14 @@ impl Controller {
             )));
         }
         let members: Vec<Arc<dyn Drive>> = spec.slots.iter().map(|s| Arc::clone(&state.slots[s].drive)).collect();
-        let layout = VdLayout { level: spec.level, strip_size_bytes: spec.strip_size_bytes, drives_per_span: spec.drives_per_span };
+        // Recorded, so that a member found smaller later is refused rather than the VD shrunk.
+        let member_size_bytes = members.iter().map(|d| d.info().capacity_bytes).min().unwrap_or(0);
+        let layout = VdLayout {
+            level: spec.level,
+            strip_size_bytes: spec.strip_size_bytes,
+            drives_per_span: spec.drives_per_span,
+            member_size_bytes: Some(member_size_bytes),
+        };
         let vd = VirtualDrive::new(u64::from(vd_id), &name, layout, members)
             .map_err(|e| ControlError::BadInput(format!("{e}: slots {}", slot_list(&spec.slots))))?;
         let record = VdRecord {
@@ -39,6 +49,7 @@ impl Controller {
             write_policy: spec.write_policy,
             read_policy: spec.read_policy,
             io_policy: spec.io_policy,
+            member_size_bytes,
         };
         vd.set_notifier(self.member_events.clone());
         for slot in &spec.slots {
@@ -69,6 +80,18 @@ impl Controller {
         };
         if in_use && !force {
             return Err(ControlError::Conflict(format!("v{vd_id} has NBD clients connected; disconnect them or add `force`")));
+        }
+        // Nothing of this VD may still be on its way to the drives once another VD can have
+        // them: refuse new requests, then wait for those already queued or running.
+        let vd = Arc::clone(&state.vds[&vd_id]);
+        vd.retire();
+        if !vd.wait_idle(VD_DRAIN_TIMEOUT) {
+            vd.unretire();
+            return Err(ControlError::Conflict(format!(
+                "v{vd_id} still has {} request(s) in flight after {} s; nothing was deleted, try again",
+                vd.requests_in_flight(),
+                VD_DRAIN_TIMEOUT.as_secs()
+            )));
         }
         let record = state.config.vds.remove(position);
         state.vds.remove(&vd_id);
@@ -118,8 +141,9 @@ impl Controller {
         }
         let record = record.clone();
         if renamed {
-            let rebuilt = self.build_vd(&state, &record)?;
-            state.vds.insert(vd_id, rebuilt);
+            // Renamed in place: connections to the VD stay bound to this object and keep seeing
+            // its member states (a rebuilt object would leave them on a stale copy).
+            state.vds[&vd_id].set_name(&record.name);
         }
         let persisted = self.persist(&mut state);
         drop(state);
@@ -154,23 +178,38 @@ impl Controller {
         };
         let membership = member_of(&state, slot);
         let new_state = plan_drive_change(slot, record.state, command, membership.as_ref().map(|(vd, _)| vd))?;
-        if let Some((vd_id, index)) = membership {
-            let vd = Arc::clone(&state.vds[&vd_id]);
-            if new_state == DriveState::Online && vd.member(index).has_missed_writes() {
+        let vd = membership.map(|(vd_id, index)| (Arc::clone(&state.vds[&vd_id]), vd_id, index));
+        if let Some((vd, vd_id, index)) = &vd {
+            if new_state == DriveState::Online && vd.member(*index).has_missed_writes() {
                 return Err(ControlError::Conflict(format!(
                     "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild (not built yet); until then keep it offline"
                 )));
             }
-            vd.set_member_state(index, member_state_of(new_state));
         }
         set_drive_state(&mut state.config, slot, new_state);
+        let into_service = new_state == DriveState::Online;
+        if let (Some((vd, _, index)), true) = (&vd, into_service) {
+            // Back in service before the record: a crash in between finds it out of service in
+            // the metadata, which is only conservative.
+            vd.set_member_state(*index, MemberState::Online);
+        }
         let persisted = self.persist(&mut state);
+        match (&vd, into_service, &persisted) {
+            // Out of service only once the metadata says so: no write may skip a member whose
+            // absence a crash would forget.
+            (Some((vd, _, index)), false, Ok(())) => {
+                vd.set_member_state(*index, member_state_of(new_state));
+            }
+            (Some(_), false, Err(_)) => set_drive_state(&mut state.config, slot, record.state),
+            _ => {}
+        }
         drop(state);
+        persisted?;
         self.log(
             Severity::Warning,
             format!("slot {slot}: {} -> {} by the administrator", record.state.short_name(), new_state.short_name()),
         );
-        persisted
+        Ok(())
     }
 
     /// Makes an unconfigured good drive a hot spare, global (no drive groups) or dedicated.

@@ -15,17 +15,31 @@ use crate::metadata::{self, Superblock};
 
 mod assemble;
 mod commands;
+mod events;
+
 use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
 use crate::{Engine, VdRequest};
 use drive::{Drive, DriveError, DriveInfo, DriveOp, IoCtx, Token};
+pub use events::EVENTS_MAX;
 use layout::Level;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Events kept in memory for `show events`.
-const EVENTS_MAX: usize = 1000;
+/// How to open a controller, beyond its drives.
+#[derive(Default)]
+pub struct ControllerOptions {
+    /// This controller's id if it has one (the daemon keeps it in its data directory): with
+    /// drives of several controllers present, only it decides which configuration is ours.
+    pub ours: Option<ControllerId>,
+    /// Where the event log is kept across restarts; in memory only without one.
+    pub event_log_path: Option<PathBuf>,
+    /// What the caller found before the controller existed (a drive that cannot be opened),
+    /// logged as the first events of this start.
+    pub startup_events: Vec<(Severity, String)>,
+}
 
 /// A drive offered to the controller at start: the drive and where it came from.
 pub struct OfferedDrive {
@@ -146,7 +160,7 @@ struct State {
 pub struct Controller {
     engine: Arc<Engine>,
     state: Mutex<State>,
-    events: Mutex<(u64, VecDeque<Event>)>,
+    events: Mutex<events::EventLog>,
     member_events: crossbeam_channel::Sender<MemberEvent>,
     /// Called (outside the state lock) after every change of the VD set or of a VD's name.
     on_vds_changed: Mutex<Option<Box<dyn Fn() + Send>>>,
@@ -200,18 +214,37 @@ impl Controller {
     /// members that are absent or out of date, sets other controllers' drives aside as foreign,
     /// and writes the assembled configuration back with a new generation.
     ///
+    /// A drive whose metadata cannot be read is set aside with an event (its slot shows as
+    /// missing), as a controller does with a disk it cannot identify: one bad drive must not
+    /// keep the others from serving.
+    ///
     /// # Errors
-    /// If the metadata of a drive cannot be read at all, or a VD cannot be laid out again.
-    /// `ours` is this controller's id if it has one (the daemon keeps it in its data directory):
-    /// with drives of several controllers present, only it decides which configuration is ours.
-    pub fn open(engine: Arc<Engine>, offered: Vec<OfferedDrive>, ours: Option<ControllerId>) -> Result<Arc<Controller>, ControlError> {
+    /// If a VD cannot be laid out again, the event log cannot be opened, or metadata cannot be
+    /// written back.
+    pub fn open(engine: Arc<Engine>, offered: Vec<OfferedDrive>, options: ControllerOptions) -> Result<Arc<Controller>, ControlError> {
+        let ours = options.ours;
+        let event_log = match &options.event_log_path {
+            Some(path) => {
+                events::EventLog::open(path).map_err(|e| ControlError::Io(format!("cannot open the event log {}: {e}", path.display())))?
+            }
+            None => events::EventLog::in_memory(),
+        };
+        let mut startup_events = options.startup_events;
+        let mut usable = Vec::new();
         let mut found = Vec::new();
-        for (index, offer) in offered.iter().enumerate() {
-            let outcome = metadata::read(&*offer.drive).map_err(|e| ControlError::Io(format!("drive {}: {e}", offer.source)))?;
-            if let Some(outcome) = outcome {
-                found.push((index, outcome.superblock));
+        for offer in offered {
+            match metadata::read(&*offer.drive) {
+                Ok(outcome) => {
+                    if let Some(outcome) = outcome {
+                        found.push((usable.len(), outcome.superblock));
+                    }
+                    usable.push(offer);
+                }
+                Err(error) => startup_events
+                    .push((Severity::Critical, format!("drive {} set aside: its metadata cannot be read: {error}", offer.source))),
             }
         }
+        let offered = usable;
         let assembly = metadata::assemble(ours, found.clone());
         let (sender, receiver) = crossbeam_channel::unbounded();
         let controller = Arc::new(Controller {
@@ -228,10 +261,13 @@ impl Controller {
                 vds: BTreeMap::new(),
                 foreign: Vec::new(),
             }),
-            events: Mutex::new((0, VecDeque::new())),
+            events: Mutex::new(event_log),
             member_events: sender,
             on_vds_changed: Mutex::new(None),
         });
+        for (severity, description) in startup_events {
+            controller.log(severity, description);
+        }
         controller.assemble(offered, found, assembly)?;
         let watcher = Arc::downgrade(&controller);
         std::thread::Builder::new()
@@ -241,22 +277,28 @@ impl Controller {
         Ok(controller)
     }
 
-    /// Lays a recorded VD over its member slots; absent members stand in as missing drives.
+    /// Lays a recorded VD over its member slots, at its recorded member size; absent members,
+    /// and members now smaller than that size, stand in as missing drives.
     fn build_vd(&self, state: &State, record: &VdRecord) -> Result<Arc<VirtualDrive>, ControlError> {
-        let mut members: Vec<Arc<dyn Drive>> = Vec::new();
-        for slot in &record.member_slots {
-            let capacity = state.config.drives.iter().find(|d| d.slot == *slot).map(|d| d.capacity_bytes).unwrap_or(0);
-            match state.slots.get(slot) {
-                Some(present) if !present.foreign => members.push(Arc::clone(&present.drive)),
-                _ => members.push(Arc::new(MissingDrive::new(*slot, capacity))),
-            }
-        }
-        let layout = VdLayout { level: record.level, strip_size_bytes: record.strip_size_bytes, drives_per_span: spanned(record) };
+        let members: Vec<Arc<dyn Drive>> = record
+            .member_slots
+            .iter()
+            .map(|slot| match usable_member(state, record, *slot) {
+                Some(drive) => Arc::clone(drive),
+                None => Arc::new(MissingDrive::new(*slot, record.member_size_bytes)) as Arc<dyn Drive>,
+            })
+            .collect();
+        let layout = VdLayout {
+            level: record.level,
+            strip_size_bytes: record.strip_size_bytes,
+            drives_per_span: spanned(record),
+            member_size_bytes: Some(record.member_size_bytes),
+        };
         let vd = VirtualDrive::new(u64::from(record.vd_id), &record.name, layout, members)
             .map_err(|e| ControlError::Io(format!("VD {} ({}) cannot be laid out again: {e}", record.vd_id, record.name)))?;
         for (index, slot) in record.member_slots.iter().enumerate() {
             let drive_state = state.config.drives.iter().find(|d| d.slot == *slot).map(|d| d.state).unwrap_or(DriveState::Missing);
-            let present = state.slots.get(slot).is_some_and(|s| !s.foreign);
+            let present = usable_member(state, record, *slot).is_some();
             let member_state = if present { member_state_of(drive_state) } else { MemberState::Missing };
             vd.set_member_state(index, member_state);
             // Out of service at assembly: writes may have reached the VD without it, before a
@@ -269,11 +311,17 @@ impl Controller {
         Ok(Arc::new(vd))
     }
 
-    /// Bumps the generation and writes the configuration to every drive we own.
+    /// Bumps the generation and writes the configuration to every drive we own and that is in
+    /// service. A failed drive is skipped: it may not take writes, and the configuration on the
+    /// others (the newest generation, which assembly trusts) already says it failed.
+    ///
+    /// A crash part-way leaves some drives one generation behind; assembly then takes the newest
+    /// generation, and an older one only means a missed metadata update (see `assemble`).
     fn persist(&self, state: &mut State) -> Result<(), ControlError> {
         state.config.generation += 1;
         let mut failures = Vec::new();
-        for (slot, present) in state.slots.iter().filter(|(_, s)| !s.foreign) {
+        let failed = |slot: &u32| state.config.drives.iter().any(|d| d.slot == *slot && d.state == DriveState::Failed);
+        for (slot, present) in state.slots.iter().filter(|(slot, s)| !s.foreign && !failed(slot)) {
             let superblock = Superblock {
                 controller_id: state.config.controller_id,
                 drive_id: present.drive_id,
@@ -288,6 +336,7 @@ impl Controller {
             }
         }
         if failures.is_empty() {
+            state.vds.values().for_each(|vd| vd.metadata_current());
             return Ok(());
         }
         let message = format!("configuration generation {} not written to {}", state.config.generation, failures.join("; "));
@@ -301,17 +350,12 @@ impl Controller {
             Severity::Warning => tracing::warn!("{description}"),
             Severity::Critical => tracing::error!("{description}"),
         }
-        let mut events = self.events.lock().expect("events lock");
-        events.0 += 1;
-        let event = Event { sequence: events.0, time_unix_secs: now_unix_secs(), severity, description };
-        events.1.push_back(event);
-        if events.1.len() > EVENTS_MAX {
-            events.1.pop_front();
-        }
+        self.events.lock().expect("events lock").push(severity, description);
     }
 
+    /// The recent events, this boot's and earlier ones' when the log is kept in a file.
     pub fn events(&self) -> Vec<Event> {
-        self.events.lock().expect("events lock").1.iter().cloned().collect()
+        self.events.lock().expect("events lock").recent()
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -386,27 +430,33 @@ impl Controller {
         self.log(Severity::Info, "controller stopped cleanly".into());
     }
 
-    /// Books a member state change the engine made (a failed drive).
+    /// Books a member failure the engine found: records it in the metadata, then lets the VD
+    /// acknowledge the writes it held meanwhile (or fail them if it could not be recorded).
     fn member_changed(&self, event: MemberEvent) {
         let mut state = self.state.lock().expect("controller lock");
-        let Some(record) = state.config.vds.iter().find(|v| u64::from(v.vd_id) == event.vd_id).cloned() else { return };
+        // Matched by instance: a VD deleted meanwhile, or another created under its number,
+        // must not settle this failure.
+        let Some(vd) = state.vds.values().find(|vd| vd.instance_id() == event.instance_id).cloned() else { return };
+        let record = state.config.vds.iter().find(|v| u64::from(v.vd_id) == event.vd_id).cloned().expect("a live VD has a record");
         let slot = record.member_slots[event.member];
         let drive_state = match event.state {
-            MemberState::Online => return,
+            MemberState::Online => unreachable!("the engine reports failures only"),
             MemberState::Failed => DriveState::Failed,
             MemberState::Missing => DriveState::Missing,
         };
         let before = state.config.drives.iter().find(|d| d.slot == slot).map(|d| d.state);
         if before != Some(DriveState::Online) {
-            return;
+            // Already out of service in the configuration (the administrator was first).
+            drop(state);
+            return vd.failure_recorded(Ok(()));
         }
         set_drive_state(&mut state.config, slot, drive_state);
-        let vd_state = state.vds[&record.vd_id].state();
-        let _ = self.persist(&mut state);
+        let recorded = self.persist(&mut state).map_err(|e| e.to_string());
         drop(state);
+        vd.failure_recorded(recorded);
         self.log(
             Severity::Critical,
-            format!("slot {slot} of v{} failed ({}); v{} is now {}", record.vd_id, event.reason, record.vd_id, vd_state.short_name()),
+            format!("slot {slot} of v{} failed ({}); v{} is now {}", record.vd_id, event.reason, record.vd_id, vd.state().short_name()),
         );
     }
 }
@@ -416,6 +466,12 @@ fn watch_members(controller: std::sync::Weak<Controller>, events: crossbeam_chan
         let Some(controller) = controller.upgrade() else { return };
         controller.member_changed(event);
     }
+}
+
+/// The drive at `slot` if the VD can use it: present, ours, and at least its member size.
+fn usable_member<'a>(state: &'a State, record: &VdRecord, slot: u32) -> Option<&'a Arc<dyn Drive>> {
+    let present = state.slots.get(&slot).filter(|s| !s.foreign)?;
+    (present.drive.info().capacity_bytes >= record.member_size_bytes).then_some(&present.drive)
 }
 
 fn spanned(record: &VdRecord) -> Option<usize> {

@@ -14,8 +14,12 @@ use layout::Level;
 use std::ops::Range;
 
 pub const MAGIC: [u8; 8] = *b"STORCMD\0";
-/// The only format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this code writes. It also reads version 1, whose VD records lack
+/// `member_size_bytes` (taken then from the smallest member's drive record, which is how a
+/// version-1 storc sized its VDs).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this code reads.
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
 
 /// One fixed-size field of an on-disk record.
@@ -117,7 +121,9 @@ pub(crate) mod drive_record {
 /// The fixed part of a VD record; `member_count` little-endian u32 member slots follow it.
 pub(crate) mod vd_record {
     use super::{Field, VD_NAME_BYTES_MAX};
-    pub const BYTES: usize = 64;
+    pub const BYTES: usize = 72;
+    /// Format version 1 ends the fixed part before `member_size_bytes`.
+    pub const BYTES_V1: usize = 64;
     pub const VD_ID: Field = Field::new("vd_id", 0, 4);
     pub const DRIVE_GROUP: Field = Field::new("drive_group", 4, 4);
     pub const LEVEL: Field = Field::new("level", 8, 1);
@@ -130,7 +136,8 @@ pub(crate) mod vd_record {
     pub const NAME_LEN: Field = Field::new("name_len", 28, 1);
     pub const RESERVED: Field = Field::new("reserved", 29, 3);
     pub const NAME: Field = Field::new("name", 32, VD_NAME_BYTES_MAX);
-    pub const ALL: [Field; 12] = [
+    pub const MEMBER_SIZE_BYTES: Field = Field::new("member_size_bytes", 64, 8);
+    pub const ALL: [Field; 13] = [
         VD_ID,
         DRIVE_GROUP,
         LEVEL,
@@ -143,8 +150,9 @@ pub(crate) mod vd_record {
         NAME_LEN,
         RESERVED,
         NAME,
+        MEMBER_SIZE_BYTES,
     ];
-    const _: () = assert!(BYTES == 64);
+    const _: () = assert!(BYTES == 72 && BYTES_V1 == MEMBER_SIZE_BYTES.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
     const _: () = assert!(VD_NAME_BYTES_MAX <= u8::MAX as usize, "name_len is one byte");
 }
@@ -271,6 +279,7 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
     put(&mut fixed, vd_record::MEMBER_COUNT, &(vd.member_slots.len() as u32).to_le_bytes());
     put(&mut fixed, vd_record::NAME_LEN, &[name.len() as u8]);
     fixed[vd_record::NAME.offset..][..name.len()].copy_from_slice(name);
+    put(&mut fixed, vd_record::MEMBER_SIZE_BYTES, &vd.member_size_bytes.to_le_bytes());
     out.extend_from_slice(&fixed);
     vd.member_slots.iter().for_each(|slot| out.extend_from_slice(&slot.to_le_bytes()));
 }
@@ -315,7 +324,7 @@ pub(crate) fn decode_copy(bytes: &[u8]) -> Result<(Superblock, u32), MetadataErr
         let payload_bytes = payload.len();
         return Err(MetadataError::PayloadChecksum { payload_bytes, stored: fields.payload_crc32c, computed });
     }
-    let config = decode_payload(payload, fields.controller_id, fields.generation)?;
+    let config = decode_payload(payload, fields.version, fields.controller_id, fields.generation)?;
     let superblock = Superblock {
         controller_id: fields.controller_id,
         drive_id: fields.drive_id,
@@ -338,6 +347,7 @@ fn take_prefix<'a>(bytes: &'a [u8], len_bytes: usize, what: &str) -> Result<&'a 
 
 /// The header's fields, checked.
 struct HeaderFields {
+    version: u32,
     controller_id: ControllerId,
     drive_id: DriveId,
     slot: u32,
@@ -356,7 +366,7 @@ fn decode_header(bytes: &[u8]) -> Result<HeaderFields, MetadataError> {
         return Err(MetadataError::BadMagic { found: magic });
     }
     let version = get_u32(bytes, header::VERSION);
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
         return Err(MetadataError::UnknownVersion { found: version, supported: FORMAT_VERSION });
     }
     let stored = get_u32(bytes, header::HEADER_CRC32C);
@@ -366,6 +376,7 @@ fn decode_header(bytes: &[u8]) -> Result<HeaderFields, MetadataError> {
     }
     check_header_fields(bytes)?;
     Ok(HeaderFields {
+        version,
         controller_id: ControllerId(get_u128(bytes, header::CONTROLLER_ID)),
         drive_id: DriveId(get_u128(bytes, header::DRIVE_ID)),
         slot: get_u32(bytes, header::SLOT),
@@ -396,7 +407,7 @@ fn check_header_fields(bytes: &[u8]) -> Result<(), MetadataError> {
     Ok(())
 }
 
-fn decode_payload(payload: &[u8], controller_id: ControllerId, generation: u64) -> Result<ControllerConfig, MetadataError> {
+fn decode_payload(payload: &[u8], version: u32, controller_id: ControllerId, generation: u64) -> Result<ControllerConfig, MetadataError> {
     let mut reader = Reader { bytes: payload, position_bytes: 0 };
     let fixed = reader.take(counts::BYTES, || "the record counts".to_string())?;
     check_zero(fixed, counts::RESERVED, || "record counts".to_string())?;
@@ -405,8 +416,8 @@ fn decode_payload(payload: &[u8], controller_id: ControllerId, generation: u64) 
     let hot_spare_count = get_u32(fixed, counts::HOT_SPARE_COUNT);
     // Records are decoded one at a time, so a corrupt count fails as Truncated before it can
     // make us allocate much.
-    let drives = (0..drive_count).map(|index| decode_drive(&mut reader, index, drive_count)).collect::<Result<_, _>>()?;
-    let vds = (0..vd_count).map(|index| decode_vd(&mut reader, index, vd_count)).collect::<Result<_, _>>()?;
+    let drives: Vec<DriveRecord> = (0..drive_count).map(|index| decode_drive(&mut reader, index, drive_count)).collect::<Result<_, _>>()?;
+    let vds = (0..vd_count).map(|index| decode_vd(&mut reader, index, vd_count, version, &drives)).collect::<Result<_, _>>()?;
     let hot_spares = (0..hot_spare_count).map(|index| decode_hot_spare(&mut reader, index, hot_spare_count)).collect::<Result<_, _>>()?;
     if reader.position_bytes != payload.len() {
         return Err(MetadataError::TrailingBytes { payload_bytes: payload.len(), parsed_bytes: reader.position_bytes });
@@ -427,8 +438,9 @@ fn decode_drive(reader: &mut Reader, index: u32, count: u32) -> Result<DriveReco
     })
 }
 
-fn decode_vd(reader: &mut Reader, index: u32, count: u32) -> Result<VdRecord, MetadataError> {
-    let fixed = reader.take(vd_record::BYTES, || format!("vd record {index} of {count}"))?;
+fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: &[DriveRecord]) -> Result<VdRecord, MetadataError> {
+    let fixed_bytes = if version == 1 { vd_record::BYTES_V1 } else { vd_record::BYTES };
+    let fixed = reader.take(fixed_bytes, || format!("vd record {index} of {count}"))?;
     let vd_id = get_u32(fixed, vd_record::VD_ID);
     let record = || vd_record_name(index as usize, vd_id);
     check_zero(fixed, vd_record::RESERVED, record)?;
@@ -439,7 +451,12 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32) -> Result<VdRecord, Me
     let name = decode_name(fixed, record)?;
     let member_count = get_u32(fixed, vd_record::MEMBER_COUNT);
     let member_slots = reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
+    let member_size_bytes = match version {
+        1 => smallest_recorded_capacity_bytes(&member_slots, drives),
+        _ => get_u64(fixed, vd_record::MEMBER_SIZE_BYTES),
+    };
     Ok(VdRecord {
+        member_size_bytes,
         vd_id,
         drive_group: get_u32(fixed, vd_record::DRIVE_GROUP),
         name,
@@ -451,6 +468,12 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32) -> Result<VdRecord, Me
         read_policy,
         io_policy,
     })
+}
+
+/// What a version-1 storc laid a VD out on: its smallest member as the drive records knew it.
+fn smallest_recorded_capacity_bytes(member_slots: &[u32], drives: &[DriveRecord]) -> u64 {
+    let capacity_of = |slot: &u32| drives.iter().find(|d| d.slot == *slot).map(|d| d.capacity_bytes);
+    member_slots.iter().filter_map(capacity_of).min().unwrap_or(0)
 }
 
 /// A name is `name_len` bytes of UTF-8 at the start of the `name` field, zero-padded.

@@ -284,11 +284,7 @@ async fn foreign(State(state): State<Shared>) -> Reply<Vec<ForeignView>> {
                 .config
                 .vds
                 .iter()
-                .map(|v| ForeignVdView {
-                    name: v.name.clone(),
-                    level: v.level.to_string(),
-                    size_bytes: foreign_vd_bytes(&f.superblock.config, v),
-                })
+                .map(|v| ForeignVdView { name: v.name.clone(), level: v.level.to_string(), size_bytes: foreign_vd_bytes(v) })
                 .collect(),
         })
         .collect();
@@ -296,15 +292,13 @@ async fn foreign(State(state): State<Shared>) -> Reply<Vec<ForeignView>> {
 }
 
 /// The size a foreign VD would have once imported, from its recorded geometry.
-fn foreign_vd_bytes(config: &engine::config::ControllerConfig, vd: &VdRecord) -> u64 {
-    let smallest =
-        vd.member_slots.iter().filter_map(|s| config.drives.iter().find(|d| d.slot == *s)).map(|d| d.capacity_bytes).min().unwrap_or(0);
+fn foreign_vd_bytes(vd: &VdRecord) -> u64 {
     let geometry = layout::Geometry::new(layout::GeometryConfig {
         level: vd.level,
         drive_count: vd.member_slots.len(),
         drives_per_span: vd.level.is_spanned().then_some(vd.drives_per_span as usize),
         strip_size_bytes: vd.strip_size_bytes,
-        member_size_bytes: smallest,
+        member_size_bytes: vd.member_size_bytes,
         member_reserved_bytes: engine::MEMBER_RESERVED_BYTES,
     });
     geometry.map(|g| g.capacity_bytes()).unwrap_or(0)

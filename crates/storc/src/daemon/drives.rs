@@ -1,7 +1,7 @@
 //! Turning `--drive SPEC` arguments, or the embedded default, into drives.
 
 use drive::{Drive, EmulatedDrive, EmulatedDriveSpec, FileDrive, FileDriveConfig, MemDrive, RealClock};
-use engine::controller::OfferedDrive;
+use engine::controller::{OfferedDrive, Severity};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -30,15 +30,42 @@ pub fn open_spec(spec: &str) -> Result<OfferedDrive, String> {
     Ok(OfferedDrive { drive, source: spec.to_string() })
 }
 
-/// The default drives: `drive-N.img` in `data_dir`, created sparse on first start.
-pub fn open_default(data_dir: &Path) -> Result<Vec<OfferedDrive>, String> {
+/// Drives that opened, and events for the controller to log about those that did not.
+pub type Opened = (Vec<OfferedDrive>, Vec<(Severity, String)>);
+
+/// Opens every `--drive` argument. On a first start any failure is an error (a typo, most
+/// likely); later a drive that cannot be opened is reported and left out, so that its slot comes
+/// up missing and the VDs serve degraded, as a controller with a dead disk does.
+pub fn open_specs(specs: &[String], first_start: bool) -> Result<Opened, String> {
+    let mut opened = (Vec::new(), Vec::new());
+    for spec in specs {
+        match open_spec(spec) {
+            Ok(drive) => opened.0.push(drive),
+            Err(error) if !first_start => opened.1.push(left_out(&error)),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(opened)
+}
+
+fn left_out(error: &str) -> (Severity, String) {
+    (Severity::Critical, format!("{error}; the drive is left out and its slot comes up missing"))
+}
+
+/// The default drives: `drive-N.img` in `data_dir`, created sparse on the first start only (a
+/// file missing later is a dead disk, not a new one).
+pub fn open_default(data_dir: &Path, first_start: bool) -> Result<Opened, String> {
     std::fs::create_dir_all(data_dir).map_err(|e| format!("cannot create data directory {}: {e}", data_dir.display()))?;
-    (0..DEFAULT_DRIVE_COUNT)
-        .map(|i| {
-            let path: PathBuf = data_dir.join(format!("drive-{i}.img"));
-            let config = FileDriveConfig { create_size_bytes: Some(DEFAULT_DRIVE_BYTES), ..Default::default() };
-            let drive = FileDrive::open(&path, &config).map_err(|e| e.to_string())?;
-            Ok(OfferedDrive { drive: Arc::new(drive), source: path.display().to_string() })
-        })
-        .collect()
+    let mut opened = (Vec::new(), Vec::new());
+    for i in 0..DEFAULT_DRIVE_COUNT {
+        let path: PathBuf = data_dir.join(format!("drive-{i}.img"));
+        let create_size_bytes = first_start.then_some(DEFAULT_DRIVE_BYTES);
+        let config = FileDriveConfig { create_size_bytes, ..Default::default() };
+        match FileDrive::open(&path, &config) {
+            Ok(drive) => opened.0.push(OfferedDrive { drive: Arc::new(drive), source: path.display().to_string() }),
+            Err(error) if !first_start => opened.1.push(left_out(&format!("drive {}: {error}", path.display()))),
+            Err(error) => return Err(error.to_string()),
+        }
+    }
+    Ok(opened)
 }

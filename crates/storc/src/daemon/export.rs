@@ -19,7 +19,9 @@ fn io_error(error: &VdError) -> IoError {
     match error {
         VdError::OutOfRange { .. } => IoError::NoSpace,
         VdError::Misaligned { .. } => IoError::Invalid,
-        VdError::Offline { .. } | VdError::Unrecoverable { .. } => IoError::Io,
+        VdError::Offline { .. } | VdError::Unrecoverable { .. } | VdError::Deleted { .. } | VdError::FailureUnrecorded { .. } => {
+            IoError::Io
+        }
         VdError::Stopped => IoError::ShuttingDown,
     }
 }

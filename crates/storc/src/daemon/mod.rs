@@ -9,7 +9,7 @@ mod drives;
 mod export;
 
 use engine::config::{ControllerId, IoPolicy, ReadPolicy, WritePolicy};
-use engine::controller::{Controller, CreateVdSpec, OfferedDrive};
+use engine::controller::{Controller, ControllerOptions, CreateVdSpec};
 use engine::{Engine, EngineConfig};
 use layout::{Level, KIB};
 use std::path::{Path, PathBuf};
@@ -46,17 +46,22 @@ pub fn run(args: &Args) -> Result<(), String> {
         check_loopback("--api-listen", api)?;
     }
     let default_layout = args.drives.is_empty();
-    let offered: Vec<OfferedDrive> = if default_layout {
-        drives::open_default(&args.data_dir)?
+    let id_file = args.data_dir.join("controller.id");
+    let ours = read_controller_id(&id_file)?;
+    // After the first start a drive that cannot be opened is a dead disk, not a typo: its slot
+    // comes up missing and the VDs serve degraded.
+    let first_start = ours.is_none();
+    let (offered, startup_events) = if default_layout {
+        drives::open_default(&args.data_dir, first_start)?
     } else {
         std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
-        args.drives.iter().map(|spec| drives::open_spec(spec)).collect::<Result<_, _>>()?
+        drives::open_specs(&args.drives, first_start)?
     };
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
     let engine = Arc::new(Engine::start(EngineConfig { shard_count, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
-    let id_file = args.data_dir.join("controller.id");
-    let ours = read_controller_id(&id_file)?;
-    let controller = Controller::open(Arc::clone(&engine), offered, ours).map_err(|e| e.to_string())?;
+    let event_log_path = Some(args.data_dir.join("events.log"));
+    let options = ControllerOptions { ours, event_log_path, startup_events };
+    let controller = Controller::open(Arc::clone(&engine), offered, options).map_err(|e| e.to_string())?;
     let id = controller.config().controller_id;
     std::fs::write(&id_file, format!("{:032x}\n", id.0)).map_err(|e| format!("cannot write {}: {e}", id_file.display()))?;
     if default_layout && controller.config().vds.is_empty() && controller.foreign().is_empty() {
