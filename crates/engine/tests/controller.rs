@@ -240,3 +240,118 @@ fn a_spare_dedicated_to_a_deleted_vd_becomes_unconfigured_good() {
     assert!(controller.slot(2).unwrap().hot_spare_drive_groups.is_none());
     assert_eq!(controller.slot(3).unwrap().hot_spare_drive_groups, Some(vec![]), "the global spare stays");
 }
+
+/// A drive holding `source`'s metadata area but only `capacity_bytes`: a member file that was
+/// truncated while the daemon was stopped.
+fn shrunken_copy(source: &Arc<dyn Drive>, capacity_bytes: u64) -> Arc<dyn Drive> {
+    let copy: Arc<dyn Drive> = Arc::new(MemDrive::new(capacity_bytes));
+    let mut ctx = drive::IoCtx::without_ring();
+    let area = engine::metadata::METADATA_AREA_BYTES as usize;
+    let run = |drive: &Arc<dyn Drive>, ctx: &mut drive::IoCtx, op| {
+        drive.submit(ctx, 1, op);
+        let mut out = Vec::new();
+        while out.is_empty() {
+            ctx.poll(&mut out, true);
+        }
+        out.pop().unwrap()
+    };
+    let read = run(source, &mut ctx, drive::DriveOp::Read { offset_bytes: 0, buf: drive::IoBuf::zeroed(area) });
+    run(&copy, &mut ctx, drive::DriveOp::Write { offset_bytes: 0, buf: read.buf.unwrap() }).result.unwrap();
+    copy
+}
+
+/// Regression: a member truncated while stopped made the VD silently shrink, and when the file
+/// grew back, data read as zeros. A member smaller than the VD's recorded member size is not
+/// used: the slot is failed with an event naming the sizes, and the VD keeps its size.
+#[test]
+fn a_member_that_shrank_while_stopped_is_not_used_and_the_vd_keeps_its_size() {
+    let engine = engine();
+    let mut members = drives(3);
+    let first = open(&engine, &members);
+    first.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let (_, vd) = first.vd(0).unwrap();
+    let capacity_bytes = vd.capacity_bytes();
+    let data = pattern(capacity_bytes as usize, 7);
+    engine.write_at(&vd, 0, &data).unwrap();
+    let id = first.config().controller_id;
+    first.shutdown();
+    drop(first);
+
+    members[1] = shrunken_copy(&members[1], DRIVE_BYTES / 2);
+    let second = open_as(&engine, &members, Some(id));
+    let (_, vd) = second.vd(0).unwrap();
+    assert_eq!(vd.capacity_bytes(), capacity_bytes, "the VD keeps its size");
+    assert_eq!(second.slot(1).unwrap().state, DriveState::Failed);
+    assert_eq!(vd.state(), VdState::Degraded);
+    let events: Vec<String> = second.events().into_iter().map(|e| e.description).collect();
+    let expected = format!("has {} bytes but v0 was laid out on {DRIVE_BYTES} bytes per member", DRIVE_BYTES / 2);
+    assert!(events.iter().any(|e| e.contains("slot 1") && e.contains(&expected)), "{events:#?}");
+    assert!(events.iter().any(|e| e.contains("v0 \"db\" starts Dgrd: slot 1 Failed")), "{events:#?}");
+    assert!(engine.read_at(&vd, 0, data.len()).unwrap().as_slice() == data.as_slice(), "every byte reads back");
+}
+
+/// Regression: a member file truncated to half while serving made 216 MiB of a RAID5 read back
+/// as zeros, with no error and the VD still Optimal.
+#[test]
+fn a_member_file_truncated_while_serving_is_repaired_from_parity_never_read_as_zeros() {
+    let engine = engine();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let paths: Vec<_> = (0..4).map(|i| dir.path().join(format!("d{i}"))).collect();
+    let members: Vec<Arc<dyn Drive>> = paths
+        .iter()
+        .map(|path| {
+            let config = drive::FileDriveConfig { create_size_bytes: Some(DRIVE_BYTES), ..Default::default() };
+            Arc::new(drive::FileDrive::open(path, &config).unwrap()) as Arc<dyn Drive>
+        })
+        .collect();
+    let controller = open(&engine, &members);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    let data = pattern(vd.capacity_bytes() as usize, 8);
+    engine.write_at(&vd, 0, &data).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&paths[2]).unwrap().set_len(DRIVE_BYTES / 2).unwrap();
+    let read = engine.read_at(&vd, 0, data.len()).unwrap();
+    let first_wrong = read.as_slice().iter().zip(&data).position(|(a, b)| a != b);
+    assert_eq!(first_wrong, None, "every byte reads back");
+    let slot = controller.slot(2).unwrap();
+    assert!(slot.read_errors > 0 || slot.state == DriveState::Failed, "the short reads were booked against slot 2");
+}
+
+/// Regression: after `del force`, a client still connected kept reading and writing the deleted
+/// VD, and after a new VD was created on the same drives it overwrote that VD's data.
+#[test]
+fn a_deleted_vd_refuses_every_request_and_cannot_touch_the_vd_that_reuses_its_drives() {
+    let engine = engine();
+    let controller = open(&engine, &drives(3));
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "old")).unwrap();
+    let (_, old) = controller.vd(0).unwrap();
+    engine.write_at(&old, 0, &pattern(64 << 10, 1)).unwrap();
+    controller.delete_vd(0, true, true).unwrap();
+    assert_eq!(old.requests_in_flight(), 0);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "new")).unwrap();
+    let (_, new) = controller.vd(0).unwrap();
+    assert_ne!(new.instance_id(), old.instance_id());
+    engine.write_at(&new, 0, &pattern(64 << 10, 2)).unwrap();
+
+    let error = engine.write_at(&old, 0, &pattern(64 << 10, 3)).unwrap_err();
+    assert_eq!(error.to_string(), "virtual drive old was deleted");
+    assert!(engine.read_at(&old, 0, 4096).is_err(), "reads are refused too");
+    assert!(engine.flush(&old).is_err(), "and flushes");
+    assert!(engine.read_at(&new, 0, 64 << 10).unwrap().as_slice() == pattern(64 << 10, 2).as_slice(), "the new VD is untouched");
+}
+
+/// Regression: a rename rebuilt the VD object, so connections on the old object kept writing to a
+/// member that was set offline afterwards.
+#[test]
+fn a_renamed_vd_is_the_same_object_and_follows_member_state_changes() {
+    let engine = engine();
+    let controller = open(&engine, &drives(3));
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "before")).unwrap();
+    let (_, held) = controller.vd(0).unwrap();
+    controller.set_vd(0, engine::controller::VdChanges { name: Some("after".into()), ..Default::default() }).unwrap();
+    let (_, current) = controller.vd(0).unwrap();
+    assert!(Arc::ptr_eq(&held, &current), "a rename keeps the object clients hold");
+    assert_eq!(held.name(), "after");
+    controller.set_drive(1, DriveCommand::Offline).unwrap();
+    assert_eq!(held.state(), VdState::Degraded, "the held object sees the member go offline");
+}
