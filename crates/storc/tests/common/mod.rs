@@ -160,6 +160,13 @@ impl Daemon {
         assert!(!self.api_socket().exists(), "{} is left behind after a clean stop", self.api_socket().display());
     }
 
+    /// SIGKILL, as a crash: nothing is flushed or written on the way out.
+    pub fn kill9(mut self) {
+        let mut child = self.child.take().expect("a running daemon");
+        child.kill().expect("SIGKILL the daemon");
+        child.wait().expect("reap the daemon");
+    }
+
     pub fn api_socket(&self) -> PathBuf {
         self.data_dir.join("api.sock")
     }
