@@ -5,6 +5,7 @@
 //! signals (control plane only).
 
 pub mod api;
+mod data_dir;
 mod drives;
 mod export;
 
@@ -45,11 +46,11 @@ pub fn run(args: &Args) -> Result<(), String> {
     if let Some(api) = &args.api_listen {
         check_loopback("--api-listen", api)?;
     }
+    data_dir::prepare(&args.data_dir)?;
     let default_layout = args.drives.is_empty();
     let offered: Vec<OfferedDrive> = if default_layout {
         drives::open_default(&args.data_dir)?
     } else {
-        std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
         args.drives.iter().map(|spec| drives::open_spec(spec)).collect::<Result<_, _>>()?
     };
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
@@ -58,7 +59,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let ours = read_controller_id(&id_file)?;
     let controller = Controller::open(Arc::clone(&engine), offered, ours).map_err(|e| e.to_string())?;
     let id = controller.config().controller_id;
-    std::fs::write(&id_file, format!("{:032x}\n", id.0)).map_err(|e| format!("cannot write {}: {e}", id_file.display()))?;
+    data_dir::write_owner_only(&id_file, &format!("{:032x}\n", id.0)).map_err(|e| format!("cannot write {}: {e}", id_file.display()))?;
     if default_layout && controller.config().vds.is_empty() && controller.foreign().is_empty() {
         create_default_layout(&controller)?;
     }
@@ -131,8 +132,10 @@ async fn serve(args: &Args, controller: Arc<Controller>) -> Result<(), String> {
     let for_callback = Arc::clone(&state);
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
     let mut nbd_unix = server.serve_unix(&nbd_socket).map_err(|e| format!("NBD socket {}: {e}", nbd_socket.display()))?;
+    data_dir::restrict_socket(&nbd_socket)?;
     let mut nbd_tcp = server.serve_tcp(&args.nbd_listen).map_err(|e| format!("NBD on {}: {e}", args.nbd_listen))?;
     let unix_listener = tokio::net::UnixListener::bind(&api_socket).map_err(|e| format!("API socket {}: {e}", api_socket.display()))?;
+    data_dir::restrict_socket(&api_socket)?;
     let router = api::router(Arc::clone(&state));
     print_banner(&state, &absolute, args);
     let shutdown = shutdown_signal();
