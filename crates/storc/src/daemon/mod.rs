@@ -8,6 +8,8 @@ pub mod api;
 mod data_dir;
 mod drives;
 mod export;
+mod peer_uid;
+mod tcp_api;
 
 use engine::config::{ControllerId, IoPolicy, ReadPolicy, WritePolicy};
 use engine::controller::{Controller, CreateVdSpec, OfferedDrive};
@@ -37,6 +39,7 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: String,
     /// Management API over TCP on loopback, in addition to the Unix socket (e.g. 127.0.0.1:9090).
+    /// It answers only the daemon's user and root, and only a Host header naming the listener.
     #[arg(long)]
     api_listen: Option<String>,
     /// Engine shards (default: one per core).
@@ -164,7 +167,8 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> 
     let result = match listen.api {
         Some(address) => {
             let tcp = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("API on {address}: {e}"))?;
-            let tcp_api = axum::serve(tcp, router).with_graceful_shutdown(shutdown_signal());
+            let bound = tcp.local_addr().map_err(|e| format!("API on {address}: {e}"))?;
+            let tcp_api = axum::serve(tcp, tcp_router(router, bound)).with_graceful_shutdown(shutdown_signal());
             tokio::try_join!(unix_api, tcp_api).map(|_| ())
         }
         None => unix_api.await,
@@ -177,6 +181,19 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> 
     let _ = std::fs::remove_file(&nbd_socket);
     let _ = std::fs::remove_file(&api_socket);
     result.map_err(|e| e.to_string())
+}
+
+/// The API router behind the TCP rules (Host names the listener, the client is our user or root).
+fn tcp_router(
+    router: axum::Router,
+    bound: SocketAddr,
+) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, tcp_api::TcpConnection> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let daemon_uid = unsafe { libc::geteuid() };
+    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid));
+    router
+        .layer(axum::middleware::from_fn_with_state(rules, tcp_api::guard))
+        .into_make_service_with_connect_info::<tcp_api::TcpConnection>()
 }
 
 async fn shutdown_signal() {
