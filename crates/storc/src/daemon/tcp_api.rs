@@ -124,12 +124,26 @@ pub async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
-    let checked = rules.check_host(request.headers()).and_then(|()| rules.check_owner(connection));
+    let checked = match rules.check_host(request.headers()) {
+        Ok(()) => check_owner_off_runtime(rules, connection).await,
+        Err(refusal) => Err(refusal),
+    };
     match checked {
         Ok(()) => next.run(request).await,
         Err(refusal) => {
             tracing::warn!(peer = %connection.peer, "management API over TCP: refused: {}", refusal.message);
             refusal.into_response()
+        }
+    }
+}
+
+/// The socket tables grow with every connection on the host; reading them on the blocking pool
+/// keeps the single-threaded control-plane runtime (and the Unix socket API) answering meanwhile.
+async fn check_owner_off_runtime(rules: Arc<TcpRules>, connection: TcpConnection) -> Result<(), Refusal> {
+    match tokio::task::spawn_blocking(move || rules.check_owner(connection)).await {
+        Ok(checked) => checked,
+        Err(join) => {
+            Err(Refusal::forbidden(format!("the owner check of the connection from {} failed ({join}); refused", connection.peer)))
         }
     }
 }
