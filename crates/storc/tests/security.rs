@@ -67,7 +67,8 @@ fn files_and_sockets_are_owner_only_whatever_the_umask() {
     }
     check_mode(&old_log, 0o600, "restart after a chmod");
     let log = daemon.log();
-    for line in ["data directory", "drive-3.img was mode 0644", "controller.id was mode 0644", "old.log was mode 0666"] {
+    let dir_line = format!("data directory {} was mode 0755, open to other users; now 0700", data_dir.display());
+    for line in [dir_line.as_str(), "drive-3.img was mode 0644", "controller.id was mode 0644", "old.log was mode 0666"] {
         assert!(log.contains(line), "the log should say what was tightened ({line:?}):\n{log}");
     }
     daemon.stop();
