@@ -11,9 +11,12 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+/// The mode of a file created by `create_size_bytes`; the umask can only take bits away.
+pub const CREATE_MODE: u32 = 0o600;
+
 #[derive(Clone, Debug, Default)]
 pub struct FileDriveConfig {
-    /// Create the file (sparse) with this size if it does not exist.
+    /// Create the file (sparse, owner-only) with this size if it does not exist.
     pub create_size_bytes: Option<u64>,
     pub direct_io: DirectIo,
 }
@@ -43,7 +46,8 @@ impl FileDrive {
         let context = |e: io::Error| io::Error::new(e.kind(), format!("drive {}: {e}", path.display()));
         if let Some(size) = config.create_size_bytes {
             if !path.exists() {
-                let file = OpenOptions::new().create_new(true).write(true).open(path).map_err(context)?;
+                // Owner-only whatever the umask: the file will hold VD data of every user of the controller.
+                let file = OpenOptions::new().create_new(true).write(true).mode(CREATE_MODE).open(path).map_err(context)?;
                 file.set_len(size).map_err(context)?;
             }
         }

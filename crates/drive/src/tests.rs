@@ -53,6 +53,18 @@ fn file_drive_round_trips_through_io_uring_with_o_direct() {
     check_round_trip(&drive, &mut IoCtx::without_ring());
 }
 
+/// Regression (issue 8): drive files were created 0644, so any local user could read the VDs' data.
+#[test]
+fn a_created_drive_file_is_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("d0");
+    let config = FileDriveConfig { create_size_bytes: Some(1 << 20), ..Default::default() };
+    FileDrive::open(&path, &config).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, file::CREATE_MODE, "{} was created {mode:04o}, not owner-only", path.display());
+}
+
 #[test]
 fn a_filesystem_that_refuses_o_direct_gets_buffered_io_unless_direct_is_required() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();

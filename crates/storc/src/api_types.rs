@@ -20,8 +20,11 @@
 //! | POST | /api/v1/foreign/import | | `Message` |
 //! | DELETE | /api/v1/foreign | | `Message` |
 //!
-//! Errors answer 400 (bad input), 404 (no such VD or slot) or 409 (not allowed in the current
-//! state) with an `ApiError` body whose message names what is wrong and what is allowed.
+//! Errors answer 400 (bad input, including a body or query field the request does not have), 404
+//! (no such VD or slot) or 409 (not allowed in the current state) with an `ApiError` body whose
+//! message names what is wrong and what is allowed. Over TCP, 421 (a Host header that does not
+//! name the listener) and 403 (a client that is neither the daemon's user nor root) come before
+//! any handler runs.
 
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +110,7 @@ pub struct DriveView {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct CreateVd {
     /// "r0", "r1", "r1e", "r5", "r6", "r10", "r50", "r60", "jbod".
     pub level: String,
@@ -125,6 +129,7 @@ pub struct CreateVd {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct SetVd {
     pub write_policy: Option<String>,
     pub read_policy: Option<String>,
@@ -133,12 +138,14 @@ pub struct SetVd {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct SetDriveState {
     /// "offline", "online", "missing", "good".
     pub state: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct AddHotSpare {
     /// Empty for a global hot spare; drive groups for a dedicated one.
     pub drive_groups: Vec<u32>,

@@ -300,3 +300,35 @@ fn refused_requests_change_nothing() {
     assert_eq!(after.drives, before.drives, "refused requests changed the drives");
     daemon.stop();
 }
+
+/// Regression (issue 8): unknown fields were ignored, so a typo (`write_polcy`) silently did
+/// nothing. They are refused, naming the field and the fields allowed, and change nothing.
+#[test]
+fn unknown_fields_in_a_request_are_refused_by_name() {
+    let scratch = Scratch::new("unknown-fields");
+    let daemon = Daemon::start(&scratch, &mem_drives(4, "64MiB"));
+    daemon.create_vd("r1", &[0, 1], "db");
+    let before = daemon.controller();
+    let cases = [
+        (
+            "POST",
+            "/api/v1/vds",
+            r#"{"level":"r1","drives":[2,3],"colour":"red"}"#,
+            "unknown field `colour`, expected one of `level`, `drives`",
+        ),
+        ("PATCH", "/api/v1/vds/0", r#"{"write_polcy":"wb"}"#, "unknown field `write_polcy`, expected one of `write_policy`, `read_policy`"),
+        ("POST", "/api/v1/drives/1/state", r#"{"state":"offline","force":true}"#, "unknown field `force`, expected `state`"),
+        ("POST", "/api/v1/drives/2/hotspare", r#"{"drive_groups":[],"slot":2}"#, "unknown field `slot`, expected `drive_groups`"),
+        ("DELETE", "/api/v1/vds/0?forse=true", "", "unknown field `forse`, expected `force`"),
+    ];
+    for (method, path, body, expected) in cases {
+        let reply = http(&daemon.api_socket(), method, path, Some(body)).expect("an answer");
+        let error = reply.expect_error(400, &format!("{method} {path} {body}"));
+        assert!(error.contains(expected), "{method} {path} {body}: the error should name the field and the allowed ones: {error}");
+    }
+    let after = daemon.controller();
+    assert_eq!(after.generation, before.generation, "refused requests changed the configuration generation");
+    assert_eq!(after.vds, before.vds, "refused requests changed the VDs");
+    assert_eq!(after.drives, before.drives, "refused requests changed the drives");
+    daemon.stop();
+}

@@ -2,7 +2,9 @@
 //! runtime. Controller calls write metadata, so they run on tokio's blocking pool.
 
 use crate::api_types::*;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -60,6 +62,57 @@ async fn blocking<T: Send + 'static>(
         Ok(result) => result.map_err(fail),
         Err(join) => Err(fail(ControlError::Io(format!("control task failed: {join}")))),
     }
+}
+
+/// A JSON body whose rejection is the API's `ApiError` (axum's own is plain text): an unknown
+/// field, a missing one or a wrong type answers 400 with serde's words, which name the field and
+/// the fields allowed.
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = (StatusCode, Json<ApiError>);
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(json_rejection(&rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: &JsonRejection) -> (StatusCode, Json<ApiError>) {
+    let status = match rejection {
+        JsonRejection::MissingJsonContentType(_) => rejection.status(),
+        _ => StatusCode::BAD_REQUEST,
+    };
+    (status, Json(ApiError { error: format!("request body: {}", innermost_cause(rejection)) }))
+}
+
+/// The same for a query string (`?force=true`).
+pub struct ApiQuery<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = (StatusCode, Json<ApiError>);
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => Err(query_rejection(&rejection)),
+        }
+    }
+}
+
+fn query_rejection(rejection: &QueryRejection) -> (StatusCode, Json<ApiError>) {
+    (StatusCode::BAD_REQUEST, Json(ApiError { error: format!("query string: {}", innermost_cause(rejection)) }))
+}
+
+/// serde's message without axum's "Failed to deserialize ..." wrapping.
+fn innermost_cause(error: &dyn std::error::Error) -> String {
+    let mut cause = error;
+    while let Some(source) = cause.source() {
+        cause = source;
+    }
+    cause.to_string()
 }
 
 fn ok<T>(value: T) -> Reply<T> {
@@ -180,7 +233,7 @@ fn io_policy(text: Option<&str>) -> Result<Option<IoPolicy>, (StatusCode, Json<A
     text.map(|t| parse_choice("IO policy", t, &IoPolicy::ALL, IoPolicy::short_name)).transpose()
 }
 
-async fn create_vd(State(state): State<Shared>, Json(body): Json<CreateVd>) -> Reply<VdView> {
+async fn create_vd(State(state): State<Shared>, ApiJson(body): ApiJson<CreateVd>) -> Reply<VdView> {
     let level = Level::parse(&body.level).map_err(|e| bad(e.to_string()))?;
     let strip_kib = body.strip_kib.unwrap_or(64);
     let spec = CreateVdSpec {
@@ -199,7 +252,7 @@ async fn create_vd(State(state): State<Shared>, Json(body): Json<CreateVd>) -> R
     Ok((StatusCode::CREATED, Json(vd_view(&state, &record, &vd))))
 }
 
-async fn set_vd(State(state): State<Shared>, Path(id): Path<u32>, Json(body): Json<SetVd>) -> Reply<VdView> {
+async fn set_vd(State(state): State<Shared>, Path(id): Path<u32>, ApiJson(body): ApiJson<SetVd>) -> Reply<VdView> {
     let changes = VdChanges {
         write_policy: write_policy(body.write_policy.as_deref())?,
         read_policy: read_policy(body.read_policy.as_deref())?,
@@ -213,11 +266,12 @@ async fn set_vd(State(state): State<Shared>, Path(id): Path<u32>, Json(body): Js
 }
 
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ForceQuery {
     force: Option<bool>,
 }
 
-async fn delete_vd(State(state): State<Shared>, Path(id): Path<u32>, Query(query): Query<ForceQuery>) -> Reply<Message> {
+async fn delete_vd(State(state): State<Shared>, Path(id): Path<u32>, ApiQuery(query): ApiQuery<ForceQuery>) -> Reply<Message> {
     let in_use = state.controller.vd(id).map(|(record, _)| state.nbd.connections_to(&record.name) > 0).unwrap_or(false);
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.delete_vd(id, query.force.unwrap_or(false), in_use)).await?;
@@ -232,7 +286,7 @@ async fn get_drive(State(state): State<Shared>, Path(slot): Path<u32>) -> Reply<
     ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
 }
 
-async fn set_drive_state(State(state): State<Shared>, Path(slot): Path<u32>, Json(body): Json<SetDriveState>) -> Reply<DriveView> {
+async fn set_drive_state(State(state): State<Shared>, Path(slot): Path<u32>, ApiJson(body): ApiJson<SetDriveState>) -> Reply<DriveView> {
     let command = match body.state.to_ascii_lowercase().as_str() {
         "offline" => DriveCommand::Offline,
         "online" => DriveCommand::Online,
@@ -245,7 +299,7 @@ async fn set_drive_state(State(state): State<Shared>, Path(slot): Path<u32>, Jso
     ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
 }
 
-async fn add_hot_spare(State(state): State<Shared>, Path(slot): Path<u32>, Json(body): Json<AddHotSpare>) -> Reply<DriveView> {
+async fn add_hot_spare(State(state): State<Shared>, Path(slot): Path<u32>, ApiJson(body): ApiJson<AddHotSpare>) -> Reply<DriveView> {
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.add_hot_spare(slot, body.drive_groups)).await?;
     ok(drive_view(&state.controller.slot(slot).map_err(fail)?))

@@ -25,7 +25,9 @@ pub fn open_spec(spec: &str) -> Result<OfferedDrive, String> {
                 "--drive {spec}: no such file or device; allowed: an existing file or block device, mem:SIZE, hdd:7200|10k|15k:SIZE or ssd:sata|sas|nvme:SIZE (create a file with: truncate -s 8G {spec})"
             ));
         }
-        Arc::new(FileDrive::open(path, &FileDriveConfig::default()).map_err(|e| e.to_string())?)
+        let drive = FileDrive::open(path, &FileDriveConfig::default()).map_err(|e| e.to_string())?;
+        super::data_dir::warn_if_open_to_others(spec, path);
+        Arc::new(drive)
     };
     Ok(OfferedDrive { drive, source: spec.to_string() })
 }
@@ -52,10 +54,9 @@ fn left_out(error: &str) -> (Severity, String) {
     (Severity::Critical, format!("{error}; the drive is left out and its slot comes up missing"))
 }
 
-/// The default drives: `drive-N.img` in `data_dir`, created sparse on the first start only (a
-/// file missing later is a dead disk, not a new one).
+/// The default drives: `drive-N.img` in `data_dir` (which exists), created sparse and
+/// owner-only on the first start only (a file missing later is a dead disk, not a new one).
 pub fn open_default(data_dir: &Path, first_start: bool) -> Result<Opened, String> {
-    std::fs::create_dir_all(data_dir).map_err(|e| format!("cannot create data directory {}: {e}", data_dir.display()))?;
     let mut opened = (Vec::new(), Vec::new());
     for i in 0..DEFAULT_DRIVE_COUNT {
         let path: PathBuf = data_dir.join(format!("drive-{i}.img"));

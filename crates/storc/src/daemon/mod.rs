@@ -5,13 +5,17 @@
 //! signals (control plane only).
 
 pub mod api;
+mod data_dir;
 mod drives;
 mod export;
+mod peer_uid;
+mod tcp_api;
 
 use engine::config::{ControllerId, IoPolicy, ReadPolicy, WritePolicy};
 use engine::controller::{Controller, ControllerOptions, CreateVdSpec};
 use engine::{Engine, EngineConfig};
 use layout::{Level, KIB};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,10 +33,13 @@ pub struct Args {
     /// directory, with a RAID5 on slots 0-6 and slot 7 as a global hot spare on first start.
     #[arg(long = "drive")]
     drives: Vec<String>,
-    /// NBD over TCP (loopback only), in addition to the Unix socket in the data directory.
+    /// NBD over TCP on loopback (HOST:PORT), in addition to the owner-only Unix socket in the data
+    /// directory; `none` turns TCP off. Without TLS, every local user can read and write every VD
+    /// through a TCP listener.
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: String,
     /// Management API over TCP on loopback, in addition to the Unix socket (e.g. 127.0.0.1:9090).
+    /// It answers only the daemon's user and root, and only a Host header naming the listener.
     #[arg(long)]
     api_listen: Option<String>,
     /// Engine shards (default: one per core).
@@ -40,35 +47,41 @@ pub struct Args {
     shards: Option<usize>,
 }
 
+/// Where the TCP listeners bind, resolved and checked before anything is created.
+struct TcpListen {
+    nbd: Option<SocketAddr>,
+    api: Option<SocketAddr>,
+}
+
+/// `--nbd-listen none`: the NBD server on the Unix socket only.
+const NBD_LISTEN_OFF: &str = "none";
+
 pub fn run(args: &Args) -> Result<(), String> {
-    check_loopback("--nbd-listen", &args.nbd_listen)?;
-    if let Some(api) = &args.api_listen {
-        check_loopback("--api-listen", api)?;
-    }
+    let listen = TcpListen {
+        nbd: (args.nbd_listen != NBD_LISTEN_OFF).then(|| resolve_loopback("--nbd-listen", &args.nbd_listen)).transpose()?,
+        api: args.api_listen.as_deref().map(|address| resolve_loopback("--api-listen", address)).transpose()?,
+    };
+    data_dir::prepare(&args.data_dir)?;
     let default_layout = args.drives.is_empty();
     let id_file = args.data_dir.join("controller.id");
     let ours = read_controller_id(&id_file)?;
     // After the first start a drive that cannot be opened is a dead disk, not a typo: its slot
     // comes up missing and the VDs serve degraded.
     let first_start = ours.is_none();
-    let (offered, startup_events) = if default_layout {
-        drives::open_default(&args.data_dir, first_start)?
-    } else {
-        std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
-        drives::open_specs(&args.drives, first_start)?
-    };
+    let (offered, startup_events) =
+        if default_layout { drives::open_default(&args.data_dir, first_start)? } else { drives::open_specs(&args.drives, first_start)? };
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
     let engine = Arc::new(Engine::start(EngineConfig { shard_count, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
     let event_log_path = Some(args.data_dir.join("events.log"));
     let options = ControllerOptions { ours, event_log_path, startup_events };
     let controller = Controller::open(Arc::clone(&engine), offered, options).map_err(|e| e.to_string())?;
     let id = controller.config().controller_id;
-    std::fs::write(&id_file, format!("{:032x}\n", id.0)).map_err(|e| format!("cannot write {}: {e}", id_file.display()))?;
+    data_dir::write_owner_only(&id_file, &format!("{:032x}\n", id.0)).map_err(|e| format!("cannot write {}: {e}", id_file.display()))?;
     if default_layout && controller.config().vds.is_empty() && controller.foreign().is_empty() {
         create_default_layout(&controller)?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let outcome = runtime.block_on(serve(args, Arc::clone(&controller)));
+    let outcome = runtime.block_on(serve(args, &listen, Arc::clone(&controller)));
     controller.shutdown();
     outcome
 }
@@ -101,13 +114,22 @@ fn create_default_layout(controller: &Controller) -> Result<(), String> {
     controller.add_hot_spare(7, Vec::new()).map_err(|e| e.to_string())
 }
 
-fn check_loopback(flag: &str, address: &str) -> Result<(), String> {
-    let host = address.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']'])).unwrap_or(address);
-    if matches!(host, "127.0.0.1" | "localhost" | "::1") || host.starts_with("127.") {
-        Ok(())
-    } else {
-        Err(format!("{flag} {address}: storc serves on loopback only; allowed: 127.0.0.0/8, localhost or [::1] with a port"))
+/// Resolves `address` and returns where to bind. Every address it resolves to must be loopback,
+/// so that neither a name like `127.example.com` nor a name that resolves elsewhere opens the
+/// daemon to the network; binding the resolved address means a later answer cannot change it.
+fn resolve_loopback(flag: &str, address: &str) -> Result<SocketAddr, String> {
+    const ALLOWED: &str = "allowed: an address in 127.0.0.0/8, [::1] or localhost, with a port (e.g. 127.0.0.1:10809)";
+    let resolved: Vec<SocketAddr> = address
+        .to_socket_addrs()
+        .map_err(|error| format!("{flag} {address}: cannot resolve it ({error}); storc serves on loopback only; {ALLOWED}"))?
+        .collect();
+    if let Some(outside) = resolved.iter().find(|candidate| !candidate.ip().to_canonical().is_loopback()) {
+        return Err(format!(
+            "{flag} {address}: resolves to {}, which is not loopback; storc serves on loopback only; {ALLOWED}",
+            outside.ip()
+        ));
     }
+    resolved.first().copied().ok_or_else(|| format!("{flag} {address}: resolves to no address; {ALLOWED}"))
 }
 
 /// Removes a socket file left behind by a daemon that did not stop cleanly.
@@ -121,41 +143,59 @@ fn fresh_socket_path(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve(args: &Args, controller: Arc<Controller>) -> Result<(), String> {
+async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> Result<(), String> {
     let nbd_socket = args.data_dir.join("nbd.sock");
     let api_socket = args.data_dir.join("api.sock");
     fresh_socket_path(&nbd_socket)?;
     fresh_socket_path(&api_socket)?;
     let server = nbd::Server::empty(nbd::ServerConfig::default()).map_err(|e| e.to_string())?;
     let absolute = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
-    let templates =
-        vec![format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display()), format!("nbd://{}/{{}}", args.nbd_listen)];
+    let mut templates = vec![format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display())];
+    templates.extend(listen.nbd.map(|address| format!("nbd://{address}/{{}}")));
     let pool = drive::BufPool::new(NBD_POOL_IDLE_BYTES_PER_CLASS);
     let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
     let mut nbd_unix = server.serve_unix(&nbd_socket).map_err(|e| format!("NBD socket {}: {e}", nbd_socket.display()))?;
-    let mut nbd_tcp = server.serve_tcp(&args.nbd_listen).map_err(|e| format!("NBD on {}: {e}", args.nbd_listen))?;
+    data_dir::restrict_socket(&nbd_socket)?;
+    let mut nbd_tcp = listen.nbd.map(|address| server.serve_tcp(address).map_err(|e| format!("NBD on {address}: {e}"))).transpose()?;
     let unix_listener = tokio::net::UnixListener::bind(&api_socket).map_err(|e| format!("API socket {}: {e}", api_socket.display()))?;
+    data_dir::restrict_socket(&api_socket)?;
     let router = api::router(Arc::clone(&state));
-    print_banner(&state, &absolute, args);
+    print_banner(&state, &absolute, listen);
     let shutdown = shutdown_signal();
     let unix_api = axum::serve(unix_listener, router.clone()).with_graceful_shutdown(shutdown);
-    let result = match &args.api_listen {
+    let result = match listen.api {
         Some(address) => {
             let tcp = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("API on {address}: {e}"))?;
-            let tcp_api = axum::serve(tcp, router).with_graceful_shutdown(shutdown_signal());
+            let bound = tcp.local_addr().map_err(|e| format!("API on {address}: {e}"))?;
+            let tcp_api = axum::serve(tcp, tcp_router(router, bound)).with_graceful_shutdown(shutdown_signal());
             tokio::try_join!(unix_api, tcp_api).map(|_| ())
         }
         None => unix_api.await,
     };
     // In-flight NBD requests complete before the listeners go; then the controller flushes.
     nbd_unix.shutdown();
-    nbd_tcp.shutdown();
+    if let Some(handle) = nbd_tcp.as_mut() {
+        handle.shutdown();
+    }
     let _ = std::fs::remove_file(&nbd_socket);
     let _ = std::fs::remove_file(&api_socket);
     result.map_err(|e| e.to_string())
+}
+
+/// The API router behind the TCP rules (Host names the listener, the client is our user or root).
+fn tcp_router(
+    router: axum::Router,
+    bound: SocketAddr,
+) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, tcp_api::TcpConnection> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let daemon_uid = unsafe { libc::geteuid() };
+    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid));
+    router
+        .layer(axum::middleware::from_fn_with_state(rules, tcp_api::guard))
+        .into_make_service_with_connect_info::<tcp_api::TcpConnection>()
 }
 
 async fn shutdown_signal() {
@@ -168,7 +208,7 @@ async fn shutdown_signal() {
     eprintln!("storc: stopping: finishing in-flight I/O, flushing, writing metadata");
 }
 
-fn print_banner(state: &api::AppState, data_dir: &Path, args: &Args) {
+fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen) {
     let vds = state.controller.vds();
     println!("storc serving {} virtual drive(s) on {} drive(s)", vds.len(), state.controller.slots().len());
     for (record, vd) in &vds {
@@ -184,7 +224,58 @@ fn print_banner(state: &api::AppState, data_dir: &Path, args: &Args) {
     let first = vds.first().map(|(r, _)| r.name.clone()).unwrap_or_else(|| "v0".into());
     println!("reach it:");
     println!("  nbdinfo --list 'nbd+unix:///?socket={}/nbd.sock'", data_dir.display());
-    println!("  nbdinfo nbd://{}/{first}", args.nbd_listen);
+    if let Some(address) = listen.nbd {
+        println!("  nbdinfo nbd://{address}/{first}");
+    }
     println!("  storc /c0 show --api {}/api.sock", data_dir.display());
+    if let Some(address) = listen.api {
+        println!("  storc /c0 show --api tcp:{address}");
+    }
+    if let Some(address) = listen.nbd {
+        let warning = format!(
+            "NBD over TCP on {address} has no TLS: every local user can read and write every VD through it; \
+             the Unix socket is owner-only; turn TCP off with --nbd-listen {NBD_LISTEN_OFF}"
+        );
+        println!("warning: {warning}");
+        tracing::warn!("{warning}");
+    }
     println!("stop with Ctrl-C (in-flight I/O completes and the configuration is written)");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(address: &str, expected: Result<&str, &str>) {
+        let outcome = resolve_loopback("--nbd-listen", address);
+        match expected {
+            Ok(bound) => assert_eq!(outcome, Ok(bound.parse().unwrap()), "{address}"),
+            Err(start) => {
+                let message = outcome.expect_err(address);
+                assert!(message.starts_with(start), "{address}: {message}");
+                assert!(
+                    message.ends_with("allowed: an address in 127.0.0.0/8, [::1] or localhost, with a port (e.g. 127.0.0.1:10809)"),
+                    "{message}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn listen_addresses_are_loopback_by_what_they_resolve_to() {
+        check("127.0.0.1:10809", Ok("127.0.0.1:10809"));
+        check("127.3.2.1:10809", Ok("127.3.2.1:10809"));
+        check("[::1]:10809", Ok("[::1]:10809"));
+        check("0.0.0.0:10809", Err("--nbd-listen 0.0.0.0:10809: resolves to 0.0.0.0, which is not loopback"));
+        check("192.0.2.1:10809", Err("--nbd-listen 192.0.2.1:10809: resolves to 192.0.2.1, which is not loopback"));
+        check("[::]:10809", Err("--nbd-listen [::]:10809: resolves to ::, which is not loopback"));
+        check(
+            "[::ffff:192.0.2.1]:10809",
+            Err("--nbd-listen [::ffff:192.0.2.1]:10809: resolves to ::ffff:192.0.2.1, which is not loopback"),
+        );
+        check("127.evil.example:10809", Err("--nbd-listen 127.evil.example:10809: "));
+        check("127.0.0.1", Err("--nbd-listen 127.0.0.1: cannot resolve it"));
+        let localhost = resolve_loopback("--nbd-listen", "localhost:10809").expect("localhost resolves to loopback");
+        assert!(localhost.ip().is_loopback() && localhost.port() == 10809, "localhost:10809 resolved to {localhost}");
+    }
 }

@@ -89,9 +89,29 @@ pub struct Daemon {
     child: Option<Child>,
     data_dir: PathBuf,
     log_path: PathBuf,
-    nbd_address: String,
+    /// `--nbd-listen`, unless it is `none`.
+    nbd_address: Option<String>,
+    /// `--api-listen`, if given.
+    api_tcp_address: Option<String>,
     /// From spawn until the API first answered.
     pub startup: Duration,
+}
+
+/// How a test starts the daemon, beyond its drives.
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    /// NBD on a free loopback port, or `--nbd-listen none`.
+    pub nbd_tcp: bool,
+    /// The management API on a free loopback port too (`--api-listen`).
+    pub api_tcp: bool,
+    /// The umask the daemon starts with (`None`: the test's own).
+    pub umask: Option<u32>,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> DaemonOptions {
+        DaemonOptions { nbd_tcp: true, api_tcp: false, umask: None }
+    }
 }
 
 impl Daemon {
@@ -99,22 +119,57 @@ impl Daemon {
     /// entry of `drives` (none: the embedded default), on a free loopback port, and waits until
     /// the API answers.
     pub fn start(scratch: &Scratch, drives: &[String]) -> Daemon {
+        Daemon::start_with(scratch, drives, &DaemonOptions::default())
+    }
+
+    /// `start` with listeners and umask chosen by `options`.
+    pub fn start_with(scratch: &Scratch, drives: &[String], options: &DaemonOptions) -> Daemon {
         let data_dir = scratch.data_dir();
         let log_path = scratch.next_log_path();
-        let nbd_address = format!("127.0.0.1:{}", free_tcp_port());
+        let nbd_address = options.nbd_tcp.then(|| format!("127.0.0.1:{}", free_tcp_port()));
+        let api_tcp_address = options.api_tcp.then(|| format!("127.0.0.1:{}", free_tcp_port()));
         let log = File::create(&log_path).unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_storc"));
-        command.arg("serve").arg("--data-dir").arg(&data_dir).args(["--nbd-listen", &nbd_address]);
+        let mut command = match options.umask {
+            // exec keeps the pid, so SIGTERM in `stop` still reaches storc.
+            Some(umask) => {
+                let mut shell = Command::new("sh");
+                shell.args(["-c", "umask \"$1\" && shift && exec \"$@\"", "sh", &format!("{umask:03o}"), env!("CARGO_BIN_EXE_storc")]);
+                shell
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_storc")),
+        };
+        command.arg("serve").arg("--data-dir").arg(&data_dir).args(["--nbd-listen", nbd_address.as_deref().unwrap_or("none")]);
+        if let Some(address) = &api_tcp_address {
+            command.args(["--api-listen", address]);
+        }
         for drive in drives {
             command.args(["--drive", drive]);
         }
         command.stdin(Stdio::null()).stdout(log.try_clone().expect("log file handle")).stderr(log);
         let spawned_at = Instant::now();
         let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-        let mut daemon = Daemon { child: Some(child), data_dir, log_path, nbd_address, startup: Duration::ZERO };
+        let mut daemon = Daemon { child: Some(child), data_dir, log_path, nbd_address, api_tcp_address, startup: Duration::ZERO };
         daemon.wait_for_api(spawned_at);
         daemon.startup = spawned_at.elapsed();
         daemon
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a running daemon").id()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// `127.0.0.1:PORT` of `--api-listen`; panics if the daemon was started without it.
+    pub fn api_tcp_address(&self) -> &str {
+        self.api_tcp_address.as_deref().expect("the daemon was started with DaemonOptions::api_tcp")
+    }
+
+    /// Everything the daemon printed so far (stdout and stderr).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_else(|e| panic!("cannot read {}: {e}", self.log_path.display()))
     }
 
     fn wait_for_api(&mut self, spawned_at: Instant) {
@@ -177,7 +232,7 @@ impl Daemon {
     }
 
     pub fn tcp_uri(&self, export: &str) -> String {
-        format!("nbd://{}/{export}", self.nbd_address)
+        format!("nbd://{}/{export}", self.nbd_address.as_deref().expect("the daemon was started with NBD over TCP"))
     }
 
     /// One API request; panics only if the daemon does not answer.

@@ -1,0 +1,340 @@
+//! Issue 8, part 5: another local user can neither read nor change the controller. The data
+//! directory and everything storc puts in it are owner-only whatever the umask; the TCP
+//! management API answers only the daemon's user and root, and only a Host that names it; listen
+//! addresses must resolve to loopback; `--nbd-listen none` leaves no TCP listener.
+//!
+//! The second-user test runs commands as `nobody` through setpriv, so this file must run as root
+//! (CI does); as another user it fails and says so, it never skips.
+
+mod common;
+
+use common::api_types::ControllerView;
+use common::*;
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Exists on every Debian system and owns nothing.
+const UNPRIVILEGED_USER: &str = "nobody";
+/// A refused start must not get as far as serving.
+const REFUSED_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777
+}
+
+fn check_mode(path: &Path, expected: u32, when: &str) {
+    let mode = mode_of(path);
+    assert_eq!(mode, expected, "{when}: {} is mode {mode:04o}, expected {expected:04o}", path.display());
+}
+
+/// Everything storc creates in its data directory with the embedded default.
+fn owned_paths(data_dir: &Path) -> Vec<(std::path::PathBuf, u32)> {
+    let mut paths: Vec<_> = (0..8).map(|i| (data_dir.join(format!("drive-{i}.img")), 0o600)).collect();
+    paths.extend(["controller.id", "nbd.sock", "api.sock"].iter().map(|name| (data_dir.join(name), 0o600)));
+    paths.push((data_dir.to_path_buf(), 0o700));
+    paths
+}
+
+/// Regression (issue 8): drive files were 0644 in a 0755 data directory, so any local user could
+/// read every VD's raw data, and with a umask of 000 write it and connect to the sockets.
+#[test]
+fn files_and_sockets_are_owner_only_whatever_the_umask() {
+    let scratch = Scratch::new("modes");
+    let umask_zero = DaemonOptions { umask: Some(0), ..DaemonOptions::default() };
+    let daemon = Daemon::start_with(&scratch, &[], &umask_zero);
+    for (path, mode) in owned_paths(daemon.data_dir()) {
+        check_mode(&path, mode, "first start with umask 000");
+    }
+    daemon.stop();
+
+    // A data directory left open by an older storc (or a chmod) is tightened, and the log says so.
+    let data_dir = scratch.data_dir();
+    std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for name in ["drive-3.img", "controller.id"] {
+        std::fs::set_permissions(data_dir.join(name), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let old_log = data_dir.join("old.log");
+    std::fs::write(&old_log, "from an older daemon\n").unwrap();
+    std::fs::set_permissions(&old_log, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let daemon = Daemon::start_with(&scratch, &[], &umask_zero);
+    for (path, mode) in owned_paths(daemon.data_dir()) {
+        check_mode(&path, mode, "restart after a chmod");
+    }
+    check_mode(&old_log, 0o600, "restart after a chmod");
+    let log = daemon.log();
+    let dir_line = format!("data directory {} was mode 0755, open to other users; now 0700", data_dir.display());
+    for line in [dir_line.as_str(), "drive-3.img was mode 0644", "controller.id was mode 0644", "old.log was mode 0666"] {
+        assert!(log.contains(line), "the log should say what was tightened ({line:?}):\n{log}");
+    }
+    daemon.stop();
+}
+
+#[test]
+fn a_drive_file_elsewhere_open_to_others_is_warned_about_and_left_alone() {
+    let scratch = Scratch::new("drive-mode");
+    let member = scratch.sparse_file("member.img", 64 * MIB);
+    std::fs::set_permissions(&member, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut drives = vec![member.display().to_string()];
+    drives.extend(mem_drives(1, "64MiB"));
+    let daemon = Daemon::start(&scratch, &drives);
+    let log = daemon.log();
+    let warning = format!("--drive {} is mode 0644: every local user can open it", member.display());
+    assert!(log.contains(&warning), "no warning {warning:?} in the log:\n{log}");
+    assert!(log.contains(&format!("chmod go-rwx {}", member.display())), "the warning should say how to fix it:\n{log}");
+    check_mode(&member, 0o644, "a file outside the data directory is the user's to change");
+    daemon.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// A second, unprivileged user
+
+struct User {
+    name: &'static str,
+    uid: u32,
+    gid: u32,
+}
+
+fn id_of(flag: &str, user: &str) -> u32 {
+    let text = stdout(&run(Command::new("id").args([flag, user])));
+    text.trim().parse().unwrap_or_else(|_| panic!("id {flag} {user} printed {text:?}"))
+}
+
+/// Fails loudly unless the tests run as root: only root can act as another user.
+fn unprivileged_user() -> User {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test runs commands as a second, unprivileged user ({UNPRIVILEGED_USER}) and must run as root (uid 0), not uid {euid}: sudo -E cargo test -p storc --test security");
+    nbd::testing::require_tool("setpriv", "util-linux", "runs commands as another user");
+    let user = User { name: UNPRIVILEGED_USER, uid: id_of("-u", UNPRIVILEGED_USER), gid: id_of("-g", UNPRIVILEGED_USER) };
+    assert_ne!(user.uid, 0, "{} must not be root", user.name);
+    user
+}
+
+/// `program args...` as `user`, without root's supplementary groups.
+fn run_as(user: &User, program: &str, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args([&format!("--reuid={}", user.uid), &format!("--regid={}", user.gid), "--clear-groups", "--", program])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} as {}: {e}", user.name))
+}
+
+fn text_of(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// `curl` over TCP; the HTTP status and the body. `-q` first: root's ~/.curlrc is not the user's.
+fn curl_tcp(user: &User, method: &str, url: &str, body: Option<&str>) -> (u16, String) {
+    let mut args = vec!["-q", "-sS", "-X", method, "-H", "Content-Type: application/json", "-w", "\n%{http_code}", url];
+    if let Some(body) = body {
+        args.extend(["--data", body]);
+    }
+    let output = run_as(user, "curl", &args);
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "curl {method} {url} as {}: {}\n{}", user.name, output.status, text_of(&output));
+    let (answer, status) = text.rsplit_once('\n').unwrap_or_else(|| panic!("curl printed no status: {text:?}"));
+    (status.parse().unwrap_or_else(|_| panic!("curl status {status:?}")), answer.to_string())
+}
+
+/// What a user of the controller would see change: the generation, the VDs and the drives.
+#[derive(Debug, PartialEq)]
+struct Visible {
+    generation: u64,
+    vd_states: Vec<(String, String)>,
+    drive_states: Vec<(u32, String)>,
+}
+
+fn what_a_user_would_notice(controller: &ControllerView) -> Visible {
+    Visible {
+        generation: controller.generation,
+        vd_states: controller.vds.iter().map(|v| (v.name.clone(), v.state.clone())).collect(),
+        drive_states: controller.drives.iter().map(|d| (d.slot, d.state.clone())).collect(),
+    }
+}
+
+/// Regression (issue 8): another local user could read the member files and, through a TCP API,
+/// take a drive offline and delete the VD.
+#[test]
+fn another_user_cannot_read_members_reach_the_sockets_or_change_anything_over_tcp() {
+    let user = unprivileged_user();
+    require_tool("nbdinfo", "libnbd-bin");
+    require_tool("curl", "curl");
+    let scratch = Scratch::new("second-user");
+    // The scratch directory is the test's (root's, 0700 under some umasks): let the user reach
+    // the data directory's door, so that its own permissions are what is tested.
+    std::fs::set_permissions(scratch.join(""), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let daemon = Daemon::start_with(&scratch, &[], &DaemonOptions { api_tcp: true, ..DaemonOptions::default() });
+    let before = daemon.controller();
+
+    let member = daemon.data_dir().join("drive-0.img");
+    let read = run_as(&user, "head", &["-c", "4096", &member.display().to_string()]);
+    assert!(!read.status.success(), "{} read {} ({} bytes)", user.name, member.display(), read.stdout.len());
+    assert!(text_of(&read).contains("Permission denied"), "reading {} as {}: {}", member.display(), user.name, text_of(&read));
+    for socket in ["nbd.sock", "api.sock"] {
+        let uri = format!("nbd+unix:///?socket={}", daemon.data_dir().join(socket).display());
+        let connect = run_as(&user, "nbdinfo", &["--list", &uri]);
+        assert!(!connect.status.success(), "{} connected to {socket}: {}", user.name, text_of(&connect));
+        assert!(text_of(&connect).contains("Permission denied"), "connecting to {socket} as {}: {}", user.name, text_of(&connect));
+    }
+
+    let api = format!("http://{}/api/v1", daemon.api_tcp_address());
+    let attempts = [
+        ("GET", format!("{api}/controller"), None),
+        ("POST", format!("{api}/drives/2/state"), Some(r#"{"state":"offline"}"#)),
+        ("DELETE", format!("{api}/vds/0?force=true"), None),
+        ("POST", format!("{api}/vds"), Some(r#"{"level":"r1","drives":[5,6]}"#)),
+    ];
+    for (method, url, body) in &attempts {
+        let (status, answer) = curl_tcp(&user, method, url, *body);
+        assert_eq!(status, 403, "{method} {url} as {} answered {status}: {answer}", user.name);
+        let expected = format!("belongs to uid {}; the management API over TCP answers only uid 0", user.uid);
+        assert!(answer.contains(&expected), "{method} {url}: the refusal should name the user and who is allowed: {answer}");
+    }
+    let after = daemon.controller();
+    assert_eq!(what_a_user_would_notice(&after), what_a_user_would_notice(&before), "refused requests changed the controller");
+
+    // The control: root reaches the same TCP API, so the 403s above were about the user.
+    let root = User { name: "root", uid: 0, gid: 0 };
+    let (status, answer) = curl_tcp(&root, "GET", &format!("{api}/controller"), None);
+    assert_eq!(status, 200, "GET over TCP as root: {answer}");
+    daemon.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The TCP management API's Host rule
+
+/// One request over TCP with the given Host header; status and body.
+fn http_tcp_with_host(address: &str, method: &str, path: &str, host: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("connect {address}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("malformed answer {answer:?}"));
+    let status = head.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("no status in {head:?}"));
+    (status, body.to_string())
+}
+
+/// Regression (issue 8): the TCP API accepted any Host, so a web page whose name the attacker's
+/// DNS points at 127.0.0.1 (DNS rebinding) could drive it from a browser.
+#[test]
+fn a_foreign_host_header_over_tcp_is_refused() {
+    let scratch = Scratch::new("host");
+    let daemon = Daemon::start_with(&scratch, &mem_drives(3, "64MiB"), &DaemonOptions { api_tcp: true, ..DaemonOptions::default() });
+    daemon.create_vd("r1", &[0, 1], "db");
+    let before = daemon.controller();
+    let address = daemon.api_tcp_address();
+    let port = address.rsplit_once(':').unwrap().1;
+    for (method, path) in [("GET", "/api/v1/controller"), ("DELETE", "/api/v1/vds/0?force=true")] {
+        let (status, body) = http_tcp_with_host(address, method, path, &format!("rebind.evil.example:{port}"));
+        assert_eq!(status, 421, "{method} {path} with a foreign Host answered {status}: {body}");
+        let error: common::api_types::ApiError = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
+        let expected = format!("Host \"rebind.evil.example:{port}\" is not this API's address; allowed: {address}, localhost:{port}");
+        assert!(error.error.starts_with(&expected), "the refusal should name the Host received and the ones allowed: {}", error.error);
+    }
+    assert_eq!(what_a_user_would_notice(&daemon.controller()), what_a_user_would_notice(&before), "a refused request changed something");
+
+    // The controls: the listener's own names, and the CLI, which sends the address it was given.
+    for host in [address.to_string(), format!("localhost:{port}")] {
+        let (status, body) = http_tcp_with_host(address, "GET", "/api/v1/controller", &host);
+        assert_eq!(status, 200, "GET with Host {host}: {body}");
+    }
+    let cli = Command::new(env!("CARGO_BIN_EXE_storc")).args(["/c0", "show", "--api", &format!("tcp:{address}")]).output().unwrap();
+    assert!(cli.status.success(), "storc /c0 show --api tcp:{address}: {}", text_of(&cli));
+    daemon.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listen addresses
+
+/// `storc serve ARGS` that must be refused: its exit status and output, or a failure if it runs on.
+fn serve_refused(scratch: &Scratch, args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_storc"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(scratch.data_dir())
+        .args(["--drive", "mem:64MiB"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start storc serve");
+    let started_at = Instant::now();
+    while child.try_wait().expect("storc serve status").is_none() {
+        if started_at.elapsed() > REFUSED_START_TIMEOUT {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("storc serve {args:?} still runs after {REFUSED_START_TIMEOUT:?}; it should refuse:\n{}", text_of(&output));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "storc serve {args:?}: {}\n{}", output.status, text_of(&output));
+    text_of(&output)
+}
+
+/// Regression (issue 8): the loopback check took any host name that starts with `127.`.
+#[test]
+fn a_listen_name_that_only_starts_with_127_is_refused_before_anything_is_created() {
+    let scratch = Scratch::new("listen");
+    for flag in ["--nbd-listen", "--api-listen"] {
+        let text = serve_refused(&scratch, &[flag, "127.evil.example:10809"]);
+        let expected = format!("storc: {flag} 127.evil.example:10809: ");
+        assert!(text.contains(&expected), "the error should name the flag and the address:\n{text}");
+        assert!(text.contains("loopback only; allowed: an address in 127.0.0.0/8, [::1] or localhost, with a port"), "{text}");
+        assert!(!scratch.data_dir().exists(), "{flag}: a refused start created {}", scratch.data_dir().display());
+    }
+}
+
+/// The TCP listening sockets of process `pid` (the inodes of its socket fds, found in the
+/// kernel's TCP tables in state LISTEN), as `local address` hex fields.
+fn tcp_listeners_of(pid: u32) -> Vec<String> {
+    const LISTEN_STATE: &str = "0A";
+    let fd_dir = format!("/proc/{pid}/fd");
+    let inodes: HashSet<String> = std::fs::read_dir(&fd_dir)
+        .unwrap_or_else(|e| panic!("{fd_dir}: {e}"))
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|target| Some(target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_string()))
+        .collect();
+    let mut listeners = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local remote st tx:rx tr:when retrnsmt uid timeout inode
+            if fields.len() > 9 && fields[3] == LISTEN_STATE && inodes.contains(fields[9]) {
+                listeners.push(fields[1].to_string());
+            }
+        }
+    }
+    listeners
+}
+
+#[test]
+fn nbd_listen_none_leaves_no_tcp_listener_and_tcp_comes_with_a_warning() {
+    const WARNING: &str = "has no TLS: every local user can read and write every VD through it";
+    let scratch = Scratch::new("nbd-none");
+    let daemon = Daemon::start_with(&scratch, &mem_drives(2, "64MiB"), &DaemonOptions { nbd_tcp: false, ..DaemonOptions::default() });
+    daemon.create_vd("r1", &[0, 1], "db");
+    assert_eq!(tcp_listeners_of(daemon.pid()), Vec::<String>::new(), "--nbd-listen none: the daemon listens on TCP");
+    let endpoints = daemon.controller().nbd_endpoints;
+    assert!(endpoints.iter().all(|e| e.starts_with("nbd+unix://")), "--nbd-listen none: endpoints {endpoints:?}");
+    let log = daemon.log();
+    assert!(!log.contains("nbd://") && !log.contains(WARNING), "--nbd-listen none: the banner offers TCP:\n{log}");
+    daemon.stop();
+
+    // The control: with TCP on, the same probe sees the listener, and startup warns.
+    let daemon = Daemon::start(&scratch, &mem_drives(2, "64MiB"));
+    assert_eq!(tcp_listeners_of(daemon.pid()).len(), 1, "with NBD over TCP the daemon should have one TCP listener");
+    let log = daemon.log();
+    assert!(log.contains(WARNING) && log.contains("--nbd-listen none"), "startup should warn about TCP and say how to turn it off:\n{log}");
+    daemon.stop();
+}
