@@ -127,6 +127,8 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
 }
 
 fn split_views(mut buf: IoBuf, pieces: &[DataPiece]) -> Vec<IoBuf> {
+    let pieces_bytes: u64 = pieces.iter().map(|p| p.len_bytes).sum();
+    assert_eq!(pieces_bytes, buf.len() as u64, "a row's pieces cover exactly the request's bytes in it");
     let mut views = Vec::with_capacity(pieces.len());
     for piece in pieces {
         let rest = buf.split_off(piece.len_bytes as usize);
@@ -150,7 +152,22 @@ impl Row {
         let (lo, hi) = self.map.column_range(piece.offset_in_row_bytes, piece.len_bytes);
         self.lo = lo;
         self.hi = hi;
+        self.check();
         self
+    }
+
+    /// The invariants every row function relies on: pieces in strip order, each strip at most
+    /// once, each inside the column hull and inside its strip.
+    fn check(&self) {
+        assert!(self.lo < self.hi && self.hi <= self.map.strip_size_bytes(), "column hull [{}, {}) inside a strip", self.lo, self.hi);
+        for pair in self.pieces.windows(2) {
+            assert!(pair[0].strip_index < pair[1].strip_index, "pieces in strip order, each strip once: {:?}", self.pieces);
+        }
+        for piece in &self.pieces {
+            let end_bytes = piece.offset_in_strip_bytes + piece.len_bytes;
+            assert!(piece.len_bytes > 0 && end_bytes <= self.map.strip_size_bytes(), "piece inside its strip: {piece:?}");
+            assert!(piece.offset_in_strip_bytes >= self.lo && end_bytes <= self.hi, "piece inside the column hull: {piece:?}");
+        }
     }
 
     fn width_bytes(&self) -> usize {
@@ -646,6 +663,13 @@ fn recover(kind: SpanKind, columns: &mut [IoBuf], lost: &[usize]) {
 /// Writes the new data pieces, P and Q, skipping members in `skip`; puts the data buffers back
 /// into `views` whatever happens.
 async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Option<IoBuf>, skip: MemberSet) -> Attempt<()> {
+    assert_eq!(views.len(), row.pieces.len(), "one view per data piece");
+    for (view, piece) in views.iter().zip(&row.pieces) {
+        assert_eq!(view.len() as u64, piece.len_bytes, "a view is exactly its piece");
+    }
+    assert_eq!(p.len(), row.width_bytes(), "P covers the column hull");
+    assert_eq!(q.is_some(), row.map.q_place().is_some(), "Q exactly when the span has one");
+    assert!(q.as_ref().is_none_or(|q| q.len() == row.width_bytes()), "Q covers the column hull");
     let mut ops = Vec::with_capacity(row.pieces.len() + 2);
     let mut data_slots = Vec::with_capacity(row.pieces.len());
     for (piece, buf) in row.pieces.iter().zip(std::mem::take(views)) {
@@ -669,6 +693,10 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
         }
     }
     let data_op_count = row.pieces.len() - kept.len();
+    debug_assert!(
+        ops.iter().enumerate().all(|(i, (member, _))| ops[..i].iter().all(|(other, _)| other != member)),
+        "a row write touches each member at most once"
+    );
     let (bufs, error) = run_all(env, ops).await;
     let mut written = bufs.into_iter().take(data_op_count).map(|b| b.expect("write returns its buffer"));
     let mut kept = kept.into_iter().peekable();

@@ -526,6 +526,10 @@ pub struct RowMap {
 }
 
 impl RowMap {
+    pub fn strip_size_bytes(&self) -> u64 {
+        self.geometry.strip_size_bytes
+    }
+
     fn span_first_drive(&self) -> usize {
         self.span * self.geometry.drives_per_span
     }
