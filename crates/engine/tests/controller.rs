@@ -1,21 +1,20 @@
 //! The controller over memory drives: assembly from the drives' own metadata, stale and missing
 //! members, foreign configurations, and bad input that changes nothing.
 
+mod common;
+
+use common::{engine, pattern, spec};
 use drive::{Drive, MemDrive};
-use engine::config::{ControllerId, DriveState, IoPolicy, ReadPolicy, WritePolicy};
-use engine::controller::{ControlError, Controller, ControllerOptions, CreateVdSpec, DriveCommand, OfferedDrive};
-use engine::{Engine, EngineConfig, VdState};
-use layout::{Level, KIB, MIB};
+use engine::config::{ControllerId, DriveState};
+use engine::controller::{ControlError, Controller, ControllerOptions, DriveCommand, OfferedDrive};
+use engine::{Engine, VdState};
+use layout::{Level, MIB};
 use std::sync::Arc;
 
 const DRIVE_BYTES: u64 = 64 * MIB;
 
 fn drives(count: usize) -> Vec<Arc<dyn Drive>> {
     (0..count).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect()
-}
-
-fn engine() -> Arc<Engine> {
-    Arc::new(Engine::start(EngineConfig { shard_count: 1, ..EngineConfig::default() }).unwrap())
 }
 
 fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>]) -> Arc<Controller> {
@@ -26,23 +25,6 @@ fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>]) -> Arc<Controller> {
 fn open_as(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], ours: Option<ControllerId>) -> Arc<Controller> {
     let offered = drives.iter().enumerate().map(|(i, d)| OfferedDrive { drive: Arc::clone(d), source: format!("mem{i}") }).collect();
     Controller::open(Arc::clone(engine), offered, ControllerOptions { ours, ..ControllerOptions::default() }).unwrap()
-}
-
-fn spec(level: Level, slots: &[u32], name: &str) -> CreateVdSpec {
-    CreateVdSpec {
-        level,
-        slots: slots.to_vec(),
-        strip_size_bytes: 64 * KIB,
-        name: Some(name.to_string()),
-        drives_per_span: None,
-        write_policy: WritePolicy::WriteThrough,
-        read_policy: ReadPolicy::NoReadAhead,
-        io_policy: IoPolicy::Direct,
-    }
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect()
 }
 
 #[test]

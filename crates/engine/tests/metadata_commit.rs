@@ -6,12 +6,15 @@
 //! mid-change leaves its drives. The controller is then dropped without a shutdown and a new one
 //! assembles from the drives alone.
 
+mod common;
+
+use common::{engine, pattern, spec};
 use drive::{Completion, Drive, DriveInfo, DriveOp, Faults, FaultyDrive, IoBuf, IoCtx, MemDrive, Token};
-use engine::config::{ControllerConfig, ControllerId, DriveState, IoPolicy, ReadPolicy, WritePolicy};
-use engine::controller::{Controller, ControllerOptions, CreateVdSpec, OfferedDrive, VdChanges};
+use engine::config::{ControllerConfig, ControllerId, DriveState, WritePolicy};
+use engine::controller::{Controller, ControllerOptions, OfferedDrive, VdChanges};
 use engine::metadata::{self, METADATA_AREA_BYTES};
-use engine::{Engine, EngineConfig, VdState};
-use layout::{Level, KIB, MIB};
+use engine::{Engine, VdState};
+use layout::{Level, MIB};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,10 +71,6 @@ impl Drive for CrashDrive {
     }
 }
 
-fn engine() -> Arc<Engine> {
-    Arc::new(Engine::start(EngineConfig { shard_count: 1, ..EngineConfig::default() }).unwrap())
-}
-
 fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], point: &Arc<CrashPoint>, ours: Option<ControllerId>) -> Arc<Controller> {
     let offered = drives
         .iter()
@@ -82,23 +81,6 @@ fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], point: &Arc<CrashPoint>
         })
         .collect();
     Controller::open(Arc::clone(engine), offered, ControllerOptions { ours, ..ControllerOptions::default() }).unwrap()
-}
-
-fn spec(level: Level, slots: &[u32], name: &str) -> CreateVdSpec {
-    CreateVdSpec {
-        level,
-        slots: slots.to_vec(),
-        strip_size_bytes: 64 * KIB,
-        name: Some(name.to_string()),
-        drives_per_span: None,
-        write_policy: WritePolicy::WriteThrough,
-        read_policy: ReadPolicy::NoReadAhead,
-        io_policy: IoPolicy::Direct,
-    }
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect()
 }
 
 /// The starting point of every case: RAID5 `db` on slots 0-4 holding data, RAID1 `logs` on
