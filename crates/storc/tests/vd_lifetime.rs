@@ -1,0 +1,72 @@
+//! NBD connections live no longer than the VD they were opened on (issue 8, part 3): deleting a
+//! VD ends its connections before another VD can use its drives, and a rename keeps them on the
+//! same VD, which honours member state changes.
+
+mod common;
+
+use common::{mem_drives, Daemon, Scratch};
+use nbd::{Client, ClientConfig, NbdUri};
+use std::time::{Duration, Instant};
+
+fn client(daemon: &Daemon, export: &str) -> Client {
+    let uri = NbdUri::Unix { socket_path: daemon.api_socket().with_file_name("nbd.sock"), export_name: export.to_string() };
+    Client::connect(&uri, &ClientConfig { structured_replies: true }).unwrap_or_else(|e| panic!("NBD connect to {export}: {e}"))
+}
+
+fn block(seed: u8) -> Vec<u8> {
+    (0..64 << 10).map(|i: usize| (i as u8).wrapping_mul(3).wrapping_add(seed)).collect()
+}
+
+/// Regression: after `del force` a connected client kept reading and writing, and once a new VD
+/// was created on the same drives it overwrote that VD's data and could read it.
+#[test]
+fn a_deleted_vds_connections_end_and_never_reach_the_vd_that_reuses_its_drives() {
+    let scratch = Scratch::new("vd-lifetime-delete");
+    let daemon = Daemon::start(&scratch, &mem_drives(3, "256MiB"));
+    daemon.create_vd("r5", &[0, 1, 2], "old");
+    let mut old = client(&daemon, "old");
+    old.write(0, &block(1), false).unwrap();
+
+    daemon.api("DELETE", "/api/v1/vds/0?force=true", None::<&()>).expect::<serde_json::Value>(200, "del force");
+    let refused_within = Instant::now() + Duration::from_secs(5);
+    while old.read(0, 4096).is_ok() {
+        assert!(Instant::now() < refused_within, "the deleted VD's connection still reads");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon.create_vd("r5", &[0, 1, 2], "new");
+    let mut new = client(&daemon, "new");
+    new.write(0, &block(2), false).unwrap();
+    new.flush().unwrap();
+
+    assert!(old.write(0, &block(3), false).is_err(), "the old connection cannot write the new VD");
+    assert!(old.read(0, 4096).is_err(), "nor read it");
+    assert_eq!(new.read(0, 64 << 10).unwrap(), block(2), "the new VD's data is its own");
+    daemon.stop();
+}
+
+/// Regression: a rename rebuilt the VD, so an old connection kept writing to a member that was
+/// set offline afterwards (and would have served its stale data).
+#[test]
+fn a_renamed_vds_connections_stay_and_follow_member_state_changes() {
+    let scratch = Scratch::new("vd-lifetime-rename");
+    let daemon = Daemon::start(&scratch, &mem_drives(3, "256MiB"));
+    daemon.create_vd("r5", &[0, 1, 2], "before");
+    let mut held = client(&daemon, "before");
+    held.write(0, &block(4), false).unwrap();
+
+    let rename = serde_json::json!({ "name": "after" });
+    daemon.api("PATCH", "/api/v1/vds/0", Some(&rename)).expect::<serde_json::Value>(200, "rename");
+    assert_eq!(held.read(0, 64 << 10).unwrap(), block(4), "the connection survives the rename");
+    daemon
+        .api("POST", "/api/v1/drives/1/state", Some(&serde_json::json!({ "state": "offline" })))
+        .expect::<serde_json::Value>(200, "offline");
+    assert_eq!(daemon.vd_named("after").state, "Dgrd");
+    held.write(0, &block(5), false).unwrap();
+    held.flush().unwrap();
+    // Bringing the member back is refused: the held connection's write skipped it.
+    let refused = daemon.api("POST", "/api/v1/drives/1/state", Some(&serde_json::json!({ "state": "online" })));
+    assert!(refused.expect_error(409, "online after missed writes").contains("missed writes"));
+    let mut fresh = client(&daemon, "after");
+    assert_eq!(fresh.read(0, 64 << 10).unwrap(), block(5));
+    daemon.stop();
+}
