@@ -2,9 +2,10 @@
 //! the device without waiting; a writer thread sends each reply as its completion arrives.
 //!
 //! Every request holds a [`Credit`] from submission until its reply is on the wire (or
-//! abandoned because the client is gone). Credits are bounded per connection, so a client
-//! cannot make the server hold unbounded memory, and a `Credit` is released on drop, so no path
-//! (error, disconnect, a device that drops a callback) can leak one.
+//! abandoned because the client is gone). Credits are bounded per connection and, for payload
+//! bytes, across the server, so clients cannot make the server hold unbounded memory; a
+//! `Credit` is released on drop, so no path (error, disconnect, a device that drops a
+//! callback, a reply writer that gave up on a client that does not read) can leak one.
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::Shutdown;
@@ -13,15 +14,16 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
-use super::{ConnectionError, ListenerState, ServerConfig};
+use super::limits::PayloadBudget;
+use super::{ConnectionError, ListenerState, ServerConfig, CONNECTION_THREAD_STACK_BYTES};
 use crate::device::{BlockDevice, Done, IoError};
 use crate::proto::{self, Command, ProtoError, Request};
-use crate::socket::Socket;
+use crate::socket::{DeadlineSocket, Socket};
 
 /// What the handshake hands to the transmission phase.
 pub(crate) struct Session {
     /// May already hold bytes the client pipelined after its GO.
-    pub(crate) reader: BufReader<Socket>,
+    pub(crate) reader: BufReader<DeadlineSocket>,
     pub(crate) socket: Socket,
     pub(crate) structured_replies: bool,
     pub(crate) limits: RequestLimits,
@@ -43,10 +45,12 @@ pub(crate) struct RequestLimits {
 /// waits for every in-flight request to complete and its reply to be sent.
 pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Result<(), ConnectionError> {
     let (replies, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
-    let writer_socket = session.socket.try_clone()?;
+    let writer_socket = session.socket.clone();
     let structured_replies = session.structured_replies;
-    let writer =
-        thread::Builder::new().name("nbd-writer".into()).spawn(move || write_replies(writer_socket, replies_rx, structured_replies))?;
+    let writer = thread::Builder::new()
+        .name("nbd-writer".into())
+        .stack_size(CONNECTION_THREAD_STACK_BYTES)
+        .spawn(move || write_replies(writer_socket, replies_rx, structured_replies))?;
     let result = read_requests(&device, &mut session, &replies);
     // The writer ends once this sender and every pending completion's sender are gone.
     drop(replies);
@@ -320,13 +324,15 @@ fn check_range(request: &Request, size_bytes: u64) -> Result<(), Rejection> {
 
 // ---- In-flight bound -------------------------------------------------------------------------
 
-/// Bounds one connection's requests in flight by count and by payload bytes.
+/// Bounds one connection's requests in flight by count and by payload bytes, and takes the
+/// payload bytes from the server's budget too.
 pub(crate) struct InFlight {
     state: Mutex<InFlightState>,
     released: Condvar,
     requests_max: usize,
     payload_bytes_max: usize,
     listener: Arc<ListenerState>,
+    budget: Arc<PayloadBudget>,
 }
 
 #[derive(Default)]
@@ -336,17 +342,21 @@ struct InFlightState {
 }
 
 impl InFlight {
-    pub(crate) fn new(config: &ServerConfig, listener: Arc<ListenerState>) -> Arc<InFlight> {
+    pub(crate) fn new(config: &ServerConfig, listener: Arc<ListenerState>, budget: Arc<PayloadBudget>) -> Arc<InFlight> {
         Arc::new(InFlight {
             state: Mutex::new(InFlightState::default()),
             released: Condvar::new(),
             requests_max: config.requests_in_flight_max,
             payload_bytes_max: config.payload_in_flight_bytes_max,
             listener,
+            budget,
         })
     }
 
-    /// Blocks until the request fits. A request alone always fits, so nothing waits forever.
+    /// Blocks until the request fits this connection's bound, then the server's. A request
+    /// alone always fits either, so nothing waits forever: what it waits for is held by
+    /// requests that complete, and by replies that are sent or, after `reply_stall_timeout`,
+    /// dropped.
     fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
         let mut state = self.state.lock().unwrap();
         while state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
@@ -354,6 +364,10 @@ impl InFlight {
         }
         state.requests += 1;
         state.payload_bytes += payload_bytes;
+        drop(state);
+        // Only this connection's reader acquires, so holding its share while waiting for the
+        // server's cannot starve another request of this connection.
+        self.budget.take(payload_bytes);
         self.listener.requests_in_flight.fetch_add(1, Ordering::SeqCst);
         Credit { in_flight: Arc::clone(self), payload_bytes }
     }
@@ -373,6 +387,7 @@ impl Drop for Credit {
         state.payload_bytes -= self.payload_bytes;
         self.in_flight.listener.requests_in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(state);
+        self.in_flight.budget.give_back(self.payload_bytes);
         // Only the connection's reader ever waits.
         self.in_flight.released.notify_one();
     }
@@ -396,16 +411,13 @@ enum Outcome<B> {
     Failed { error: IoError, message: String },
 }
 
+/// Replies smaller than this are gathered into one write; larger payloads go straight out.
+const REPLY_BUFFER_BYTES: usize = 64 << 10;
+
 /// Sends replies in completion order, batching writes while more are queued. After a write
 /// error it keeps draining so that every credit is released, then closes the socket.
 fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, structured_replies: bool) {
-    let mut out = match socket.try_clone() {
-        Ok(clone) => Some(BufWriter::with_capacity(64 * 1024, clone)),
-        Err(error) => {
-            tracing::warn!(%error, "nbd: cannot clone socket for replies");
-            None
-        }
-    };
+    let mut out = Some(BufWriter::with_capacity(REPLY_BUFFER_BYTES, socket.clone()));
     while let Some(reply) = next_reply(&replies, &mut out, &socket) {
         if let Some(writer) = &mut out {
             if let Err(error) = write_reply(writer, &reply, structured_replies) {
@@ -436,7 +448,8 @@ fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &mut Option<BufWriter<Socket
     replies.recv().ok()
 }
 
-/// The client is gone or stuck: stop writing, and close the socket so the reader stops too.
+/// The client is gone, or stuck for `reply_stall_timeout` (SO_SNDTIMEO): stop writing, and close
+/// the socket so the reader stops too.
 fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, error: &io::Error) {
     tracing::debug!(%error, "nbd: cannot send replies; dropping the connection");
     *out = None;
