@@ -7,6 +7,7 @@
 pub mod api;
 mod drives;
 mod export;
+mod nbd_limits;
 
 use engine::config::{ControllerId, IoPolicy, ReadPolicy, WritePolicy};
 use engine::controller::{Controller, CreateVdSpec, OfferedDrive};
@@ -14,10 +15,6 @@ use engine::{Engine, EngineConfig};
 use layout::{Level, KIB};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Idle NBD request buffers kept per size class (the NBD server bounds payload in flight per
-/// connection at 64 MiB, so this covers a busy connection or two).
-const NBD_POOL_IDLE_BYTES_PER_CLASS: usize = 128 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,6 +35,8 @@ pub struct Args {
     /// Engine shards (default: one per core).
     #[arg(long)]
     shards: Option<usize>,
+    #[command(flatten)]
+    nbd_limits: nbd_limits::NbdLimitArgs,
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
@@ -121,11 +120,11 @@ async fn serve(args: &Args, controller: Arc<Controller>) -> Result<(), String> {
     let api_socket = args.data_dir.join("api.sock");
     fresh_socket_path(&nbd_socket)?;
     fresh_socket_path(&api_socket)?;
-    let server = nbd::Server::empty(nbd::ServerConfig::default()).map_err(|e| e.to_string())?;
+    let server = nbd::Server::empty(args.nbd_limits.server_config()?).map_err(|e| e.to_string())?;
     let absolute = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
     let templates =
         vec![format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display()), format!("nbd://{}/{{}}", args.nbd_listen)];
-    let pool = drive::BufPool::new(NBD_POOL_IDLE_BYTES_PER_CLASS);
+    let pool = drive::BufPool::new(args.nbd_limits.idle_buffers_bytes_max());
     let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);
