@@ -165,6 +165,27 @@ fn a_client_that_never_reads_replies_is_dropped_after_the_stall_timeout() {
     drop(client); // held open until here: the server, not the client, ended the connection
 }
 
+/// Regression: after a client hung up, its reader went on serving every request still queued
+/// in the socket (reading 1 MiB from the device for each) for nobody.
+#[test]
+fn requests_queued_behind_a_hang_up_are_not_served() {
+    const READS: u64 = 200;
+    let dir = TempDir::new("hang-up");
+    let device = Arc::new(MemDevice::new(MIB));
+    let config = ServerConfig { payload_in_flight_bytes_max: 4 * MIB as usize, ..ServerConfig::default() };
+    let (_server, handle) = serve_with(&dir, vec![Export::new("vd0", Arc::clone(&device))], config);
+    let mut client = connect(&handle, "vd0").unwrap();
+    for _ in 0..READS {
+        client.submit_read(0, MIB as u32).unwrap();
+    }
+    client.send_submitted().unwrap(); // 200 headers fit in the socket; their replies do not
+    assert!(wait_until(TIMEOUT, || handle.payload_in_flight_bytes() == 4 * MIB as usize));
+    drop(client);
+    assert!(wait_until(TIMEOUT, || handle.connections_open() == 0));
+    let served = device.counters().reads.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(served < READS / 4, "{served} of {READS} reads were served after the client hung up");
+}
+
 // ---- (e) a server with no exports ----------------------------------------------------------------
 
 /// Regression: the default export "" of an empty export list was index 0 of nothing, and the

@@ -710,6 +710,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
             transmission_flags: export.transmission_flags(structured_replies),
         },
         in_flight: transmission::InFlight::new(&shared.config, Arc::clone(&registration.state), Arc::clone(&shared.payload_budget)),
+        client_gone: Arc::default(),
     };
     count_connection(shared, &identity, true);
     let outcome = export.device.serve(session);

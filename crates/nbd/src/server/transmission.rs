@@ -9,7 +9,7 @@
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -28,6 +28,9 @@ pub(crate) struct Session {
     pub(crate) structured_replies: bool,
     pub(crate) limits: RequestLimits,
     pub(crate) in_flight: Arc<InFlight>,
+    /// Set by the reply writer when it gives up on the client (gone, or stalled), so that the
+    /// reader stops too instead of serving requests still queued in the socket for nobody.
+    pub(crate) client_gone: Arc<AtomicBool>,
 }
 
 /// What a request is checked against.
@@ -47,10 +50,11 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Res
     let (replies, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
     let writer_socket = session.socket.clone();
     let structured_replies = session.structured_replies;
+    let client_gone = Arc::clone(&session.client_gone);
     let writer = thread::Builder::new()
         .name("nbd-writer".into())
         .stack_size(CONNECTION_THREAD_STACK_BYTES)
-        .spawn(move || write_replies(writer_socket, replies_rx, structured_replies))?;
+        .spawn(move || write_replies(writer_socket, replies_rx, structured_replies, &client_gone))?;
     let result = read_requests(&device, &mut session, &replies);
     // The writer ends once this sender and every pending completion's sender are gone.
     drop(replies);
@@ -65,6 +69,7 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Res
 fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies: &Sender<Reply<D::Buf>>) -> Result<(), ConnectionError> {
     let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
     loop {
+        check_client_taking_replies(session)?;
         if !read_header(&mut session.reader, &mut header)? {
             return Ok(()); // The client closed between requests.
         }
@@ -84,6 +89,13 @@ fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies
         }
         handle_request(device, session, replies, request)?;
     }
+}
+
+fn check_client_taking_replies(session: &Session) -> Result<(), ConnectionError> {
+    if session.client_gone.load(Ordering::SeqCst) {
+        return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client stopped taking replies").into());
+    }
+    Ok(())
 }
 
 /// Fills `header`; `Ok(false)` if the stream ended cleanly before its first byte.
@@ -117,6 +129,8 @@ fn handle_request<D: BlockDevice>(
         return Ok(());
     }
     let credit = session.in_flight.acquire(payload_bytes(&request));
+    // The wait for credit may have been long: the client may have gone meanwhile.
+    check_client_taking_replies(session)?;
     submit(device, &mut session.reader, replies, request, credit)?;
     Ok(())
 }
@@ -416,12 +430,12 @@ const REPLY_BUFFER_BYTES: usize = 64 << 10;
 
 /// Sends replies in completion order, batching writes while more are queued. After a write
 /// error it keeps draining so that every credit is released, then closes the socket.
-fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, structured_replies: bool) {
+fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, structured_replies: bool, client_gone: &AtomicBool) {
     let mut out = Some(BufWriter::with_capacity(REPLY_BUFFER_BYTES, socket.clone()));
-    while let Some(reply) = next_reply(&replies, &mut out, &socket) {
+    while let Some(reply) = next_reply(&replies, &mut out, &socket, client_gone) {
         if let Some(writer) = &mut out {
             if let Err(error) = write_reply(writer, &reply, structured_replies) {
-                abandon(&mut out, &socket, &error);
+                abandon(&mut out, &socket, client_gone, &error);
             }
         }
         drop(reply);
@@ -434,7 +448,12 @@ fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, st
 
 /// The next reply; flushes first if none is queued, so replies go out as soon as the queue
 /// runs dry. `None` once every sender is gone.
-fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &mut Option<BufWriter<Socket>>, socket: &Socket) -> Option<Reply<B>> {
+fn next_reply<B>(
+    replies: &Receiver<Reply<B>>,
+    out: &mut Option<BufWriter<Socket>>,
+    socket: &Socket,
+    client_gone: &AtomicBool,
+) -> Option<Reply<B>> {
     match replies.try_recv() {
         Ok(reply) => return Some(reply),
         Err(TryRecvError::Disconnected) => return None,
@@ -442,7 +461,7 @@ fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &mut Option<BufWriter<Socket
     }
     if let Some(writer) = out {
         if let Err(error) = writer.flush() {
-            abandon(out, socket, &error);
+            abandon(out, socket, client_gone, &error);
         }
     }
     replies.recv().ok()
@@ -450,8 +469,9 @@ fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &mut Option<BufWriter<Socket
 
 /// The client is gone, or stuck for `reply_stall_timeout` (SO_SNDTIMEO): stop writing, and close
 /// the socket so the reader stops too.
-fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, error: &io::Error) {
+fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, client_gone: &AtomicBool, error: &io::Error) {
     tracing::debug!(%error, "nbd: cannot send replies; dropping the connection");
+    client_gone.store(true, Ordering::SeqCst);
     *out = None;
     let _ = socket.shutdown(Shutdown::Both);
 }
