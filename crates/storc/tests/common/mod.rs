@@ -99,6 +99,11 @@ impl Daemon {
     /// entry of `drives` (none: the embedded default), on a free loopback port, and waits until
     /// the API answers.
     pub fn start(scratch: &Scratch, drives: &[String]) -> Daemon {
+        Daemon::start_with_args(scratch, drives, &[])
+    }
+
+    /// As [`Daemon::start`], with further `storc serve` flags.
+    pub fn start_with_args(scratch: &Scratch, drives: &[String], extra_args: &[&str]) -> Daemon {
         let data_dir = scratch.data_dir();
         let log_path = scratch.next_log_path();
         let nbd_address = format!("127.0.0.1:{}", free_tcp_port());
@@ -108,6 +113,7 @@ impl Daemon {
         for drive in drives {
             command.args(["--drive", drive]);
         }
+        command.args(extra_args);
         command.stdin(Stdio::null()).stdout(log.try_clone().expect("log file handle")).stderr(log);
         let spawned_at = Instant::now();
         let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
@@ -158,6 +164,11 @@ impl Daemon {
         };
         assert!(status.success(), "storc serve exited with {status} on SIGTERM, not 0\n{}", self.log_tail());
         assert!(!self.api_socket().exists(), "{} is left behind after a clean stop", self.api_socket().display());
+    }
+
+    /// The daemon's process id, to read its /proc/PID/status.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a running daemon").id()
     }
 
     pub fn api_socket(&self) -> PathBuf {
