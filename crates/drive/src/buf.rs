@@ -14,15 +14,35 @@ use std::sync::Arc;
 /// Alignment of every allocation: enough for O_DIRECT on any device we meet (4 KiB sectors).
 pub const BUF_ALIGN_BYTES: usize = 4096;
 
-/// Buffers at least this large are mapped from the kernel and unmapped when freed, not taken
-/// from malloc: glibc raises its mmap threshold after freeing a large block and then serves
-/// later large buffers from heaps that small live allocations pin, so after a burst of 1 MiB
-/// requests RSS stayed at its peak. 128 KiB is glibc's own initial threshold.
+/// Pooled buffers at least this large are mapped from the kernel and unmapped when freed, not
+/// taken from malloc: glibc raises its mmap threshold after freeing a large block and then
+/// serves later large buffers from heaps that small live allocations pin, so after a burst of
+/// 1 MiB requests RSS stayed at its peak. 128 KiB is glibc's own initial threshold.
+/// `IoBuf::zeroed` stays on malloc: the engine's scratch buffers are short-lived, and malloc's
+/// reuse saves them the page faults of a fresh mapping.
 pub const MAP_MIN_BYTES: usize = 128 << 10;
+
+/// Where an allocation's memory came from, so that it goes back the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memory {
+    Heap,
+    Mapped,
+}
+
+impl Memory {
+    fn for_pool(size_bytes: usize) -> Memory {
+        if size_bytes >= MAP_MIN_BYTES {
+            Memory::Mapped
+        } else {
+            Memory::Heap
+        }
+    }
+}
 
 struct Allocation {
     ptr: NonNull<u8>,
     layout: Layout,
+    memory: Memory,
     /// Where the memory goes back to when the last view is dropped; freed if `None`.
     pool: Option<Arc<PoolShared>>,
 }
@@ -34,9 +54,9 @@ impl Drop for Allocation {
                 return;
             }
         }
-        // SAFETY: ptr came from allocate_zeroed with this exact layout and is freed once, when
-        // the last IoBuf view (the last Arc) goes away and no pool took it back.
-        unsafe { free(self.ptr, self.layout) }
+        // SAFETY: ptr came from allocate_zeroed with this exact layout and memory, and is freed
+        // once, when the last IoBuf view (the last Arc) goes away and no pool took it back.
+        unsafe { free(self.ptr, self.layout, self.memory) }
     }
 }
 
@@ -90,8 +110,9 @@ impl BufPool {
         if reused.is_some() {
             self.shared.idle_bytes.fetch_sub(size, Ordering::SeqCst);
         }
-        let ptr = reused.unwrap_or_else(|| allocate_zeroed(layout));
-        let allocation = Allocation { ptr, layout, pool: Some(Arc::clone(&self.shared)) };
+        let memory = Memory::for_pool(size);
+        let ptr = reused.unwrap_or_else(|| allocate_zeroed(layout, memory));
+        let allocation = Allocation { ptr, layout, memory, pool: Some(Arc::clone(&self.shared)) };
         IoBuf { allocation: Arc::new(allocation), start_bytes: 0, len_bytes }
     }
 }
@@ -120,17 +141,17 @@ impl Drop for PoolShared {
             let layout = Layout::from_size_align(BUF_ALIGN_BYTES << class, BUF_ALIGN_BYTES).expect("pool class layout");
             for ptr in idle.get_mut().expect("pool lock").drain(..) {
                 // SAFETY: every idle pointer came from allocate_zeroed with its class's layout
-                // and is owned by the pool alone.
-                unsafe { free(ptr, layout) }
+                // and Memory::for_pool of its size, and is owned by the pool alone.
+                unsafe { free(ptr, layout, Memory::for_pool(layout.size())) }
             }
         }
     }
 }
 
-/// Zeroed memory for `layout`: mapped if at least `MAP_MIN_BYTES` (see there), else malloc'd.
-fn allocate_zeroed(layout: Layout) -> NonNull<u8> {
+/// Zeroed memory for `layout`, from malloc or a new mapping.
+fn allocate_zeroed(layout: Layout, memory: Memory) -> NonNull<u8> {
     assert!(layout.size() > 0 && layout.align() <= BUF_ALIGN_BYTES);
-    if layout.size() < MAP_MIN_BYTES {
+    if memory == Memory::Heap {
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         return NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
@@ -150,9 +171,10 @@ fn allocate_zeroed(layout: Layout) -> NonNull<u8> {
 /// Frees what `allocate_zeroed` returned.
 ///
 /// # Safety
-/// `ptr` must come from `allocate_zeroed(layout)` with this `layout`, and be freed only once.
-unsafe fn free(ptr: NonNull<u8>, layout: Layout) {
-    if layout.size() < MAP_MIN_BYTES {
+/// `ptr` must come from `allocate_zeroed(layout, memory)` with these arguments, and be freed
+/// only once.
+unsafe fn free(ptr: NonNull<u8>, layout: Layout, memory: Memory) {
+    if memory == Memory::Heap {
         // SAFETY: by the contract, ptr was malloc'd with this layout and is freed once.
         unsafe { alloc::dealloc(ptr.as_ptr(), layout) };
         return;
@@ -183,8 +205,8 @@ impl IoBuf {
     pub fn zeroed(len_bytes: usize) -> IoBuf {
         let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES);
         let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("buffer size overflows");
-        let ptr = allocate_zeroed(layout);
-        IoBuf { allocation: Arc::new(Allocation { ptr, layout, pool: None }), start_bytes: 0, len_bytes }
+        let ptr = allocate_zeroed(layout, Memory::Heap);
+        IoBuf { allocation: Arc::new(Allocation { ptr, layout, memory: Memory::Heap, pool: None }), start_bytes: 0, len_bytes }
     }
 
     /// A buffer holding a copy of `bytes`.
