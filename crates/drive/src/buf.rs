@@ -8,14 +8,41 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Alignment of every allocation: enough for O_DIRECT on any device we meet (4 KiB sectors).
 pub const BUF_ALIGN_BYTES: usize = 4096;
 
+/// Pooled buffers at least this large are mapped from the kernel and unmapped when freed, not
+/// taken from malloc: glibc raises its mmap threshold after freeing a large block and then
+/// serves later large buffers from heaps that small live allocations pin, so after a burst of
+/// 1 MiB requests RSS stayed at its peak. 128 KiB is glibc's own initial threshold.
+/// `IoBuf::zeroed` stays on malloc: the engine's scratch buffers are short-lived, and malloc's
+/// reuse saves them the page faults of a fresh mapping.
+pub const MAP_MIN_BYTES: usize = 128 << 10;
+
+/// Where an allocation's memory came from, so that it goes back the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memory {
+    Heap,
+    Mapped,
+}
+
+impl Memory {
+    fn for_pool(size_bytes: usize) -> Memory {
+        if size_bytes >= MAP_MIN_BYTES {
+            Memory::Mapped
+        } else {
+            Memory::Heap
+        }
+    }
+}
+
 struct Allocation {
     ptr: NonNull<u8>,
     layout: Layout,
+    memory: Memory,
     /// Where the memory goes back to when the last view is dropped; freed if `None`.
     pool: Option<Arc<PoolShared>>,
 }
@@ -27,15 +54,16 @@ impl Drop for Allocation {
                 return;
             }
         }
-        // SAFETY: ptr was returned by alloc_zeroed with this exact layout and is freed once,
-        // when the last IoBuf view (the last Arc) goes away and no pool took it back.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        // SAFETY: ptr came from allocate_zeroed with this exact layout and memory, and is freed
+        // once, when the last IoBuf view (the last Arc) goes away and no pool took it back.
+        unsafe { free(self.ptr, self.layout, self.memory) }
     }
 }
 
 /// A pool of I/O buffers by power-of-two size class, so that a frontend serving 1 MiB requests
 /// does not map, fault in, zero and unmap a megabyte per request. Buffers come back when the
-/// last view of them is dropped, from any thread.
+/// last view of them is dropped, from any thread. The bytes kept idle are bounded over all
+/// classes together, so after a burst the memory beyond that bound goes back to the kernel.
 #[derive(Clone)]
 pub struct BufPool {
     shared: Arc<PoolShared>,
@@ -44,8 +72,10 @@ pub struct BufPool {
 struct PoolShared {
     /// Free allocations per class; class `c` holds `BUF_ALIGN_BYTES << c` bytes.
     classes: Vec<std::sync::Mutex<Vec<NonNull<u8>>>>,
-    /// Bytes the pool may keep idle per class.
-    idle_bytes_max_per_class: usize,
+    /// Bytes idle in all classes; reserved before a buffer is pushed, released after one is
+    /// popped, so it never exceeds `idle_bytes_max`.
+    idle_bytes: AtomicUsize,
+    idle_bytes_max: usize,
 }
 
 // SAFETY: the pointers are exclusively owned idle allocations, moved between threads whole.
@@ -56,11 +86,16 @@ unsafe impl Sync for PoolShared {}
 const POOL_CLASS_BYTES_MAX: usize = 32 << 20;
 
 impl BufPool {
-    /// A pool that keeps at most `idle_bytes_max_per_class` idle in each size class.
-    pub fn new(idle_bytes_max_per_class: usize) -> BufPool {
+    /// A pool that keeps at most `idle_bytes_max` idle, over all size classes together.
+    pub fn new(idle_bytes_max: usize) -> BufPool {
         let class_count = (POOL_CLASS_BYTES_MAX / BUF_ALIGN_BYTES).trailing_zeros() as usize + 1;
         let classes = (0..class_count).map(|_| std::sync::Mutex::new(Vec::new())).collect();
-        BufPool { shared: Arc::new(PoolShared { classes, idle_bytes_max_per_class }) }
+        BufPool { shared: Arc::new(PoolShared { classes, idle_bytes: AtomicUsize::new(0), idle_bytes_max }) }
+    }
+
+    /// Bytes of buffers the pool holds for reuse now.
+    pub fn idle_bytes(&self) -> usize {
+        self.shared.idle_bytes.load(Ordering::SeqCst)
     }
 
     /// A buffer of `len_bytes` whose contents are whatever its last user left (not zeroed).
@@ -72,25 +107,30 @@ impl BufPool {
         let class = (size / BUF_ALIGN_BYTES).trailing_zeros() as usize;
         let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("pool class layout");
         let reused = self.shared.classes[class].lock().expect("pool lock").pop();
-        let ptr = reused.unwrap_or_else(|| allocate_zeroed(layout));
-        let allocation = Allocation { ptr, layout, pool: Some(Arc::clone(&self.shared)) };
+        if reused.is_some() {
+            self.shared.idle_bytes.fetch_sub(size, Ordering::SeqCst);
+        }
+        let memory = Memory::for_pool(size);
+        let ptr = reused.unwrap_or_else(|| allocate_zeroed(layout, memory));
+        let allocation = Allocation { ptr, layout, memory, pool: Some(Arc::clone(&self.shared)) };
         IoBuf { allocation: Arc::new(allocation), start_bytes: 0, len_bytes }
     }
 }
 
 impl PoolShared {
-    /// Keeps an allocation for reuse if its class has room. Returns whether it was kept.
+    /// Keeps an allocation for reuse if the idle bound has room. Returns whether it was kept.
     fn give_back(&self, ptr: NonNull<u8>, layout: Layout) -> bool {
         let size = layout.size();
         if !size.is_power_of_two() || size > POOL_CLASS_BYTES_MAX {
             return false;
         }
-        let class = (size / BUF_ALIGN_BYTES).trailing_zeros() as usize;
-        let mut idle = self.classes[class].lock().expect("pool lock");
-        if (idle.len() + 1) * size > self.idle_bytes_max_per_class.max(size) {
+        let max = self.idle_bytes_max;
+        let reserved = self.idle_bytes.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |idle| (idle + size <= max).then_some(idle + size));
+        if reserved.is_err() {
             return false;
         }
-        idle.push(ptr);
+        let class = (size / BUF_ALIGN_BYTES).trailing_zeros() as usize;
+        self.classes[class].lock().expect("pool lock").push(ptr);
         true
     }
 }
@@ -100,18 +140,49 @@ impl Drop for PoolShared {
         for (class, idle) in self.classes.iter_mut().enumerate() {
             let layout = Layout::from_size_align(BUF_ALIGN_BYTES << class, BUF_ALIGN_BYTES).expect("pool class layout");
             for ptr in idle.get_mut().expect("pool lock").drain(..) {
-                // SAFETY: every idle pointer was allocated with its class's layout and is owned
-                // by the pool alone.
-                unsafe { alloc::dealloc(ptr.as_ptr(), layout) }
+                // SAFETY: every idle pointer came from allocate_zeroed with its class's layout
+                // and Memory::for_pool of its size, and is owned by the pool alone.
+                unsafe { free(ptr, layout, Memory::for_pool(layout.size())) }
             }
         }
     }
 }
 
-fn allocate_zeroed(layout: Layout) -> NonNull<u8> {
-    // SAFETY: layout has non-zero size.
-    let raw = unsafe { alloc::alloc_zeroed(layout) };
-    NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout))
+/// Zeroed memory for `layout`, from malloc or a new mapping.
+fn allocate_zeroed(layout: Layout, memory: Memory) -> NonNull<u8> {
+    assert!(layout.size() > 0 && layout.align() <= BUF_ALIGN_BYTES);
+    if memory == Memory::Heap {
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        return NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+    }
+    let protection = libc::PROT_READ | libc::PROT_WRITE;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
+    // existing memory; its pages are zero and page-aligned (pages are at least 4 KiB).
+    let raw = unsafe { libc::mmap(std::ptr::null_mut(), layout.size(), protection, flags, -1, 0) };
+    if raw == libc::MAP_FAILED {
+        alloc::handle_alloc_error(layout);
+    }
+    assert_eq!(raw as usize % BUF_ALIGN_BYTES, 0, "mmap returned an address that is not 4 KiB-aligned");
+    NonNull::new(raw.cast()).unwrap_or_else(|| alloc::handle_alloc_error(layout))
+}
+
+/// Frees what `allocate_zeroed` returned.
+///
+/// # Safety
+/// `ptr` must come from `allocate_zeroed(layout, memory)` with these arguments, and be freed
+/// only once.
+unsafe fn free(ptr: NonNull<u8>, layout: Layout, memory: Memory) {
+    if memory == Memory::Heap {
+        // SAFETY: by the contract, ptr was malloc'd with this layout and is freed once.
+        unsafe { alloc::dealloc(ptr.as_ptr(), layout) };
+        return;
+    }
+    // SAFETY: by the contract, ptr is the start of a mapping of exactly layout.size() bytes
+    // that nothing uses any more.
+    let unmapped = unsafe { libc::munmap(ptr.as_ptr().cast(), layout.size()) };
+    assert_eq!(unmapped, 0, "munmap of a {}-byte buffer failed: {}", layout.size(), std::io::Error::last_os_error());
 }
 
 // SAFETY: the allocation is plain memory; access is coordinated by IoBuf, whose views are
@@ -134,8 +205,8 @@ impl IoBuf {
     pub fn zeroed(len_bytes: usize) -> IoBuf {
         let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES);
         let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("buffer size overflows");
-        let ptr = allocate_zeroed(layout);
-        IoBuf { allocation: Arc::new(Allocation { ptr, layout, pool: None }), start_bytes: 0, len_bytes }
+        let ptr = allocate_zeroed(layout, Memory::Heap);
+        IoBuf { allocation: Arc::new(Allocation { ptr, layout, memory: Memory::Heap, pool: None }), start_bytes: 0, len_bytes }
     }
 
     /// A buffer holding a copy of `bytes`.
@@ -260,6 +331,59 @@ mod tests {
         let many: Vec<IoBuf> = (0..4).map(|_| pool.take(1 << 20)).collect();
         drop(many); // only two fit under the 2 MiB idle limit; the rest are freed
         assert_eq!(pool.shared.classes[8].lock().unwrap().len(), 2);
+        assert_eq!(pool.idle_bytes(), 2 << 20);
+    }
+
+    /// Regression: the idle bound was per size class, so a pool of fourteen classes could keep
+    /// fourteen times what it was given.
+    #[test]
+    fn idle_bound_covers_all_size_classes_together() {
+        let pool = BufPool::new(4 << 20);
+        let sizes_bytes = [4 << 10, 64 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20];
+        let buffers: Vec<IoBuf> = sizes_bytes.iter().flat_map(|&size| (0..4).map(move |_| size)).map(|size| pool.take(size)).collect();
+        drop(buffers);
+        assert!(pool.idle_bytes() <= 4 << 20, "{} bytes idle over a 4 MiB bound", pool.idle_bytes());
+        let kept_bytes: usize =
+            pool.shared.classes.iter().enumerate().map(|(class, idle)| idle.lock().unwrap().len() * (BUF_ALIGN_BYTES << class)).sum();
+        assert_eq!(kept_bytes, pool.idle_bytes());
+    }
+
+    /// Bytes of this process resident in RAM (VmRSS).
+    fn resident_bytes() -> usize {
+        let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+        let line = status.lines().find(|line| line.starts_with("VmRSS:")).expect("a VmRSS line");
+        let kib: usize = line.split_whitespace().nth(1).and_then(|value| value.parse().ok()).expect("VmRSS in kB");
+        kib << 10
+    }
+
+    /// Regression: after a burst of 1 MiB buffers, with small allocations made in between still
+    /// live (as a daemon's are), RSS stayed at the peak because glibc served the buffers from
+    /// its heap once its mmap threshold had risen.
+    #[test]
+    fn memory_of_a_burst_goes_back_to_the_kernel() {
+        const BURST_COUNT: usize = 256;
+        const SLACK_BYTES: usize = 48 << 20; // other tests of this binary run in parallel
+        let idle_bytes_max = 16 << 20;
+        drop(IoBuf::zeroed(1 << 20)); // what raises glibc's threshold, if anything here had not
+        let pool = BufPool::new(idle_bytes_max);
+        let before_bytes = resident_bytes();
+        let mut small = Vec::new();
+        let mut burst = Vec::new();
+        for index in 0..BURST_COUNT {
+            let mut buf = pool.take(1 << 20);
+            buf.as_mut_slice().fill(index as u8 | 1); // fault every page in
+            burst.push(buf);
+            small.push(vec![index as u8; 256]);
+        }
+        let during_bytes = resident_bytes();
+        assert!(during_bytes >= before_bytes + (BURST_COUNT << 20) * 3 / 4, "the burst is not resident: {before_bytes} -> {during_bytes}");
+        drop(burst);
+        let after_bytes = resident_bytes();
+        assert!(
+            after_bytes <= before_bytes + idle_bytes_max + SLACK_BYTES,
+            "RSS {before_bytes} before, {during_bytes} during, {after_bytes} after a burst; allowed after: before + {idle_bytes_max} idle + slack"
+        );
+        assert_eq!(small.len(), BURST_COUNT);
     }
 
     #[test]

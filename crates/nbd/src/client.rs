@@ -141,11 +141,11 @@ impl Client {
             NbdUri::Tcp { host, port, .. } => {
                 let stream = TcpStream::connect((host.as_str(), *port))?;
                 stream.set_nodelay(true)?;
-                Socket::Tcp(stream)
+                Socket::tcp(stream)
             }
-            NbdUri::Unix { socket_path, .. } => Socket::Unix(UnixStream::connect(socket_path)?),
+            NbdUri::Unix { socket_path, .. } => Socket::unix(UnixStream::connect(socket_path)?),
         };
-        let mut reader = BufReader::new(socket.try_clone()?);
+        let mut reader = BufReader::new(socket.clone());
         let mut writer = BufWriter::new(socket);
         let export = handshake(&mut reader, &mut writer, uri.export_name(), config)?;
         Ok(Client { reader, writer, export, next_cookie: 1, pending: HashMap::new(), ready: VecDeque::new() })

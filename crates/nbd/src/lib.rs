@@ -20,18 +20,22 @@
 //! parses requests and submits them to the device without waiting, and a writer thread that
 //! sends replies as completions arrive, in completion order. The device completes from its own
 //! threads (the engine's shards) through a callback that posts to the writer's channel. NBD
-//! connections are few (one or a handful per client), so two threads each cost nothing that
-//! matters, while blocking std sockets keep the code straight-line, the stack traces readable,
-//! and the crate free of a runtime the engine's thread-per-core design does not want on its
-//! data path. Concurrency comes from many requests in flight per connection, not from many
-//! tasks.
+//! connections are few (one or a handful per client, and at most `connections_max`), so two
+//! threads each cost nothing that matters, while blocking std sockets keep the code
+//! straight-line, the stack traces readable, and the crate free of a runtime the engine's
+//! thread-per-core design does not want on its data path. Concurrency comes from many requests
+//! in flight per connection, not from many tasks.
 //!
-//! **Bounded in flight.** A connection may have at most 128 requests or 64 MiB of payload in
-//! flight (see [`ServerConfig`]); beyond that its reader stops reading, and TCP pushes back on
-//! the client. Each request holds a credit from submission until its reply has been written,
-//! released on drop, so a client that disconnects mid-request, a write error, or a device that
-//! drops a callback cannot leak one. Without the bound a client could make the server hold
-//! arbitrary memory; with it, memory per connection is known in advance.
+//! **Bounded everything.** A connection may have at most 128 requests or 64 MiB of payload in
+//! flight, and all connections together 512 MiB (see [`ServerConfig`]); beyond that a reader
+//! stops reading, and TCP pushes back on the client. Each request holds a credit from
+//! submission until its reply has been written, released on drop, so a client that disconnects
+//! mid-request, a write error, or a device that drops a callback cannot leak one, and a client
+//! that stops reading its replies is dropped after `reply_stall_timeout`. Connections are
+//! bounded in number (each holds [`DESCRIPTORS_PER_CONNECTION`] descriptor and
+//! [`THREADS_PER_CONNECTION`] threads), and a handshake must end within `handshake_timeout`
+//! however slowly its bytes arrive. So the memory, threads and descriptors a crowd of clients
+//! can make the server hold are known in advance.
 //!
 //! **One `match` from errors to the wire.** Device errors and the server's own request checks
 //! (misaligned, past the end, unknown flag) are both [`IoError`]s, and [`IoError::nbd_error`]
@@ -57,5 +61,8 @@ mod uri;
 
 pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdError};
 pub use device::{BlockDevice, Done, IoError, ReadDone};
-pub use server::{Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle};
+pub use server::{
+    Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, CONNECTION_THREAD_STACK_BYTES, DESCRIPTORS_PER_CONNECTION,
+    DROPPED_CONNECTION_LOG_INTERVAL, THREADS_PER_CONNECTION,
+};
 pub use uri::{NbdUri, UriError};

@@ -3,81 +3,162 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A connected socket. Clones share one descriptor (`&TcpStream` reads and writes), so a
+/// connection's reader, writer and registry entry cost one descriptor, not one each: under a
+/// descriptor limit that is the difference between refusing clients and refusing the API.
+#[derive(Debug, Clone)]
+pub(crate) struct Socket {
+    stream: Arc<Stream>,
+}
 
 #[derive(Debug)]
-pub(crate) enum Socket {
+enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
 
 impl Socket {
-    pub(crate) fn try_clone(&self) -> io::Result<Socket> {
-        match self {
-            Socket::Tcp(stream) => stream.try_clone().map(Socket::Tcp),
-            Socket::Unix(stream) => stream.try_clone().map(Socket::Unix),
-        }
+    pub(crate) fn tcp(stream: TcpStream) -> Socket {
+        Socket { stream: Arc::new(Stream::Tcp(stream)) }
     }
 
+    pub(crate) fn unix(stream: UnixStream) -> Socket {
+        Socket { stream: Arc::new(Stream::Unix(stream)) }
+    }
+
+    /// Shutting down one clone shuts down the socket under every clone.
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        match self {
-            Socket::Tcp(stream) => stream.shutdown(how),
-            Socket::Unix(stream) => stream.shutdown(how),
+        match &*self.stream {
+            Stream::Tcp(stream) => stream.shutdown(how),
+            Stream::Unix(stream) => stream.shutdown(how),
         }
     }
 
+    /// SO_RCVTIMEO: set on the socket, so it applies to every clone.
     pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Socket::Tcp(stream) => stream.set_read_timeout(timeout),
-            Socket::Unix(stream) => stream.set_read_timeout(timeout),
+        match &*self.stream {
+            Stream::Tcp(stream) => stream.set_read_timeout(timeout),
+            Stream::Unix(stream) => stream.set_read_timeout(timeout),
+        }
+    }
+
+    /// SO_SNDTIMEO: a write that makes no progress for this long fails with WouldBlock.
+    pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match &*self.stream {
+            Stream::Tcp(stream) => stream.set_write_timeout(timeout),
+            Stream::Unix(stream) => stream.set_write_timeout(timeout),
         }
     }
 
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
-        match self {
-            Socket::Tcp(stream) => stream.as_raw_fd(),
-            Socket::Unix(stream) => stream.as_raw_fd(),
+        match &*self.stream {
+            Stream::Tcp(stream) => stream.as_raw_fd(),
+            Stream::Unix(stream) => stream.as_raw_fd(),
         }
     }
 
     /// A printable name of the other end, for logs.
     pub(crate) fn peer_name(&self) -> String {
-        match self {
-            Socket::Tcp(stream) => stream.peer_addr().map_or_else(|_| "tcp peer".to_string(), |addr| addr.to_string()),
-            Socket::Unix(_) => "unix peer".to_string(),
+        match &*self.stream {
+            Stream::Tcp(stream) => stream.peer_addr().map_or_else(|_| "tcp peer".to_string(), |addr| addr.to_string()),
+            Stream::Unix(_) => "unix peer".to_string(),
         }
     }
 }
 
 impl Read for Socket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(stream) => stream.read(buf),
-            Socket::Unix(stream) => stream.read(buf),
+        match &*self.stream {
+            Stream::Tcp(stream) => (&*stream).read(buf),
+            Stream::Unix(stream) => (&*stream).read(buf),
         }
     }
 }
 
 impl Write for Socket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(stream) => stream.write(buf),
-            Socket::Unix(stream) => stream.write(buf),
+        match &*self.stream {
+            Stream::Tcp(stream) => (&*stream).write(buf),
+            Stream::Unix(stream) => (&*stream).write(buf),
         }
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(stream) => stream.write_vectored(bufs),
-            Socket::Unix(stream) => stream.write_vectored(bufs),
+        match &*self.stream {
+            Stream::Tcp(stream) => (&*stream).write_vectored(bufs),
+            Stream::Unix(stream) => (&*stream).write_vectored(bufs),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Socket::Tcp(stream) => stream.flush(),
-            Socket::Unix(stream) => stream.flush(),
+        Ok(()) // sockets have no user-space buffer
+    }
+}
+
+/// A socket whose reads and writes fail with `TimedOut` once `deadline` passes, however slowly
+/// the bytes trickle: before each call the socket's timeout is set to the time remaining. A
+/// per-call timeout alone lets a client that sends one byte just inside it hold a connection
+/// for as long as it likes.
+#[derive(Debug)]
+pub(crate) struct DeadlineSocket {
+    socket: Socket,
+    deadline: Option<Instant>,
+}
+
+impl DeadlineSocket {
+    pub(crate) fn new(socket: Socket, deadline: Instant) -> DeadlineSocket {
+        DeadlineSocket { socket, deadline: Some(deadline) }
+    }
+
+    /// From now on reads and writes wait as long as the socket's own timeouts say.
+    pub(crate) fn clear_deadline(&mut self) -> io::Result<()> {
+        self.deadline = None;
+        self.socket.set_read_timeout(None)
+    }
+
+    /// The time left, or `TimedOut` if none is; `None` without a deadline.
+    fn remaining(&self) -> io::Result<Option<Duration>> {
+        let Some(deadline) = self.deadline else {
+            return Ok(None);
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the handshake deadline passed"));
         }
+        Ok(Some(remaining))
+    }
+
+    /// A socket timeout (EAGAIN) under a deadline is the deadline passing.
+    fn name_timeout(&self, error: io::Error) -> io::Error {
+        if self.deadline.is_some() && error.kind() == io::ErrorKind::WouldBlock {
+            return io::Error::new(io::ErrorKind::TimedOut, "the handshake deadline passed");
+        }
+        error
+    }
+}
+
+impl Read for DeadlineSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(remaining) = self.remaining()? {
+            self.socket.set_read_timeout(Some(remaining))?;
+        }
+        self.socket.read(buf).map_err(|error| self.name_timeout(error))
+    }
+}
+
+impl Write for DeadlineSocket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(remaining) = self.remaining()? {
+            self.socket.set_write_timeout(Some(remaining))?;
+        }
+        self.socket.write(buf).map_err(|error| self.name_timeout(error))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }

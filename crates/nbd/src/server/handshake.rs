@@ -116,10 +116,10 @@ impl Haggling<'_> {
         }
     }
 
-    /// The empty name selects the default export, the first one.
+    /// The empty name selects the default export, the first one; with no exports there is none.
     fn find(&self, export_name: &str) -> Option<usize> {
         if export_name.is_empty() {
-            return Some(0);
+            return (!self.exports.is_empty()).then_some(0);
         }
         self.exports.iter().position(|export| export.name() == export_name)
     }
@@ -145,8 +145,7 @@ impl Haggling<'_> {
     /// Answers INFO or GO; returns the export on success.
     fn info(&self, option: u32, request: &InfoRequest, writer: &mut impl Write) -> Result<Option<usize>, ConnectionError> {
         let Some(export_index) = self.find(&request.export_name) else {
-            let names: Vec<&str> = self.exports.iter().map(Export::name).collect();
-            let message = format!("no export named {:?}; exports: {}", request.export_name, names.join(", "));
+            let message = unknown_export_message(&request.export_name, self.exports);
             reply_error(writer, option, proto::NBD_REP_ERR_UNKNOWN, &message)?;
             return Ok(None);
         };
@@ -172,4 +171,13 @@ impl Haggling<'_> {
 fn reply_error(writer: &mut impl Write, option: u32, reply_type: u32, message: &str) -> Result<(), ConnectionError> {
     writer.write_all(&proto::encode_option_reply(option, reply_type, message.as_bytes()))?;
     Ok(())
+}
+
+/// Why INFO or GO found no export, with what there is instead.
+fn unknown_export_message(export_name: &str, exports: &[Export]) -> String {
+    if exports.is_empty() {
+        return format!("no export named {export_name:?}: this server has no exports yet");
+    }
+    let names: Vec<&str> = exports.iter().map(Export::name).collect();
+    format!("no export named {export_name:?}; exports: {}", names.join(", "))
 }

@@ -5,35 +5,69 @@
 //!                                   │ (bounded by InFlight)                                 │
 //!                                   └──── spawns writer thread ◀──── replies (channel) ◀── done()
 //! ```
+//!
+//! Everything a client can make the server hold is bounded by a [`ServerConfig`] field:
+//! connections, requests and payload bytes in flight per connection and in total, the time a
+//! handshake may take, and the time a reply may wait for a client that does not read.
 
 mod handshake;
+mod limits;
 mod transmission;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::device::BlockDevice;
 use crate::proto::{self, BlockSizes};
-use crate::socket::Socket;
+use crate::socket::{DeadlineSocket, Socket};
 use crate::uri::NbdUri;
+use limits::{LogLimiter, PayloadBudget};
 
-/// Limits of a server; the defaults suit storc.
+/// Descriptors one connection holds: its socket, shared by the reader, the writer and the
+/// registry (see `Socket`). What a process must keep free per connection it allows.
+pub const DESCRIPTORS_PER_CONNECTION: usize = 1;
+/// Threads one connection holds in the transmission phase: a reader and a reply writer.
+pub const THREADS_PER_CONNECTION: usize = 2;
+/// Stack of each connection thread. They parse fixed-size headers, call the device and write
+/// replies, with no recursion, so a fraction of std's 2 MiB default is plenty; it bounds the
+/// address space that idle connections reserve.
+pub const CONNECTION_THREAD_STACK_BYTES: usize = 256 << 10;
+/// At most one line per this interval about refused or dropped connections; the rest are
+/// counted in the next line, so a flood of clients cannot flood the log.
+pub const DROPPED_CONNECTION_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Limits of a server; the defaults suit storc. Every bound a client can push against is here.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Requests a connection may have in flight before its reader stops reading.
+    /// Connections open at once, in any phase, across all listeners of one server. Beyond it a
+    /// new connection is accepted and closed at once (with a rate-limited log line). Default
+    /// 256: a client opens one to sixteen per disk, and each costs two threads.
+    pub connections_max: usize,
+    /// Requests a connection may have in flight before its reader stops reading. Default 128:
+    /// deeper queues than the drives' own add latency, not throughput.
     pub requests_in_flight_max: usize,
     /// READ and WRITE payload bytes a connection may have in flight before its reader stops.
+    /// Default 64 MiB: 64 reads of 1 MiB, enough to keep every member of a fast array busy.
     pub payload_in_flight_bytes_max: usize,
-    /// A client that has not finished the handshake in this time is dropped.
+    /// READ and WRITE payload bytes in flight across all connections of one server: the bound
+    /// on request buffers a crowd of clients can make the server hold. Default 512 MiB: eight
+    /// connections at their full budget; more in flight makes no drive faster, only RSS larger.
+    pub payload_in_flight_bytes_total_max: usize,
+    /// The whole handshake, from accept to the chosen export, must end within this time, however
+    /// slowly the client sends. Default 10 s: a handshake is a few round trips of milliseconds.
     pub handshake_timeout: Duration,
+    /// A reply write that makes no progress for this long (the client does not read) drops the
+    /// connection and releases its credits. Default 30 s: a live client drains the largest
+    /// reply (32 MiB) in well under a second even on a loaded machine.
+    pub reply_stall_timeout: Duration,
     /// On shutdown, how long connections get to finish their in-flight requests and send the
     /// replies before their sockets are closed under them.
     pub shutdown_grace: Duration,
@@ -42,11 +76,42 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
+            connections_max: 256,
             requests_in_flight_max: 128,
-            payload_in_flight_bytes_max: 64 * 1024 * 1024,
-            handshake_timeout: Duration::from_secs(30),
+            payload_in_flight_bytes_max: 64 << 20,
+            payload_in_flight_bytes_total_max: 512 << 20,
+            handshake_timeout: Duration::from_secs(10),
+            reply_stall_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
         }
+    }
+}
+
+impl ServerConfig {
+    /// # Errors
+    /// If a bound is zero (nothing could ever be served) or the total payload bound is below a
+    /// connection's.
+    pub fn check(&self) -> Result<(), ServerError> {
+        let bad = |field: &'static str, value: u64, allowed: String| Err(ServerError::BadConfig { field, value, allowed });
+        if self.requests_in_flight_max == 0 {
+            return Err(ServerError::NoRequestsInFlight);
+        }
+        if self.connections_max == 0 {
+            return bad("connections_max", 0, "at least 1".into());
+        }
+        if self.payload_in_flight_bytes_max == 0 {
+            return bad("payload_in_flight_bytes_max", 0, "at least 1".into());
+        }
+        if self.payload_in_flight_bytes_total_max < self.payload_in_flight_bytes_max {
+            let allowed = format!("at least payload_in_flight_bytes_max ({})", self.payload_in_flight_bytes_max);
+            return bad("payload_in_flight_bytes_total_max", self.payload_in_flight_bytes_total_max as u64, allowed);
+        }
+        for (field, timeout) in [("handshake_timeout", self.handshake_timeout), ("reply_stall_timeout", self.reply_stall_timeout)] {
+            if timeout.is_zero() {
+                return bad(field, 0, "more than 0 seconds".into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -55,13 +120,39 @@ impl Default for ServerConfig {
 pub struct Export {
     name: String,
     description: Option<String>,
+    /// What stays the same when the export is renamed; see [`Export::with_identity`].
+    identity_key: Option<u64>,
     device: Arc<dyn ErasedDevice>,
+}
+
+/// Which export a connection serves, across [`Server::set_exports`]: the key given with
+/// [`Export::with_identity`], else the name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ExportIdentity {
+    Key(u64),
+    Name(String),
 }
 
 impl Export {
     /// Exports `device` under `name`. Any number of exports may share one device type.
     pub fn new<D: BlockDevice>(name: impl Into<String>, device: Arc<D>) -> Export {
-        Export { name: name.into(), description: None, device: Arc::new(Typed(device)) }
+        Export { name: name.into(), description: None, identity_key: None, device: Arc::new(Typed(device)) }
+    }
+
+    /// Names the device behind the export independently of its name (storc passes the virtual
+    /// drive's instance id). [`Server::set_exports`] ends the connections of every export whose
+    /// identity is not in the new set, and keeps those of an export renamed under the same one.
+    /// Without it, the name is the identity.
+    pub fn with_identity(mut self, identity_key: u64) -> Export {
+        self.identity_key = Some(identity_key);
+        self
+    }
+
+    fn identity(&self) -> ExportIdentity {
+        match self.identity_key {
+            Some(key) => ExportIdentity::Key(key),
+            None => ExportIdentity::Name(self.name.clone()),
+        }
     }
 
     /// A line for people, shown by `nbdinfo --list`.
@@ -129,6 +220,7 @@ impl fmt::Debug for Export {
         f.debug_struct("Export")
             .field("name", &self.name)
             .field("description", &self.description)
+            .field("identity_key", &self.identity_key)
             .field("size_bytes", &self.device.size_bytes())
             .finish()
     }
@@ -197,6 +289,12 @@ pub enum ServerError {
     },
     /// `requests_in_flight_max` is 0: no request could ever be served.
     NoRequestsInFlight,
+    /// A [`ServerConfig`] bound outside what can work.
+    BadConfig {
+        field: &'static str,
+        value: u64,
+        allowed: String,
+    },
 }
 
 impl fmt::Display for ServerError {
@@ -220,6 +318,7 @@ impl fmt::Display for ServerError {
             ServerError::NoRequestsInFlight => {
                 write!(f, "requests_in_flight_max is 0; allowed: at least 1 (default 128)")
             }
+            ServerError::BadConfig { field, value, allowed } => write!(f, "{field} is {value}; allowed: {allowed}"),
         }
     }
 }
@@ -259,8 +358,54 @@ struct Shared {
     /// Replaced whole when the set changes; a connection keeps the list it negotiated with.
     exports: RwLock<Arc<Vec<Export>>>,
     config: ServerConfig,
-    /// Connections in the transmission phase, by export name.
-    connections_by_export: Mutex<HashMap<String, usize>>,
+    /// Connections in the transmission phase, by export identity.
+    connections_by_export: Mutex<HashMap<ExportIdentity, usize>>,
+    /// Connections open in any phase on every listener, bounded by `connections_max`.
+    connections_open: AtomicUsize,
+    connections_refused: AtomicU64,
+    payload_budget: Arc<PayloadBudget>,
+    /// Every listener's registry, so `set_exports` can end connections to removed exports.
+    listeners: Mutex<Vec<Weak<ListenerState>>>,
+    refusals_log: LogLimiter,
+    drops_log: LogLimiter,
+}
+
+impl Shared {
+    fn new(exports: Vec<Export>, config: ServerConfig) -> Shared {
+        Shared {
+            exports: RwLock::new(Arc::new(exports)),
+            connections_by_export: Mutex::new(HashMap::new()),
+            connections_open: AtomicUsize::new(0),
+            connections_refused: AtomicU64::new(0),
+            payload_budget: Arc::new(PayloadBudget::new(config.payload_in_flight_bytes_total_max)),
+            listeners: Mutex::new(Vec::new()),
+            refusals_log: LogLimiter::new(DROPPED_CONNECTION_LOG_INTERVAL),
+            drops_log: LogLimiter::new(DROPPED_CONNECTION_LOG_INTERVAL),
+            config,
+        }
+    }
+
+    fn exports(&self) -> Arc<Vec<Export>> {
+        Arc::clone(&self.exports.read().expect("exports lock poisoned"))
+    }
+
+    /// A place under `connections_max`, or `None` if every place is taken.
+    fn reserve_connection(self: &Arc<Self>) -> Option<ConnectionSlot> {
+        let max = self.config.connections_max;
+        let reserved = self.connections_open.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| (open < max).then_some(open + 1));
+        reserved.ok().map(|_| ConnectionSlot { shared: Arc::clone(self) })
+    }
+}
+
+/// One place under `connections_max`, given back on drop however the connection ends.
+struct ConnectionSlot {
+    shared: Arc<Shared>,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.shared.connections_open.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Server {
@@ -271,49 +416,62 @@ impl Server {
         Server::with_config(exports, ServerConfig::default())
     }
 
+    /// # Errors
+    /// As [`Server::new`], or if a bound of `config` cannot work ([`ServerConfig::check`]).
     pub fn with_config(exports: Vec<Export>, config: ServerConfig) -> Result<Server, ServerError> {
         if exports.is_empty() {
             return Err(ServerError::NoExports);
         }
         check_exports(&exports)?;
-        if config.requests_in_flight_max == 0 {
-            return Err(ServerError::NoRequestsInFlight);
-        }
-        Ok(Server {
-            shared: Arc::new(Shared { exports: RwLock::new(Arc::new(exports)), config, connections_by_export: Mutex::new(HashMap::new()) }),
-        })
+        config.check()?;
+        Ok(Server { shared: Arc::new(Shared::new(exports, config)) })
     }
 
     /// A server that starts with no exports (a controller with no virtual drive yet still
     /// answers NBD_OPT_LIST); see [`Server::set_exports`].
+    ///
+    /// # Errors
+    /// If a bound of `config` cannot work ([`ServerConfig::check`]).
     pub fn empty(config: ServerConfig) -> Result<Server, ServerError> {
-        if config.requests_in_flight_max == 0 {
-            return Err(ServerError::NoRequestsInFlight);
-        }
-        let exports = RwLock::new(Arc::new(Vec::new()));
-        let connections_by_export = Mutex::new(HashMap::new());
-        Ok(Server { shared: Arc::new(Shared { exports, config, connections_by_export }) })
+        config.check()?;
+        Ok(Server { shared: Arc::new(Shared::new(Vec::new(), config)) })
     }
 
-    /// Replaces the exports. New connections see the new set; open connections keep serving
-    /// the export they chose until they disconnect.
+    pub fn config(&self) -> &ServerConfig {
+        &self.shared.config
+    }
+
+    /// Replaces the exports. New connections see the new set. Open connections to an export
+    /// whose identity is still in the set (under its old name or a new one) go on; the others
+    /// are ended: their sockets are shut down for reading, requests in flight complete and are
+    /// answered, then they close.
     ///
     /// # Errors
     /// As [`Server::new`], except that an empty set is allowed.
     pub fn set_exports(&self, exports: Vec<Export>) -> Result<(), ServerError> {
         check_exports(&exports)?;
+        let identities: HashSet<ExportIdentity> = exports.iter().map(Export::identity).collect();
         *self.shared.exports.write().expect("exports lock poisoned") = Arc::new(exports);
+        let mut listeners = self.shared.listeners.lock().expect("listeners lock poisoned");
+        listeners.retain(|listener| listener.strong_count() > 0);
+        for listener in listeners.iter().filter_map(Weak::upgrade) {
+            listener.end_connections_not_in(&identities);
+        }
         Ok(())
     }
 
-    /// Clients connected to the export named `name` now (past the handshake).
+    /// Clients connected to the export named `name` now (past the handshake), counted by its
+    /// identity, so connections made under an earlier name count too.
     pub fn connections_to(&self, name: &str) -> usize {
+        let exports = self.exports();
+        let identity =
+            exports.iter().find(|export| export.name == name).map_or_else(|| ExportIdentity::Name(name.into()), Export::identity);
         let counts = self.shared.connections_by_export.lock().expect("connection counts poisoned");
-        counts.get(name).copied().unwrap_or(0)
+        counts.get(&identity).copied().unwrap_or(0)
     }
 
     pub fn exports(&self) -> Arc<Vec<Export>> {
-        Arc::clone(&self.shared.exports.read().expect("exports lock poisoned"))
+        self.shared.exports()
     }
 
     /// Listens on a Unix socket at `path` (which must not exist) and serves from a new thread.
@@ -332,10 +490,11 @@ impl Server {
 
     fn spawn_listener(&self, listener: Listener, address: ListenAddress) -> io::Result<ServerHandle> {
         let state = Arc::new(ListenerState::default());
+        self.shared.listeners.lock().expect("listeners lock poisoned").push(Arc::downgrade(&state));
         let shared = Arc::clone(&self.shared);
         let accept_state = Arc::clone(&state);
         let accept_thread = thread::Builder::new().name("nbd-accept".into()).spawn(move || accept_loop(listener, shared, accept_state))?;
-        Ok(ServerHandle { address, state, accept_thread: Some(accept_thread), shutdown_grace: self.shared.config.shutdown_grace })
+        Ok(ServerHandle { address, state, shared: Arc::clone(&self.shared), accept_thread: Some(accept_thread) })
     }
 }
 
@@ -351,9 +510,9 @@ impl Listener {
                 let (stream, _) = listener.accept()?;
                 // Replies are written whole; waiting to coalesce them only adds latency.
                 stream.set_nodelay(true)?;
-                Ok(Socket::Tcp(stream))
+                Ok(Socket::tcp(stream))
             }
-            Listener::Unix(listener) => Ok(Socket::Unix(listener.accept()?.0)),
+            Listener::Unix(listener) => Ok(Socket::unix(listener.accept()?.0)),
         }
     }
 }
@@ -377,23 +536,51 @@ struct ListenerState {
 #[derive(Default)]
 struct Connections {
     next_id: u64,
-    /// A clone of each open connection's socket, so shutdown can close it under its threads.
-    open: HashMap<u64, Socket>,
+    open: HashMap<u64, OpenConnection>,
+}
+
+struct OpenConnection {
+    /// Shares the connection's descriptor, so shutdown can close it under its threads.
+    socket: Socket,
+    /// Set once the handshake has chosen an export.
+    identity: Option<ExportIdentity>,
 }
 
 impl ListenerState {
-    fn register(&self, socket: &Socket) -> io::Result<u64> {
-        let clone = socket.try_clone()?;
+    fn register(&self, socket: &Socket) -> u64 {
         let mut connections = self.connections.lock().unwrap();
         let id = connections.next_id;
         connections.next_id += 1;
-        connections.open.insert(id, clone);
-        Ok(id)
+        connections.open.insert(id, OpenConnection { socket: socket.clone(), identity: None });
+        id
+    }
+
+    /// Records the export connection `id` chose; false if `set_exports` has removed it since
+    /// the handshake began. Checked under the registry lock, which `set_exports` takes after
+    /// replacing the set, so a connection is either refused here or ended there.
+    fn enter_transmission(&self, id: u64, identity: ExportIdentity, shared: &Shared) -> bool {
+        let mut connections = self.connections.lock().unwrap();
+        if !shared.exports().iter().any(|export| export.identity() == identity) {
+            return false;
+        }
+        if let Some(connection) = connections.open.get_mut(&id) {
+            connection.identity = Some(identity);
+        }
+        true
+    }
+
+    fn end_connections_not_in(&self, identities: &HashSet<ExportIdentity>) {
+        let connections = self.connections.lock().unwrap();
+        for connection in connections.open.values() {
+            if connection.identity.as_ref().is_some_and(|identity| !identities.contains(identity)) {
+                let _ = connection.socket.shutdown(Shutdown::Read);
+            }
+        }
     }
 
     fn shutdown_all(&self, how: Shutdown) {
-        for socket in self.connections.lock().unwrap().open.values() {
-            let _ = socket.shutdown(how);
+        for connection in self.connections.lock().unwrap().open.values() {
+            let _ = connection.socket.shutdown(how);
         }
     }
 
@@ -419,6 +606,7 @@ impl ListenerState {
 struct Registration {
     state: Arc<ListenerState>,
     id: u64,
+    _slot: ConnectionSlot,
 }
 
 impl Drop for Registration {
@@ -438,26 +626,54 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>, state: Arc<ListenerState
             Ok(socket) => socket,
             Err(error) => {
                 // Out of file descriptors and the like: back off rather than spin.
-                tracing::warn!(%error, "nbd: accept failed");
+                if let Some(suppressed_count) = shared.refusals_log.admit(Instant::now()) {
+                    tracing::warn!(%error, suppressed_count, "nbd: accept failed");
+                }
                 thread::sleep(Duration::from_millis(50));
                 continue;
             }
         };
-        if let Err(error) = spawn_connection(socket, &shared, &state) {
-            tracing::warn!(%error, "nbd: could not start a connection thread");
+        let Some(slot) = shared.reserve_connection() else {
+            refuse(&shared, &socket);
+            continue;
+        };
+        if let Err(error) = spawn_connection(socket, slot, &shared, &state) {
+            if let Some(suppressed_count) = shared.refusals_log.admit(Instant::now()) {
+                tracing::warn!(%error, suppressed_count, "nbd: could not start a connection thread");
+            }
         }
     }
 }
 
-fn spawn_connection(socket: Socket, shared: &Arc<Shared>, state: &Arc<ListenerState>) -> io::Result<()> {
-    let id = state.register(&socket)?;
-    let registration = Registration { state: Arc::clone(state), id };
+/// Closes a connection beyond `connections_max` at once: the client sees EOF before the
+/// greeting, and the server holds nothing for it.
+fn refuse(shared: &Shared, socket: &Socket) {
+    shared.connections_refused.fetch_add(1, Ordering::SeqCst);
+    if let Some(suppressed_count) = shared.refusals_log.admit(Instant::now()) {
+        let connections_max = shared.config.connections_max;
+        tracing::warn!(
+            peer = %socket.peer_name(),
+            suppressed_count,
+            "nbd: refused a connection: {connections_max} are open, the most allowed (connections_max)"
+        );
+    }
+    let _ = socket.shutdown(Shutdown::Both);
+}
+
+fn spawn_connection(socket: Socket, slot: ConnectionSlot, shared: &Arc<Shared>, state: &Arc<ListenerState>) -> io::Result<()> {
+    let id = state.register(&socket);
+    let registration = Registration { state: Arc::clone(state), id, _slot: slot };
     let shared = Arc::clone(shared);
-    thread::Builder::new().name("nbd-conn".into()).spawn(move || {
+    let builder = thread::Builder::new().name("nbd-conn".into()).stack_size(CONNECTION_THREAD_STACK_BYTES);
+    builder.spawn(move || {
         let peer = socket.peer_name();
-        match run_connection(socket, &shared, &registration.state) {
+        match run_connection(socket, &shared, &registration) {
             Ok(()) => tracing::debug!(%peer, "nbd: connection closed"),
-            Err(error) => tracing::warn!(%peer, %error, "nbd: connection dropped"),
+            Err(error) => {
+                if let Some(suppressed_count) = shared.drops_log.admit(Instant::now()) {
+                    tracing::warn!(%peer, %error, suppressed_count, "nbd: connection dropped");
+                }
+            }
         }
         drop(registration);
     })?;
@@ -465,17 +681,24 @@ fn spawn_connection(socket: Socket, shared: &Arc<Shared>, state: &Arc<ListenerSt
 }
 
 /// Handshake, then the transmission phase of the chosen export, on this thread.
-fn run_connection(socket: Socket, shared: &Shared, state: &Arc<ListenerState>) -> Result<(), ConnectionError> {
-    socket.set_read_timeout(Some(shared.config.handshake_timeout))?;
-    let mut reader = io::BufReader::new(socket.try_clone()?);
-    let mut writer = io::BufWriter::new(socket.try_clone()?);
-    let exports = Arc::clone(&shared.exports.read().expect("exports lock poisoned"));
+fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) -> Result<(), ConnectionError> {
+    let deadline = Instant::now() + shared.config.handshake_timeout;
+    let mut reader = io::BufReader::new(DeadlineSocket::new(socket.clone(), deadline));
+    let mut writer = io::BufWriter::new(DeadlineSocket::new(socket.clone(), deadline));
+    let exports = shared.exports();
     let negotiated = handshake::negotiate(&mut reader, &mut writer, &exports)?;
     let handshake::Negotiated::Transmission { export_index, structured_replies } = negotiated else {
         return Ok(());
     };
-    socket.set_read_timeout(None)?;
+    drop(writer); // flushed by negotiate; replies go through the transmission's writer
     let export = &exports[export_index];
+    let identity = export.identity();
+    if !registration.state.enter_transmission(registration.id, identity.clone(), shared) {
+        tracing::debug!(export = export.name(), "nbd: export removed during the handshake; closing");
+        return Ok(());
+    }
+    reader.get_mut().clear_deadline()?;
+    socket.set_write_timeout(Some(shared.config.reply_stall_timeout))?;
     let session = transmission::Session {
         reader,
         socket,
@@ -486,18 +709,18 @@ fn run_connection(socket: Socket, shared: &Shared, state: &Arc<ListenerState>) -
             payload_max_bytes: export.block_sizes().max_bytes,
             transmission_flags: export.transmission_flags(structured_replies),
         },
-        in_flight: transmission::InFlight::new(&shared.config, Arc::clone(state)),
+        in_flight: transmission::InFlight::new(&shared.config, Arc::clone(&registration.state), Arc::clone(&shared.payload_budget)),
+        client_gone: Arc::default(),
     };
-    let name = export.name().to_string();
-    count_connection(shared, &name, true);
+    count_connection(shared, &identity, true);
     let outcome = export.device.serve(session);
-    count_connection(shared, &name, false);
+    count_connection(shared, &identity, false);
     outcome
 }
 
-fn count_connection(shared: &Shared, name: &str, opened: bool) {
+fn count_connection(shared: &Shared, identity: &ExportIdentity, opened: bool) {
     let mut counts = shared.connections_by_export.lock().expect("connection counts poisoned");
-    let count = counts.entry(name.to_string()).or_insert(0);
+    let count = counts.entry(identity.clone()).or_insert(0);
     if opened {
         *count += 1;
     } else {
@@ -509,8 +732,8 @@ fn count_connection(shared: &Shared, name: &str, opened: bool) {
 pub struct ServerHandle {
     address: ListenAddress,
     state: Arc<ListenerState>,
+    shared: Arc<Shared>,
     accept_thread: Option<JoinHandle<()>>,
-    shutdown_grace: Duration,
 }
 
 impl ServerHandle {
@@ -528,14 +751,32 @@ impl ServerHandle {
         }
     }
 
-    /// Connections open now, in any phase.
+    /// Connections open now on this listener, in any phase.
     pub fn connections_open(&self) -> usize {
         self.state.connections.lock().unwrap().open.len()
     }
 
-    /// Requests submitted to devices or with replies not yet sent, over all connections.
+    /// Connections closed at once because `connections_max` were open, over every listener of
+    /// the server, since it started.
+    pub fn connections_refused(&self) -> u64 {
+        self.shared.connections_refused.load(Ordering::SeqCst)
+    }
+
+    /// Requests submitted to devices or with replies not yet sent, over this listener's
+    /// connections.
     pub fn requests_in_flight(&self) -> usize {
         self.state.requests_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// READ and WRITE payload bytes in flight now, over every listener of the server.
+    pub fn payload_in_flight_bytes(&self) -> usize {
+        self.shared.payload_budget.bytes()
+    }
+
+    /// The most payload bytes that were ever in flight at once, over every listener: never more
+    /// than `payload_in_flight_bytes_total_max` unless a single request was larger.
+    pub fn payload_in_flight_bytes_peak(&self) -> usize {
+        self.shared.payload_budget.bytes_peak()
     }
 
     /// Stops accepting connections; open connections go on. Idempotent.
@@ -563,7 +804,7 @@ impl ServerHandle {
     pub fn shutdown(&mut self) {
         self.stop_listening();
         self.state.shutdown_all(Shutdown::Read);
-        if self.state.wait_closed(Some(Instant::now() + self.shutdown_grace)) {
+        if self.state.wait_closed(Some(Instant::now() + self.shared.config.shutdown_grace)) {
             return;
         }
         tracing::warn!("nbd: connections still open after the shutdown grace period; closing them");

@@ -2,30 +2,35 @@
 //! the device without waiting; a writer thread sends each reply as its completion arrives.
 //!
 //! Every request holds a [`Credit`] from submission until its reply is on the wire (or
-//! abandoned because the client is gone). Credits are bounded per connection, so a client
-//! cannot make the server hold unbounded memory, and a `Credit` is released on drop, so no path
-//! (error, disconnect, a device that drops a callback) can leak one.
+//! abandoned because the client is gone). Credits are bounded per connection and, for payload
+//! bytes, across the server, so clients cannot make the server hold unbounded memory; a
+//! `Credit` is released on drop, so no path (error, disconnect, a device that drops a
+//! callback, a reply writer that gave up on a client that does not read) can leak one.
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
-use super::{ConnectionError, ListenerState, ServerConfig};
+use super::limits::PayloadBudget;
+use super::{ConnectionError, ListenerState, ServerConfig, CONNECTION_THREAD_STACK_BYTES};
 use crate::device::{BlockDevice, Done, IoError};
 use crate::proto::{self, Command, ProtoError, Request};
-use crate::socket::Socket;
+use crate::socket::{DeadlineSocket, Socket};
 
 /// What the handshake hands to the transmission phase.
 pub(crate) struct Session {
     /// May already hold bytes the client pipelined after its GO.
-    pub(crate) reader: BufReader<Socket>,
+    pub(crate) reader: BufReader<DeadlineSocket>,
     pub(crate) socket: Socket,
     pub(crate) structured_replies: bool,
     pub(crate) limits: RequestLimits,
     pub(crate) in_flight: Arc<InFlight>,
+    /// Set by the reply writer when it gives up on the client (gone, or stalled), so that the
+    /// reader stops too instead of serving requests still queued in the socket for nobody.
+    pub(crate) client_gone: Arc<AtomicBool>,
 }
 
 /// What a request is checked against.
@@ -43,10 +48,13 @@ pub(crate) struct RequestLimits {
 /// waits for every in-flight request to complete and its reply to be sent.
 pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Result<(), ConnectionError> {
     let (replies, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
-    let writer_socket = session.socket.try_clone()?;
+    let writer_socket = session.socket.clone();
     let structured_replies = session.structured_replies;
-    let writer =
-        thread::Builder::new().name("nbd-writer".into()).spawn(move || write_replies(writer_socket, replies_rx, structured_replies))?;
+    let client_gone = Arc::clone(&session.client_gone);
+    let writer = thread::Builder::new()
+        .name("nbd-writer".into())
+        .stack_size(CONNECTION_THREAD_STACK_BYTES)
+        .spawn(move || write_replies(writer_socket, replies_rx, structured_replies, &client_gone))?;
     let result = read_requests(&device, &mut session, &replies);
     // The writer ends once this sender and every pending completion's sender are gone.
     drop(replies);
@@ -61,6 +69,7 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Res
 fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies: &Sender<Reply<D::Buf>>) -> Result<(), ConnectionError> {
     let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
     loop {
+        check_client_taking_replies(session)?;
         if !read_header(&mut session.reader, &mut header)? {
             return Ok(()); // The client closed between requests.
         }
@@ -80,6 +89,13 @@ fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies
         }
         handle_request(device, session, replies, request)?;
     }
+}
+
+fn check_client_taking_replies(session: &Session) -> Result<(), ConnectionError> {
+    if session.client_gone.load(Ordering::SeqCst) {
+        return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client stopped taking replies").into());
+    }
+    Ok(())
 }
 
 /// Fills `header`; `Ok(false)` if the stream ended cleanly before its first byte.
@@ -113,6 +129,8 @@ fn handle_request<D: BlockDevice>(
         return Ok(());
     }
     let credit = session.in_flight.acquire(payload_bytes(&request));
+    // The wait for credit may have been long: the client may have gone meanwhile.
+    check_client_taking_replies(session)?;
     submit(device, &mut session.reader, replies, request, credit)?;
     Ok(())
 }
@@ -320,13 +338,15 @@ fn check_range(request: &Request, size_bytes: u64) -> Result<(), Rejection> {
 
 // ---- In-flight bound -------------------------------------------------------------------------
 
-/// Bounds one connection's requests in flight by count and by payload bytes.
+/// Bounds one connection's requests in flight by count and by payload bytes, and takes the
+/// payload bytes from the server's budget too.
 pub(crate) struct InFlight {
     state: Mutex<InFlightState>,
     released: Condvar,
     requests_max: usize,
     payload_bytes_max: usize,
     listener: Arc<ListenerState>,
+    budget: Arc<PayloadBudget>,
 }
 
 #[derive(Default)]
@@ -336,17 +356,21 @@ struct InFlightState {
 }
 
 impl InFlight {
-    pub(crate) fn new(config: &ServerConfig, listener: Arc<ListenerState>) -> Arc<InFlight> {
+    pub(crate) fn new(config: &ServerConfig, listener: Arc<ListenerState>, budget: Arc<PayloadBudget>) -> Arc<InFlight> {
         Arc::new(InFlight {
             state: Mutex::new(InFlightState::default()),
             released: Condvar::new(),
             requests_max: config.requests_in_flight_max,
             payload_bytes_max: config.payload_in_flight_bytes_max,
             listener,
+            budget,
         })
     }
 
-    /// Blocks until the request fits. A request alone always fits, so nothing waits forever.
+    /// Blocks until the request fits this connection's bound, then the server's. A request
+    /// alone always fits either, so nothing waits forever: what it waits for is held by
+    /// requests that complete, and by replies that are sent or, after `reply_stall_timeout`,
+    /// dropped.
     fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
         let mut state = self.state.lock().unwrap();
         while state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
@@ -354,6 +378,10 @@ impl InFlight {
         }
         state.requests += 1;
         state.payload_bytes += payload_bytes;
+        drop(state);
+        // Only this connection's reader acquires, so holding its share while waiting for the
+        // server's cannot starve another request of this connection.
+        self.budget.take(payload_bytes);
         self.listener.requests_in_flight.fetch_add(1, Ordering::SeqCst);
         Credit { in_flight: Arc::clone(self), payload_bytes }
     }
@@ -373,6 +401,7 @@ impl Drop for Credit {
         state.payload_bytes -= self.payload_bytes;
         self.in_flight.listener.requests_in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(state);
+        self.in_flight.budget.give_back(self.payload_bytes);
         // Only the connection's reader ever waits.
         self.in_flight.released.notify_one();
     }
@@ -396,20 +425,17 @@ enum Outcome<B> {
     Failed { error: IoError, message: String },
 }
 
+/// Replies smaller than this are gathered into one write; larger payloads go straight out.
+const REPLY_BUFFER_BYTES: usize = 64 << 10;
+
 /// Sends replies in completion order, batching writes while more are queued. After a write
 /// error it keeps draining so that every credit is released, then closes the socket.
-fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, structured_replies: bool) {
-    let mut out = match socket.try_clone() {
-        Ok(clone) => Some(BufWriter::with_capacity(64 * 1024, clone)),
-        Err(error) => {
-            tracing::warn!(%error, "nbd: cannot clone socket for replies");
-            None
-        }
-    };
-    while let Some(reply) = next_reply(&replies, &mut out, &socket) {
+fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, structured_replies: bool, client_gone: &AtomicBool) {
+    let mut out = Some(BufWriter::with_capacity(REPLY_BUFFER_BYTES, socket.clone()));
+    while let Some(reply) = next_reply(&replies, &mut out, &socket, client_gone) {
         if let Some(writer) = &mut out {
             if let Err(error) = write_reply(writer, &reply, structured_replies) {
-                abandon(&mut out, &socket, &error);
+                abandon(&mut out, &socket, client_gone, &error);
             }
         }
         drop(reply);
@@ -422,7 +448,12 @@ fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, st
 
 /// The next reply; flushes first if none is queued, so replies go out as soon as the queue
 /// runs dry. `None` once every sender is gone.
-fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &mut Option<BufWriter<Socket>>, socket: &Socket) -> Option<Reply<B>> {
+fn next_reply<B>(
+    replies: &Receiver<Reply<B>>,
+    out: &mut Option<BufWriter<Socket>>,
+    socket: &Socket,
+    client_gone: &AtomicBool,
+) -> Option<Reply<B>> {
     match replies.try_recv() {
         Ok(reply) => return Some(reply),
         Err(TryRecvError::Disconnected) => return None,
@@ -430,15 +461,17 @@ fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &mut Option<BufWriter<Socket
     }
     if let Some(writer) = out {
         if let Err(error) = writer.flush() {
-            abandon(out, socket, &error);
+            abandon(out, socket, client_gone, &error);
         }
     }
     replies.recv().ok()
 }
 
-/// The client is gone or stuck: stop writing, and close the socket so the reader stops too.
-fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, error: &io::Error) {
+/// The client is gone, or stuck for `reply_stall_timeout` (SO_SNDTIMEO): stop writing, and close
+/// the socket so the reader stops too.
+fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, client_gone: &AtomicBool, error: &io::Error) {
     tracing::debug!(%error, "nbd: cannot send replies; dropping the connection");
+    client_gone.store(true, Ordering::SeqCst);
     *out = None;
     let _ = socket.shutdown(Shutdown::Both);
 }

@@ -377,9 +377,14 @@ pub fn refresh_exports(state: &AppState) {
         .vds()
         .into_iter()
         .map(|(record, vd)| {
+            // Connections follow the VD object across renames and end with it; a VD created in
+            // its place later (same number, same name) is another instance.
+            let identity = vd.instance_id();
             let device = super::export::VdDevice { engine: Arc::clone(state.controller.engine()), vd, pool: state.pool.clone() };
             let description = format!("storc v{} {}", record.vd_id, record.level);
-            nbd::Export::new(record.name.clone(), Arc::new(super::export::SharedVdDevice(Arc::new(device)))).with_description(description)
+            nbd::Export::new(record.name.clone(), Arc::new(super::export::SharedVdDevice(Arc::new(device))))
+                .with_description(description)
+                .with_identity(identity)
         })
         .collect();
     if let Err(error) = state.nbd.set_exports(exports) {

@@ -8,6 +8,7 @@ pub mod api;
 mod data_dir;
 mod drives;
 mod export;
+mod nbd_limits;
 mod peer_uid;
 mod tcp_api;
 
@@ -18,10 +19,6 @@ use layout::{Level, KIB};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Idle NBD request buffers kept per size class (the NBD server bounds payload in flight per
-/// connection at 64 MiB, so this covers a busy connection or two).
-const NBD_POOL_IDLE_BYTES_PER_CLASS: usize = 128 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -45,6 +42,8 @@ pub struct Args {
     /// Engine shards (default: one per core).
     #[arg(long)]
     shards: Option<usize>,
+    #[command(flatten)]
+    nbd_limits: nbd_limits::NbdLimitArgs,
 }
 
 /// Where the TCP listeners bind, resolved and checked before anything is created.
@@ -148,11 +147,11 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> 
     let api_socket = args.data_dir.join("api.sock");
     fresh_socket_path(&nbd_socket)?;
     fresh_socket_path(&api_socket)?;
-    let server = nbd::Server::empty(nbd::ServerConfig::default()).map_err(|e| e.to_string())?;
+    let server = nbd::Server::empty(args.nbd_limits.server_config()?).map_err(|e| e.to_string())?;
     let absolute = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
     let mut templates = vec![format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display())];
     templates.extend(listen.nbd.map(|address| format!("nbd://{address}/{{}}")));
-    let pool = drive::BufPool::new(NBD_POOL_IDLE_BYTES_PER_CLASS);
+    let pool = drive::BufPool::new(args.nbd_limits.idle_buffers_bytes_max());
     let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);

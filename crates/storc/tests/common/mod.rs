@@ -106,11 +106,13 @@ pub struct DaemonOptions {
     pub api_tcp: bool,
     /// The umask the daemon starts with (`None`: the test's own).
     pub umask: Option<u32>,
+    /// Further `storc serve` flags.
+    pub extra_args: Vec<String>,
 }
 
 impl Default for DaemonOptions {
     fn default() -> DaemonOptions {
-        DaemonOptions { nbd_tcp: true, api_tcp: false, umask: None }
+        DaemonOptions { nbd_tcp: true, api_tcp: false, umask: None, extra_args: Vec::new() }
     }
 }
 
@@ -122,7 +124,13 @@ impl Daemon {
         Daemon::start_with(scratch, drives, &DaemonOptions::default())
     }
 
-    /// `start` with listeners and umask chosen by `options`.
+    /// As [`Daemon::start`], with further `storc serve` flags.
+    pub fn start_with_args(scratch: &Scratch, drives: &[String], extra_args: &[&str]) -> Daemon {
+        let extra_args = extra_args.iter().map(|a| a.to_string()).collect();
+        Daemon::start_with(scratch, drives, &DaemonOptions { extra_args, ..DaemonOptions::default() })
+    }
+
+    /// `start` with listeners, umask and further flags chosen by `options`.
     pub fn start_with(scratch: &Scratch, drives: &[String], options: &DaemonOptions) -> Daemon {
         let data_dir = scratch.data_dir();
         let log_path = scratch.next_log_path();
@@ -145,6 +153,7 @@ impl Daemon {
         for drive in drives {
             command.args(["--drive", drive]);
         }
+        command.args(&options.extra_args);
         command.stdin(Stdio::null()).stdout(log.try_clone().expect("log file handle")).stderr(log);
         let spawned_at = Instant::now();
         let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));

@@ -1,0 +1,181 @@
+//! The NBD server's bounds as `storc serve` flags, and the connection limit the process's
+//! descriptor limit allows (issue 8: 255 idle connections under a 1024-descriptor limit made
+//! accept fail and the management API hang).
+
+use std::time::Duration;
+
+/// Descriptors kept free for everything that is not an NBD connection and opens after the
+/// bounds are set: the NBD and API listeners, tokio's epoll and eventfd, the API's clients (the
+/// CLI opens one per command), metadata and id files, and one per listener for accepting a
+/// connection only to refuse it. Generous, because running out of these is what made the API
+/// hang; descriptors are cheap.
+pub const DESCRIPTORS_RESERVED_COUNT: u64 = 128;
+
+/// `storc serve` flags for the NBD server's bounds. The defaults are `nbd::ServerConfig`'s
+/// (a test checks that they agree), each explained there.
+#[derive(clap::Args, Debug)]
+pub struct NbdLimitArgs {
+    /// NBD connections open at once over both listeners; beyond it a connection is closed at
+    /// once, with a logged reason. Lowered at start if the descriptor limit cannot hold it.
+    #[arg(long, default_value_t = 256)]
+    nbd_connections_max: usize,
+    /// READ/WRITE payload one NBD connection may have in flight before the server stops reading
+    /// its requests (back-pressure).
+    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    nbd_connection_in_flight_bytes_max: u64,
+    /// READ/WRITE payload all NBD connections together may have in flight: with the idle
+    /// buffers, the bound on the memory clients can make the daemon hold.
+    #[arg(long, default_value = "512MiB", value_parser = parse_bytes)]
+    nbd_in_flight_bytes_max: u64,
+    /// Request buffers kept for reuse when idle; the rest goes back to the kernel.
+    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    nbd_idle_buffers_bytes_max: u64,
+    /// Seconds a client has for the whole NBD handshake, however slowly it sends.
+    #[arg(long, default_value_t = 10)]
+    nbd_handshake_timeout_secs: u64,
+    /// Seconds a reply may wait for a client that reads nothing before the connection is
+    /// dropped and its buffers freed.
+    #[arg(long, default_value_t = 30)]
+    nbd_reply_stall_timeout_secs: u64,
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    drive::parse_size_bytes(text)
+}
+
+impl NbdLimitArgs {
+    /// Bytes of request buffers the pool keeps idle.
+    pub fn idle_buffers_bytes_max(&self) -> usize {
+        self.nbd_idle_buffers_bytes_max as usize
+    }
+
+    /// The server's configuration, with `connections_max` lowered to what the descriptor limit
+    /// holds (after raising the soft limit to the hard one); prints the effective bounds.
+    pub fn server_config(&self) -> Result<nbd::ServerConfig, String> {
+        let descriptors_max = raise_descriptor_limit()?;
+        let descriptors_open = open_descriptor_count()?;
+        let connections_fit = connections_within(descriptors_max, descriptors_open);
+        if connections_fit == 0 {
+            return Err(format!(
+                "the descriptor limit ({descriptors_max}, {descriptors_open} open) leaves no room for NBD connections after the \
+                 {DESCRIPTORS_RESERVED_COUNT} reserved for the API; allowed: a limit of at least {} (ulimit -n)",
+                descriptors_open + DESCRIPTORS_RESERVED_COUNT + nbd::DESCRIPTORS_PER_CONNECTION as u64
+            ));
+        }
+        let config = nbd::ServerConfig {
+            connections_max: self.nbd_connections_max.min(connections_fit),
+            payload_in_flight_bytes_max: self.nbd_connection_in_flight_bytes_max as usize,
+            payload_in_flight_bytes_total_max: self.nbd_in_flight_bytes_max as usize,
+            handshake_timeout: Duration::from_secs(self.nbd_handshake_timeout_secs),
+            reply_stall_timeout: Duration::from_secs(self.nbd_reply_stall_timeout_secs),
+            ..nbd::ServerConfig::default()
+        };
+        config.check().map_err(|e| format!("NBD bounds: {}", flag_names(&e.to_string())))?;
+        self.print(&config, descriptors_max, descriptors_open);
+        Ok(config)
+    }
+
+    fn print(&self, config: &nbd::ServerConfig, descriptors_max: u64, descriptors_open: u64) {
+        let mib = |bytes: usize| bytes >> 20;
+        if config.connections_max < self.nbd_connections_max {
+            println!(
+                "NBD connections lowered from {} to {}: the descriptor limit is {descriptors_max}, {descriptors_open} are open and \
+                 {DESCRIPTORS_RESERVED_COUNT} reserved for the management API",
+                self.nbd_connections_max, config.connections_max
+            );
+        }
+        println!(
+            "NBD bounds: {} connections ({} descriptor and {} threads each), {} MiB in flight per connection, {} MiB in total, \
+             {} MiB idle buffers, handshake {} s, reply stall {} s",
+            config.connections_max,
+            nbd::DESCRIPTORS_PER_CONNECTION,
+            nbd::THREADS_PER_CONNECTION,
+            mib(config.payload_in_flight_bytes_max),
+            mib(config.payload_in_flight_bytes_total_max),
+            mib(self.idle_buffers_bytes_max()),
+            config.handshake_timeout.as_secs(),
+            config.reply_stall_timeout.as_secs()
+        );
+    }
+}
+
+/// Connections that fit in the descriptors left after those open and those reserved.
+fn connections_within(descriptors_max: u64, descriptors_open: u64) -> usize {
+    let free = descriptors_max.saturating_sub(descriptors_open + DESCRIPTORS_RESERVED_COUNT);
+    usize::try_from(free / nbd::DESCRIPTORS_PER_CONNECTION as u64).unwrap_or(usize::MAX)
+}
+
+/// `ServerConfig`'s field names in an error, as the flags a user gave.
+fn flag_names(message: &str) -> String {
+    [
+        ("payload_in_flight_bytes_total_max", "--nbd-in-flight-bytes-max"),
+        ("payload_in_flight_bytes_max", "--nbd-connection-in-flight-bytes-max"),
+        ("connections_max", "--nbd-connections-max"),
+        ("handshake_timeout", "--nbd-handshake-timeout-secs"),
+        ("reply_stall_timeout", "--nbd-reply-stall-timeout-secs"),
+    ]
+    .iter()
+    .fold(message.to_string(), |text, (field, flag)| text.replace(field, flag))
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (the soft default of 1024 is a relic of
+/// select(2), which storc does not use); returns the limit now in force.
+fn raise_descriptor_limit() -> Result<u64, String> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass, which outlives the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(format!("getrlimit(RLIMIT_NOFILE): {}", std::io::Error::last_os_error()));
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        // SAFETY: setrlimit reads the struct we pass; raising the soft limit up to the hard one
+        // needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        } else {
+            eprintln!("storc: cannot raise the descriptor limit to {}: {}", limit.rlim_max, std::io::Error::last_os_error());
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
+fn open_descriptor_count() -> Result<u64, String> {
+    let entries = std::fs::read_dir("/proc/self/fd").map_err(|e| format!("cannot count open descriptors in /proc/self/fd: {e}"))?;
+    Ok(entries.count() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        limits: NbdLimitArgs,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_servers_defaults() {
+        let flags = Flags::parse_from(["storc"]).limits;
+        let defaults = nbd::ServerConfig::default();
+        assert_eq!(flags.nbd_connections_max, defaults.connections_max);
+        assert_eq!(flags.nbd_connection_in_flight_bytes_max as usize, defaults.payload_in_flight_bytes_max);
+        assert_eq!(flags.nbd_in_flight_bytes_max as usize, defaults.payload_in_flight_bytes_total_max);
+        assert_eq!(Duration::from_secs(flags.nbd_handshake_timeout_secs), defaults.handshake_timeout);
+        assert_eq!(Duration::from_secs(flags.nbd_reply_stall_timeout_secs), defaults.reply_stall_timeout);
+    }
+
+    #[test]
+    fn connections_fit_in_the_descriptors_left_after_the_reserve() {
+        assert_eq!(connections_within(1024, 40), (1024 - 40 - DESCRIPTORS_RESERVED_COUNT as usize) / nbd::DESCRIPTORS_PER_CONNECTION);
+        assert_eq!(connections_within(100, 40), 0);
+    }
+
+    #[test]
+    fn config_errors_name_the_flag() {
+        let flags = Flags::parse_from(["storc", "--nbd-in-flight-bytes-max", "1MiB"]).limits;
+        let error = flags.server_config().unwrap_err();
+        assert!(error.starts_with("NBD bounds: --nbd-in-flight-bytes-max is 1048576; allowed: at least"), "{error}");
+    }
+}
