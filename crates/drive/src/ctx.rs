@@ -22,6 +22,17 @@ use std::time::{Duration, Instant};
 /// `user_data` of the eventfd poll; ring slots use their index, which never gets this high.
 const WAKER_USER_DATA: u64 = u64::MAX;
 
+/// Longest sleep in the ring while the waker's poll is not queued.
+const UNARMED_WAIT_MAX: Duration = Duration::from_millis(1);
+
+/// Submissions refused for a transient reason before an operation fails with the error.
+const SUBMIT_ATTEMPTS_MAX: usize = 1000;
+
+/// A submit error that goes away once completions are reaped or the call is repeated.
+fn is_transient_submit_error(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY))
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct IoCtxConfig {
     /// Submission queue entries; 0 makes a context without a ring (memory drives, simulator).
@@ -167,6 +178,9 @@ pub struct IoCtx {
     sources: Vec<WatchedSource>,
     /// Operations whose completions sources hold for this context.
     held_by_sources: usize,
+    /// Errors the next submits return instead of entering the kernel (tests of the paths that
+    /// a real kernel takes only under memory pressure or a full completion queue).
+    injected_submit_errors: VecDeque<i32>,
 }
 
 impl IoCtx {
@@ -197,6 +211,7 @@ impl IoCtx {
             id: NEXT_CTX_ID.fetch_add(1, Ordering::Relaxed),
             sources: Vec::new(),
             held_by_sources: 0,
+            injected_submit_errors: VecDeque::new(),
         })
     }
 
@@ -307,22 +322,60 @@ impl IoCtx {
         debug_assert!(self.slots[index].is_none());
         self.slots[index] = Some(slot);
         self.in_ring += 1;
-        self.push_sqe(entry.user_data(index as u64));
+        self.push_slot_entry(index, entry);
     }
 
-    fn push_sqe(&mut self, entry: squeue::Entry) {
-        let ring = self.ring.as_mut().expect("ring operations need a context with a ring");
-        loop {
+    /// Queues the entry of ring slot `index`; if the ring will not take it, the slot's operation
+    /// completes with that error instead (a fault on the data path is an error for that I/O).
+    fn push_slot_entry(&mut self, index: usize, entry: squeue::Entry) {
+        if let Err(error) = self.push_sqe(entry.user_data(index as u64)) {
+            let slot = self.slots[index].take().expect("a slot being queued");
+            self.in_ring -= 1;
+            self.free_slots.push(index);
+            let errno = error.raw_os_error().unwrap_or(libc::EIO);
+            self.ready.push_back(Completion { token: slot.token, result: Err(DriveError::Io(errno)), buf: slot.buf, bufs: slot.bufs });
+        }
+    }
+
+    /// Puts an entry in the submission queue, submitting to make room when it is full.
+    ///
+    /// # Errors
+    /// When the kernel keeps refusing the submission for something other than a transient
+    /// reason (EINTR; EAGAIN or EBUSY while completions are waiting to be reaped).
+    fn push_sqe(&mut self, entry: squeue::Entry) -> io::Result<()> {
+        for attempt in 0..SUBMIT_ATTEMPTS_MAX {
+            let ring = self.ring.as_mut().expect("ring operations need a context with a ring");
             // SAFETY: every buffer and fd an entry refers to is kept alive in `slots` (or by the
             // caller's contract for fds) until its CQE is reaped.
             if unsafe { ring.submission().push(&entry) }.is_ok() {
-                break;
+                self.unsubmitted += 1;
+                return Ok(());
             }
             // Submission queue full: hand what we have to the kernel and retry.
-            ring.submit().expect("io_uring submit failed");
-            self.unsubmitted = 0;
+            let submitted = match self.injected_submit_errors.pop_front() {
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None => ring.submit(),
+            };
+            match submitted {
+                Ok(_) => self.unsubmitted = 0,
+                Err(error) if is_transient_submit_error(&error) => {
+                    // The completion queue is full or the kernel is short of resources: reaping
+                    // makes room; back off a little if that is not enough.
+                    self.reap();
+                    if attempt > 0 {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+                Err(error) => return Err(error),
+            }
         }
-        self.unsubmitted += 1;
+        Err(io::Error::new(io::ErrorKind::WouldBlock, format!("io_uring refused submissions {SUBMIT_ATTEMPTS_MAX} times")))
+    }
+
+    /// Makes the next submits that reach the kernel fail with these errnos instead, in order.
+    #[doc(hidden)]
+    pub fn inject_submit_errors(&mut self, errnos: &[i32]) {
+        self.injected_submit_errors.extend(errnos);
     }
 
     /// Operations submitted on this context that have not completed yet (ring and delayed).
@@ -350,7 +403,12 @@ impl IoCtx {
         if wait {
             self.arm_waker();
         }
-        let timeout = self.next_deadline().map(|due| due.saturating_duration_since(Instant::now()));
+        let mut timeout = self.next_deadline().map(|due| due.saturating_duration_since(Instant::now()));
+        if wait && self.waker.is_some() && !self.waker_armed {
+            // The wake-up poll could not be queued: wake on a short timer instead, so that work
+            // sent from other threads is still seen.
+            timeout = Some(timeout.map_or(UNARMED_WAIT_MAX, |t| t.min(UNARMED_WAIT_MAX)));
+        }
         let ring = self.ring.as_mut().expect("checked above");
         let result = match (wait, timeout) {
             (true, Some(timeout)) => {
@@ -359,16 +417,24 @@ impl IoCtx {
                 ring.submitter().submit_with_args(1, &args)
             }
             (true, None) => ring.submit_and_wait(1),
-            (false, _) if self.unsubmitted > 0 => ring.submit(),
+            (false, _) if self.unsubmitted > 0 => match self.injected_submit_errors.pop_front() {
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None => ring.submit(),
+            },
             (false, _) => Ok(0),
         };
         match result {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ETIME) || e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-            Err(e) => panic!("io_uring submit failed: {e}"),
+            Ok(_) => self.unsubmitted = 0,
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => self.unsubmitted = 0,
+            // Still queued: the next poll submits them again, after this reap made room.
+            Err(e) if is_transient_submit_error(&e) => {}
+            Err(e) => {
+                // Nothing here can fail an operation that is already in the submission queue,
+                // and a shard must not die: report it, back off, and let the next poll retry.
+                tracing::error!(error = %e, "io_uring submit failed; retrying");
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
-        self.unsubmitted = 0;
         self.reap();
     }
 
@@ -379,8 +445,9 @@ impl IoCtx {
         let Some(waker) = &self.waker else { return };
         let fd = waker.eventfd.as_raw_fd();
         let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(WAKER_USER_DATA);
-        self.push_sqe(entry);
-        self.waker_armed = true;
+        // Without the poll the context wakes on its own completions and timeouts only; the next
+        // sleep tries to arm it again.
+        self.waker_armed = self.push_sqe(entry).is_ok();
     }
 
     fn reap(&mut self) {
@@ -409,7 +476,7 @@ impl IoCtx {
                     // The continuation points into the slot's buffers and iovecs, which move back
                     // into the slot table without their heap storage moving.
                     self.slots[index] = Some(slot);
-                    self.push_sqe(next.user_data(index as u64));
+                    self.push_slot_entry(index, next);
                     return;
                 }
                 Transfer::Done => Ok(()),

@@ -200,3 +200,72 @@ fn a_read_past_the_end_of_a_shrunken_file_is_an_error_not_zeros() {
         read.result
     );
 }
+
+/// A ring far smaller than the operations queued on it, never polled while they are queued:
+/// the submission queue fills and the completion queue overflows. Submitting must make room
+/// (reap, retry) rather than panic, and every operation must complete with its data.
+#[test]
+fn a_tiny_ring_with_many_queued_operations_completes_them_all() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let config = FileDriveConfig { create_size_bytes: Some(4 << 20), ..Default::default() };
+    let drive = FileDrive::open(&dir.path().join("d0"), &config).unwrap();
+    let mut ctx = IoCtx::new(IoCtxConfig { ring_entries: 2 }).unwrap();
+    let operation_count = 256u64;
+    for i in 0..operation_count {
+        drive.submit(&mut ctx, i, DriveOp::Write { offset_bytes: i * 4096, buf: pattern(4096, i as u8) });
+    }
+    let mut done = Vec::new();
+    while done.len() < operation_count as usize {
+        ctx.poll(&mut done, true);
+    }
+    assert!(done.iter().all(|c| c.result.is_ok()), "every write succeeds");
+    for i in 0..operation_count {
+        drive.submit(&mut ctx, i, DriveOp::Read { offset_bytes: i * 4096, buf: IoBuf::zeroed(4096) });
+    }
+    let mut reads = Vec::new();
+    while reads.len() < operation_count as usize {
+        ctx.poll(&mut reads, true);
+    }
+    for read in reads {
+        assert_eq!(read.buf.unwrap().as_slice(), pattern(4096, read.token as u8).as_slice(), "read {}", read.token);
+    }
+}
+
+/// Regression (issue "Keeping redundancy", faults on the data path): a refused io_uring submit
+/// panicked the shard. Transient refusals (EAGAIN, EBUSY, EINTR) are retried; a lasting one
+/// fails the operation it stopped, and the context keeps working.
+#[test]
+fn refused_submits_are_retried_or_fail_their_operation_never_panic() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let config = FileDriveConfig { create_size_bytes: Some(4 << 20), ..Default::default() };
+    let drive = FileDrive::open(&dir.path().join("d0"), &config).unwrap();
+    let mut ctx = IoCtx::new(IoCtxConfig { ring_entries: 2 }).unwrap();
+    let queue = |ctx: &mut IoCtx, count: u64| {
+        for i in 0..count {
+            drive.submit(ctx, i, DriveOp::Write { offset_bytes: i * 4096, buf: pattern(4096, i as u8) });
+        }
+    };
+    let drain = |ctx: &mut IoCtx, count: usize| {
+        let mut done = Vec::new();
+        while done.len() < count {
+            ctx.poll(&mut done, true);
+        }
+        done
+    };
+    // Transient: the third and later pushes find the queue full and the kernel busy a while.
+    ctx.inject_submit_errors(&[libc::EAGAIN, libc::EBUSY, libc::EINTR]);
+    queue(&mut ctx, 8);
+    assert!(drain(&mut ctx, 8).iter().all(|c| c.result.is_ok()), "transient refusals are retried");
+    // Lasting: the push that needs a submit fails its own operation, with the errno.
+    ctx.inject_submit_errors(&[libc::EBADF]);
+    queue(&mut ctx, 3);
+    let done = drain(&mut ctx, 3);
+    let failed: Vec<_> = done.iter().filter(|c| c.result.is_err()).collect();
+    assert_eq!(failed.len(), 1, "{done:?}");
+    assert_eq!(failed[0].result, Err(DriveError::Io(libc::EBADF)));
+    assert!(failed[0].buf.is_some(), "a failed operation still hands its buffer back");
+    // A refused submit while polling is reported and retried by the next poll.
+    queue(&mut ctx, 1);
+    ctx.inject_submit_errors(&[libc::ENOMEM]);
+    assert!(drain(&mut ctx, 1)[0].result.is_ok());
+}
