@@ -102,7 +102,7 @@ pub enum OpKind {
 /// Why a drive operation failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DriveError {
-    #[error("I/O error (errno {0})")]
+    #[error("{}", errno_text(*.0))]
     Io(i32),
     #[error("the drive is gone")]
     Gone,
@@ -114,6 +114,15 @@ pub enum DriveError {
     OutOfRange { offset_bytes: u64, len_bytes: u64, capacity_bytes: u64 },
     #[error("offset {offset_bytes} or length {len_bytes} is not a multiple of 512 bytes")]
     Misaligned { offset_bytes: u64, len_bytes: u64 },
+}
+
+/// What an errno from a drive means to an administrator. ENOSPC from a file drive is the
+/// filesystem under it, not the disk: said so, since freeing space is the fix.
+fn errno_text(errno: i32) -> String {
+    match errno {
+        libc::ENOSPC => "backing filesystem full (ENOSPC): the drive is not at fault; free space where its file lives".to_string(),
+        _ => format!("I/O error: {}", std::io::Error::from_raw_os_error(errno)),
+    }
 }
 
 /// The result of one operation; the buffers come back for reads and writes.

@@ -269,3 +269,12 @@ fn refused_submits_are_retried_or_fail_their_operation_never_panic() {
     ctx.inject_submit_errors(&[libc::ENOMEM]);
     assert!(drain(&mut ctx, 1)[0].result.is_ok());
 }
+
+#[test]
+fn errors_say_what_an_administrator_can_do_about_them() {
+    assert_eq!(
+        DriveError::Io(libc::ENOSPC).to_string(),
+        "backing filesystem full (ENOSPC): the drive is not at fault; free space where its file lives"
+    );
+    assert_eq!(DriveError::Io(libc::EIO).to_string(), "I/O error: Input/output error (os error 5)");
+}
