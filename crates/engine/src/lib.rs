@@ -18,6 +18,7 @@
 //!
 //! The engine knows nothing of NBD, HTTP or JSON, and does no blocking system call on a shard.
 
+pub mod background;
 pub mod config;
 pub mod controller;
 pub mod io;

@@ -1,0 +1,235 @@
+//! Background operations (rebuild; later copyback, resync, init, consistency check, patrol
+//! read) share one driver: it walks a VD's rows in order through a row function the I/O paths
+//! provide (which runs on the shard that owns the row, under its row lock), keeps a few rows in
+//! flight, advances a watermark over the rows that are done, checkpoints it, honours a rate,
+//! and can be paused, resumed or stopped.
+//!
+//! The driver runs on a control-plane thread of its own and never touches a shard's state: it
+//! only submits rows and waits for their completions, like any client.
+//!
+//! # Watermark
+//! Rows complete out of order (several are in flight, on several shards). The watermark is the
+//! first row not yet done: every row below it is done. A checkpoint records the watermark, so a
+//! restart resumes there and at worst redoes the rows that were in flight.
+//!
+//! # Rate
+//! `rate_percent` (0 to 100, MegaRAID's rebuild rate) is the share of time the operation may
+//! keep the members busy while clients are using the VD: after each row it sleeps long enough
+//! that its own row time is that share of the elapsed time. An idle VD gets the full speed, as
+//! on MegaRAID; a rate of 0 still makes progress while idle, never while clients are busy for
+//! long (it takes one row per [`RATE_ZERO_ROW_INTERVAL`]).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Rows submitted past the watermark at most: enough to keep every member's queue fed across
+/// shards, and all a restart redoes.
+pub const WINDOW_ROWS: usize = 16;
+/// A checkpoint at least this often...
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
+/// ...and at least every this fraction of the VD (DESIGN.md: every 1/16 and every few seconds).
+pub const CHECKPOINT_FRACTION: u64 = 16;
+/// With a rate of 0 and busy clients, one row this often, so that the operation still ends.
+pub const RATE_ZERO_ROW_INTERVAL: Duration = Duration::from_millis(100);
+/// MegaRAID's default rebuild, consistency check and patrol read rate.
+pub const RATE_PERCENT_DEFAULT: u8 = 30;
+
+/// Where an operation stands, shared between its driver and whoever shows or steers it.
+pub struct Progress {
+    pub total_rows: u64,
+    watermark_row: AtomicU64,
+    control: AtomicU8,
+    rate_percent: AtomicU8,
+    /// Rows whose data could not be produced (no other copy): recorded, then skipped.
+    bad_rows: std::sync::Mutex<Vec<u64>>,
+}
+
+/// What the administrator asked the operation to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Control {
+    Run = 0,
+    Pause = 1,
+    Stop = 2,
+}
+
+impl Progress {
+    pub fn new(total_rows: u64, start_row: u64, rate_percent: u8) -> Arc<Progress> {
+        assert!(start_row <= total_rows, "start row {start_row} past the end ({total_rows} rows)");
+        Arc::new(Progress {
+            total_rows,
+            watermark_row: AtomicU64::new(start_row),
+            control: AtomicU8::new(Control::Run as u8),
+            rate_percent: AtomicU8::new(rate_percent.min(100)),
+            bad_rows: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Every row below this one is done.
+    pub fn watermark_row(&self) -> u64 {
+        self.watermark_row.load(Ordering::Acquire)
+    }
+
+    pub fn percent_done(&self) -> f64 {
+        if self.total_rows == 0 {
+            return 100.0;
+        }
+        self.watermark_row() as f64 * 100.0 / self.total_rows as f64
+    }
+
+    pub fn control(&self) -> Control {
+        match self.control.load(Ordering::Acquire) {
+            0 => Control::Run,
+            1 => Control::Pause,
+            2 => Control::Stop,
+            other => unreachable!("control value {other} is never stored"),
+        }
+    }
+
+    pub fn set_control(&self, control: Control) {
+        self.control.store(control as u8, Ordering::Release);
+    }
+
+    pub fn rate_percent(&self) -> u8 {
+        self.rate_percent.load(Ordering::Relaxed)
+    }
+
+    pub fn set_rate_percent(&self, rate_percent: u8) {
+        self.rate_percent.store(rate_percent.min(100), Ordering::Relaxed);
+    }
+
+    pub fn bad_rows(&self) -> Vec<u64> {
+        self.bad_rows.lock().expect("bad rows lock").clone()
+    }
+}
+
+/// What a row function reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RowOutcome {
+    Done,
+    /// The row's data could not be produced (a source unreadable with no other copy): the
+    /// operation records it and goes on.
+    Unrecoverable(String),
+    /// The operation cannot go on (its target failed, the VD went offline).
+    Fatal(String),
+}
+
+/// How an operation ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// Every row done (some may be in the bad-row list).
+    Complete,
+    /// Stopped by the administrator at the watermark.
+    Stopped,
+    Failed(String),
+}
+
+/// Called with the row and a completion to call once the row is done (from any thread).
+pub type SubmitRow<'a> = dyn Fn(u64, Box<dyn FnOnce(RowOutcome) + Send>) + 'a;
+
+/// The hooks of one run: submit a row, record a checkpoint, tell whether clients are busy.
+pub struct Hooks<'a> {
+    pub submit_row: &'a SubmitRow<'a>,
+    pub checkpoint: &'a mut dyn FnMut(u64),
+    pub clients_busy: &'a dyn Fn() -> bool,
+}
+
+/// Runs the operation from the progress's watermark to the end (or a stop or a failure).
+/// Blocks: call it on a thread of its own.
+pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
+    let (done_tx, done_rx) = mpsc::channel::<(u64, RowOutcome)>();
+    let mut next_row = progress.watermark_row();
+    let mut in_flight = 0usize;
+    let mut finished_above: BTreeSet<u64> = BTreeSet::new();
+    let mut last_checkpoint = (Instant::now(), progress.watermark_row());
+    let checkpoint_rows = (progress.total_rows / CHECKPOINT_FRACTION).max(1);
+    let mut failure = None;
+    loop {
+        let control = wait_while_paused(progress, in_flight);
+        let may_submit = control == Control::Run && failure.is_none();
+        // While clients are busy, one row at a time, so that the pause after it sets the share.
+        let throttled = progress.rate_percent() < 100 && (hooks.clients_busy)();
+        let window_rows = if throttled { 1 } else { WINDOW_ROWS };
+        // The window bounds the distance from the watermark, not only the rows in flight: a
+        // slow row holds the others back, so a restart redoes at most a window of rows.
+        let window_end_row = progress.watermark_row().saturating_add(window_rows as u64).min(progress.total_rows);
+        while may_submit && next_row < window_end_row {
+            let done_tx = done_tx.clone();
+            let row = next_row;
+            (hooks.submit_row)(row, Box::new(move |outcome| drop(done_tx.send((row, outcome)))));
+            next_row += 1;
+            in_flight += 1;
+        }
+        if in_flight == 0 {
+            break;
+        }
+        let started = Instant::now();
+        let (row, outcome) = done_rx.recv().expect("a submitted row always completes");
+        in_flight -= 1;
+        match outcome {
+            RowOutcome::Done => drop(finished_above.insert(row)),
+            RowOutcome::Unrecoverable(_) => {
+                progress.bad_rows.lock().expect("bad rows lock").push(row);
+                finished_above.insert(row);
+            }
+            // Not done: the watermark must stay below it, so a resumed run does it again.
+            RowOutcome::Fatal(reason) => failure = failure.or(Some(reason)),
+        }
+        advance_watermark(progress, &mut finished_above);
+        let watermark = progress.watermark_row();
+        if watermark - last_checkpoint.1 >= checkpoint_rows || last_checkpoint.0.elapsed() >= CHECKPOINT_INTERVAL {
+            (hooks.checkpoint)(watermark);
+            last_checkpoint = (Instant::now(), watermark);
+        }
+        throttle(progress, started.elapsed(), hooks.clients_busy);
+    }
+    match (failure, progress.control()) {
+        (Some(reason), _) => Finish::Failed(reason),
+        (None, Control::Stop) if progress.watermark_row() < progress.total_rows => {
+            (hooks.checkpoint)(progress.watermark_row());
+            Finish::Stopped
+        }
+        _ => {
+            assert_eq!(progress.watermark_row(), progress.total_rows, "a complete run covers every row");
+            Finish::Complete
+        }
+    }
+}
+
+/// Moves the watermark over the rows finished right above it.
+fn advance_watermark(progress: &Progress, finished_above: &mut BTreeSet<u64>) {
+    let mut watermark = progress.watermark_row();
+    while finished_above.remove(&watermark) {
+        watermark += 1;
+    }
+    progress.watermark_row.store(watermark, Ordering::Release);
+}
+
+/// Sleeps while paused, once nothing is in flight (rows already submitted finish first).
+fn wait_while_paused(progress: &Progress, in_flight: usize) -> Control {
+    while progress.control() == Control::Pause && in_flight == 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    progress.control()
+}
+
+/// After a row that took `row_time`: nothing while the VD is idle; otherwise enough sleep that
+/// the operation keeps the members busy `rate_percent` of the time.
+fn throttle(progress: &Progress, row_time: Duration, clients_busy: &dyn Fn() -> bool) {
+    if !clients_busy() {
+        return;
+    }
+    let rate_percent = u32::from(progress.rate_percent());
+    let pause = match rate_percent {
+        0 => RATE_ZERO_ROW_INTERVAL,
+        100 => return,
+        _ => row_time * (100 - rate_percent) / rate_percent,
+    };
+    std::thread::sleep(pause.min(RATE_ZERO_ROW_INTERVAL));
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+use super::*;
+use std::sync::Mutex;
+
+/// A row function that completes each row on another thread after a seeded delay, so rows
+/// finish out of order, with `outcome_of` deciding each row's outcome.
+struct FakeRows {
+    seen: Arc<Mutex<Vec<u64>>>,
+    outcome_of: fn(u64) -> RowOutcome,
+}
+
+impl FakeRows {
+    fn new(outcome_of: fn(u64) -> RowOutcome) -> FakeRows {
+        FakeRows { seen: Arc::new(Mutex::new(Vec::new())), outcome_of }
+    }
+
+    fn submit(&self) -> impl Fn(u64, Box<dyn FnOnce(RowOutcome) + Send>) + '_ {
+        move |row, done| {
+            self.seen.lock().unwrap().push(row);
+            let outcome = (self.outcome_of)(row);
+            let delay_us = (row.wrapping_mul(0x9E37_79B9) >> 7) % 300;
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(delay_us));
+                done(outcome);
+            });
+        }
+    }
+}
+
+fn run_all(progress: &Progress, rows: &FakeRows, checkpoints: &mut Vec<u64>) -> Finish {
+    let submit = rows.submit();
+    let mut record = |watermark| checkpoints.push(watermark);
+    run(progress, Hooks { submit_row: &submit, checkpoint: &mut record, clients_busy: &|| false })
+}
+
+#[test]
+fn every_row_is_done_once_and_the_watermark_only_moves_forward() {
+    let progress = Progress::new(1000, 0, RATE_PERCENT_DEFAULT);
+    let rows = FakeRows::new(|_| RowOutcome::Done);
+    let mut checkpoints = Vec::new();
+    assert_eq!(run_all(&progress, &rows, &mut checkpoints), Finish::Complete);
+    let mut seen = rows.seen.lock().unwrap().clone();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..1000).collect::<Vec<_>>());
+    assert!(checkpoints.windows(2).all(|w| w[0] <= w[1]), "{checkpoints:?}");
+    let step_rows_max = 1000 / CHECKPOINT_FRACTION + WINDOW_ROWS as u64;
+    let gaps = std::iter::once(0).chain(checkpoints.iter().copied()).collect::<Vec<_>>();
+    assert!(gaps.windows(2).all(|w| w[1] - w[0] <= step_rows_max), "a checkpoint about every 1/16: {checkpoints:?}");
+    assert_eq!(progress.watermark_row(), 1000);
+}
+
+#[test]
+fn a_stopped_operation_checkpoints_its_watermark_and_resumes_from_it() {
+    let progress = Progress::new(400, 0, RATE_PERCENT_DEFAULT);
+    let rows = FakeRows::new(|_| RowOutcome::Done);
+    let stopper = Arc::clone(&rows.seen);
+    let stop_at = Arc::new(AtomicU64::new(0));
+    let submit = |row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
+        if row == 100 {
+            progress.set_control(Control::Stop);
+            stop_at.store(row, Ordering::SeqCst);
+        }
+        stopper.lock().unwrap().push(row);
+        done(RowOutcome::Done);
+    };
+    let mut checkpoints = Vec::new();
+    let mut record = |watermark| checkpoints.push(watermark);
+    let finish = run(&progress, Hooks { submit_row: &submit, checkpoint: &mut record, clients_busy: &|| false });
+    assert_eq!(finish, Finish::Stopped);
+    let watermark = progress.watermark_row();
+    assert!((100..=100 + WINDOW_ROWS as u64).contains(&watermark), "{watermark}");
+    assert_eq!(checkpoints.last(), Some(&watermark), "a stop records where it stopped");
+
+    let resumed = Progress::new(400, watermark, RATE_PERCENT_DEFAULT);
+    let rest = FakeRows::new(|_| RowOutcome::Done);
+    assert_eq!(run_all(&resumed, &rest, &mut Vec::new()), Finish::Complete);
+    let mut seen = rest.seen.lock().unwrap().clone();
+    seen.sort_unstable();
+    assert_eq!(seen, (watermark..400).collect::<Vec<_>>(), "the rest, and only the rest");
+}
+
+#[test]
+fn unrecoverable_rows_are_recorded_and_skipped_and_a_fatal_row_ends_the_run() {
+    let progress = Progress::new(200, 0, RATE_PERCENT_DEFAULT);
+    let rows = FakeRows::new(|row| if row % 50 == 7 { RowOutcome::Unrecoverable(format!("row {row}")) } else { RowOutcome::Done });
+    assert_eq!(run_all(&progress, &rows, &mut Vec::new()), Finish::Complete);
+    let mut bad = progress.bad_rows();
+    bad.sort_unstable();
+    assert_eq!(bad, vec![7, 57, 107, 157]);
+
+    let progress = Progress::new(200, 0, RATE_PERCENT_DEFAULT);
+    let rows = FakeRows::new(|row| if row == 60 { RowOutcome::Fatal("target failed".into()) } else { RowOutcome::Done });
+    assert_eq!(run_all(&progress, &rows, &mut Vec::new()), Finish::Failed("target failed".into()));
+    assert!(progress.watermark_row() <= 60, "the watermark never passes the row that failed");
+}
+
+#[test]
+fn a_paused_operation_submits_nothing_until_resumed() {
+    let progress = Progress::new(64, 0, RATE_PERCENT_DEFAULT);
+    progress.set_control(Control::Pause);
+    let rows = FakeRows::new(|_| RowOutcome::Done);
+    std::thread::scope(|scope| {
+        let runner = scope.spawn(|| run_all(&progress, &rows, &mut Vec::new()));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(rows.seen.lock().unwrap().is_empty(), "nothing while paused");
+        progress.set_control(Control::Run);
+        assert_eq!(runner.join().unwrap(), Finish::Complete);
+    });
+}
+
+#[test]
+fn with_busy_clients_the_rate_sets_the_share_of_time_taken() {
+    // Each row takes 2 ms; at 25 % the run takes about four times as long as its rows.
+    let progress = Progress::new(40, 0, 25);
+    let submit = |_row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            done(RowOutcome::Done);
+        });
+    };
+    let started = Instant::now();
+    let finish = run(&progress, Hooks { submit_row: &submit, checkpoint: &mut |_| {}, clients_busy: &|| true });
+    assert_eq!(finish, Finish::Complete);
+    // Rows alone: 80 ms; at 25 % at least 3x that. Only a lower bound: timing here is noisy.
+    assert!(started.elapsed() >= Duration::from_millis(240), "{:?}", started.elapsed());
+}
