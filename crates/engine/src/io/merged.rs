@@ -5,7 +5,7 @@
 use super::row::{member_submit, AttemptError, Env, Row};
 use super::SpanIo;
 use crate::runtime::LockKey;
-use crate::vd::{VdCompletion, VdError};
+use crate::vd::{CheckMode, CheckOutcome, MemberSet, VdCompletion, VdError};
 use drive::{DriveError, DriveOp, IoBuf, OpKind};
 use futures::future::join_all;
 
@@ -112,8 +112,8 @@ pub(super) fn stripe_error(env: &Env, error: AttemptError, buf: IoBuf) -> VdComp
     VdCompletion { result, buf: Some(buf) }
 }
 
-/// RAID0 and JBOD: every request goes through [`merged_io`], so no row function is ever asked
-/// of them; they have no redundancy to serve a row from.
+/// RAID0 and JBOD: every request goes through [`merged_io`], so their read and write row
+/// functions are never called; they have no redundancy to rebuild or check a row from.
 pub(crate) struct Stripe;
 
 impl SpanIo for Stripe {
@@ -123,4 +123,14 @@ impl SpanIo for Stripe {
     async fn write(_env: &Env, _row: &Row, _views: &mut Vec<IoBuf>) -> Result<(), VdError> {
         unreachable!("stripe levels write through the merged path")
     }
+    async fn rebuild_row(env: &Env, _row: &Row, _targets: MemberSet) -> Result<(), VdError> {
+        Err(no_redundancy(env, "rebuild"))
+    }
+    async fn check_row(env: &Env, _row: &Row, _mode: CheckMode) -> Result<CheckOutcome, VdError> {
+        Err(no_redundancy(env, "check"))
+    }
+}
+
+fn no_redundancy(env: &Env, action: &'static str) -> VdError {
+    VdError::NoRedundancy { vd: env.vd.name(), level: env.vd.geometry().level(), action }
 }

@@ -33,7 +33,7 @@ mod parity;
 mod row;
 
 use crate::runtime::{LockKey, Reactor};
-use crate::vd::{VdCompletion, VdError, VdRequest, VirtualDrive};
+use crate::vd::{CheckMode, CheckOutcome, MemberSet, VdCompletion, VdError, VdRequest, VirtualDrive};
 use drive::IoBuf;
 use futures::future::join_all;
 use layout::{DataPiece, RowPiece, SpanKind};
@@ -49,6 +49,22 @@ pub(crate) trait SpanIo {
     async fn read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError>;
     /// Writes `views` to the row's pieces and their redundancy. The row lock is held.
     async fn write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Result<(), VdError>;
+    /// Rebuilds the strips that `targets` hold in the whole row `row` from the other members,
+    /// and writes them. Targets are never read. The row lock is held.
+    ///
+    /// # Errors
+    /// [`VdError::RowUnrecoverable`] when the other members do not hold what a target needs
+    /// (nothing is made up), [`VdError::RowMemberIo`] when a target fails its write (the target
+    /// is failed), [`VdError::NoRedundancy`] for levels without redundancy.
+    async fn rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError>;
+    /// Reads the whole row `row` from every member and verifies its redundancy, rewriting what
+    /// disagrees when `mode` says so. The row lock is held.
+    ///
+    /// # Errors
+    /// [`VdError::RowMemberOut`] when a member of the row is out of service,
+    /// [`VdError::RowMemberIo`] when a member fails a read or a repair write,
+    /// [`VdError::NoRedundancy`] for levels without redundancy.
+    async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError>;
 }
 
 /// One call of a [`SpanIo`] function, so that [`on_span`] can make it for any span kind.
@@ -82,6 +98,50 @@ impl RowTask for WriteTask<'_> {
     async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output {
         S::write(env, row, self.0).await
     }
+}
+
+struct RebuildTask(MemberSet);
+
+impl RowTask for RebuildTask {
+    type Output = Result<(), VdError>;
+    async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output {
+        S::rebuild_row(env, row, self.0).await
+    }
+}
+
+struct CheckTask(CheckMode);
+
+impl RowTask for CheckTask {
+    type Output = Result<CheckOutcome, VdError>;
+    async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output {
+        S::check_row(env, row, self.0).await
+    }
+}
+
+/// Rebuilds the strips of `targets` in row `row`, a row this shard owns (see
+/// [`SpanIo::rebuild_row`]).
+pub(crate) async fn rebuild_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u64, targets: MemberSet) -> Result<(), VdError> {
+    let env = Env { reactor, vd };
+    if env.vd.is_retired() {
+        return Err(VdError::Deleted { vd: env.vd.name() });
+    }
+    let _lock = env.lock_row(row).await;
+    let whole = Row::whole(env.vd.geometry(), row);
+    on_span(&env, &whole, RebuildTask(targets)).await
+}
+
+/// Checks row `row`, a row this shard owns (see [`SpanIo::check_row`]).
+pub(crate) async fn check_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+    let env = Env { reactor, vd };
+    if env.vd.is_retired() {
+        return Err(VdError::Deleted { vd: env.vd.name() });
+    }
+    let _lock = env.lock_row(row).await;
+    let whole = Row::whole(env.vd.geometry(), row);
+    let outcome = on_span(&env, &whole, CheckTask(mode)).await?;
+    assert!(outcome.row == row, "a check reports the row it checked");
+    assert!(!outcome.repaired || (mode == CheckMode::Repair && !outcome.is_consistent()), "repaired only what a repair found");
+    Ok(outcome)
 }
 
 /// Serves one request whose range lies in rows this shard owns (or a flush).

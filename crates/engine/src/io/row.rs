@@ -1,11 +1,11 @@
 //! Rows, views, and member I/O with retry and error booking: what every span kind's path is
 //! built from.
 
-use crate::runtime::{DriveDone, Reactor};
+use crate::runtime::{DriveDone, LockKey, Reactor, RowLock};
 use crate::vd::{MemberSet, MemberState, VdError, VirtualDrive};
 use drive::{DriveError, DriveOp, IoBuf, OpKind};
 use futures::future::join_all;
-use layout::{DataPiece, RowMap, RowPiece};
+use layout::{DataPiece, Geometry, RowMap, RowPiece};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +31,15 @@ pub(crate) struct Env {
     pub vd: Arc<VirtualDrive>,
 }
 
+impl Env {
+    /// Queues for the lock of `row` and waits until it is held.
+    pub(super) async fn lock_row(&self, row: u64) -> RowLock {
+        let lock = self.reactor.lock(LockKey { vd_id: self.vd.id(), row });
+        lock.acquired().await;
+        lock
+    }
+}
+
 pub(super) fn split_views(mut buf: IoBuf, pieces: &[DataPiece]) -> Vec<IoBuf> {
     let pieces_bytes: u64 = pieces.iter().map(|p| p.len_bytes).sum();
     assert_eq!(pieces_bytes, buf.len() as u64, "a row's pieces cover exactly the request's bytes in it");
@@ -53,6 +62,18 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// Every strip of row `row`, whole: what rebuild and check work on.
+    pub(super) fn whole(geometry: &Geometry, row: u64) -> Row {
+        let map = geometry.row_map(row);
+        let len_bytes = geometry.row_data_bytes();
+        let piece = RowPiece { row, vd_offset_bytes: row * len_bytes, offset_in_row_bytes: 0, len_bytes };
+        let pieces = map.data_pieces(0, len_bytes).collect();
+        let whole = Row { map, pieces, lo: 0, hi: 0 }.with_columns(piece);
+        assert!(whole.pieces.len() == whole.map.data_strip_count(), "a whole row has one piece per data strip");
+        assert!(whole.width_bytes() as u64 == whole.map.strip_size_bytes(), "a whole row covers whole strips");
+        whole
+    }
+
     pub(super) fn with_columns(mut self, piece: RowPiece) -> Row {
         let (lo, hi) = self.map.column_range(piece.offset_in_row_bytes, piece.len_bytes);
         self.lo = lo;
@@ -166,6 +187,44 @@ pub(super) async fn repair_copies(env: &Env, places: &[(usize, u64)], good: &IoB
             tracing::info!(vd = %env.vd.name(), member, offset_bytes, "repaired a read error from redundancy");
         }
     }
+}
+
+/// Fails a row job that needs every member of `members` in service, naming the first that is not.
+pub(super) fn require_online(env: &Env, row: u64, mut members: impl Iterator<Item = usize>) -> Result<(), VdError> {
+    let unavailable = env.vd.unavailable();
+    match members.find(|&member| unavailable.contains(member)) {
+        Some(member) => Err(VdError::RowMemberOut { vd: env.vd.name(), row, member }),
+        None => Ok(()),
+    }
+}
+
+/// Reads whole strips, (member, drive offset), for a row job; a read error is booked and fails
+/// the job with its member named (`action` says what the reads were for).
+pub(super) async fn read_strips(env: &Env, row: u64, places: &[(usize, u64)], action: &'static str) -> Result<Vec<IoBuf>, VdError> {
+    let strip_bytes = env.vd.geometry().strip_size_bytes() as usize;
+    let reads = places.iter().map(|&(member, offset_bytes)| (member, read_op(offset_bytes, strip_bytes))).collect();
+    let (bufs, error) = run_all(env, reads).await;
+    if let Some(AttemptError::Member { index, kind, error }) = error {
+        env.vd.member_error(index, kind, &error);
+        return Err(VdError::RowMemberIo { vd: env.vd.name(), row, member: index, action, error });
+    }
+    Ok(bufs.into_iter().map(|buf| buf.expect("read returns its buffer")).collect())
+}
+
+/// Writes strips a row job rebuilt or repaired: (member, drive offset, contents). Every member
+/// that fails its write is taken out of service (its strip is now stale); the first is named.
+pub(super) async fn write_strips(env: &Env, row: u64, writes: Vec<(usize, u64, IoBuf)>, action: &'static str) -> Result<(), VdError> {
+    let places: Vec<(usize, u64)> = writes.iter().map(|&(member, offset_bytes, _)| (member, offset_bytes)).collect();
+    assert!(places.iter().enumerate().all(|(i, p)| !places[..i].contains(p)), "a row job writes each strip once: {places:?}");
+    let ops = writes.into_iter().map(|(member, offset_bytes, buf)| member_io(env, member, DriveOp::Write { offset_bytes, buf }));
+    let mut first_error = None;
+    for (&(member, _), (result, _)) in places.iter().zip(join_all(ops).await) {
+        if let Err(error) = result {
+            env.vd.member_error(member, OpKind::Write, &error);
+            first_error.get_or_insert(VdError::RowMemberIo { vd: env.vd.name(), row, member, action, error });
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Flushes every online member's cache; a member that fails it is booked.
