@@ -27,7 +27,10 @@ pub mod runtime;
 pub mod vd;
 
 pub use runtime::CompletionOrder;
-pub use vd::{Member, MemberEvent, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES};
+pub use vd::{
+    CheckMode, CheckOutcome, Member, MemberEvent, MemberSet, MemberState, Mismatch, VdCompletion, VdError, VdLayout, VdRequest, VdState,
+    VirtualDrive, MEMBER_RESERVED_BYTES,
+};
 
 use crossbeam_channel::{Receiver, Sender};
 use drive::{Completion, Drive, DriveOp, IoBuf, IoCtx, IoCtxConfig, ShardWaker};
@@ -41,6 +44,10 @@ use std::thread::JoinHandle;
 pub type Done = Box<dyn FnOnce(VdCompletion) + Send>;
 /// Called once with the completion of a raw drive operation, on a shard thread.
 pub type RawDone = Box<dyn FnOnce(Completion) + Send>;
+/// Called once with the outcome of a row rebuild, on a shard thread.
+pub type RebuildDone = Box<dyn FnOnce(Result<(), VdError>) + Send>;
+/// Called once with the outcome of a row check, on a shard thread.
+pub type CheckDone = Box<dyn FnOnce(Result<CheckOutcome, VdError>) + Send>;
 
 #[derive(Clone, Copy, Debug)]
 pub struct EngineConfig {
@@ -62,7 +69,14 @@ impl Default for EngineConfig {
 enum ShardMsg {
     Request { vd: Arc<VirtualDrive>, request: VdRequest, done: Done },
     Raw { drive: Arc<dyn Drive>, op: DriveOp, done: RawDone },
+    Row { vd: Arc<VirtualDrive>, row: u64, job: RowJob },
     Stop,
+}
+
+/// A whole-row job of a background process, run on the shard that owns the row.
+enum RowJob {
+    Rebuild { targets: MemberSet, done: RebuildDone },
+    Check { mode: CheckMode, done: CheckDone },
 }
 
 struct ShardHandle {
@@ -122,13 +136,11 @@ impl Engine {
 
     /// Cuts a request into runs of rows owned by one shard and sends each to its shard.
     fn submit_pieces(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf, write: bool, done: Done) {
-        let shard_count = self.shards.len() as u64;
         let mut pieces: Vec<(usize, u64, IoBuf)> = Vec::new();
         let mut run_start = offset_bytes;
         let mut run_shard = None;
-        let stride_rows = shard_stride_rows(vd.geometry());
         for row in vd.geometry().rows(offset_bytes, buf.len() as u64) {
-            let shard = ((row.row / stride_rows) % shard_count) as usize;
+            let shard = self.shard_of_row(vd.geometry(), row.row);
             if run_shard.is_some_and(|s| s != shard) {
                 let rest = buf.split_off((row.vd_offset_bytes - run_start) as usize);
                 pieces.push((run_shard.expect("checked"), run_start, std::mem::replace(&mut buf, rest)));
@@ -158,6 +170,37 @@ impl Engine {
     fn send_request(&self, shard: usize, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
         vd.begin_request();
         self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done });
+    }
+
+    /// The shard that owns `row`: rows are dealt to shards in strides.
+    fn shard_of_row(&self, geometry: &layout::Geometry, row: u64) -> usize {
+        ((row / shard_stride_rows(geometry)) % self.shards.len() as u64) as usize
+    }
+
+    /// Rebuilds the strips that the `targets` members hold in row `row`, on the shard that owns
+    /// the row, under its lock: what a rebuild process does row by row. `done` runs on a shard
+    /// thread (at once for a bad row or member number).
+    pub fn rebuild_row(&self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet, done: RebuildDone) {
+        if let Err(error) = validate_row(vd, row, targets) {
+            return done(Err(error));
+        }
+        self.send_row(vd, row, RowJob::Rebuild { targets, done });
+    }
+
+    /// Checks row `row` (and repairs it if `mode` says so) on the shard that owns it, under its
+    /// lock: what a consistency check does row by row.
+    pub fn check_row(&self, vd: &Arc<VirtualDrive>, row: u64, mode: CheckMode, done: CheckDone) {
+        if let Err(error) = validate_row(vd, row, MemberSet::default()) {
+            return done(Err(error));
+        }
+        self.send_row(vd, row, RowJob::Check { mode, done });
+    }
+
+    /// Hands a row job to the row's shard, counted in the VD's requests in flight like a request.
+    fn send_row(&self, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
+        vd.begin_request();
+        let shard = self.shard_of_row(vd.geometry(), row);
+        self.shards[shard].send(ShardMsg::Row { vd: Arc::clone(vd), row, job });
     }
 
     /// Runs one operation on a drive directly, bypassing every RAID layer: the baseline the
@@ -221,6 +264,22 @@ pub const SHARD_STRIDE_BYTES: u64 = 1 << 20;
 /// Consecutive rows that belong to one shard.
 fn shard_stride_rows(geometry: &layout::Geometry) -> u64 {
     SHARD_STRIDE_BYTES.div_ceil(geometry.row_data_bytes()).max(1)
+}
+
+/// Checks a row job's row and members against the VD before anything is queued.
+fn validate_row(vd: &VirtualDrive, row: u64, targets: MemberSet) -> Result<(), VdError> {
+    if vd.is_retired() {
+        return Err(VdError::Deleted { vd: vd.name() });
+    }
+    let row_count = vd.geometry().row_count();
+    if row >= row_count {
+        return Err(VdError::RowOutOfRange { vd: vd.name(), row, row_count });
+    }
+    let member_count = vd.members().len();
+    match targets.iter().find(|&member| member >= member_count) {
+        Some(member) => Err(VdError::MemberOutOfRange { vd: vd.name(), member, member_count }),
+        None => Ok(()),
+    }
 }
 
 /// Checks a request against the VD before anything is queued.
@@ -293,7 +352,21 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
             });
             false
         }
+        ShardMsg::Row { vd, row, job } => {
+            executor.spawn(async move {
+                run_row_job(reactor, &vd, row, job).await;
+                vd.end_request();
+            });
+            false
+        }
         ShardMsg::Stop => true,
+    }
+}
+
+async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
+    match job {
+        RowJob::Rebuild { targets, done } => done(io::rebuild_row(reactor, Arc::clone(vd), row, targets).await),
+        RowJob::Check { mode, done } => done(io::check_row(reactor, Arc::clone(vd), row, mode).await),
     }
 }
 
@@ -352,6 +425,59 @@ impl LocalEngine {
         let reactor = Rc::clone(self.executor.reactor());
         let vd = Arc::clone(vd);
         self.executor.spawn(async move { done(io::serve(reactor, vd, request).await) });
+    }
+
+    /// Queues a rebuild of the strips `targets` hold in row `row` (see [`Engine::rebuild_row`]);
+    /// `done` runs during a later [`LocalEngine::step`], or at once for a bad row or member.
+    pub fn rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet, done: impl FnOnce(Result<(), VdError>) + 'static) {
+        if let Err(error) = validate_row(vd, row, targets) {
+            return done(Err(error));
+        }
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::rebuild_row(reactor, vd, row, targets).await) });
+    }
+
+    /// Queues a check of row `row` (see [`Engine::check_row`]).
+    pub fn check_row(
+        &mut self,
+        vd: &Arc<VirtualDrive>,
+        row: u64,
+        mode: CheckMode,
+        done: impl FnOnce(Result<CheckOutcome, VdError>) + 'static,
+    ) {
+        if let Err(error) = validate_row(vd, row, MemberSet::default()) {
+            return done(Err(error));
+        }
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::check_row(reactor, vd, row, mode).await) });
+    }
+
+    /// Rebuilds one row and waits for the outcome: for tests and tools.
+    ///
+    /// # Errors
+    /// What the rebuild reported.
+    pub fn run_rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet) -> Result<(), VdError> {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        self.rebuild_row(vd, row, targets, move |result| *out.borrow_mut() = Some(result));
+        self.run_until_idle();
+        let result = slot.borrow_mut().take();
+        result.expect("rebuild completed")
+    }
+
+    /// Checks one row and waits for the outcome: for tests and tools.
+    ///
+    /// # Errors
+    /// What the check reported.
+    pub fn run_check_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        self.check_row(vd, row, mode, move |result| *out.borrow_mut() = Some(result));
+        self.run_until_idle();
+        let result = slot.borrow_mut().take();
+        result.expect("check completed")
     }
 
     /// One turn of the loop. Returns whether anything happened.

@@ -117,6 +117,56 @@ pub enum VdError {
     Deleted { vd: String },
     #[error("virtual drive {vd}: a member failed and the failure could not be recorded in the metadata ({detail}); writes are refused until it is")]
     FailureUnrecorded { vd: String, detail: String },
+    #[error("virtual drive {vd} is {level}, which keeps no redundancy: there is nothing to {action} a row from")]
+    NoRedundancy { vd: String, level: Level, action: &'static str },
+    #[error("virtual drive {vd} has {row_count} rows: row {row} does not exist")]
+    RowOutOfRange { vd: String, row: u64, row_count: u64 },
+    #[error("virtual drive {vd} has {member_count} members: member {member} does not exist")]
+    MemberOutOfRange { vd: String, member: usize, member_count: usize },
+    #[error("virtual drive {vd}: row {row} of member {member} cannot be rebuilt: no other member holds what it needs")]
+    RowUnrecoverable { vd: String, row: u64, member: usize },
+    #[error("virtual drive {vd}: row {row} cannot be checked: member {member} is out of service")]
+    RowMemberOut { vd: String, row: u64, member: usize },
+    #[error("virtual drive {vd}: row {row}: {action} member {member} failed: {error}")]
+    RowMemberIo { vd: String, row: u64, member: usize, action: &'static str, error: DriveError },
+}
+
+/// Whether a consistency check rewrites what it finds wrong, as MegaRAID's check does by
+/// default, or only reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckMode {
+    Report,
+    Repair,
+}
+
+/// What a consistency check found in one row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckOutcome {
+    pub row: u64,
+    pub mismatches: Vec<Mismatch>,
+    /// Whether every mismatch was rewritten ([`CheckMode::Repair`] with something to repair).
+    pub repaired: bool,
+}
+
+impl CheckOutcome {
+    pub fn is_consistent(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+/// One disagreement inside a row, named as precisely as the level allows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Mirrors: the copies of data strip `strip_index` differ. `members` holds copy 0's member
+    /// first, then the members whose copy differs from it; nothing says which copy is right, so
+    /// a repair copies copy 0 over the others.
+    Copies { strip_index: usize, members: Vec<usize> },
+    /// The parity disagrees with the data and the wrong strip cannot be named: RAID5 always,
+    /// RAID6 when more than one strip is wrong. A repair recomputes P (and Q) from the data.
+    Unlocated { p_member: usize, q_member: Option<usize> },
+    /// RAID6: P and Q name the one member whose strip is wrong (data, P or Q). A repair rewrites
+    /// that strip from the others.
+    Member { member: usize, role: layout::Role },
 }
 
 /// How a VD is laid out, before the member sizes are known.
@@ -392,6 +442,11 @@ impl VirtualDrive {
 
     fn complete(&self, done: Done, completion: VdCompletion) {
         done(completion);
+        self.end_request();
+    }
+
+    /// Ends a request piece or a row job counted by [`VirtualDrive::begin_request`].
+    pub(crate) fn end_request(&self) {
         let before = self.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "v{}: more requests finished than began", self.id);
     }
@@ -451,23 +506,38 @@ impl VirtualDrive {
 
 /// A set of member indices (a VD has at most 8 spans of 32 drives).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct MemberSet([u64; 4]);
+pub struct MemberSet([u64; 4]);
 
 impl MemberSet {
-    pub(crate) fn insert(&mut self, index: usize) {
+    /// Most members a set can hold.
+    pub const MEMBERS_MAX: usize = 256;
+
+    pub fn of(members: &[usize]) -> MemberSet {
+        let mut set = MemberSet::default();
+        for &member in members {
+            set.insert(member);
+        }
+        set
+    }
+    pub fn insert(&mut self, index: usize) {
+        assert!(index < Self::MEMBERS_MAX, "member {index} past the {} a set holds", Self::MEMBERS_MAX);
         self.0[index / 64] |= 1 << (index % 64);
     }
-    pub(crate) fn contains(&self, index: usize) -> bool {
-        self.0[index / 64] & (1 << (index % 64)) != 0
+    pub fn contains(&self, index: usize) -> bool {
+        index < Self::MEMBERS_MAX && self.0[index / 64] & (1 << (index % 64)) != 0
     }
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.0 == [0; 4]
     }
-    pub(crate) fn union(mut self, other: MemberSet) -> MemberSet {
+    pub fn union(mut self, other: MemberSet) -> MemberSet {
         for (a, b) in self.0.iter_mut().zip(other.0) {
             *a |= b;
         }
         self
+    }
+    /// The members in the set, in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..Self::MEMBERS_MAX).filter(|&index| self.contains(index))
     }
 }
 

@@ -22,6 +22,13 @@ fn io_error(error: &VdError) -> IoError {
         VdError::Offline { .. } | VdError::Unrecoverable { .. } | VdError::Deleted { .. } | VdError::FailureUnrecorded { .. } => {
             IoError::Io
         }
+        // Only row jobs (rebuild, check) return these; a client request never does.
+        VdError::NoRedundancy { .. }
+        | VdError::RowOutOfRange { .. }
+        | VdError::MemberOutOfRange { .. }
+        | VdError::RowUnrecoverable { .. }
+        | VdError::RowMemberOut { .. }
+        | VdError::RowMemberIo { .. } => IoError::Io,
         VdError::Stopped => IoError::ShuttingDown,
     }
 }

@@ -1,0 +1,178 @@
+//! Mirror spans: RAID1, RAID10 and RAID1E. Every strip has two copies; writes go to every
+//! available copy, reads to the copy with fewer outstanding I/Os, then the nearer head.
+
+use super::row::{book, member_io, read_op, read_strips, repair_copies, require_online, retry_limit, write_strips, AttemptError, Env, Row};
+use super::SpanIo;
+use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
+use drive::{DriveOp, IoBuf, OpKind};
+use futures::future::join_all;
+use layout::DataPiece;
+use std::sync::atomic::Ordering;
+
+/// The mirror span kinds' row functions.
+pub(crate) struct Mirror;
+
+impl SpanIo for Mirror {
+    async fn read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {
+        mirror_read(env, row, views).await
+    }
+    async fn write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Result<(), VdError> {
+        mirror_write(env, row, views).await
+    }
+    async fn rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError> {
+        let strips = (0..row.map.data_strip_count()).map(|k| rebuild_strip(env, row, k, targets));
+        join_all(strips).await.into_iter().collect()
+    }
+    async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+        mirror_check_row(env, row, mode).await
+    }
+}
+
+/// The copy to read strip `k` from: fewest outstanding I/Os, then nearest head position.
+fn choose_copy(env: &Env, row: &Row, piece: &DataPiece, unavailable: MemberSet) -> Option<(usize, u64)> {
+    (0..row.map.copy_count())
+        .map(|copy| row.map.data_copy(piece.strip_index, copy))
+        .filter(|place| !unavailable.contains(place.drive))
+        .map(|place| {
+            let member = env.vd.member(place.drive);
+            let target = place.drive_offset_bytes + piece.offset_in_strip_bytes;
+            let distance = member.last_end_bytes.load(Ordering::Relaxed).abs_diff(target);
+            (member.outstanding.load(Ordering::Relaxed), distance, place.drive, target)
+        })
+        .min_by_key(|&(outstanding, distance, _, _)| (outstanding, distance))
+        .map(|(_, _, drive, target)| (drive, target))
+}
+
+async fn mirror_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {
+    let reads = row.pieces.iter().zip(views.iter_mut()).map(|(piece, view)| mirror_read_piece(env, row, piece, view));
+    join_all(reads).await.into_iter().collect()
+}
+
+async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut IoBuf) -> Result<(), VdError> {
+    let mut avoid = MemberSet::default();
+    let mut repair = Vec::new();
+    for _ in 0..retry_limit(&env.vd) {
+        let unavailable = env.vd.unavailable().union(avoid);
+        let Some((member, offset_bytes)) = choose_copy(env, row, piece, unavailable) else {
+            return Err(env.vd.offline_error());
+        };
+        let buf = std::mem::replace(view, IoBuf::zeroed(0));
+        let (result, buf) = member_io(env, member, DriveOp::Read { offset_bytes, buf }).await;
+        *view = buf.expect("read returns its buffer");
+        match result {
+            Ok(()) => {
+                repair_copies(env, &repair, view).await;
+                return Ok(());
+            }
+            Err(error) => {
+                if let Some(give_up) = book(env, AttemptError::Member { index: member, kind: OpKind::Read, error }, &mut avoid) {
+                    return Err(give_up);
+                }
+                repair.push((member, offset_bytes));
+            }
+        }
+    }
+    Err(env.vd.offline_error())
+}
+
+async fn mirror_write(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {
+    let writes = row.pieces.iter().zip(views.iter_mut()).map(|(piece, view)| mirror_write_piece(env, row, piece, view));
+    join_all(writes).await.into_iter().collect()
+}
+
+async fn mirror_write_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut IoBuf) -> Result<(), VdError> {
+    let unavailable = env.vd.unavailable();
+    let places: Vec<(usize, u64)> = (0..row.map.copy_count())
+        .map(|copy| row.map.data_copy(piece.strip_index, copy))
+        .filter(|place| !unavailable.contains(place.drive))
+        .map(|place| (place.drive, place.drive_offset_bytes + piece.offset_in_strip_bytes))
+        .collect();
+    // The first copy writes from the caller's buffer; the others from copies of it.
+    let mut bufs: Vec<IoBuf> = places.iter().skip(1).map(|_| IoBuf::from_slice(view.as_slice())).collect();
+    if !places.is_empty() {
+        bufs.insert(0, std::mem::replace(view, IoBuf::zeroed(0)));
+    }
+    let ops: Vec<(usize, DriveOp)> =
+        places.iter().zip(bufs).map(|(&(member, offset_bytes), buf)| (member, DriveOp::Write { offset_bytes, buf })).collect();
+    let kinds: Vec<usize> = ops.iter().map(|(member, _)| *member).collect();
+    let results = join_all(ops.into_iter().map(|(member, op)| member_io(env, member, op))).await;
+    let mut written = 0;
+    for (i, (member, (result, buf))) in kinds.into_iter().zip(results).enumerate() {
+        if i == 0 {
+            *view = buf.expect("write returns its buffer");
+        }
+        match result {
+            Ok(()) => written += 1,
+            Err(error) => {
+                env.vd.member_error(member, OpKind::Write, &error);
+            }
+        }
+    }
+    if written == 0 {
+        return Err(env.vd.offline_error());
+    }
+    Ok(())
+}
+
+/// Copies strip `k` of the row from a copy outside `targets` onto the copies inside it.
+async fn rebuild_strip(env: &Env, row: &Row, k: usize, targets: MemberSet) -> Result<(), VdError> {
+    let places: Vec<(usize, u64)> =
+        (0..row.map.copy_count()).map(|copy| row.map.data_copy(k, copy)).map(|place| (place.drive, place.drive_offset_bytes)).collect();
+    let target_places: Vec<(usize, u64)> = places.iter().copied().filter(|&(member, _)| targets.contains(member)).collect();
+    let Some(&(first_target, _)) = target_places.first() else { return Ok(()) };
+    let Some(good) = read_surviving_copy(env, row, k, targets).await else {
+        return Err(VdError::RowUnrecoverable { vd: env.vd.name(), row: row.map.row, member: first_target });
+    };
+    let writes = target_places.iter().map(|&(member, offset_bytes)| (member, offset_bytes, IoBuf::from_slice(good.as_slice()))).collect();
+    write_strips(env, row.map.row, writes, "writing the rebuilt strip to").await
+}
+
+/// Reads strip `k` whole from a copy that is in service and not a target, booking read errors
+/// and trying the next copy. `None` when no copy can be read.
+async fn read_surviving_copy(env: &Env, row: &Row, k: usize, targets: MemberSet) -> Option<IoBuf> {
+    let piece = &row.pieces[k];
+    assert!(piece.strip_index == k && piece.offset_in_strip_bytes == 0, "a rebuild reads whole strips");
+    let mut avoid = targets;
+    for _ in 0..retry_limit(&env.vd) {
+        let (member, offset_bytes) = choose_copy(env, row, piece, env.vd.unavailable().union(avoid))?;
+        let (result, buf) = member_io(env, member, read_op(offset_bytes, piece.len_bytes as usize)).await;
+        match result {
+            Ok(()) => return buf,
+            // Whether or not the VD can still serve, this strip's next copy decides.
+            Err(error) => drop(book(env, AttemptError::Member { index: member, kind: OpKind::Read, error }, &mut avoid)),
+        }
+    }
+    None
+}
+
+/// Compares every copy of every strip in the row with copy 0; a repair copies copy 0 over the
+/// copies that differ (nothing tells which copy is right; MegaRAID's check does the same).
+async fn mirror_check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+    let copy_count = row.map.copy_count();
+    let places: Vec<(usize, u64)> = (0..row.map.data_strip_count())
+        .flat_map(|k| (0..copy_count).map(move |copy| (k, copy)))
+        .map(|(k, copy)| row.map.data_copy(k, copy))
+        .map(|place| (place.drive, place.drive_offset_bytes))
+        .collect();
+    require_online(env, row.map.row, places.iter().map(|&(member, _)| member))?;
+    let copies = read_strips(env, row.map.row, &places, "reading for a check from").await?;
+    let mut mismatches = Vec::new();
+    let mut repairs = Vec::new();
+    for (k, strip_copies) in copies.chunks(copy_count).enumerate() {
+        let strip_places = &places[k * copy_count..(k + 1) * copy_count];
+        let differing: Vec<usize> = (1..copy_count).filter(|&c| strip_copies[c].as_slice() != strip_copies[0].as_slice()).collect();
+        if differing.is_empty() {
+            continue;
+        }
+        let members = std::iter::once(0).chain(differing.iter().copied()).map(|c| strip_places[c].0).collect();
+        mismatches.push(Mismatch::Copies { strip_index: k, members });
+        for c in differing {
+            repairs.push((strip_places[c].0, strip_places[c].1, IoBuf::from_slice(strip_copies[0].as_slice())));
+        }
+    }
+    let repaired = mode == CheckMode::Repair && !repairs.is_empty();
+    if repaired {
+        write_strips(env, row.map.row, repairs, "writing copy 0 over").await?;
+    }
+    Ok(CheckOutcome { row: row.map.row, mismatches, repaired })
+}
