@@ -13,7 +13,8 @@ pub struct ControllerId(pub u128);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DriveId(pub u128);
 
-/// A physical drive's state, in storcli's words.
+/// A physical drive's state, in storcli's words. Which state may follow which, and why, is
+/// `controller::state`'s table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DriveState {
     /// Usable, in no drive group (`UGood`).
@@ -30,10 +31,15 @@ pub enum DriveState {
     HotSpare,
     /// Being rebuilt from the rest of its drive group (`Rbld`).
     Rebuild,
+    /// Receiving a copy of a member: copyback to the replaced slot, or a proactive replacement
+    /// (`Cpybck`).
+    Copyback,
+    /// Failed and in no drive group (`UBad`): not used until the administrator makes it good.
+    UnconfiguredBad,
 }
 
 impl DriveState {
-    pub const ALL: [DriveState; 7] = [
+    pub const ALL: [DriveState; 9] = [
         DriveState::UnconfiguredGood,
         DriveState::Online,
         DriveState::Offline,
@@ -41,6 +47,8 @@ impl DriveState {
         DriveState::Missing,
         DriveState::HotSpare,
         DriveState::Rebuild,
+        DriveState::Copyback,
+        DriveState::UnconfiguredBad,
     ];
 
     /// storcli's abbreviation.
@@ -53,6 +61,8 @@ impl DriveState {
             DriveState::Missing => "Msng",
             DriveState::HotSpare => "HSP",
             DriveState::Rebuild => "Rbld",
+            DriveState::Copyback => "Cpybck",
+            DriveState::UnconfiguredBad => "UBad",
         }
     }
 }

@@ -28,11 +28,14 @@ pub enum MemberState {
 }
 
 impl MemberState {
+    /// Only `set_member_state` stores a member state, always from a `MemberState`: any other
+    /// byte is memory corruption, not a state to guess.
     fn from_u8(value: u8) -> MemberState {
         match value {
             0 => MemberState::Online,
             1 => MemberState::Failed,
-            _ => MemberState::Missing,
+            2 => MemberState::Missing,
+            _ => unreachable!("member state byte {value} is not a MemberState"),
         }
     }
 }

@@ -337,3 +337,101 @@ fn a_renamed_vd_is_the_same_object_and_follows_member_state_changes() {
     controller.set_drive(1, DriveCommand::Offline).unwrap();
     assert_eq!(held.state(), VdState::Degraded, "the held object sees the member go offline");
 }
+
+fn drive_states(controller: &Controller) -> Vec<(u32, DriveState)> {
+    controller.slots().iter().map(|s| (s.slot, s.state)).collect()
+}
+
+/// Checks that the drives went from `before` to what `controller` shows now, and that every
+/// change was recorded by exactly one event "slot N: A -> B (cause...)" after `since` events.
+fn check_changes(controller: &Controller, before: &[(u32, DriveState)], since: usize, expected: &[(u32, DriveState)]) {
+    let after = drive_states(controller);
+    let changed: Vec<(u32, DriveState)> = after.iter().filter(|state| !before.contains(state)).copied().collect();
+    assert_eq!(changed, expected, "drive states after {before:?}");
+    let events: Vec<String> = controller.events().into_iter().skip(since).map(|e| e.description).collect();
+    let transitions: Vec<&String> = events.iter().filter(|e| e.starts_with("slot ") && e.contains(" -> ")).collect();
+    assert_eq!(transitions.len(), changed.len(), "one event per change: {events:#?}");
+    for (slot, to) in changed {
+        let from = before.iter().find(|(s, _)| *s == slot).map(|(_, state)| state.short_name()).unwrap();
+        let prefix = format!("slot {slot}: {from} -> {} (", to.short_name());
+        assert!(transitions.iter().any(|e| e.starts_with(&prefix)), "no event {prefix:?}...: {events:#?}");
+    }
+}
+
+/// Every drive state change, by the administrator or by assembly, is recorded as an event; a
+/// failed member of a deleted VD becomes UBad and only `set good` makes it usable again.
+#[test]
+fn every_drive_state_change_is_recorded_and_a_deleted_vds_failed_member_is_unconfigured_bad() {
+    use DriveState::*;
+    let engine = engine();
+    let members = drives(4);
+    let first = open(&engine, &members);
+    let (before, since) = (drive_states(&first), first.events().len());
+    first.create_vd(spec(Level::Raid1, &[0, 1], "m")).unwrap();
+    first.add_hot_spare(2, vec![0]).unwrap();
+    check_changes(&first, &before, since, &[(0, Online), (1, Online), (2, HotSpare)]);
+    first.set_drive(3, DriveCommand::Good).unwrap_err();
+    for (slot, command, to) in [(0, DriveCommand::Offline, Offline), (0, DriveCommand::Online, Online), (1, DriveCommand::Missing, Missing)]
+    {
+        let (before, since) = (drive_states(&first), first.events().len());
+        first.set_drive(slot, command).unwrap();
+        check_changes(&first, &before, since, &[(slot, to)]);
+    }
+    let id = first.config().controller_id;
+    let before = drive_states(&first);
+    first.shutdown();
+    drop(first);
+
+    // Slot 1 found again: it missed the writes made while it was missing.
+    let second = open_as(&engine, &members, Some(id));
+    check_changes(&second, &before, 0, &[(1, Failed)]);
+    let (before, since) = (drive_states(&second), second.events().len());
+    second.delete_vd(0, false, false).unwrap();
+    check_changes(&second, &before, since, &[(0, UnconfiguredGood), (1, UnconfiguredBad), (2, UnconfiguredGood)]);
+
+    let generation = second.config().generation;
+    let refused = |result: Result<(), ControlError>, expected: &str| assert_eq!(result.unwrap_err().to_string(), expected);
+    refused(second.add_hot_spare(1, vec![]), "slot 1 is UBad; only an unconfigured good (UGood) drive can become a hot spare");
+    refused(second.create_vd(spec(Level::Raid0, &[1], "x")).map(|_| ()), "slot 1 is UBad; a new VD needs unconfigured good (UGood) drives");
+    refused(
+        second.set_drive(1, DriveCommand::Online),
+        "slot 1 is UBad; `set online` is allowed only for members of a VD that are Offln, Failed or Msng",
+    );
+    refused(
+        second.set_drive(0, DriveCommand::Good),
+        "slot 0 is UGood; `set good` is allowed only for drives in no VD that are UBad, Failed or Offln",
+    );
+    assert_eq!(second.config().generation, generation, "refusals change nothing");
+    let (before, since) = (drive_states(&second), second.events().len());
+    second.set_drive(1, DriveCommand::Good).unwrap();
+    check_changes(&second, &before, since, &[(1, UnconfiguredGood)]);
+    second.create_vd(spec(Level::Raid1, &[0, 1], "again")).unwrap();
+}
+
+/// A UBad drive absent at a start stays UBad (as Msng it would come back good), and it takes
+/// no metadata writes.
+#[test]
+fn an_unconfigured_bad_drive_stays_bad_across_restarts_with_or_without_it() {
+    let engine = engine();
+    let members = drives(3);
+    let first = open(&engine, &members);
+    first.create_vd(spec(Level::Raid1, &[0, 1], "m")).unwrap();
+    first.set_drive(1, DriveCommand::Missing).unwrap();
+    let id = first.config().controller_id;
+    first.shutdown();
+    drop(first);
+    let second = open_as(&engine, &members, Some(id));
+    second.delete_vd(0, false, false).unwrap();
+    assert_eq!(second.slot(1).unwrap().state, DriveState::UnconfiguredBad);
+    second.shutdown();
+    drop(second);
+
+    let without = open_as(&engine, &[Arc::clone(&members[0]), Arc::clone(&members[2])], Some(id));
+    assert_eq!(without.slot(1).unwrap().state, DriveState::UnconfiguredBad, "absent, still bad");
+    without.shutdown();
+    drop(without);
+    let with = open_as(&engine, &members, Some(id));
+    assert_eq!(with.slot(1).unwrap().state, DriveState::UnconfiguredBad, "found again, still bad");
+    let stored = engine::metadata::read(&*members[1]).unwrap().unwrap().superblock;
+    assert!(stored.generation < with.config().generation, "a UBad drive is not written to");
+}

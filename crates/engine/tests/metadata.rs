@@ -185,6 +185,55 @@ fn version_1_metadata_is_read_with_the_member_size_from_the_drive_records() {
     assert_eq!(decoded, sb);
 }
 
+/// Every drive state round-trips, the two added in version 3 (`Cpybck` = 8, `UBad` = 9) included,
+/// at the documented byte.
+#[test]
+fn every_drive_state_round_trips_with_its_documented_code() {
+    let codes = [
+        (DriveState::UnconfiguredGood, 1),
+        (DriveState::Online, 2),
+        (DriveState::Offline, 3),
+        (DriveState::Failed, 4),
+        (DriveState::Missing, 5),
+        (DriveState::HotSpare, 6),
+        (DriveState::Rebuild, 7),
+        (DriveState::Copyback, 8),
+        (DriveState::UnconfiguredBad, 9),
+    ];
+    assert_eq!(codes.len(), DriveState::ALL.len(), "every state has a documented code here");
+    for (state, code) in codes {
+        let mut config = small_config(0x77, 5);
+        config.drives[1].state = state;
+        let sb = superblock(config, 0);
+        let bytes = encode(&sb, 0).unwrap();
+        assert_eq!(bytes[DRIVE_RECORDS + 32 + 4], code, "{state:?} is stored as {code}");
+        assert_eq!(decode(&bytes), Ok(sb), "{state:?}");
+    }
+}
+
+/// Version 2 (before `Cpybck` and `UBad`) is still read; a version-2 record holding one of the
+/// codes version 3 added was never written by any storc and is refused as unknown.
+#[test]
+fn version_2_metadata_is_read_and_knows_no_copyback_or_unconfigured_bad() {
+    let as_version_2 = |state: DriveState| {
+        let mut config = small_config(0x66, 4);
+        config.drives[1].state = state;
+        let sb = superblock(config, 0);
+        let mut bytes = encode(&sb, 0).unwrap();
+        set_u32(&mut bytes, 8, 2);
+        reseal(&mut bytes);
+        (sb, bytes)
+    };
+    let (sb, bytes) = as_version_2(DriveState::Failed);
+    assert_eq!(decode(&bytes), Ok(sb));
+    let states_v2 = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld)";
+    for (state, code) in [(DriveState::Copyback, 8), (DriveState::UnconfiguredBad, 9)] {
+        let (_, bytes) = as_version_2(state);
+        let expected = MetadataError::UnknownCode { record: "drive record 1".into(), field: "state", code, known: states_v2.into() };
+        assert_eq!(decode(&bytes).err(), Some(expected), "{state:?} in version 2");
+    }
+}
+
 /// An independent transcription of the byte tables: the exact bytes of `small_config`.
 #[test]
 fn encoding_matches_the_documented_bytes() {
@@ -192,7 +241,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&2u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&3u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -246,8 +295,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 3), |_| UnknownVersion { found: 3, supported: 2 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 2 });
+    check_decode("unknown version", |b| set_u32(b, 8, 4), |_| UnknownVersion { found: 4, supported: 3 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 3 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -293,9 +342,9 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
         let known = known.to_string();
         move |_: &[u8]| UnknownCode { record, field, code, known }
     };
-    let states = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld)";
+    let states = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad)";
     check_decode("drive state 0", sealed(DRIVE_RECORDS + 32 + 4, 0), unknown("drive record 1".into(), "state", 0, states));
-    check_decode("drive state 8", sealed(DRIVE_RECORDS + 4, 8), unknown("drive record 0".into(), "state", 8, states));
+    check_decode("drive state 10", sealed(DRIVE_RECORDS + 4, 10), unknown("drive record 0".into(), "state", 10, states));
     let levels = "1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)";
     check_decode("level 42", sealed(VD0 + 8, 42), unknown(vd0(), "level", 42, levels));
     check_decode("write policy 4", sealed(VD0 + 9, 4), unknown(vd0(), "write_policy", 4, "1 (wt), 2 (wb), 3 (awb)"));
@@ -353,7 +402,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 3), "metadata format version 3 is unknown; this storc reads versions 1 to 2");
+    check("version", |b| set_u32(b, 8, 4), "metadata format version 4 is unknown; this storc reads versions 1 to 3");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,

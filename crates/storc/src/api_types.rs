@@ -73,7 +73,7 @@ pub struct VdView {
     pub drives_per_span: u32,
     pub span_count: u32,
     pub member_slots: Vec<u32>,
-    /// Member state per slot, in member order ("Onln", "Offln", "Failed", "Msng").
+    /// Member state per slot, in member order ("Onln", "Offln", "Failed", "Msng", "Rbld", "Cpybck").
     pub member_states: Vec<String>,
     /// "wt", "wb", "awb".
     pub write_policy: String,
@@ -92,7 +92,8 @@ pub struct DriveView {
     pub slot: u32,
     /// 32 hex digits.
     pub drive_id: String,
-    /// storcli state: "UGood", "Onln", "Offln", "Failed", "Msng", "GHS", "DHS", "Rbld".
+    /// storcli state: "UGood", "UBad", "Onln", "Offln", "Failed", "Msng", "GHS", "DHS", "Rbld",
+    /// "Cpybck", or "Frgn" (holds a foreign configuration).
     pub state: String,
     /// Drive group it belongs to (as member or dedicated spare), if any.
     pub drive_group: Option<u32>,

@@ -59,7 +59,7 @@ impl Controller {
             }
         }
         self.settle_returning_drives(&mut state);
-        mark_missing(&mut state);
+        self.mark_missing(&mut state);
         self.refuse_shrunken_members(&mut state);
         for record in state.config.vds.clone() {
             let vd = self.build_vd(&state, &record)?;
@@ -102,15 +102,14 @@ impl Controller {
             .map(|d| d.slot)
             .collect();
         for slot in returning {
-            let back_as = match member_of(state, slot) {
+            let (back_as, detail) = match member_of(state, slot) {
                 Some((vd_id, _)) => {
-                    self.log(Severity::Warning, format!("slot {slot} is back but missed the writes to v{vd_id} while missing; it stays out of service (Failed) until rebuilt"));
-                    DriveState::Failed
+                    (DriveState::Failed, Some(format!("missed the writes to v{vd_id} while missing; out of service until rebuilt")))
                 }
-                None if state.config.hot_spares.iter().any(|h| h.slot == slot) => DriveState::HotSpare,
-                None => DriveState::UnconfiguredGood,
+                None if state.config.hot_spares.iter().any(|h| h.slot == slot) => (DriveState::HotSpare, None),
+                None => (DriveState::UnconfiguredGood, None),
             };
-            set_drive_state(&mut state.config, slot, back_as);
+            self.transition(state, slot, back_as, state::Cause::Returned, detail.as_deref());
         }
     }
 
@@ -132,9 +131,22 @@ impl Controller {
                     ),
                 );
                 if state.config.drives.iter().any(|d| d.slot == *slot && d.state == DriveState::Online) {
-                    set_drive_state(&mut state.config, *slot, DriveState::Failed);
+                    self.transition(state, *slot, DriveState::Failed, state::Cause::Shrunk, Some(&format!("member of v{}", record.vd_id)));
                 }
             }
+        }
+    }
+}
+
+impl Controller {
+    /// Recorded drives that did not show up are missing, except a UBad drive, which stays UBad:
+    /// found again as Msng it would come back UGood (see `state`).
+    fn mark_missing(&self, state: &mut State) {
+        let stays = |d: &DriveRecord| matches!(d.state, DriveState::Missing | DriveState::UnconfiguredBad);
+        let absent: Vec<u32> =
+            state.config.drives.iter().filter(|d| !stays(d) && !state.slots.contains_key(&d.slot)).map(|d| d.slot).collect();
+        for slot in absent {
+            self.transition(state, slot, DriveState::Missing, state::Cause::Absent, None);
         }
     }
 }
@@ -149,14 +161,6 @@ fn out_of_service(state: &State, record: &VdRecord) -> String {
         .map(|slot| format!("slot {slot} {}", state_of(slot).short_name()))
         .collect();
     list.join(", ")
-}
-
-/// Recorded drives that did not show up are missing.
-fn mark_missing(state: &mut State) {
-    let absent: Vec<u32> = state.config.drives.iter().map(|d| d.slot).filter(|s| !state.slots.contains_key(s)).collect();
-    for slot in absent {
-        set_drive_state(&mut state.config, slot, DriveState::Missing);
-    }
 }
 
 fn add_foreign(foreign: &mut Vec<ForeignConfig>, superblock: Superblock, slot: u32) {

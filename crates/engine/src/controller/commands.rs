@@ -52,8 +52,9 @@ impl Controller {
             member_size_bytes,
         };
         vd.set_notifier(self.member_events.clone());
+        let detail = format!("member of v{vd_id}");
         for slot in &spec.slots {
-            set_drive_state(&mut state.config, *slot, DriveState::Online);
+            self.transition(&mut state, *slot, DriveState::Online, state::Cause::VdCreated, Some(&detail));
         }
         state.config.vds.push(record.clone());
         state.vds.insert(vd_id, Arc::new(vd));
@@ -67,8 +68,9 @@ impl Controller {
         persisted.map(|()| record)
     }
 
-    /// Deletes a VD; its drives become unconfigured good. `in_use` says whether clients are
-    /// connected to it; then `force` is needed.
+    /// Deletes a VD; its drives become unconfigured good, except failed ones, which become
+    /// unconfigured bad, and missing ones, which stay missing (see `state`). `in_use` says
+    /// whether clients are connected to it; then `force` is needed.
     ///
     /// # Errors
     /// No such VD, or in use without `force`.
@@ -95,8 +97,12 @@ impl Controller {
         }
         let record = state.config.vds.remove(position);
         state.vds.remove(&vd_id);
+        let detail = format!("was a member of v{vd_id}");
         for slot in &record.member_slots {
-            set_drive_state(&mut state.config, *slot, DriveState::UnconfiguredGood);
+            let from = state.config.drives.iter().find(|d| d.slot == *slot).map(|d| d.state);
+            if let Some(to) = from.and_then(state::after_vd_deleted) {
+                self.transition(&mut state, *slot, to, state::Cause::VdDeleted, Some(&detail));
+            }
         }
         // A spare dedicated only to this drive group has nothing left to serve: it becomes
         // unconfigured good (as on a MegaRAID), never silently global.
@@ -107,7 +113,11 @@ impl Controller {
             spare.dedicated_drive_groups.retain(|g| *g != dg);
         }
         for slot in &orphaned {
-            set_drive_state(&mut state.config, *slot, DriveState::UnconfiguredGood);
+            // A missing spare stays missing; found again it is in no VD, so UGood.
+            if state.config.drives.iter().any(|d| d.slot == *slot && d.state == DriveState::HotSpare) {
+                let detail = format!("was dedicated to drive group {dg}");
+                self.transition(&mut state, *slot, DriveState::UnconfiguredGood, state::Cause::VdDeleted, Some(&detail));
+            }
         }
         let persisted = self.persist(&mut state);
         drop(state);
@@ -169,7 +179,8 @@ impl Controller {
     /// Takes a drive out, brings it back, marks it missing, or makes it unconfigured good.
     ///
     /// # Errors
-    /// No such slot, or the change is not allowed from its state (with what is).
+    /// No such slot, or the change is not allowed from its state (with what is); nothing changes.
+    /// If the metadata cannot be written, a member stays in service (see below).
     pub fn set_drive(&self, slot: u32, command: DriveCommand) -> Result<(), ControlError> {
         let mut state = self.state.lock().expect("controller lock");
         let Some(record) = state.config.drives.iter().find(|d| d.slot == slot).cloned() else {
@@ -186,7 +197,7 @@ impl Controller {
                 )));
             }
         }
-        set_drive_state(&mut state.config, slot, new_state);
+        let transition = self.transition(&mut state, slot, new_state, state::Cause::Command(command), None);
         let into_service = new_state == DriveState::Online;
         if let (Some((vd, _, index)), true) = (&vd, into_service) {
             // Back in service before the record: a crash in between finds it out of service in
@@ -200,16 +211,11 @@ impl Controller {
             (Some((vd, _, index)), false, Ok(())) => {
                 vd.set_member_state(*index, member_state_of(new_state));
             }
-            (Some(_), false, Err(_)) => set_drive_state(&mut state.config, slot, record.state),
+            (Some(_), false, Err(_)) => self.undo_transition(&mut state, &transition),
             _ => {}
         }
         drop(state);
-        persisted?;
-        self.log(
-            Severity::Warning,
-            format!("slot {slot}: {} -> {} by the administrator", record.state.short_name(), new_state.short_name()),
-        );
-        Ok(())
+        persisted
     }
 
     /// Makes an unconfigured good drive a hot spare, global (no drive groups) or dedicated.
@@ -222,7 +228,7 @@ impl Controller {
             drop(state);
             return Err(self.no_slot(slot));
         };
-        if record.state != DriveState::UnconfiguredGood {
+        if state::check(record.state, DriveState::HotSpare, state::Cause::SpareAdded).is_err() {
             return Err(ControlError::Conflict(format!(
                 "slot {slot} is {}; only an unconfigured good (UGood) drive can become a hot spare",
                 record.state.short_name()
@@ -237,17 +243,13 @@ impl Controller {
                 )));
             }
         }
-        set_drive_state(&mut state.config, slot, DriveState::HotSpare);
-        state.config.hot_spares.push(HotSpareRecord { slot, dedicated_drive_groups: drive_groups.clone() });
-        let persisted = self.persist(&mut state);
-        drop(state);
-        let kind = if drive_groups.is_empty() {
-            "global".to_string()
-        } else {
-            format!("dedicated to drive group(s) {}", slot_list(&drive_groups))
+        let kind = match drive_groups.is_empty() {
+            true => "global (GHS)".to_string(),
+            false => format!("dedicated (DHS) to drive group(s) {}", slot_list(&drive_groups)),
         };
-        self.log(Severity::Info, format!("slot {slot} is now a {kind} hot spare"));
-        persisted
+        self.transition(&mut state, slot, DriveState::HotSpare, state::Cause::SpareAdded, Some(&kind));
+        state.config.hot_spares.push(HotSpareRecord { slot, dedicated_drive_groups: drive_groups });
+        self.persist(&mut state)
     }
 
     /// Turns a hot spare back into an unconfigured good drive.
@@ -262,11 +264,11 @@ impl Controller {
             return Err(if exists { ControlError::Conflict(format!("slot {slot} is not a hot spare")) } else { self.no_slot(slot) });
         };
         state.config.hot_spares.remove(position);
-        set_drive_state(&mut state.config, slot, DriveState::UnconfiguredGood);
-        let persisted = self.persist(&mut state);
-        drop(state);
-        self.log(Severity::Info, format!("slot {slot} is no longer a hot spare"));
-        persisted
+        // A missing spare stays missing; found again it is in no VD, so UGood.
+        if state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::HotSpare) {
+            self.transition(&mut state, slot, DriveState::UnconfiguredGood, state::Cause::SpareRemoved, None);
+        }
+        self.persist(&mut state)
     }
 
     // -----------------------------------------------------------------------------------------
@@ -331,26 +333,20 @@ impl Controller {
     }
 }
 
-/// The state a drive command leads to, or why it is not allowed.
+/// The state a drive command leads to, or why it is not allowed: the command's own rule (members
+/// of a VD or drives in none), then the drive state table.
 fn plan_drive_change(slot: u32, current: DriveState, command: DriveCommand, vd: Option<&u32>) -> Result<DriveState, ControlError> {
-    let refuse = |allowed: &str| {
-        Err(ControlError::Conflict(format!(
-            "slot {slot} is {}; `set {}` is allowed only for {allowed}",
-            current.short_name(),
-            format!("{command:?}").to_lowercase()
-        )))
+    let refusal = || {
+        let (current, words, allowed) = (current.short_name(), command.cli_words(), command.allowed_for());
+        ControlError::Conflict(format!("slot {slot} is {current}; `{words}` is allowed only for {allowed}"))
     };
-    match (command, current, vd) {
-        (DriveCommand::Offline, DriveState::Online, Some(_)) => Ok(DriveState::Offline),
-        (DriveCommand::Offline, _, _) => refuse("online members of a VD (Onln)"),
-        (DriveCommand::Online, DriveState::Offline | DriveState::Failed | DriveState::Missing, Some(_)) => Ok(DriveState::Online),
-        (DriveCommand::Online, _, _) => refuse("members of a VD that are Offln, Failed or Msng"),
-        (DriveCommand::Missing, DriveState::Online | DriveState::Offline | DriveState::Failed, Some(_)) => Ok(DriveState::Missing),
-        (DriveCommand::Missing, _, _) => refuse("members of a VD"),
-        (DriveCommand::Good, DriveState::Failed | DriveState::Offline | DriveState::Missing, None) => Ok(DriveState::UnconfiguredGood),
-        (DriveCommand::Good, _, Some(vd)) => Err(ControlError::Conflict(format!("slot {slot} is a member of v{vd}; delete the VD first"))),
-        (DriveCommand::Good, _, None) => refuse("drives in no VD that are Failed, Offln or Msng"),
+    match (command.for_members(), vd) {
+        (true, None) => return Err(refusal()),
+        (false, Some(vd)) => return Err(ControlError::Conflict(format!("slot {slot} is a member of v{vd}; delete the VD first"))),
+        _ => {}
     }
+    state::check(current, command.target(), state::Cause::Command(command)).map_err(|_| refusal())?;
+    Ok(command.target())
 }
 
 /// Checks that `slots` can become the members of a new VD.

@@ -16,6 +16,7 @@ use crate::metadata::{self, Superblock};
 mod assemble;
 mod commands;
 mod events;
+pub mod state;
 
 use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
 use crate::{Engine, VdRequest};
@@ -108,7 +109,7 @@ pub struct VdChanges {
     pub name: Option<String>,
 }
 
-/// What `/c0/sN set` asks for.
+/// What `/c0/sN set` asks for. What each may change is `state::TRANSITIONS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DriveCommand {
     Offline,
@@ -183,11 +184,15 @@ fn random_id() -> u128 {
     u128::from_le_bytes(bytes)
 }
 
+/// The engine's view of a member in `state`: only Onln is read and written. Rbld and Cpybck are
+/// out of service until rebuild and copyback exist; a state of a drive in no VD on a member slot
+/// (only a foreign configuration could record one) keeps the member out of service too.
 fn member_state_of(state: DriveState) -> MemberState {
     match state {
         DriveState::Online => MemberState::Online,
         DriveState::Missing => MemberState::Missing,
-        _ => MemberState::Failed,
+        DriveState::Offline | DriveState::Failed | DriveState::Rebuild | DriveState::Copyback => MemberState::Failed,
+        DriveState::UnconfiguredGood | DriveState::HotSpare | DriveState::UnconfiguredBad => MemberState::Failed,
     }
 }
 
@@ -312,15 +317,16 @@ impl Controller {
     }
 
     /// Bumps the generation and writes the configuration to every drive we own and that is in
-    /// service. A failed drive is skipped: it may not take writes, and the configuration on the
-    /// others (the newest generation, which assembly trusts) already says it failed.
+    /// service. A failed drive (Failed, UBad) is skipped: it may not take writes, and the
+    /// configuration on the others (the newest generation, which assembly trusts) already says
+    /// it failed.
     ///
     /// A crash part-way leaves some drives one generation behind; assembly then takes the newest
     /// generation, and an older one only means a missed metadata update (see `assemble`).
     fn persist(&self, state: &mut State) -> Result<(), ControlError> {
         state.config.generation += 1;
         let mut failures = Vec::new();
-        let failed = |slot: &u32| state.config.drives.iter().any(|d| d.slot == *slot && d.state == DriveState::Failed);
+        let failed = |slot: &u32| state.config.drives.iter().any(|d| d.slot == *slot && !state::takes_metadata_writes(d.state));
         for (slot, present) in state.slots.iter().filter(|(slot, s)| !s.foreign && !failed(slot)) {
             let superblock = Superblock {
                 controller_id: state.config.controller_id,
@@ -342,6 +348,24 @@ impl Controller {
         let message = format!("configuration generation {} not written to {}", state.config.generation, failures.join("; "));
         self.log(Severity::Critical, message.clone());
         Err(ControlError::Io(message))
+    }
+
+    /// Moves the drive at `slot` to `to` and records the event; the only way a drive's state
+    /// changes. `detail` says more than the cause (which VD, which error).
+    ///
+    /// # Panics
+    /// If the drive table does not allow the change (see [`state::apply`]).
+    fn transition(&self, state: &mut State, slot: u32, to: DriveState, cause: state::Cause, detail: Option<&str>) -> state::Transition {
+        let transition = state::apply(&mut state.config, slot, to, cause);
+        self.log(transition.severity(), transition.description(detail));
+        transition
+    }
+
+    /// Undoes a transition whose configuration could not be written, and records that.
+    fn undo_transition(&self, state: &mut State, transition: &state::Transition) {
+        state::undo(&mut state.config, transition);
+        let description = format!("{}; undone, the metadata could not be written", transition.description(None));
+        self.log(Severity::Warning, description);
     }
 
     pub fn log(&self, severity: Severity, description: String) {
@@ -450,14 +474,11 @@ impl Controller {
             drop(state);
             return vd.failure_recorded(Ok(()));
         }
-        set_drive_state(&mut state.config, slot, drive_state);
+        let detail = format!("member of v{}: {}; v{} is now {}", record.vd_id, event.reason, record.vd_id, vd.state().short_name());
+        self.transition(&mut state, slot, drive_state, state::Cause::IoFailure, Some(&detail));
         let recorded = self.persist(&mut state).map_err(|e| e.to_string());
         drop(state);
         vd.failure_recorded(recorded);
-        self.log(
-            Severity::Critical,
-            format!("slot {slot} of v{} failed ({}); v{} is now {}", record.vd_id, event.reason, record.vd_id, vd.state().short_name()),
-        );
     }
 }
 
@@ -476,12 +497,6 @@ fn usable_member<'a>(state: &'a State, record: &VdRecord, slot: u32) -> Option<&
 
 fn spanned(record: &VdRecord) -> Option<usize> {
     record.level.is_spanned().then_some(record.drives_per_span as usize)
-}
-
-fn set_drive_state(config: &mut ControllerConfig, slot: u32, state: DriveState) {
-    if let Some(record) = config.drives.iter_mut().find(|d| d.slot == slot) {
-        record.state = state;
-    }
 }
 
 /// The VD (and member index) a slot belongs to.

@@ -16,8 +16,12 @@ use std::ops::Range;
 pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// The format version this code writes. It also reads version 1, whose VD records lack
 /// `member_size_bytes` (taken then from the smallest member's drive record, which is how a
-/// version-1 storc sized its VDs).
-pub const FORMAT_VERSION: u32 = 2;
+/// version-1 storc sized its VDs), and version 2, which lacks the drive state codes 8 (`Cpybck`)
+/// and 9 (`UBad`): version 3 exists so that an older storc refuses these drives by version
+/// rather than misreading them.
+pub const FORMAT_VERSION: u32 = 3;
+/// The first version with the drive states `Cpybck` and `UBad`.
+const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -416,7 +420,8 @@ fn decode_payload(payload: &[u8], version: u32, controller_id: ControllerId, gen
     let hot_spare_count = get_u32(fixed, counts::HOT_SPARE_COUNT);
     // Records are decoded one at a time, so a corrupt count fails as Truncated before it can
     // make us allocate much.
-    let drives: Vec<DriveRecord> = (0..drive_count).map(|index| decode_drive(&mut reader, index, drive_count)).collect::<Result<_, _>>()?;
+    let drives: Vec<DriveRecord> =
+        (0..drive_count).map(|index| decode_drive(&mut reader, index, drive_count, version)).collect::<Result<_, _>>()?;
     let vds = (0..vd_count).map(|index| decode_vd(&mut reader, index, vd_count, version, &drives)).collect::<Result<_, _>>()?;
     let hot_spares = (0..hot_spare_count).map(|index| decode_hot_spare(&mut reader, index, hot_spare_count)).collect::<Result<_, _>>()?;
     if reader.position_bytes != payload.len() {
@@ -425,11 +430,12 @@ fn decode_payload(payload: &[u8], version: u32, controller_id: ControllerId, gen
     Ok(ControllerConfig { controller_id, generation, drives, vds, hot_spares })
 }
 
-fn decode_drive(reader: &mut Reader, index: u32, count: u32) -> Result<DriveRecord, MetadataError> {
+fn decode_drive(reader: &mut Reader, index: u32, count: u32, version: u32) -> Result<DriveRecord, MetadataError> {
     let record = || format!("drive record {index}");
     let fixed = reader.take(drive_record::BYTES, || format!("drive record {index} of {count}"))?;
     check_zero(fixed, drive_record::RESERVED, record)?;
     let state = decode_code(fixed, drive_record::STATE, record)?;
+    check_state_in_version(state, version, record)?;
     Ok(DriveRecord {
         slot: get_u32(fixed, drive_record::SLOT),
         drive_id: DriveId(get_u128(fixed, drive_record::DRIVE_ID)),
@@ -468,6 +474,17 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
         read_policy,
         io_policy,
     })
+}
+
+/// A drive state code that the record's format version did not have is as unknown as any other:
+/// no storc ever wrote it there.
+fn check_state_in_version(state: DriveState, version: u32, record: impl Fn() -> String) -> Result<(), MetadataError> {
+    if version >= FORMAT_VERSION_COPYBACK_UBAD || !matches!(state, DriveState::Copyback | DriveState::UnconfiguredBad) {
+        return Ok(());
+    }
+    let known_in_version = DriveState::ALL.iter().filter(|s| !matches!(s, DriveState::Copyback | DriveState::UnconfiguredBad));
+    let known = known_in_version.map(|s| format!("{} ({})", s.code(), s.short_name())).collect::<Vec<_>>().join(", ");
+    Err(MetadataError::UnknownCode { record: record(), field: drive_record::STATE.name, code: state.code(), known })
 }
 
 /// What a version-1 storc laid a VD out on: its smallest member as the drive records knew it.
@@ -591,6 +608,8 @@ impl Code for DriveState {
             DriveState::Missing => 5,
             DriveState::HotSpare => 6,
             DriveState::Rebuild => 7,
+            DriveState::Copyback => 8,
+            DriveState::UnconfiguredBad => 9,
         }
     }
     fn from_code(code: u8) -> Option<Self> {
@@ -602,6 +621,8 @@ impl Code for DriveState {
             5 => DriveState::Missing,
             6 => DriveState::HotSpare,
             7 => DriveState::Rebuild,
+            8 => DriveState::Copyback,
+            9 => DriveState::UnconfiguredBad,
             _ => return None,
         })
     }

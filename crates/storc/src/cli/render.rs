@@ -18,9 +18,9 @@ AR=Adaptive Read Ahead|WT=WriteThrough|WB=WriteBack|AWB=Always WriteBack|
 D=Direct IO|C=Cached IO|Export=NBD export name
 ";
 const PD_LEGEND: &str = "\
-UGood=Unconfigured Good|Onln=Online|Offln=Offline|Failed=Failed|Msng=Missing|
-GHS=Global Hot Spare|DHS=Dedicated Hot Spare|Rbld=Rebuild|DG=Drive Group|
-DID=Drive ID (first 8 hex digits)
+UGood=Unconfigured Good|UBad=Unconfigured Bad|Onln=Online|Offln=Offline|Failed=Failed|
+Msng=Missing|GHS=Global Hot Spare|DHS=Dedicated Hot Spare|Rbld=Rebuild|Cpybck=Copyback|
+DG=Drive Group|DID=Drive ID (first 8 hex digits)
 ";
 
 /// A successful command: the header's description, the text body, and the JSON `Response Data`.

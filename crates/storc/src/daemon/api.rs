@@ -8,7 +8,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use engine::config::{IoPolicy, ReadPolicy, VdRecord, WritePolicy};
+use engine::config::{DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
 use engine::controller::{ControlError, Controller, CreateVdSpec, DriveCommand, SlotView, VdChanges};
 use engine::VirtualDrive;
 use layout::Level;
@@ -155,7 +155,10 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
 }
 
 fn drive_view(view: &SlotView) -> DriveView {
-    let state = match (&view.hot_spare_drive_groups, view.foreign) {
+    // GHS or DHS is the hot spare record's to say, and only while the drive is a spare: a missing
+    // spare keeps its record and shows Msng.
+    let spare_drive_groups = view.hot_spare_drive_groups.as_ref().filter(|_| view.state == DriveState::HotSpare);
+    let state = match (spare_drive_groups, view.foreign) {
         (_, true) => "Frgn".to_string(),
         (Some(dgs), _) if dgs.is_empty() => "GHS".to_string(),
         (Some(_), _) => "DHS".to_string(),
@@ -187,7 +190,8 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
     let config = state.controller.config();
     let drives: Vec<DriveView> = state.controller.slots().iter().map(drive_view).collect();
     let vds = all_vd_views(&state);
-    let attention = vds.iter().any(|v| v.state != "Optl") || drives.iter().any(|d| matches!(d.state.as_str(), "Failed" | "Msng" | "Offln"));
+    let attention =
+        vds.iter().any(|v| v.state != "Optl") || drives.iter().any(|d| matches!(d.state.as_str(), "Failed" | "Msng" | "Offln" | "UBad"));
     let names: Vec<String> = vds.iter().map(|v| v.export_name.clone()).collect();
     let nbd_endpoints = state.endpoint_templates.iter().flat_map(|t| names.iter().map(move |n| t.replace("{}", n))).collect();
     ok(ControllerView {
@@ -389,5 +393,44 @@ pub fn refresh_exports(state: &AppState) {
         .collect();
     if let Err(error) = state.nbd.set_exports(exports) {
         state.controller.log(engine::controller::Severity::Critical, format!("NBD exports not updated: {error}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::config::DriveId;
+
+    fn check(state: DriveState, hot_spare_drive_groups: Option<Vec<u32>>, foreign: bool, expected: &str) {
+        let view = SlotView {
+            slot: 3,
+            drive_id: DriveId(1),
+            state,
+            foreign,
+            vd: None,
+            hot_spare_drive_groups,
+            capacity_bytes: 1 << 30,
+            source: "mem:1GiB".into(),
+            info: None,
+            read_errors: 0,
+        };
+        assert_eq!(drive_view(&view).state, expected, "{state:?}");
+    }
+
+    /// Every drive state reads as storcli writes it; GHS or DHS only while the drive is a spare.
+    #[test]
+    fn drive_states_are_shown_in_storclis_words() {
+        check(DriveState::UnconfiguredGood, None, false, "UGood");
+        check(DriveState::UnconfiguredBad, None, false, "UBad");
+        check(DriveState::Online, None, false, "Onln");
+        check(DriveState::Offline, None, false, "Offln");
+        check(DriveState::Failed, None, false, "Failed");
+        check(DriveState::Missing, None, false, "Msng");
+        check(DriveState::Rebuild, None, false, "Rbld");
+        check(DriveState::Copyback, None, false, "Cpybck");
+        check(DriveState::HotSpare, Some(vec![]), false, "GHS");
+        check(DriveState::HotSpare, Some(vec![0, 2]), false, "DHS");
+        check(DriveState::Missing, Some(vec![]), false, "Msng");
+        check(DriveState::UnconfiguredGood, None, true, "Frgn");
     }
 }
