@@ -135,6 +135,24 @@ pub struct DriveRecord {
     pub drive_id: DriveId,
     pub state: DriveState,
     pub capacity_bytes: u64,
+    /// While the drive is being rebuilt (`Rbld`): every VD row below this one is rebuilt (the
+    /// last checkpoint); a restart resumes here. 0 otherwise.
+    pub rebuild_row: u64,
+}
+
+/// Settings of the whole controller (storcli's `/c0 set ...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControllerSettings {
+    /// A failed member is rebuilt onto a hot spare without asking (`autorebuild=on`).
+    pub auto_rebuild: bool,
+    /// Share of member bandwidth a rebuild takes while clients are busy (`rebuildrate`, 0-100).
+    pub rebuild_rate_percent: u8,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        ControllerSettings { auto_rebuild: true, rebuild_rate_percent: crate::background::RATE_PERCENT_DEFAULT }
+    }
 }
 
 /// A hot spare: global (no drive groups listed) or dedicated to the listed drive groups.
@@ -176,4 +194,5 @@ pub struct ControllerConfig {
     pub drives: Vec<DriveRecord>,
     pub vds: Vec<VdRecord>,
     pub hot_spares: Vec<HotSpareRecord>,
+    pub settings: ControllerSettings,
 }

@@ -123,6 +123,7 @@ impl Engine {
         if let Err(error) = validate(vd, &request) {
             return done(VdCompletion { result: Err(error), buf: request.into_buf() });
         }
+        vd.note_client_request();
         match request {
             VdRequest::Flush => {
                 // Any shard can flush: member caches are per drive, not per ring.

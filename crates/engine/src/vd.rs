@@ -25,6 +25,9 @@ pub enum MemberState {
     Failed = 1,
     /// Not present at all.
     Missing = 2,
+    /// Being rebuilt: written like an online member (so the rows the rebuild has passed stay
+    /// current), never read until the rebuild is done.
+    Rebuilding = 3,
 }
 
 impl MemberState {
@@ -35,6 +38,7 @@ impl MemberState {
             0 => MemberState::Online,
             1 => MemberState::Failed,
             2 => MemberState::Missing,
+            3 => MemberState::Rebuilding,
             _ => unreachable!("member state byte {value} is not a MemberState"),
         }
     }
@@ -66,7 +70,9 @@ impl VdState {
 
 /// One member drive of a VD and what the engine tracks about it.
 pub struct Member {
-    pub drive: Arc<dyn Drive>,
+    /// Replaced when a spare or a new drive takes the member's place (while the member is out
+    /// of service, so no new I/O reaches the old drive).
+    drive: RwLock<Arc<dyn Drive>>,
     state: AtomicU8,
     /// I/Os submitted and not completed, across shards (mirror read selection).
     pub(crate) outstanding: AtomicU32,
@@ -81,7 +87,7 @@ pub struct Member {
 impl Member {
     fn new(drive: Arc<dyn Drive>) -> Member {
         Member {
-            drive,
+            drive: RwLock::new(drive),
             state: AtomicU8::new(MemberState::Online as u8),
             outstanding: AtomicU32::new(0),
             last_end_bytes: AtomicU64::new(0),
@@ -92,6 +98,11 @@ impl Member {
 
     pub fn has_missed_writes(&self) -> bool {
         self.missed_writes.load(Ordering::Acquire)
+    }
+
+    /// The drive that holds this member now.
+    pub fn drive(&self) -> Arc<dyn Drive> {
+        Arc::clone(&self.drive.read().expect("member drive lock poisoned"))
     }
 
     pub fn state(&self) -> MemberState {
@@ -184,6 +195,12 @@ pub struct VdLayout {
     pub member_size_bytes: Option<u64>,
 }
 
+/// The instant client request times are counted from (a u64 of ns fits in an atomic).
+fn clock_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// Source of [`VirtualDrive::instance_id`].
 static NEXT_INSTANCE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -202,6 +219,9 @@ pub struct VirtualDrive {
     notifier: std::sync::OnceLock<crossbeam_channel::Sender<MemberEvent>>,
     /// Set once the VD is deleted: every request fails from then on.
     retired: AtomicBool,
+    /// When a client last submitted a request, in ns since [`clock_epoch`]: background
+    /// operations slow down to their rate while clients are busy.
+    last_client_request_ns: AtomicU64,
     /// Request pieces queued or running on shards, plus writes whose acknowledgement is held.
     requests_in_flight: AtomicUsize,
     acks: Mutex<AckGate>,
@@ -259,6 +279,7 @@ impl VirtualDrive {
             state_change: Mutex::new(()),
             notifier: std::sync::OnceLock::new(),
             retired: AtomicBool::new(false),
+            last_client_request_ns: AtomicU64::new(0),
             requests_in_flight: AtomicUsize::new(0),
             acks: Mutex::new(AckGate::default()),
         })
@@ -308,7 +329,19 @@ impl VirtualDrive {
         &self.members[index]
     }
 
-    /// Members that must not be read or written now.
+    /// Members that must not be written now: out of service. A member being rebuilt is
+    /// written (see [`MemberState::Rebuilding`]).
+    pub(crate) fn unwritable(&self) -> MemberSet {
+        let mut set = MemberSet::default();
+        for (index, member) in self.members.iter().enumerate() {
+            if !matches!(member.state(), MemberState::Online | MemberState::Rebuilding) {
+                set.insert(index);
+            }
+        }
+        set
+    }
+
+    /// Members that must not be read now (every member not online, a rebuilding one too).
     pub(crate) fn unavailable(&self) -> MemberSet {
         let mut set = MemberSet::default();
         for (index, member) in self.members.iter().enumerate() {
@@ -363,8 +396,8 @@ impl VirtualDrive {
             (OpKind::Read, _) => member.read_errors.fetch_add(1, Ordering::Relaxed) + 1 >= MEMBER_READ_ERRORS_MAX,
             _ => true,
         };
-        tracing::warn!(vd = %self.name(), member = index, drive = %member.drive.info().name, ?kind, %error, fail, "member I/O error");
-        if fail && member.state() == MemberState::Online {
+        tracing::warn!(vd = %self.name(), member = index, drive = %member.drive().info().name, ?kind, %error, fail, "member I/O error");
+        if fail && matches!(member.state(), MemberState::Online | MemberState::Rebuilding) {
             // Whatever was being written when it failed did not reach it.
             member.missed_writes.store(true, Ordering::Release);
             // Counted before the state changes, so that no write that skips the member can be
@@ -385,6 +418,37 @@ impl VirtualDrive {
             }
         }
         fail
+    }
+
+    /// Puts `drive` in member `index`'s place and starts writing it (a rebuild onto a spare or
+    /// a replacement). The member must be out of service: no I/O may be on its way to the old
+    /// drive from now on.
+    pub fn start_rebuild(&self, index: usize, drive: Arc<dyn Drive>) {
+        let member = &self.members[index];
+        let state = member.state();
+        assert!(
+            matches!(state, MemberState::Failed | MemberState::Missing),
+            "v{}: member {index} is {state:?}, not out of service",
+            self.id
+        );
+        assert!(
+            drive.info().capacity_bytes >= self.geometry.member_used_bytes(),
+            "v{}: the new drive of member {index} is too small",
+            self.id
+        );
+        *member.drive.write().expect("member drive lock poisoned") = drive;
+        // Whatever it missed is what the rebuild writes.
+        member.missed_writes.store(true, Ordering::Release);
+        self.set_member_state(index, MemberState::Rebuilding);
+    }
+
+    /// The rebuild of member `index` covered every row: it is current and in service.
+    pub fn finish_rebuild(&self, index: usize) {
+        let member = &self.members[index];
+        assert_eq!(member.state(), MemberState::Rebuilding, "v{}: member {index} is not being rebuilt", self.id);
+        member.missed_writes.store(false, Ordering::Release);
+        member.read_errors.store(0, Ordering::Relaxed);
+        self.set_member_state(index, MemberState::Online);
     }
 
     /// The controller has written (or failed to write) one reported member failure to the
@@ -452,6 +516,16 @@ impl VirtualDrive {
     pub(crate) fn end_request(&self) {
         let before = self.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "v{}: more requests finished than began", self.id);
+    }
+
+    /// Notes that a client submitted a request now.
+    pub(crate) fn note_client_request(&self) {
+        self.last_client_request_ns.store(clock_epoch().elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// When a client last submitted a request (the process's start if none has).
+    pub fn last_client_request(&self) -> Instant {
+        clock_epoch() + Duration::from_nanos(self.last_client_request_ns.load(Ordering::Relaxed))
     }
 
     pub fn requests_in_flight(&self) -> usize {

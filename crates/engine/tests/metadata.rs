@@ -69,16 +69,23 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             drive_id: DriveId(u128::MAX - u128::from(slot) * 0x1_0000_0001),
             state: DriveState::ALL[slot as usize % DriveState::ALL.len()],
             capacity_bytes: (1 << 40) + u64::from(slot) * 4096,
+            rebuild_row: 0,
         })
         .collect();
-    ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares }
+    ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings: Default::default() }
 }
 
 /// A small configuration whose layout is easy to follow in the corruption tests: 4 drive
 /// records, VD 7 named "vd0" on slots 0..3, a spare dedicated to drive group 0.
 fn small_config(controller: u128, generation: u64) -> ControllerConfig {
     let drives = (0..4)
-        .map(|slot| DriveRecord { slot, drive_id: DriveId(100 + u128::from(slot)), state: DriveState::Online, capacity_bytes: 1 << 30 })
+        .map(|slot| DriveRecord {
+            slot,
+            drive_id: DriveId(100 + u128::from(slot)),
+            state: DriveState::Online,
+            capacity_bytes: 1 << 30,
+            rebuild_row: 0,
+        })
         .collect();
     let vd = VdRecord {
         vd_id: 7,
@@ -94,7 +101,14 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         member_size_bytes: 1 << 30,
     };
     let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
-    ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds: vec![vd], hot_spares }
+    ControllerConfig {
+        controller_id: ControllerId(controller),
+        generation,
+        drives,
+        vds: vec![vd],
+        hot_spares,
+        settings: Default::default(),
+    }
 }
 
 fn superblock(config: ControllerConfig, slot: u32) -> Superblock {
@@ -113,7 +127,10 @@ fn superblock(config: ControllerConfig, slot: u32) -> Superblock {
 const PAYLOAD: usize = 4096;
 const DRIVE_RECORDS: usize = PAYLOAD + 16;
 /// The first VD record of `small_config` (after 4 drive records).
-const VD0: usize = DRIVE_RECORDS + 4 * 32;
+const VD0: usize = DRIVE_RECORDS + 4 * DRIVE_RECORD_BYTES;
+const DRIVE_RECORD_BYTES: usize = 40;
+/// Versions 1 and 2: drive records end before `rebuild_row`.
+const DRIVE_RECORD_BYTES_V2: usize = 32;
 
 fn u32_at(bytes: &[u8], offset: usize) -> u32 {
     u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap())
@@ -167,19 +184,39 @@ fn the_two_copies_differ_only_in_copy_index_and_header_checksum() {
     assert_eq!((u32_at(&copy0, 52), u32_at(&copy1, 52)), (0, 1));
 }
 
+/// The bytes a version-1 or -2 storc wrote for `sb`, whose settings must be the defaults, with no
+/// rebuild in progress and one VD: drive records without `rebuild_row`, no settings in the
+/// counts, and (version 1) VD records without `member_size_bytes`.
+fn encode_old(sb: &Superblock, version: u32) -> Vec<u8> {
+    let current = encode(sb, 0).unwrap();
+    let payload = &current[PAYLOAD..PAYLOAD + payload_len(&current)];
+    let mut old = payload[..16].to_vec();
+    old[12..16].fill(0);
+    let drive_count = sb.config.drives.len();
+    for index in 0..drive_count {
+        let at = 16 + index * DRIVE_RECORD_BYTES;
+        old.extend_from_slice(&payload[at..at + DRIVE_RECORD_BYTES_V2]);
+    }
+    let mut rest = payload[16 + drive_count * DRIVE_RECORD_BYTES..].to_vec();
+    if version == 1 {
+        rest.drain(64..72); // the VD record's member_size_bytes
+    }
+    old.extend(rest);
+    let mut bytes = current[..PAYLOAD].to_vec();
+    set_u32(&mut bytes, 8, version);
+    set_u32(&mut bytes, 72, old.len() as u32);
+    bytes.extend(old);
+    bytes.resize(bytes.len().next_multiple_of(4096), 0);
+    reseal(&mut bytes);
+    bytes
+}
+
 /// Format version 1 (written by earlier storc releases) is still read: its VD records end before
 /// `member_size_bytes`, which is then the smallest member's recorded capacity.
 #[test]
 fn version_1_metadata_is_read_with_the_member_size_from_the_drive_records() {
     let sb = superblock(small_config(0x55, 9), 1);
-    let mut bytes = encode(&sb, 0).unwrap();
-    set_u32(&mut bytes, 8, 1);
-    // Drop member_size_bytes (the last 8 bytes of the VD record's fixed part).
-    let member_size_at = VD0 + 64;
-    bytes.drain(member_size_at..member_size_at + 8);
-    let payload_bytes = payload_len(&bytes) - 8;
-    set_u32(&mut bytes, 72, payload_bytes as u32);
-    reseal(&mut bytes);
+    let bytes = encode_old(&sb, 1);
     let decoded = decode(&bytes).unwrap();
     assert_eq!(decoded.config.vds[0].member_size_bytes, 1 << 30);
     assert_eq!(decoded, sb);
@@ -206,7 +243,7 @@ fn every_drive_state_round_trips_with_its_documented_code() {
         config.drives[1].state = state;
         let sb = superblock(config, 0);
         let bytes = encode(&sb, 0).unwrap();
-        assert_eq!(bytes[DRIVE_RECORDS + 32 + 4], code, "{state:?} is stored as {code}");
+        assert_eq!(bytes[DRIVE_RECORDS + DRIVE_RECORD_BYTES + 4], code, "{state:?} is stored as {code}");
         assert_eq!(decode(&bytes), Ok(sb), "{state:?}");
     }
 }
@@ -219,9 +256,7 @@ fn version_2_metadata_is_read_and_knows_no_copyback_or_unconfigured_bad() {
         let mut config = small_config(0x66, 4);
         config.drives[1].state = state;
         let sb = superblock(config, 0);
-        let mut bytes = encode(&sb, 0).unwrap();
-        set_u32(&mut bytes, 8, 2);
-        reseal(&mut bytes);
+        let bytes = encode_old(&sb, 2);
         (sb, bytes)
     };
     let (sb, bytes) = as_version_2(DriveState::Failed);
@@ -250,14 +285,16 @@ fn encoding_matches_the_documented_bytes() {
     header.extend_from_slice(&42u64.to_le_bytes()); // generation
     header.extend_from_slice(&(1u64 << 30).to_le_bytes()); // capacity_bytes
     let mut payload = Vec::new();
-    for n in [4u32, 1, 1, 0] {
-        payload.extend_from_slice(&n.to_le_bytes()); // counts, reserved
+    for n in [4u32, 1, 1] {
+        payload.extend_from_slice(&n.to_le_bytes()); // counts
     }
+    payload.extend_from_slice(&[0, 30, 0, 0]); // autorebuild on, rebuild rate 30 %, reserved
     for slot in 0..4u32 {
         payload.extend_from_slice(&slot.to_le_bytes());
         payload.extend_from_slice(&[2, 0, 0, 0]); // Onln, reserved
         payload.extend_from_slice(&(100 + u128::from(slot)).to_le_bytes());
         payload.extend_from_slice(&(1u64 << 30).to_le_bytes());
+        payload.extend_from_slice(&0u64.to_le_bytes()); // rebuild_row
     }
     payload.extend_from_slice(&7u32.to_le_bytes()); // vd_id
     payload.extend_from_slice(&0u32.to_le_bytes()); // drive_group
@@ -343,7 +380,7 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
         move |_: &[u8]| UnknownCode { record, field, code, known }
     };
     let states = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad)";
-    check_decode("drive state 0", sealed(DRIVE_RECORDS + 32 + 4, 0), unknown("drive record 1".into(), "state", 0, states));
+    check_decode("drive state 0", sealed(DRIVE_RECORDS + DRIVE_RECORD_BYTES + 4, 0), unknown("drive record 1".into(), "state", 0, states));
     check_decode("drive state 10", sealed(DRIVE_RECORDS + 4, 10), unknown("drive record 0".into(), "state", 10, states));
     let levels = "1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)";
     check_decode("level 42", sealed(VD0 + 8, 42), unknown(vd0(), "level", 42, levels));
@@ -353,7 +390,17 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
     let reserved = |record: String, field, offset_bytes| move |_: &[u8]| ReservedNotZero { record, field, offset_bytes };
     check_decode("drive reserved", sealed(DRIVE_RECORDS + 7, 1), reserved("drive record 0".into(), "reserved", 7));
     check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
-    check_decode("counts reserved", sealed(PAYLOAD + 12, 1), reserved("record counts".into(), "reserved", 12));
+    check_decode("counts reserved", sealed(PAYLOAD + 14, 1), reserved("record counts".into(), "reserved", 14));
+    let flags = |_: &[u8]| UnknownCode {
+        record: "record counts".into(),
+        field: "controller_flags",
+        code: 2,
+        known: "bit 0 (automatic rebuild off)".into(),
+    };
+    check_decode("controller flag 2", sealed(PAYLOAD + 12, 2), flags);
+    let rate =
+        |_: &[u8]| UnknownCode { record: "record counts".into(), field: "rebuild_rate_percent", code: 101, known: "0 to 100".into() };
+    check_decode("rebuild rate 101", sealed(PAYLOAD + 13, 101), rate);
     check_decode("name padding", sealed(VD0 + 32 + 5, b'z'), reserved(vd0(), "name padding", 35));
     let name_too_long = |_: &[u8]| NameTooLong { record: vd0(), len_bytes: 33, max_bytes: 32 };
     check_decode("name_len 33", sealed(VD0 + 28, 33), name_too_long);
@@ -441,18 +488,24 @@ fn encode_refuses_what_it_cannot_store() {
 #[test]
 fn the_largest_configuration_fits_and_one_drive_more_does_not() {
     let with_drives = |count: u32| {
-        let mut config =
-            ControllerConfig { controller_id: ControllerId(1), generation: 1, drives: vec![], vds: vec![], hot_spares: vec![] };
+        let mut config = ControllerConfig {
+            controller_id: ControllerId(1),
+            generation: 1,
+            drives: vec![],
+            vds: vec![],
+            hot_spares: vec![],
+            settings: Default::default(),
+        };
         config.drives = (0..count)
-            .map(|slot| DriveRecord { slot, drive_id: DriveId(slot.into()), state: DriveState::Online, capacity_bytes: 1 })
+            .map(|slot| DriveRecord { slot, drive_id: DriveId(slot.into()), state: DriveState::Online, capacity_bytes: 1, rebuild_row: 0 })
             .collect();
         superblock(config, 0)
     };
-    let max_drives = ((PAYLOAD_BYTES_MAX - 16) / 32) as u32;
+    let max_drives = ((PAYLOAD_BYTES_MAX - 16) / DRIVE_RECORD_BYTES) as u32;
     let bytes = encode(&with_drives(max_drives), 0).unwrap();
     assert!(bytes.len() as u64 <= COPY_AREA_BYTES);
     assert_eq!(decode(&bytes), Ok(with_drives(max_drives)));
-    let payload_bytes = 16 + 32 * (max_drives as usize + 1);
+    let payload_bytes = 16 + DRIVE_RECORD_BYTES * (max_drives as usize + 1);
     let expected = MetadataError::ConfigTooLarge { payload_bytes, max_bytes: PAYLOAD_BYTES_MAX };
     check_encode_error("one drive more", with_drives(max_drives + 1), 0, expected);
 }

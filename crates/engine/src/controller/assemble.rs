@@ -53,7 +53,13 @@ impl Controller {
                 None => {
                     let drive_id = DriveId(random_id());
                     let capacity_bytes = offer.drive.info().capacity_bytes;
-                    state.config.drives.push(DriveRecord { slot, drive_id, state: DriveState::UnconfiguredGood, capacity_bytes });
+                    state.config.drives.push(DriveRecord {
+                        slot,
+                        drive_id,
+                        state: DriveState::UnconfiguredGood,
+                        capacity_bytes,
+                        rebuild_row: 0,
+                    });
                     state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id, foreign: false });
                 }
             }
@@ -85,6 +91,14 @@ impl Controller {
                 state.config.generation
             ),
         );
+        self.resume_rebuilds(&state);
+        // Members out of service at start (a drive that vanished) get a spare, as at run time.
+        for vd_id in state.config.vds.iter().map(|v| v.vd_id).collect::<Vec<_>>() {
+            let vd = &state.vds[&vd_id];
+            if (0..vd.members().len()).any(|i| matches!(vd.member(i).state(), MemberState::Failed | MemberState::Missing)) {
+                self.take_over(&mut state, vd_id);
+            }
+        }
         Ok(())
     }
 }

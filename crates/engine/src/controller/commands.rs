@@ -174,6 +174,33 @@ impl Controller {
     }
 
     // -----------------------------------------------------------------------------------------
+    // Controller settings
+
+    /// Changes controller settings (`/c0 set autorebuild=on|off rebuildrate=N`); a new rebuild
+    /// rate applies to running rebuilds at once.
+    ///
+    /// # Errors
+    /// A rate above 100 (nothing changes), or the metadata cannot be written.
+    pub fn set_controller(&self, changes: ControllerChanges) -> Result<ControllerSettings, ControlError> {
+        if let Some(rate) = changes.rebuild_rate_percent.filter(|rate| *rate > 100) {
+            return Err(ControlError::BadInput(format!("rebuild rate {rate} is not allowed; allowed: 0 to 100 (percent)")));
+        }
+        let mut state = self.state.lock().expect("controller lock");
+        let settings = &mut state.config.settings;
+        settings.auto_rebuild = changes.auto_rebuild.unwrap_or(settings.auto_rebuild);
+        settings.rebuild_rate_percent = changes.rebuild_rate_percent.unwrap_or(settings.rebuild_rate_percent);
+        let settings = *settings;
+        self.persist(&mut state)?;
+        drop(state);
+        for rebuild in self.rebuilds() {
+            rebuild.progress.set_rate_percent(settings.rebuild_rate_percent);
+        }
+        let auto = if settings.auto_rebuild { "on" } else { "off" };
+        self.log(Severity::Info, format!("controller settings: autorebuild={auto} rebuildrate={}", settings.rebuild_rate_percent));
+        Ok(settings)
+    }
+
+    // -----------------------------------------------------------------------------------------
     // Drives and hot spares
 
     /// Takes a drive out, brings it back, marks it missing, or makes it unconfigured good.
@@ -193,7 +220,7 @@ impl Controller {
         if let Some((vd, vd_id, index)) = &vd {
             if new_state == DriveState::Online && vd.member(*index).has_missed_writes() {
                 return Err(ControlError::Conflict(format!(
-                    "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild (not built yet); until then keep it offline"
+                    "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild: a hot spare takes its place, or `start rebuild` on a replacement"
                 )));
             }
         }
@@ -208,8 +235,9 @@ impl Controller {
         match (&vd, into_service, &persisted) {
             // Out of service only once the metadata says so: no write may skip a member whose
             // absence a crash would forget.
-            (Some((vd, _, index)), false, Ok(())) => {
+            (Some((vd, vd_id, index)), false, Ok(())) => {
                 vd.set_member_state(*index, member_state_of(new_state));
+                self.take_over(&mut state, *vd_id);
             }
             (Some(_), false, Err(_)) => self.undo_transition(&mut state, &transition),
             _ => {}
@@ -323,6 +351,7 @@ impl Controller {
                 drive_id: present.drive_id,
                 state: DriveState::UnconfiguredGood,
                 capacity_bytes: present.drive.info().capacity_bytes,
+                rebuild_row: 0,
             };
             state.config.drives.push(record);
         }
@@ -409,6 +438,7 @@ fn import_one(state: &mut State, foreign: &ForeignConfig) -> Result<usize, Strin
             drive_id: present.drive_id,
             state: their_state,
             capacity_bytes: present.drive.info().capacity_bytes,
+            rebuild_row: 0,
         };
         state.config.drives.push(record);
     }

@@ -8,15 +8,19 @@
 //! writing metadata blocks.
 
 use crate::config::{
-    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord, WritePolicy,
-    VD_NAME_BYTES_MAX,
+    ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
+    WritePolicy, VD_NAME_BYTES_MAX,
 };
 use crate::metadata::{self, Superblock};
 
 mod assemble;
 mod commands;
 mod events;
+mod rebuild;
+mod spares;
 pub mod state;
+
+pub use rebuild::RebuildView;
 
 use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
 use crate::{Engine, VdRequest};
@@ -109,6 +113,13 @@ pub struct VdChanges {
     pub name: Option<String>,
 }
 
+/// What `/c0 set` changes; `None` keeps the current value.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ControllerChanges {
+    pub auto_rebuild: Option<bool>,
+    pub rebuild_rate_percent: Option<u8>,
+}
+
 /// What `/c0/sN set` asks for. What each may change is `state::TRANSITIONS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DriveCommand {
@@ -165,6 +176,11 @@ pub struct Controller {
     member_events: crossbeam_channel::Sender<MemberEvent>,
     /// Called (outside the state lock) after every change of the VD set or of a VD's name.
     on_vds_changed: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// Rebuilds running or stopped, by the slot being rebuilt.
+    rebuilds: Mutex<BTreeMap<u32, RebuildView>>,
+    rebuild_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// This controller, for the threads it starts (set once, right after it is built).
+    myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
 }
 
 fn now_unix_secs() -> u64 {
@@ -191,7 +207,8 @@ fn member_state_of(state: DriveState) -> MemberState {
     match state {
         DriveState::Online => MemberState::Online,
         DriveState::Missing => MemberState::Missing,
-        DriveState::Offline | DriveState::Failed | DriveState::Rebuild | DriveState::Copyback => MemberState::Failed,
+        DriveState::Rebuild => MemberState::Rebuilding,
+        DriveState::Offline | DriveState::Failed | DriveState::Copyback => MemberState::Failed,
         DriveState::UnconfiguredGood | DriveState::HotSpare | DriveState::UnconfiguredBad => MemberState::Failed,
     }
 }
@@ -261,6 +278,7 @@ impl Controller {
                     drives: Vec::new(),
                     vds: Vec::new(),
                     hot_spares: Vec::new(),
+                    settings: Default::default(),
                 },
                 slots: BTreeMap::new(),
                 vds: BTreeMap::new(),
@@ -269,7 +287,11 @@ impl Controller {
             events: Mutex::new(event_log),
             member_events: sender,
             on_vds_changed: Mutex::new(None),
+            rebuilds: Mutex::new(BTreeMap::new()),
+            rebuild_threads: Mutex::new(Vec::new()),
+            myself: std::sync::OnceLock::new(),
         });
+        let _ = controller.myself.set(Arc::downgrade(&controller));
         for (severity, description) in startup_events {
             controller.log(severity, description);
         }
@@ -382,6 +404,10 @@ impl Controller {
         self.events.lock().expect("events lock").recent()
     }
 
+    fn myself(&self) -> std::sync::Weak<Controller> {
+        self.myself.get().expect("set when the controller is built").clone()
+    }
+
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -443,6 +469,8 @@ impl Controller {
 
     /// Flushes every VD and writes the configuration once more (clean shutdown).
     pub fn shutdown(&self) {
+        // Rebuilds stop at their watermark, checkpointed, and resume at the next start.
+        self.stop_rebuilds();
         for (record, vd) in self.vds() {
             if let Err(error) = self.engine.run(&vd, VdRequest::Flush).result {
                 self.log(Severity::Warning, format!("v{}: flush at shutdown failed: {error}", record.vd_id));
@@ -464,12 +492,12 @@ impl Controller {
         let record = state.config.vds.iter().find(|v| u64::from(v.vd_id) == event.vd_id).cloned().expect("a live VD has a record");
         let slot = record.member_slots[event.member];
         let drive_state = match event.state {
-            MemberState::Online => unreachable!("the engine reports failures only"),
+            MemberState::Online | MemberState::Rebuilding => unreachable!("the engine reports failures only"),
             MemberState::Failed => DriveState::Failed,
             MemberState::Missing => DriveState::Missing,
         };
         let before = state.config.drives.iter().find(|d| d.slot == slot).map(|d| d.state);
-        if before != Some(DriveState::Online) {
+        if !matches!(before, Some(DriveState::Online | DriveState::Rebuild)) {
             // Already out of service in the configuration (the administrator was first).
             drop(state);
             return vd.failure_recorded(Ok(()));
@@ -477,8 +505,11 @@ impl Controller {
         let detail = format!("member of v{}: {}; v{} is now {}", record.vd_id, event.reason, record.vd_id, vd.state().short_name());
         self.transition(&mut state, slot, drive_state, state::Cause::IoFailure, Some(&detail));
         let recorded = self.persist(&mut state).map_err(|e| e.to_string());
-        drop(state);
+        let take_over = recorded.is_ok();
         vd.failure_recorded(recorded);
+        if take_over {
+            self.take_over(&mut state, record.vd_id);
+        }
     }
 }
 

@@ -81,7 +81,8 @@ async fn mirror_write(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), V
 }
 
 async fn mirror_write_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut IoBuf) -> Result<(), VdError> {
-    let unavailable = env.vd.unavailable();
+    // A copy being rebuilt is written too, so the rows the rebuild has passed stay current.
+    let unavailable = env.vd.unwritable();
     let places: Vec<(usize, u64)> = (0..row.map.copy_count())
         .map(|copy| row.map.data_copy(piece.strip_index, copy))
         .filter(|place| !unavailable.contains(place.drive))

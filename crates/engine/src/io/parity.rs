@@ -44,8 +44,9 @@ async fn parity_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Result<()
     for _ in 0..retry_limit(&env.vd) {
         // Members that failed a read are not read again in this request but are still written:
         // the write replaces the bad sectors (md does the same).
-        let unwritable = env.vd.unavailable();
-        let unreadable = unwritable.union(avoid);
+        // A member being rebuilt is written but never read: for the parity math it is lost.
+        let unwritable = env.vd.unwritable();
+        let unreadable = env.vd.unavailable().union(avoid);
         let degraded = row.span_members().iter().any(|&(member, _)| unreadable.contains(member));
         let attempt = if degraded {
             degraded_write(env, row, views, unreadable, unwritable).await

@@ -127,7 +127,8 @@ pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> Drive
     let member = env.vd.member(index);
     let end_bytes = op.range_bytes().map(|(offset, len)| offset + len);
     member.outstanding.fetch_add(1, Ordering::Relaxed);
-    let done = env.reactor.submit(&*member.drive, op).await;
+    let drive = member.drive();
+    let done = env.reactor.submit(&*drive, op).await;
     member.outstanding.fetch_sub(1, Ordering::Relaxed);
     if let Some(end) = end_bytes {
         member.last_end_bytes.store(end, Ordering::Relaxed);

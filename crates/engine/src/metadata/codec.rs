@@ -7,8 +7,8 @@
 
 use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX};
 use crate::config::{
-    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord, WritePolicy,
-    VD_NAME_BYTES_MAX,
+    ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
+    WritePolicy, VD_NAME_BYTES_MAX,
 };
 use layout::Level;
 use std::ops::Range;
@@ -103,22 +103,33 @@ pub(crate) mod counts {
     pub const DRIVE_COUNT: Field = Field::new("drive_count", 0, 4);
     pub const VD_COUNT: Field = Field::new("vd_count", 4, 4);
     pub const HOT_SPARE_COUNT: Field = Field::new("hot_spare_count", 8, 4);
-    pub const RESERVED: Field = Field::new("reserved", 12, 4);
-    pub const ALL: [Field; 4] = [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, RESERVED];
+    /// Version 3: controller settings in what versions 1 and 2 kept reserved.
+    pub const CONTROLLER_FLAGS: Field = Field::new("controller_flags", 12, 1);
+    pub const REBUILD_RATE_PERCENT: Field = Field::new("rebuild_rate_percent", 13, 1);
+    pub const RESERVED: Field = Field::new("reserved", 14, 2);
+    /// Versions 1 and 2: everything after the counts is reserved.
+    pub const RESERVED_V2: Field = Field::new("reserved", 12, 4);
+    pub const ALL: [Field; 6] = [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, CONTROLLER_FLAGS, REBUILD_RATE_PERCENT, RESERVED];
+    /// `controller_flags` bit 0: automatic rebuild onto hot spares is off (0 keeps the default, on).
+    pub const FLAG_AUTO_REBUILD_OFF: u8 = 1;
+    pub const FLAGS_KNOWN: u8 = FLAG_AUTO_REBUILD_OFF;
     const _: () = assert!(BYTES == 16);
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
 pub(crate) mod drive_record {
     use super::Field;
-    pub const BYTES: usize = 32;
+    pub const BYTES: usize = 40;
+    /// Versions 1 and 2 end before `rebuild_row`.
+    pub const BYTES_V2: usize = 32;
     pub const SLOT: Field = Field::new("slot", 0, 4);
     pub const STATE: Field = Field::new("state", 4, 1);
     pub const RESERVED: Field = Field::new("reserved", 5, 3);
     pub const DRIVE_ID: Field = Field::new("drive_id", 8, 16);
     pub const CAPACITY_BYTES: Field = Field::new("capacity_bytes", 24, 8);
-    pub const ALL: [Field; 5] = [SLOT, STATE, RESERVED, DRIVE_ID, CAPACITY_BYTES];
-    const _: () = assert!(BYTES == 32);
+    pub const REBUILD_ROW: Field = Field::new("rebuild_row", 32, 8);
+    pub const ALL: [Field; 6] = [SLOT, STATE, RESERVED, DRIVE_ID, CAPACITY_BYTES, REBUILD_ROW];
+    const _: () = assert!(BYTES == 40 && BYTES_V2 == REBUILD_ROW.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
@@ -252,6 +263,9 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     put(&mut fixed, counts::DRIVE_COUNT, &count(config.drives.len()).to_le_bytes());
     put(&mut fixed, counts::VD_COUNT, &count(config.vds.len()).to_le_bytes());
     put(&mut fixed, counts::HOT_SPARE_COUNT, &count(config.hot_spares.len()).to_le_bytes());
+    let flags = if config.settings.auto_rebuild { 0 } else { counts::FLAG_AUTO_REBUILD_OFF };
+    put(&mut fixed, counts::CONTROLLER_FLAGS, &[flags]);
+    put(&mut fixed, counts::REBUILD_RATE_PERCENT, &[config.settings.rebuild_rate_percent]);
     out.extend_from_slice(&fixed);
     config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
@@ -266,6 +280,7 @@ fn encode_drive(drive: &DriveRecord, out: &mut Vec<u8>) {
     put(&mut fixed, drive_record::STATE, &[drive.state.code()]);
     put(&mut fixed, drive_record::DRIVE_ID, &drive.drive_id.0.to_le_bytes());
     put(&mut fixed, drive_record::CAPACITY_BYTES, &drive.capacity_bytes.to_le_bytes());
+    put(&mut fixed, drive_record::REBUILD_ROW, &drive.rebuild_row.to_le_bytes());
     out.extend_from_slice(&fixed);
 }
 
@@ -414,7 +429,7 @@ fn check_header_fields(bytes: &[u8]) -> Result<(), MetadataError> {
 fn decode_payload(payload: &[u8], version: u32, controller_id: ControllerId, generation: u64) -> Result<ControllerConfig, MetadataError> {
     let mut reader = Reader { bytes: payload, position_bytes: 0 };
     let fixed = reader.take(counts::BYTES, || "the record counts".to_string())?;
-    check_zero(fixed, counts::RESERVED, || "record counts".to_string())?;
+    let settings = decode_settings(fixed, version)?;
     let drive_count = get_u32(fixed, counts::DRIVE_COUNT);
     let vd_count = get_u32(fixed, counts::VD_COUNT);
     let hot_spare_count = get_u32(fixed, counts::HOT_SPARE_COUNT);
@@ -427,12 +442,34 @@ fn decode_payload(payload: &[u8], version: u32, controller_id: ControllerId, gen
     if reader.position_bytes != payload.len() {
         return Err(MetadataError::TrailingBytes { payload_bytes: payload.len(), parsed_bytes: reader.position_bytes });
     }
-    Ok(ControllerConfig { controller_id, generation, drives, vds, hot_spares })
+    Ok(ControllerConfig { controller_id, generation, drives, vds, hot_spares, settings })
+}
+
+/// The controller settings of version 3; versions 1 and 2 had none, so they get the defaults.
+fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, MetadataError> {
+    let record = || "record counts".to_string();
+    if version < 3 {
+        check_zero(fixed, counts::RESERVED_V2, record)?;
+        return Ok(ControllerSettings::default());
+    }
+    check_zero(fixed, counts::RESERVED, record)?;
+    let flags = get::<1>(fixed, counts::CONTROLLER_FLAGS)[0];
+    if flags & !counts::FLAGS_KNOWN != 0 {
+        let known = "bit 0 (automatic rebuild off)".to_string();
+        return Err(MetadataError::UnknownCode { record: record(), field: "controller_flags", code: flags, known });
+    }
+    let rebuild_rate_percent = get::<1>(fixed, counts::REBUILD_RATE_PERCENT)[0];
+    if rebuild_rate_percent > 100 {
+        let known = "0 to 100".to_string();
+        return Err(MetadataError::UnknownCode { record: record(), field: "rebuild_rate_percent", code: rebuild_rate_percent, known });
+    }
+    Ok(ControllerSettings { auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0, rebuild_rate_percent })
 }
 
 fn decode_drive(reader: &mut Reader, index: u32, count: u32, version: u32) -> Result<DriveRecord, MetadataError> {
     let record = || format!("drive record {index}");
-    let fixed = reader.take(drive_record::BYTES, || format!("drive record {index} of {count}"))?;
+    let fixed_bytes = if version < 3 { drive_record::BYTES_V2 } else { drive_record::BYTES };
+    let fixed = reader.take(fixed_bytes, || format!("drive record {index} of {count}"))?;
     check_zero(fixed, drive_record::RESERVED, record)?;
     let state = decode_code(fixed, drive_record::STATE, record)?;
     check_state_in_version(state, version, record)?;
@@ -441,6 +478,7 @@ fn decode_drive(reader: &mut Reader, index: u32, count: u32, version: u32) -> Re
         drive_id: DriveId(get_u128(fixed, drive_record::DRIVE_ID)),
         state,
         capacity_bytes: get_u64(fixed, drive_record::CAPACITY_BYTES),
+        rebuild_row: if version < 3 { 0 } else { get_u64(fixed, drive_record::REBUILD_ROW) },
     })
 }
 

@@ -1,0 +1,212 @@
+//! Hot-spare takeover and rebuild.
+//!
+//! When a member leaves service (an I/O failure, `set offline`, `set missing`, or absent at
+//! assembly) and automatic rebuild is on, the controller picks a spare (`spares`), writes the
+//! swap to the metadata (the spare becomes the member, `Rbld`; the old drive leaves the VD), and
+//! only then starts writing the spare: the engine's member turns `Rebuilding` (written by client
+//! writes from now on, never read) and a background process (`crate::background`) rebuilds the
+//! rows in order through the level's own row function. Its watermark is checkpointed into the
+//! spare's drive record, so a restart resumes there. When every row is done, the spare becomes
+//! `Onln`, recorded before the engine reads it.
+
+use super::*;
+use crate::background::{self, Finish, Hooks, Progress, RowOutcome};
+use crate::vd::MemberSet;
+use std::time::{Duration, Instant};
+
+/// A rebuild that runs, for `show rebuild` and its controls.
+#[derive(Clone)]
+pub struct RebuildView {
+    pub slot: u32,
+    pub vd_id: u32,
+    pub progress: Arc<Progress>,
+    pub started: Instant,
+}
+
+/// How long after a client request the VD still counts as busy for the rebuild rate.
+const CLIENTS_BUSY_WINDOW: Duration = Duration::from_millis(200);
+
+impl Controller {
+    /// After a member of `vd_id` left service: takes a spare over if automatic rebuild is on.
+    /// Called with the state lock held, after the failure was recorded.
+    pub(super) fn take_over(&self, state: &mut State, vd_id: u32) {
+        if !state.config.settings.auto_rebuild {
+            return self.log(Severity::Warning, format!("v{vd_id} stays degraded: automatic rebuild is off (/c0 set autorebuild=on)"));
+        }
+        let record = state.config.vds.iter().find(|v| v.vd_id == vd_id).cloned().expect("a live VD has a record");
+        let vd = Arc::clone(&state.vds[&vd_id]);
+        let out: Vec<usize> = (0..record.member_slots.len())
+            .filter(|&i| matches!(vd.member(i).state(), MemberState::Failed | MemberState::Missing))
+            .collect();
+        for member in out {
+            let capacity_of = |slot: u32| state.slots.get(&slot).filter(|s| !s.foreign).map(|s| s.drive.info().capacity_bytes);
+            match spares::choose_spare(&state.config, &record, capacity_of) {
+                Ok(spare) => self.swap_in(state, vd_id, member, spare),
+                Err(reason) => return self.log(Severity::Warning, format!("v{vd_id} stays degraded: {reason}")),
+            }
+        }
+    }
+
+    /// Makes `spare` member `member` of `vd_id` in the metadata, then starts rebuilding it.
+    fn swap_in(&self, state: &mut State, vd_id: u32, member: usize, spare: u32) {
+        let before = state.config.clone();
+        let old_slot = state.config.vds.iter().find(|v| v.vd_id == vd_id).expect("checked").member_slots[member];
+        let detail = format!("takes the place of slot {old_slot} in v{vd_id}");
+        self.transition(state, spare, DriveState::Rebuild, state::Cause::RebuildStarted, Some(&detail));
+        state.config.hot_spares.retain(|h| h.slot != spare);
+        self.retire_replaced(state, old_slot, spare);
+        let record = state.config.vds.iter_mut().find(|v| v.vd_id == vd_id).expect("checked");
+        record.member_slots[member] = spare;
+        set_rebuild_row(&mut state.config, spare, 0);
+        if let Err(error) = self.persist(state) {
+            state.config = before;
+            return self
+                .log(Severity::Critical, format!("v{vd_id}: slot {spare} cannot take over, the metadata cannot be written: {error}"));
+        }
+        let drive = Arc::clone(&state.slots[&spare].drive);
+        let vd = Arc::clone(&state.vds[&vd_id]);
+        vd.start_rebuild(member, drive);
+        self.spawn_rebuild(vd, vd_id, member, spare, 0, state.config.settings.rebuild_rate_percent);
+    }
+
+    /// The drive a spare replaced leaves the VD: a failed one becomes UBad, an offline one
+    /// UGood, a missing one is forgotten (if it returns it is a blank drive to us).
+    fn retire_replaced(&self, state: &mut State, old_slot: u32, spare: u32) {
+        let detail = format!("replaced by slot {spare}");
+        match state.config.drives.iter().find(|d| d.slot == old_slot).map(|d| d.state) {
+            Some(DriveState::Failed) => {
+                drop(self.transition(state, old_slot, DriveState::UnconfiguredBad, state::Cause::Replaced, Some(&detail)))
+            }
+            Some(DriveState::Offline) => {
+                drop(self.transition(state, old_slot, DriveState::UnconfiguredGood, state::Cause::Replaced, Some(&detail)))
+            }
+            _ => {
+                state.config.drives.retain(|d| d.slot != old_slot);
+                self.log(Severity::Info, format!("slot {old_slot} (absent) {detail}; it leaves the configuration"));
+            }
+        }
+    }
+
+    /// Resumes every rebuild the configuration records (after a restart).
+    pub(super) fn resume_rebuilds(&self, state: &State) {
+        for drive in state.config.drives.iter().filter(|d| d.state == DriveState::Rebuild) {
+            let Some((vd_id, member)) = member_of(state, drive.slot) else { continue };
+            if state.vds[&vd_id].member(member).state() != MemberState::Rebuilding {
+                continue; // not usable now (shrunk, absent): assembly said why
+            }
+            self.log(Severity::Info, format!("rebuild of slot {} (v{vd_id}) resumes at row {}", drive.slot, drive.rebuild_row));
+            let vd = Arc::clone(&state.vds[&vd_id]);
+            self.spawn_rebuild(vd, vd_id, member, drive.slot, drive.rebuild_row, state.config.settings.rebuild_rate_percent);
+        }
+    }
+
+    /// Starts the rebuild process of member `member` (slot `slot`) on a thread of its own. May be
+    /// called with the state lock held: the thread takes it only later.
+    fn spawn_rebuild(&self, vd: Arc<VirtualDrive>, vd_id: u32, member: usize, slot: u32, start_row: u64, rate_percent: u8) {
+        let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
+        let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now() };
+        self.rebuilds.lock().expect("rebuilds lock").insert(slot, view);
+        let controller = self.myself();
+        let spawned = std::thread::Builder::new().name(format!("storc-rebuild-s{slot}")).spawn(move || {
+            let Some(controller) = controller.upgrade() else { return };
+            let finish = controller.run_rebuild(&vd, member, slot, &progress);
+            controller.rebuild_ended(vd_id, member, slot, &progress, finish);
+        });
+        match spawned {
+            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
+            Err(error) => self.log(Severity::Critical, format!("rebuild of slot {slot} cannot start a thread: {error}")),
+        }
+    }
+
+    /// Stops every rebuild at its watermark (checkpointed) and waits for the threads: shutdown.
+    pub(super) fn stop_rebuilds(&self) {
+        for rebuild in self.rebuilds() {
+            rebuild.progress.set_control(background::Control::Stop);
+        }
+        let threads = std::mem::take(&mut *self.rebuild_threads.lock().expect("rebuild threads lock"));
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+
+    fn run_rebuild(&self, vd: &Arc<VirtualDrive>, member: usize, slot: u32, progress: &Progress) -> Finish {
+        let targets = MemberSet::of(&[member]);
+        let engine = Arc::clone(&self.engine);
+        let submit_row = |row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
+            engine.rebuild_row(vd, row, targets, Box::new(move |result| done(row_outcome(result))));
+        };
+        let mut checkpoint = |row: u64| self.checkpoint_rebuild(slot, row);
+        let clients_busy = || vd.last_client_request().elapsed() < CLIENTS_BUSY_WINDOW;
+        background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy })
+    }
+
+    /// Records the watermark in the spare's drive record, so that a restart resumes there.
+    fn checkpoint_rebuild(&self, slot: u32, row: u64) {
+        let mut state = self.state.lock().expect("controller lock");
+        if !state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::Rebuild) {
+            return;
+        }
+        set_rebuild_row(&mut state.config, slot, row);
+        if let Err(error) = self.persist(&mut state) {
+            self.log(Severity::Warning, format!("rebuild of slot {slot}: checkpoint at row {row} not written: {error}"));
+        }
+    }
+
+    fn rebuild_ended(&self, vd_id: u32, member: usize, slot: u32, progress: &Progress, finish: Finish) {
+        let elapsed = self.rebuilds.lock().expect("rebuilds lock").get(&slot).map(|r| r.started.elapsed()).unwrap_or_default();
+        let removes = finish_removes(&finish);
+        match finish {
+            Finish::Complete => self.rebuild_done(vd_id, member, slot, progress, elapsed),
+            Finish::Stopped => {
+                self.log(Severity::Warning, format!("rebuild of slot {slot} (v{vd_id}) stopped at {:.1}%", progress.percent_done()))
+            }
+            Finish::Failed(reason) => self.log(Severity::Critical, format!("rebuild of slot {slot} (v{vd_id}) failed: {reason}")),
+        }
+        if removes {
+            self.rebuilds.lock().expect("rebuilds lock").remove(&slot);
+        }
+    }
+
+    /// Every row is rebuilt: recorded first, then the engine reads the member again.
+    fn rebuild_done(&self, vd_id: u32, member: usize, slot: u32, progress: &Progress, elapsed: Duration) {
+        let mut state = self.state.lock().expect("controller lock");
+        let still_ours = state.vds.get(&vd_id).is_some_and(|vd| vd.member(member).state() == MemberState::Rebuilding)
+            && state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::Rebuild);
+        if !still_ours {
+            return;
+        }
+        let bad_rows = progress.bad_rows();
+        let detail = format!("v{vd_id} rebuilt in {:.1} s; rows that could not be rebuilt: {}", elapsed.as_secs_f64(), bad_rows.len());
+        let transition = self.transition(&mut state, slot, DriveState::Online, state::Cause::RebuildDone, Some(&detail));
+        set_rebuild_row(&mut state.config, slot, 0);
+        if let Err(error) = self.persist(&mut state) {
+            // Still Rbld on disk: a restart redoes the rebuild from its last checkpoint.
+            self.undo_transition(&mut state, &transition);
+            return self.log(Severity::Critical, format!("rebuild of slot {slot} done but not recorded: {error}"));
+        }
+        state.vds[&vd_id].finish_rebuild(member);
+    }
+
+    /// The rebuilds running or stopped, by slot.
+    pub fn rebuilds(&self) -> Vec<RebuildView> {
+        self.rebuilds.lock().expect("rebuilds lock").values().cloned().collect()
+    }
+}
+
+fn finish_removes(finish: &Finish) -> bool {
+    !matches!(finish, Finish::Stopped)
+}
+
+fn set_rebuild_row(config: &mut ControllerConfig, slot: u32, row: u64) {
+    let record = config.drives.iter_mut().find(|d| d.slot == slot).expect("a recorded drive");
+    record.rebuild_row = row;
+}
+
+/// A row the other members cannot produce is recorded and skipped; anything else ends the run.
+fn row_outcome(result: Result<(), crate::VdError>) -> RowOutcome {
+    match result {
+        Ok(()) => RowOutcome::Done,
+        Err(error @ crate::VdError::RowUnrecoverable { .. }) => RowOutcome::Unrecoverable(error.to_string()),
+        Err(error) => RowOutcome::Fatal(error.to_string()),
+    }
+}
