@@ -5,6 +5,7 @@
 //! | method | path | body | answer |
 //! |---|---|---|---|
 //! | GET | /api/v1/controller | | `ControllerView` |
+//! | PATCH | /api/v1/controller | `SetController` | `ControllerView` |
 //! | GET | /api/v1/vds | | `Vec<VdView>` |
 //! | GET | /api/v1/vds/{id} | | `VdView` |
 //! | POST | /api/v1/vds | `CreateVd` | `VdView` (201) |
@@ -15,6 +16,8 @@
 //! | POST | /api/v1/drives/{slot}/state | `SetDriveState` | `DriveView` |
 //! | POST | /api/v1/drives/{slot}/hotspare | `AddHotSpare` | `DriveView` |
 //! | DELETE | /api/v1/drives/{slot}/hotspare | | `DriveView` |
+//! | GET | /api/v1/rebuilds | | `Vec<RebuildView>` |
+//! | POST | /api/v1/drives/{slot}/rebuild | `RebuildAction` | `RebuildView` |
 //! | GET | /api/v1/events | | `Vec<EventView>` |
 //! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
 //! | POST | /api/v1/foreign/import | | `Message` |
@@ -57,6 +60,40 @@ pub struct ControllerView {
     pub nbd_endpoints: Vec<String>,
     pub shards: usize,
     pub parity_kernels: String,
+    /// A failed member is rebuilt onto a hot spare without asking (`autorebuild`).
+    pub auto_rebuild: bool,
+    /// Share of member bandwidth a rebuild takes while clients are busy (`rebuildrate`).
+    pub rebuild_rate_percent: u8,
+}
+
+/// `/c0 set autorebuild=on|off rebuildrate=N`; absent fields keep their value.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SetController {
+    pub auto_rebuild: Option<bool>,
+    pub rebuild_rate_percent: Option<u8>,
+}
+
+/// One rebuild (storcli's `show rebuild` table).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RebuildView {
+    /// The slot being rebuilt.
+    pub slot: u32,
+    pub vd: u32,
+    pub progress_percent: f64,
+    /// "In progress", "Paused" or "Stopped".
+    pub status: String,
+    /// At the speed so far; absent until there is one.
+    pub estimated_seconds_left: Option<u64>,
+    pub rate_percent: u8,
+}
+
+/// `/c0/sN start|stop|pause|resume rebuild`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildAction {
+    /// start, stop, pause or resume.
+    pub action: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -20,7 +20,7 @@ mod rebuild;
 mod spares;
 pub mod state;
 
-pub use rebuild::RebuildView;
+pub use rebuild::{RebuildCommand, RebuildView};
 
 use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
 use crate::{Engine, VdRequest};

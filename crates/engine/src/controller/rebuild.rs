@@ -20,7 +20,42 @@ pub struct RebuildView {
     pub slot: u32,
     pub vd_id: u32,
     pub progress: Arc<Progress>,
+    /// When this run began, and at which row (for the estimate of the time left).
     pub started: Instant,
+    pub start_row: u64,
+}
+
+impl RebuildView {
+    /// storcli's words: "In progress", "Paused", "Stopped".
+    pub fn status(&self) -> &'static str {
+        match self.progress.control() {
+            background::Control::Run => "In progress",
+            background::Control::Pause => "Paused",
+            background::Control::Stop => "Stopped",
+        }
+    }
+
+    /// At the speed so far since this run began; `None` before there is a speed to go by.
+    pub fn estimated_time_left(&self) -> Option<Duration> {
+        let done_rows = self.progress.watermark_row().saturating_sub(self.start_row);
+        let elapsed = self.started.elapsed();
+        if done_rows == 0 || elapsed.is_zero() {
+            return None;
+        }
+        let left_rows = self.progress.total_rows - self.progress.watermark_row();
+        Some(elapsed.mul_f64(left_rows as f64 / done_rows as f64))
+    }
+}
+
+/// `/c0/sN start|stop|pause|resume rebuild`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RebuildCommand {
+    /// Runs a stopped rebuild again from its checkpoint.
+    Start,
+    /// Stops at the watermark (checkpointed); the member stays Rbld and keeps taking writes.
+    Stop,
+    Pause,
+    Resume,
 }
 
 /// How long after a client request the VD still counts as busy for the rebuild rate.
@@ -104,7 +139,7 @@ impl Controller {
     /// called with the state lock held: the thread takes it only later.
     fn spawn_rebuild(&self, vd: Arc<VirtualDrive>, vd_id: u32, member: usize, slot: u32, start_row: u64, rate_percent: u8) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
-        let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now() };
+        let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now(), start_row };
         self.rebuilds.lock().expect("rebuilds lock").insert(slot, view);
         let controller = self.myself();
         let spawned = std::thread::Builder::new().name(format!("storc-rebuild-s{slot}")).spawn(move || {
@@ -185,6 +220,58 @@ impl Controller {
             return self.log(Severity::Critical, format!("rebuild of slot {slot} done but not recorded: {error}"));
         }
         state.vds[&vd_id].finish_rebuild(member);
+    }
+
+    /// Steers the rebuild of `slot`.
+    ///
+    /// # Errors
+    /// No rebuild at that slot (with the slots that have one), or the command does not fit its
+    /// state (start on a running one, pause on a stopped one...).
+    pub fn rebuild_command(&self, slot: u32, command: RebuildCommand) -> Result<(), ControlError> {
+        let view = self.rebuilds.lock().expect("rebuilds lock").get(&slot).cloned();
+        let Some(view) = view else {
+            let slots: Vec<String> = self.rebuilds().iter().map(|r| r.slot.to_string()).collect();
+            let known = if slots.is_empty() { "none has one".to_string() } else { format!("slots with one: {}", slots.join(", ")) };
+            return Err(ControlError::NotFound(format!("slot {slot} has no rebuild; {known}")));
+        };
+        let control = view.progress.control();
+        let refuse = |allowed: &str| {
+            Err(ControlError::Conflict(format!(
+                "the rebuild of slot {slot} is {}; {command:?} is allowed only when it is {allowed}",
+                view.status()
+            )))
+        };
+        match (command, control) {
+            (RebuildCommand::Pause, background::Control::Run) => view.progress.set_control(background::Control::Pause),
+            (RebuildCommand::Resume, background::Control::Pause) => view.progress.set_control(background::Control::Run),
+            (RebuildCommand::Stop, background::Control::Run | background::Control::Pause) => {
+                view.progress.set_control(background::Control::Stop)
+            }
+            (RebuildCommand::Start, background::Control::Stop) => return self.restart_rebuild(slot),
+            (RebuildCommand::Pause, _) => return refuse("in progress"),
+            (RebuildCommand::Resume, _) => return refuse("paused"),
+            (RebuildCommand::Stop, _) => return refuse("in progress or paused"),
+            (RebuildCommand::Start, _) => return refuse("stopped"),
+        }
+        self.log(Severity::Info, format!("rebuild of slot {slot} (v{}): {command:?} by the administrator", view.vd_id));
+        Ok(())
+    }
+
+    /// Runs a stopped rebuild again from the checkpoint in its drive record.
+    fn restart_rebuild(&self, slot: u32) -> Result<(), ControlError> {
+        let state = self.state.lock().expect("controller lock");
+        let record = state.config.drives.iter().find(|d| d.slot == slot && d.state == DriveState::Rebuild).cloned();
+        let Some((record, (vd_id, member))) = record.and_then(|r| member_of(&state, slot).map(|m| (r, m))) else {
+            return Err(ControlError::Conflict(format!("slot {slot} is no longer being rebuilt")));
+        };
+        // The stopped run's thread has ended (its watermark was checkpointed on the way out).
+        let stopped = self.rebuilds.lock().expect("rebuilds lock").remove(&slot);
+        debug_assert!(stopped.is_some_and(|view| view.progress.control() == background::Control::Stop));
+        let vd = Arc::clone(&state.vds[&vd_id]);
+        self.spawn_rebuild(vd, vd_id, member, slot, record.rebuild_row, state.config.settings.rebuild_rate_percent);
+        drop(state);
+        self.log(Severity::Info, format!("rebuild of slot {slot} (v{vd_id}) started again at row {}", record.rebuild_row));
+        Ok(())
     }
 
     /// The rebuilds running or stopped, by slot.

@@ -6,7 +6,7 @@
 //! enforce them, so the CLI cannot drift from the controller.
 
 use super::http::{Method, Request};
-use crate::api_types::{AddHotSpare, CreateVd, SetDriveState, SetVd};
+use crate::api_types::{AddHotSpare, CreateVd, RebuildAction, SetController, SetDriveState, SetVd};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
 
@@ -55,6 +55,9 @@ pub enum Action {
     ShowForeign,
     ImportForeign,
     DeleteForeign,
+    SetController(SetController),
+    ShowRebuild { target: Target },
+    Rebuild { slot: u32, action: RebuildAction },
 }
 
 /// What the first argument names.
@@ -137,6 +140,11 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Controller, ["show", "all"]) => Action::ShowController { all: true },
         (Object::Controller, ["show", "events"]) => Action::ShowEvents,
         (Object::Controller, ["add", "vd", ..]) => Action::AddVd(parse_add_vd(&tokens[2..])?),
+        (Object::Controller, ["set", ..]) => Action::SetController(parse_set_controller(&tokens[1..])?),
+        (Object::Slots(target), ["show", "rebuild"]) => Action::ShowRebuild { target },
+        (Object::Slots(Target::One(slot)), [verb @ ("start" | "stop" | "pause" | "resume"), "rebuild"]) => {
+            Action::Rebuild { slot, action: RebuildAction { action: verb.to_string() } }
+        }
         (Object::Vds(target), ["show"]) => Action::ShowVds { target, all: false },
         (Object::Vds(target), ["show", "all"]) => Action::ShowVds { target, all: true },
         (Object::Vds(Target::One(vd)), ["del" | "delete"]) => Action::DeleteVd { vd, force: false },
@@ -159,12 +167,12 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
 
 fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
-        Object::Controller => "show, show all, show events, add vd LEVEL drives=LIST [options]",
+        Object::Controller => "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100",
         Object::Vds(Target::All) => "show, show all (del and set need one VD: /c0/vN)",
         Object::Vds(Target::One(_)) => "show, show all, del [force], set wrcache=|rdcache=|iopolicy=|name=",
-        Object::Slots(Target::All) => "show, show all (add, delete and set need one slot: /c0/sN)",
+        Object::Slots(Target::All) => "show, show all, show rebuild (add, delete, set and rebuild commands need one slot: /c0/sN)",
         Object::Slots(Target::One(_)) => {
-            "show, show all, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good"
+            "show, show all, show rebuild, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild"
         }
         Object::Foreign => "show, import, del",
     };
@@ -405,6 +413,36 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
     Ok(changes)
 }
 
+fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> {
+    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100";
+    if tokens.is_empty() {
+        return usage(format!("set needs one or more of: {ALLOWED}"));
+    }
+    let mut changes = SetController::default();
+    for token in tokens {
+        let Some((key, value)) = token.split_once('=') else {
+            return usage(format!("set: \"{token}\" is not KEY=VALUE; allowed: {ALLOWED}"));
+        };
+        match key.to_ascii_lowercase().as_str() {
+            "autorebuild" => {
+                let on = match value.to_ascii_lowercase().as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return usage(format!("autorebuild=\"{value}\" is not allowed; allowed: on, off")),
+                };
+                set_once(&mut changes.auto_rebuild, on, "autorebuild=", token)?;
+            }
+            "rebuildrate" => {
+                let rate = value.parse::<u8>().ok().filter(|rate| *rate <= 100);
+                let Some(rate) = rate else { return usage(format!("rebuildrate=\"{value}\" is not allowed; allowed: 0 to 100 (percent)")) };
+                set_once(&mut changes.rebuild_rate_percent, rate, "rebuildrate=", token)?;
+            }
+            _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
+        }
+    }
+    Ok(changes)
+}
+
 fn parse_hot_spare(tokens: &[String]) -> Result<AddHotSpare, UsageError> {
     let drive_groups = match tokens {
         [] => Vec::new(),
@@ -462,6 +500,9 @@ impl Action {
             Action::ShowForeign => vec![Request::get("/api/v1/foreign")],
             Action::ImportForeign => vec![Request::without_body(Method::Post, "/api/v1/foreign/import")],
             Action::DeleteForeign => vec![Request::without_body(Method::Delete, "/api/v1/foreign")],
+            Action::SetController(changes) => vec![Request::with_body(Method::Patch, "/api/v1/controller", changes)],
+            Action::ShowRebuild { .. } => vec![Request::get("/api/v1/rebuilds")],
+            Action::Rebuild { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/rebuild"), action)],
         }
     }
 }
@@ -622,7 +663,13 @@ mod tests {
             "/c0/vall del",
             "usage: unknown command \"/c0/vall del\"; allowed after /c0/vall: show, show all (del and set need one VD: /c0/vN)",
         );
-        check("/c0", "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options]");
+        check(
+            "/c0",
+            "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100",
+        );
+        check("/c0 set rebuildrate=101", "usage: rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
+        check("/c0 set autorebuild=maybe", "usage: autorebuild=\"maybe\" is not allowed; allowed: on, off");
+        check("/c0 set speed=1", "usage: set: unknown property \"speed\"; allowed: autorebuild=on|off, rebuildrate=0-100");
         check("/c0/fall show import", "usage: unknown command \"/c0/fall show import\"; allowed after /c0/fall: show, import, del");
     }
 

@@ -3,7 +3,7 @@
 
 use super::parse::{Action, Target};
 use super::table::{human_size, key_values, section, strip_size, utc_time, Table};
-use crate::api_types::{ControllerView, DriveView, EventView, ForeignView, Message, VdView};
+use crate::api_types::{ControllerView, DriveView, EventView, ForeignView, Message, RebuildView, VdView};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -98,6 +98,12 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
         Action::SetDriveState { .. } => changed_drive_report("Set Drive State Succeeded", &decode(first)?, first),
         Action::ShowForeign => foreign_report(&decode::<Vec<_>>(first)?, first),
         Action::DeleteVd { .. } | Action::ImportForeign | Action::DeleteForeign => message_report(first)?,
+        Action::SetController(_) => settings_report(&decode(first)?, first),
+        Action::ShowRebuild { target } => rebuild_report("Show Rebuild Succeeded", *target, &decode::<Vec<RebuildView>>(first)?, first),
+        Action::Rebuild { slot, action } => {
+            let description = format!("{} Rebuild Succeeded", capitalized(&action.action));
+            rebuild_report(&description, Target::One(*slot), &[decode(first)?], first)
+        }
     };
     Ok(report)
 }
@@ -131,6 +137,8 @@ fn controller_report(controller: &ControllerView, all: bool, answer: &Value) -> 
         facts.push(("Foreign Configurations", controller.foreign_configurations.to_string()));
         facts.push(("Shards", controller.shards.to_string()));
         facts.push(("Parity Kernels", controller.parity_kernels.clone()));
+        facts.push(("Auto Rebuild", if controller.auto_rebuild { "On" } else { "Off" }.to_string()));
+        facts.push(("Rebuild Rate", format!("{}%", controller.rebuild_rate_percent)));
     }
     let mut text = section("Basics", &key_values(&facts));
     text += &section("VD LIST", &vd_table_or_none(&controller.vds));
@@ -209,6 +217,43 @@ fn changed_drive_report(description: &str, drive: &DriveView, answer: &Value) ->
 }
 
 /// Answers that only say what happened: the daemon's sentence becomes the description.
+fn settings_report(controller: &ControllerView, answer: &Value) -> Report {
+    let facts = [
+        ("Auto Rebuild", if controller.auto_rebuild { "On" } else { "Off" }.to_string()),
+        ("Rebuild Rate", format!("{}%", controller.rebuild_rate_percent)),
+    ];
+    Report { description: "Set Controller Properties Succeeded".to_string(), text: key_values(&facts), data: answer.clone() }
+}
+
+/// storcli's table: Drive, Progress%, Status, Estimated Time Left.
+fn rebuild_report(description: &str, target: Target, rebuilds: &[RebuildView], answer: &Value) -> Report {
+    let mut table = Table::new(&["Drive", "VD", "Progress%", "Status", "Estimated Time Left", "Rate%"]);
+    let wanted = rebuilds.iter().filter(|r| matches!(target, Target::All) || target == Target::One(r.slot));
+    for rebuild in wanted {
+        let left = rebuild.estimated_seconds_left.map_or("-".to_string(), |secs| format!("{} min {} s", secs / 60, secs % 60));
+        let row = vec![
+            format!("/c0/s{}", rebuild.slot),
+            format!("v{}", rebuild.vd),
+            format!("{:.1}", rebuild.progress_percent),
+            rebuild.status.clone(),
+            left,
+            rebuild.rate_percent.to_string(),
+        ];
+        table.push(row);
+    }
+    let body = match (table.is_empty(), target) {
+        (true, Target::One(slot)) => format!("/c0/s{slot}: Not in progress\n"),
+        (true, Target::All) => "No rebuild in progress.\n".to_string(),
+        (false, _) => table.render(),
+    };
+    Report { description: description.to_string(), text: section("Rebuild", &body), data: answer.clone() }
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars.next().map(|first| first.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+}
+
 fn message_report(answer: &Value) -> Result<Report, String> {
     let description = if answer.is_null() { "Succeeded".to_string() } else { decode::<Message>(answer)?.message };
     Ok(Report { description, text: String::new(), data: answer.clone() })
@@ -467,6 +512,8 @@ pub mod tests {
             nbd_endpoints: vec!["nbd://127.0.0.1:10809/db".into()],
             shards: 2,
             parity_kernels: "avx2".into(),
+            auto_rebuild: true,
+            rebuild_rate_percent: 30,
         };
         let answer = serde_json::to_value(&controller).unwrap();
         let summary = report(&Action::ShowController { all: false }, std::slice::from_ref(&answer)).unwrap();

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use engine::config::{DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
-use engine::controller::{ControlError, Controller, CreateVdSpec, DriveCommand, SlotView, VdChanges};
+use engine::controller::{ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, SlotView, VdChanges};
 use engine::VirtualDrive;
 use layout::Level;
 use std::sync::Arc;
@@ -27,7 +27,9 @@ type Reply<T> = Result<(StatusCode, Json<T>), (StatusCode, Json<ApiError>)>;
 
 pub fn router(state: Shared) -> Router {
     Router::new()
-        .route("/api/v1/controller", get(controller))
+        .route("/api/v1/controller", get(controller).patch(set_controller))
+        .route("/api/v1/rebuilds", get(rebuilds))
+        .route("/api/v1/drives/{slot}/rebuild", post(rebuild_action))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
         .route("/api/v1/drives", get(list_drives))
@@ -207,7 +209,46 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
         nbd_endpoints,
         shards: state.controller.engine().shard_count(),
         parity_kernels: parity::active_kernel_name().into(),
+        auto_rebuild: config.settings.auto_rebuild,
+        rebuild_rate_percent: config.settings.rebuild_rate_percent,
     })
+}
+
+async fn set_controller(State(state): State<Shared>, ApiJson(body): ApiJson<SetController>) -> Reply<ControllerView> {
+    let changes = ControllerChanges { auto_rebuild: body.auto_rebuild, rebuild_rate_percent: body.rebuild_rate_percent };
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.set_controller(changes)).await?;
+    self::controller(State(state)).await
+}
+
+fn rebuild_view(view: &engine::controller::RebuildView) -> RebuildView {
+    RebuildView {
+        slot: view.slot,
+        vd: view.vd_id,
+        progress_percent: (view.progress.percent_done() * 10.0).floor() / 10.0,
+        status: view.status().to_string(),
+        estimated_seconds_left: view.estimated_time_left().map(|left| left.as_secs()),
+        rate_percent: view.progress.rate_percent(),
+    }
+}
+
+async fn rebuilds(State(state): State<Shared>) -> Reply<Vec<RebuildView>> {
+    ok(state.controller.rebuilds().iter().map(rebuild_view).collect())
+}
+
+async fn rebuild_action(State(state): State<Shared>, Path(slot): Path<u32>, ApiJson(body): ApiJson<RebuildAction>) -> Reply<RebuildView> {
+    let command = match body.action.to_ascii_lowercase().as_str() {
+        "start" => RebuildCommand::Start,
+        "stop" => RebuildCommand::Stop,
+        "pause" => RebuildCommand::Pause,
+        "resume" => RebuildCommand::Resume,
+        other => return Err(bad(format!("unknown rebuild action {other:?}; allowed: start, stop, pause, resume"))),
+    };
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.rebuild_command(slot, command)).await?;
+    let view = state.controller.rebuilds().into_iter().find(|r| r.slot == slot);
+    let view = view.ok_or_else(|| fail(ControlError::NotFound(format!("slot {slot} has no rebuild any more"))))?;
+    ok(rebuild_view(&view))
 }
 
 async fn list_vds(State(state): State<Shared>) -> Reply<Vec<VdView>> {
