@@ -149,3 +149,59 @@ fn a_rebuild_resumes_from_its_checkpoint_after_a_restart() {
     second.set_drive(0, DriveCommand::Offline).unwrap();
     check_vd(&engine, &vd, &model, "after the resumed rebuild, with slot 0 out");
 }
+
+/// A VD beyond its tolerance has nothing to rebuild a spare from: the spare stays a spare,
+/// instead of becoming a member full of rows nobody could rebuild.
+#[test]
+fn an_offline_vd_gets_no_spare() {
+    let engine = engine();
+    let drives: Vec<Arc<dyn Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    controller.add_hot_spare(3, vec![]).unwrap();
+    controller.set_controller(ControllerChanges { auto_rebuild: Some(false), ..Default::default() }).unwrap();
+    controller.set_drive(0, DriveCommand::Offline).unwrap();
+    controller.set_drive(1, DriveCommand::Offline).unwrap();
+    assert_eq!(controller.vd(0).unwrap().1.state(), VdState::Offline);
+    controller.set_controller(ControllerChanges { auto_rebuild: Some(true), ..Default::default() }).unwrap();
+    let id = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+
+    let second = open(&engine, &drives, Some(id));
+    assert_eq!(second.slot(3).unwrap().state, DriveState::HotSpare);
+    let events: Vec<String> = second.events().into_iter().map(|e| e.description).collect();
+    assert!(events.iter().any(|e| e == "v0 is offline: no spare can be rebuilt from what is left"), "{events:#?}");
+}
+
+/// A row whose sources cannot be read while nothing else holds its data is never made up: the
+/// rebuild goes on past it, and at the end the member stays Rbld (written, never read) and an
+/// event names the row.
+#[test]
+fn rows_that_cannot_be_rebuilt_keep_the_member_from_being_read() {
+    let engine = engine();
+    let mut drives: Vec<Arc<dyn Drive>> = (0..5).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let flaky = Arc::new(FaultyDrive::new(Arc::clone(&drives[2])));
+    drives[2] = flaky.clone();
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
+    controller.add_hot_spare(4, vec![]).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    engine.write_at(&vd, 0, &pattern(vd.capacity_bytes() as usize, 5)).unwrap();
+    let bad_start = 16 * MIB;
+    flaky.set_faults(Faults { read_error_ranges: vec![bad_start..bad_start + 4096], ..Faults::default() });
+    controller.set_drive(1, DriveCommand::Offline).unwrap();
+    let deadline = Instant::now() + REBUILD_TIMEOUT;
+    let ended = |events: &[String]| events.iter().find(|e| e.starts_with("rebuild of slot 4 (v0) reached the end")).cloned();
+    let message = loop {
+        let events: Vec<String> = controller.events().into_iter().map(|e| e.description).collect();
+        if let Some(message) = ended(&events) {
+            break message;
+        }
+        assert!(Instant::now() < deadline, "the rebuild never ended: {events:#?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(message.contains("1 row(s) could not be rebuilt"), "{message}");
+    assert_eq!(controller.slot(4).unwrap().state, DriveState::Rebuild, "never read while a row is missing");
+    assert_eq!(vd.state(), VdState::Degraded);
+}

@@ -70,6 +70,11 @@ impl Controller {
         }
         let record = state.config.vds.iter().find(|v| v.vd_id == vd_id).cloned().expect("a live VD has a record");
         let vd = Arc::clone(&state.vds[&vd_id]);
+        if vd.state() == crate::VdState::Offline {
+            // Beyond its tolerance nothing holds what a spare would need: it would be filled with
+            // rows that cannot be rebuilt.
+            return self.log(Severity::Critical, format!("v{vd_id} is offline: no spare can be rebuilt from what is left"));
+        }
         let out: Vec<usize> = (0..record.member_slots.len())
             .filter(|&i| matches!(vd.member(i).state(), MemberState::Failed | MemberState::Missing))
             .collect();
@@ -211,7 +216,16 @@ impl Controller {
             return;
         }
         let bad_rows = progress.bad_rows();
-        let detail = format!("v{vd_id} rebuilt in {:.1} s; rows that could not be rebuilt: {}", elapsed.as_secs_f64(), bad_rows.len());
+        if !bad_rows.is_empty() {
+            // Until a bad-block list can make reads of those rows fail, the member must never be
+            // read: it stays Rbld (written, not read) and says why.
+            let first = bad_rows.iter().min().expect("not empty");
+            return self.log(
+                Severity::Critical,
+                format!("rebuild of slot {slot} (v{vd_id}) reached the end, but {} row(s) could not be rebuilt (no other copy; first: row {first}); the member stays Rbld and is not read", bad_rows.len()),
+            );
+        }
+        let detail = format!("v{vd_id} rebuilt in {:.1} s", elapsed.as_secs_f64());
         let transition = self.transition(&mut state, slot, DriveState::Online, state::Cause::RebuildDone, Some(&detail));
         set_rebuild_row(&mut state.config, slot, 0);
         if let Err(error) = self.persist(&mut state) {
