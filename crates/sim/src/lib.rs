@@ -12,6 +12,11 @@
 //! whole or return read or write errors, never more than the level tolerates. At the end the
 //! whole VD is read back, and then read again with each remaining member taken out in turn, so
 //! that parity or a mirror copy that was written wrong cannot hide behind a healthy member.
+//!
+//! In some runs one member is replaced by a blank drive part-way and rebuilt row by row while
+//! the workload goes on (rows taken in order, interleaved with client I/O in seeded order), as a
+//! hot spare is. After the workload the rest of the rows are rebuilt and the member returns to
+//! service, and the final reads with each other member taken out prove what it holds.
 
 use drive::{Drive, FaultyDrive, IoBuf, MemDrive};
 use engine::{CompletionOrder, LocalEngine, MemberState, VdCompletion, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES};
@@ -38,6 +43,9 @@ pub struct RunConfig {
     pub in_flight_max: usize,
     /// Chance per operation that a fault is injected (while the level can take one more).
     pub fault_per_mille: u32,
+    /// The operation at which a member is replaced by a blank drive and rebuilt (redundant
+    /// levels only).
+    pub rebuild_at_operation: Option<usize>,
 }
 
 impl RunConfig {
@@ -48,6 +56,9 @@ impl RunConfig {
         let level = Level::ALL[(seed % Level::ALL.len() as u64) as usize];
         let (drive_count, drives_per_span) = drive_count_for(level, &mut rng);
         let strip_size_bytes = [8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB][rng.gen_range(0..4)];
+        let operation_count = rng.gen_range(40..160);
+        let redundant = !matches!(level, Level::Raid0 | Level::Jbod);
+        let rebuild_at_operation = (redundant && rng.gen_bool(0.5)).then(|| rng.gen_range(0..operation_count));
         RunConfig {
             seed,
             level,
@@ -55,9 +66,10 @@ impl RunConfig {
             drives_per_span,
             strip_size_bytes,
             rows_per_member: rng.gen_range(2..6),
-            operation_count: rng.gen_range(40..160),
+            operation_count,
             in_flight_max: rng.gen_range(1..24),
             fault_per_mille: [0, 10, 30][rng.gen_range(0..3)],
+            rebuild_at_operation,
         }
     }
 }
@@ -173,6 +185,20 @@ struct Sim {
     faults: Vec<String>,
     reads: usize,
     writes: usize,
+    rebuild: Option<Rebuild>,
+}
+
+/// A member being rebuilt onto a blank drive while the workload runs.
+struct Rebuild {
+    member: usize,
+    /// The next row to rebuild; rows below it are done.
+    next_row: u64,
+    /// A row job in flight (one at a time), and its outcome once it arrived.
+    in_flight: bool,
+    outcome: Rc<RefCell<Option<Result<(), engine::VdError>>>>,
+    /// A row that could not be rebuilt (its sources hit injected read errors): the member then
+    /// never returns to service.
+    unrecoverable: bool,
 }
 
 impl Sim {
@@ -205,17 +231,22 @@ impl Sim {
             faults: Vec::new(),
             reads: 0,
             writes: 0,
+            rebuild: None,
         }
     }
 
     fn workload(&mut self) -> Result<(), String> {
-        for _ in 0..self.config.operation_count {
+        for operation in 0..self.config.operation_count {
             while self.in_flight_count() >= self.config.in_flight_max {
                 self.step()?;
             }
             if self.rng.gen_range(0..1000) < self.config.fault_per_mille {
                 self.inject_fault();
             }
+            if self.config.rebuild_at_operation == Some(operation) {
+                self.start_rebuild();
+            }
+            self.rebuild_some()?;
             self.submit_random();
             // Let the engine make some progress between submissions, sometimes none.
             for _ in 0..self.rng.gen_range(0..3) {
@@ -224,6 +255,65 @@ impl Sim {
         }
         while self.in_flight_count() > 0 {
             self.step()?;
+        }
+        self.finish_rebuild()
+    }
+
+    /// Replaces a member that the VD can spare by a blank drive and starts rebuilding it.
+    fn start_rebuild(&mut self) {
+        let spare = (0..self.config.drive_count).filter(|&m| !self.at_risk[m]).find(|&m| {
+            let mut with = self.at_risk.clone();
+            with[m] = true;
+            self.vd.geometry().survives(&with)
+        });
+        let Some(member) = spare else { return };
+        self.at_risk[member] = true;
+        let capacity_bytes = self.drives[member].info().capacity_bytes;
+        let blank = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(capacity_bytes))));
+        self.drives[member] = Arc::clone(&blank);
+        // Out of service first (no I/O may be on its way to the old drive), then the new one.
+        self.vd.set_member_state(member, MemberState::Failed);
+        self.vd.start_rebuild(member, blank);
+        self.faults.push(format!("member {member} replaced by a blank drive and rebuilt"));
+        let outcome = Rc::new(RefCell::new(None));
+        self.rebuild = Some(Rebuild { member, next_row: 0, in_flight: false, outcome, unrecoverable: false });
+    }
+
+    /// Settles the rebuild's row job if it finished, and sometimes submits the next row.
+    fn rebuild_some(&mut self) -> Result<(), String> {
+        let Some(rebuild) = &mut self.rebuild else { return Ok(()) };
+        let arrived = rebuild.outcome.borrow_mut().take();
+        if let Some(result) = arrived {
+            rebuild.in_flight = false;
+            settle_row(rebuild, result, &self.faults)?;
+        }
+        let row_count = self.vd.geometry().row_count();
+        if rebuild.in_flight || rebuild.next_row >= row_count || !self.rng.gen_bool(0.5) {
+            return Ok(());
+        }
+        let (row, targets, outcome) = (rebuild.next_row, engine::MemberSet::of(&[rebuild.member]), Rc::clone(&rebuild.outcome));
+        rebuild.in_flight = true;
+        self.engine.rebuild_row(&self.vd, row, targets, move |result| *outcome.borrow_mut() = Some(result));
+        Ok(())
+    }
+
+    /// Rebuilds the rows left, then returns the member to service if every row was rebuilt.
+    fn finish_rebuild(&mut self) -> Result<(), String> {
+        let Some(mut rebuild) = self.rebuild.take() else { return Ok(()) };
+        self.engine.run_until_idle();
+        let arrived = rebuild.outcome.borrow_mut().take();
+        if let Some(result) = arrived {
+            settle_row(&mut rebuild, result, &self.faults)?;
+        }
+        let targets = engine::MemberSet::of(&[rebuild.member]);
+        while rebuild.next_row < self.vd.geometry().row_count() {
+            let result = self.engine.run_rebuild_row(&self.vd, rebuild.next_row, targets);
+            settle_row(&mut rebuild, result, &self.faults)?;
+        }
+        if !rebuild.unrecoverable && self.vd.member(rebuild.member).state() == MemberState::Rebuilding {
+            self.vd.finish_rebuild(rebuild.member);
+            // The blank drive has no injected faults: it is as good as new.
+            self.at_risk[rebuild.member] = false;
         }
         Ok(())
     }
@@ -369,6 +459,21 @@ impl Sim {
             return Err(format!("{what}: {error}"));
         }
         compare(done.buf.expect("read buffer").as_slice(), &self.model, 0).map_err(|diff| format!("{what}: {diff}"))
+    }
+}
+
+/// Books one rebuilt row: done, or not rebuildable because injected read errors took the only
+/// other copy (allowed only when such faults were injected), or a failure of the run.
+fn settle_row(rebuild: &mut Rebuild, result: Result<(), engine::VdError>, faults: &[String]) -> Result<(), String> {
+    let row = rebuild.next_row;
+    rebuild.next_row += 1;
+    match result {
+        Ok(()) => Ok(()),
+        Err(engine::VdError::RowUnrecoverable { .. } | engine::VdError::RowMemberIo { .. }) if faults.len() > 1 => {
+            rebuild.unrecoverable = true;
+            Ok(())
+        }
+        Err(error) => Err(format!("rebuild of member {} failed at row {row}: {error}", rebuild.member)),
     }
 }
 
