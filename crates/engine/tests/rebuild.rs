@@ -205,3 +205,44 @@ fn rows_that_cannot_be_rebuilt_keep_the_member_from_being_read() {
     assert_eq!(controller.slot(4).unwrap().state, DriveState::Rebuild, "never read while a row is missing");
     assert_eq!(vd.state(), VdState::Degraded);
 }
+
+/// storcli's `insert` + `start rebuild`: an unconfigured good drive takes a failed member's
+/// place and is rebuilt; `start rebuild` on a UGood drive picks the member itself. Refusals
+/// name what is wrong and change nothing.
+#[test]
+fn an_unconfigured_good_drive_replaces_a_member_by_hand() {
+    let engine = engine();
+    let mut drives: Vec<Arc<dyn Drive>> = (0..6).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    drives.push(Arc::new(MemDrive::new(DRIVE_BYTES / 2)));
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    let mut model = pattern(vd.capacity_bytes() as usize, 11);
+    engine.write_at(&vd, 0, &model).unwrap();
+    controller.set_drive(1, DriveCommand::Offline).unwrap();
+    let late = pattern(1 << 20, 12);
+    engine.write_at(&vd, 0, &late).unwrap();
+    model[..late.len()].copy_from_slice(&late);
+
+    let generation = controller.config().generation;
+    let refused = |result: Result<(), engine::controller::ControlError>, expected: &str| {
+        assert_eq!(result.unwrap_err().to_string(), expected);
+        assert_eq!(controller.config().generation, generation, "nothing changed after: {expected}");
+    };
+    refused(controller.replace_member(4, 0, 2), "member 2 of v0 (slot 2) is in service; only a member out of service can be replaced");
+    refused(controller.replace_member(4, 0, 9), "v0 has 4 members (0 to 3); member 9 does not exist");
+    refused(controller.replace_member(0, 0, 1), "slot 0 is Onln; only an unconfigured good (UGood) drive can replace a member");
+    let small = format!("slot 6 has {} bytes; v0 needs {DRIVE_BYTES} bytes per member", DRIVE_BYTES / 2);
+    refused(controller.replace_member(6, 0, 1), &small);
+
+    controller.replace_member(4, 0, 1).unwrap();
+    assert_eq!(controller.slot(4).unwrap().state, DriveState::Rebuild);
+    wait_for_state(&controller, 4, DriveState::Online);
+    controller.set_drive(2, DriveCommand::Offline).unwrap();
+    check_vd(&engine, &vd, &model, "after the replacement, with slot 2 out");
+    // `start rebuild` on a UGood drive: it finds the member out of service (slot 2's) itself.
+    controller.rebuild_command(5, engine::controller::RebuildCommand::Start).unwrap();
+    wait_for_state(&controller, 5, DriveState::Online);
+    assert_eq!(vd.state(), VdState::Optimal);
+    check_vd(&engine, &vd, &model, "after the second replacement");
+}

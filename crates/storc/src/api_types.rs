@@ -18,6 +18,7 @@
 //! | DELETE | /api/v1/drives/{slot}/hotspare | | `DriveView` |
 //! | GET | /api/v1/rebuilds | | `Vec<RebuildView>` |
 //! | POST | /api/v1/drives/{slot}/rebuild | `RebuildAction` | `RebuildView` |
+//! | POST | /api/v1/drives/{slot}/insert | `InsertDrive` | `DriveView` |
 //! | GET | /api/v1/events | | `Vec<EventView>` |
 //! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
 //! | POST | /api/v1/foreign/import | | `Message` |
@@ -86,6 +87,16 @@ pub struct RebuildView {
     /// At the speed so far; absent until there is one.
     pub estimated_seconds_left: Option<u64>,
     pub rate_percent: u8,
+}
+
+/// `/c0/sN insert dg=D array=A row=R`: an unconfigured good drive takes the place of the member
+/// at row R of span (array) A of drive group D, which must be out of service, and is rebuilt.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InsertDrive {
+    pub drive_group: u32,
+    pub array: u32,
+    pub row: u32,
 }
 
 /// `/c0/sN start|stop|pause|resume rebuild`.

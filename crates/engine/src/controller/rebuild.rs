@@ -243,6 +243,9 @@ impl Controller {
     /// state (start on a running one, pause on a stopped one...).
     pub fn rebuild_command(&self, slot: u32, command: RebuildCommand) -> Result<(), ControlError> {
         let view = self.rebuilds.lock().expect("rebuilds lock").get(&slot).cloned();
+        if view.is_none() && command == RebuildCommand::Start && self.slot(slot)?.state == DriveState::UnconfiguredGood {
+            return self.replace_first_fitting(slot);
+        }
         let Some(view) = view else {
             let slots: Vec<String> = self.rebuilds().iter().map(|r| r.slot.to_string()).collect();
             let known = if slots.is_empty() { "none has one".to_string() } else { format!("slots with one: {}", slots.join(", ")) };
@@ -271,6 +274,56 @@ impl Controller {
         Ok(())
     }
 
+    /// Puts unconfigured good drive `slot` in the place of member `member` of `vd_id` (out of
+    /// service) and rebuilds it: storcli's `insert` followed by `start rebuild`.
+    ///
+    /// # Errors
+    /// What does not fit, with what is allowed; nothing changes then.
+    pub fn replace_member(&self, slot: u32, vd_id: u32, member: usize) -> Result<(), ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        let record = state.config.vds.iter().find(|v| v.vd_id == vd_id).cloned();
+        let Some(record) = record else {
+            drop(state);
+            return Err(self.no_vd(vd_id));
+        };
+        check_replacement(&state, slot, &record, member)?;
+        let vd = Arc::clone(&state.vds[&vd_id]);
+        if vd.state() == crate::VdState::Offline {
+            return Err(ControlError::Conflict(format!("v{vd_id} is offline: nothing is left to rebuild slot {slot} from")));
+        }
+        self.swap_in(&mut state, vd_id, member, slot);
+        if state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::Rebuild) {
+            Ok(())
+        } else {
+            Err(ControlError::Io(format!("slot {slot} could not take the place of member {member} of v{vd_id}; see the events")))
+        }
+    }
+
+    /// `start rebuild` on an unconfigured good drive: the first out-of-service member it fits.
+    fn replace_first_fitting(&self, slot: u32) -> Result<(), ControlError> {
+        let candidates: Vec<(u32, usize)> = {
+            let state = self.state.lock().expect("controller lock");
+            let capacity = state.slots.get(&slot).map_or(0, |s| s.drive.info().capacity_bytes);
+            let fits = |record: &VdRecord| capacity >= record.member_size_bytes;
+            state
+                .config
+                .vds
+                .iter()
+                .filter(|record| fits(record))
+                .flat_map(|record| {
+                    let vd = &state.vds[&record.vd_id];
+                    (0..record.member_slots.len())
+                        .filter(|&i| matches!(vd.member(i).state(), MemberState::Failed | MemberState::Missing))
+                        .map(move |i| (record.vd_id, i))
+                })
+                .collect()
+        };
+        let Some(&(vd_id, member)) = candidates.first() else {
+            return Err(ControlError::Conflict(format!("slot {slot} is UGood but no VD has a member out of service that it fits")));
+        };
+        self.replace_member(slot, vd_id, member)
+    }
+
     /// Runs a stopped rebuild again from the checkpoint in its drive record.
     fn restart_rebuild(&self, slot: u32) -> Result<(), ControlError> {
         let state = self.state.lock().expect("controller lock");
@@ -292,6 +345,41 @@ impl Controller {
     pub fn rebuilds(&self) -> Vec<RebuildView> {
         self.rebuilds.lock().expect("rebuilds lock").values().cloned().collect()
     }
+}
+
+/// Whether `slot` may replace member `member` of `record`: an unconfigured good drive that is
+/// present and big enough, and a member that is out of service.
+fn check_replacement(state: &State, slot: u32, record: &VdRecord, member: usize) -> Result<(), ControlError> {
+    let vd_id = record.vd_id;
+    let drive = state.config.drives.iter().find(|d| d.slot == slot);
+    let present = state.slots.get(&slot).filter(|s| !s.foreign);
+    let (Some(drive), Some(present)) = (drive, present) else {
+        return Err(ControlError::NotFound(format!("slot {slot} holds no drive of ours")));
+    };
+    if drive.state != DriveState::UnconfiguredGood {
+        let state_name = drive.state.short_name();
+        return Err(ControlError::Conflict(format!(
+            "slot {slot} is {state_name}; only an unconfigured good (UGood) drive can replace a member"
+        )));
+    }
+    let capacity_bytes = present.drive.info().capacity_bytes;
+    if capacity_bytes < record.member_size_bytes {
+        return Err(ControlError::BadInput(format!(
+            "slot {slot} has {capacity_bytes} bytes; v{vd_id} needs {} bytes per member",
+            record.member_size_bytes
+        )));
+    }
+    let Some(old_slot) = record.member_slots.get(member) else {
+        let count = record.member_slots.len();
+        return Err(ControlError::BadInput(format!("v{vd_id} has {count} members (0 to {}); member {member} does not exist", count - 1)));
+    };
+    let out = matches!(state.vds[&vd_id].member(member).state(), MemberState::Failed | MemberState::Missing);
+    if !out {
+        return Err(ControlError::Conflict(format!(
+            "member {member} of v{vd_id} (slot {old_slot}) is in service; only a member out of service can be replaced"
+        )));
+    }
+    Ok(())
 }
 
 fn finish_removes(finish: &Finish) -> bool {

@@ -6,7 +6,7 @@
 //! enforce them, so the CLI cannot drift from the controller.
 
 use super::http::{Method, Request};
-use crate::api_types::{AddHotSpare, CreateVd, RebuildAction, SetController, SetDriveState, SetVd};
+use crate::api_types::{AddHotSpare, CreateVd, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
 
@@ -58,6 +58,7 @@ pub enum Action {
     SetController(SetController),
     ShowRebuild { target: Target },
     Rebuild { slot: u32, action: RebuildAction },
+    Insert { slot: u32, insert: InsertDrive },
 }
 
 /// What the first argument names.
@@ -142,6 +143,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Controller, ["add", "vd", ..]) => Action::AddVd(parse_add_vd(&tokens[2..])?),
         (Object::Controller, ["set", ..]) => Action::SetController(parse_set_controller(&tokens[1..])?),
         (Object::Slots(target), ["show", "rebuild"]) => Action::ShowRebuild { target },
+        (Object::Slots(Target::One(slot)), ["insert", ..]) => Action::Insert { slot, insert: parse_insert(&tokens[1..])? },
         (Object::Slots(Target::One(slot)), [verb @ ("start" | "stop" | "pause" | "resume"), "rebuild"]) => {
             Action::Rebuild { slot, action: RebuildAction { action: verb.to_string() } }
         }
@@ -172,7 +174,7 @@ fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
         Object::Vds(Target::One(_)) => "show, show all, del [force], set wrcache=|rdcache=|iopolicy=|name=",
         Object::Slots(Target::All) => "show, show all, show rebuild (add, delete, set and rebuild commands need one slot: /c0/sN)",
         Object::Slots(Target::One(_)) => {
-            "show, show all, show rebuild, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild"
+            "show, show all, show rebuild, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild, insert dg=D array=A row=R"
         }
         Object::Foreign => "show, import, del",
     };
@@ -443,6 +445,25 @@ fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> 
     Ok(changes)
 }
 
+fn parse_insert(tokens: &[String]) -> Result<InsertDrive, UsageError> {
+    const ALLOWED: &str = "dg=D array=A row=R (the member's drive group, span and position in it)";
+    let (mut drive_group, mut array, mut row) = (None, None, None);
+    for token in tokens {
+        let parsed = token.split_once('=').and_then(|(key, value)| Some((key.to_ascii_lowercase(), value.parse::<u32>().ok()?)));
+        let Some((key, value)) = parsed else { return usage(format!("insert: \"{token}\" is not KEY=NUMBER; allowed: {ALLOWED}")) };
+        match key.as_str() {
+            "dg" => set_once(&mut drive_group, value, "dg=", token)?,
+            "array" => set_once(&mut array, value, "array=", token)?,
+            "row" => set_once(&mut row, value, "row=", token)?,
+            _ => return usage(format!("insert: unknown option \"{key}\"; allowed: {ALLOWED}")),
+        }
+    }
+    match (drive_group, array, row) {
+        (Some(drive_group), Some(array), Some(row)) => Ok(InsertDrive { drive_group, array, row }),
+        _ => usage(format!("insert needs {ALLOWED}")),
+    }
+}
+
 fn parse_hot_spare(tokens: &[String]) -> Result<AddHotSpare, UsageError> {
     let drive_groups = match tokens {
         [] => Vec::new(),
@@ -502,6 +523,7 @@ impl Action {
             Action::DeleteForeign => vec![Request::without_body(Method::Delete, "/api/v1/foreign")],
             Action::SetController(changes) => vec![Request::with_body(Method::Patch, "/api/v1/controller", changes)],
             Action::ShowRebuild { .. } => vec![Request::get("/api/v1/rebuilds")],
+            Action::Insert { slot, insert } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/insert"), insert)],
             Action::Rebuild { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/rebuild"), action)],
         }
     }
@@ -671,6 +693,22 @@ mod tests {
         check("/c0 set autorebuild=maybe", "usage: autorebuild=\"maybe\" is not allowed; allowed: on, off");
         check("/c0 set speed=1", "usage: set: unknown property \"speed\"; allowed: autorebuild=on|off, rebuildrate=0-100");
         check("/c0/fall show import", "usage: unknown command \"/c0/fall show import\"; allowed after /c0/fall: show, import, del");
+    }
+
+    #[test]
+    fn rebuild_commands_and_controller_settings() {
+        check("/c0 set autorebuild=off rebuildrate=60", r#"PATCH /api/v1/controller {"auto_rebuild":false,"rebuild_rate_percent":60}"#);
+        check("/c0/s8 show rebuild", "GET /api/v1/rebuilds");
+        check("/c0/sall show rebuild", "GET /api/v1/rebuilds");
+        check("/c0/s8 pause rebuild", r#"POST /api/v1/drives/8/rebuild {"action":"pause"}"#);
+        check("/c0/s8 start rebuild", r#"POST /api/v1/drives/8/rebuild {"action":"start"}"#);
+        check("/c0/s9 insert dg=0 array=1 row=2", r#"POST /api/v1/drives/9/insert {"drive_group":0,"array":1,"row":2}"#);
+        check("/c0/s9 insert dg=0 row=2", "usage: insert needs dg=D array=A row=R (the member's drive group, span and position in it)");
+        check(
+            "/c0/s9 insert dg=x array=0 row=0",
+            "usage: insert: \"dg=x\" is not KEY=NUMBER; allowed: dg=D array=A row=R (the member's drive group, span and position in it)",
+        );
+        check("/c0/s9 insert dg=0 dg=1 array=0 row=0", "usage: \"dg=1\": dg= given twice; give it once");
     }
 
     #[test]

@@ -99,6 +99,7 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
         Action::ShowForeign => foreign_report(&decode::<Vec<_>>(first)?, first),
         Action::DeleteVd { .. } | Action::ImportForeign | Action::DeleteForeign => message_report(first)?,
         Action::SetController(_) => settings_report(&decode(first)?, first),
+        Action::Insert { .. } => changed_drive_report("Insert Drive Succeeded", &decode(first)?, first),
         Action::ShowRebuild { target } => rebuild_report("Show Rebuild Succeeded", *target, &decode::<Vec<RebuildView>>(first)?, first),
         Action::Rebuild { slot, action } => {
             let description = format!("{} Rebuild Succeeded", capitalized(&action.action));

@@ -30,6 +30,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/controller", get(controller).patch(set_controller))
         .route("/api/v1/rebuilds", get(rebuilds))
         .route("/api/v1/drives/{slot}/rebuild", post(rebuild_action))
+        .route("/api/v1/drives/{slot}/insert", post(insert_drive))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
         .route("/api/v1/drives", get(list_drives))
@@ -230,6 +231,20 @@ fn rebuild_view(view: &engine::controller::RebuildView) -> RebuildView {
         estimated_seconds_left: view.estimated_time_left().map(|left| left.as_secs()),
         rate_percent: view.progress.rate_percent(),
     }
+}
+
+async fn insert_drive(State(state): State<Shared>, Path(slot): Path<u32>, ApiJson(body): ApiJson<InsertDrive>) -> Reply<DriveView> {
+    // In storc a drive group is its VD; a member is row R of span (array) A.
+    let (record, vd) = state.controller.vd(body.drive_group).map_err(fail)?;
+    let (spans, per_span) = (vd.geometry().span_count() as u32, vd.geometry().drives_per_span() as u32);
+    if body.array >= spans || body.row >= per_span {
+        let allowed = format!("array 0 to {} and row 0 to {}", spans - 1, per_span - 1);
+        return Err(bad(format!("drive group {} has no array {} row {}; allowed: {allowed}", record.drive_group, body.array, body.row)));
+    }
+    let member = (body.array * per_span + body.row) as usize;
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.replace_member(slot, record.vd_id, member)).await?;
+    ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
 }
 
 async fn rebuilds(State(state): State<Shared>) -> Reply<Vec<RebuildView>> {
