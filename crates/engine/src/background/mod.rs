@@ -14,10 +14,10 @@
 //!
 //! # Rate
 //! `rate_percent` (0 to 100, MegaRAID's rebuild rate) is the share of time the operation may
-//! keep the members busy while clients are using the VD: after each row it sleeps long enough
-//! that its own row time is that share of the elapsed time. An idle VD gets the full speed, as
-//! on MegaRAID; a rate of 0 still makes progress while idle, never while clients are busy for
-//! long (it takes one row per [`RATE_ZERO_ROW_INTERVAL`]).
+//! keep the members busy while clients are using the VD: after each burst it sleeps long enough
+//! that its own time is that share of the elapsed time, in bursts of a window of rows. An idle
+//! VD gets the full speed, as on MegaRAID; a rate of 0 still makes progress while clients are
+//! busy (one burst per [`RATE_ZERO_BURST_INTERVAL`]), so the operation always ends.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -32,8 +32,10 @@ pub const WINDOW_ROWS: usize = 16;
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// ...and at least every this fraction of the VD (DESIGN.md: every 1/16 and every few seconds).
 pub const CHECKPOINT_FRACTION: u64 = 16;
-/// With a rate of 0 and busy clients, one row this often, so that the operation still ends.
-pub const RATE_ZERO_ROW_INTERVAL: Duration = Duration::from_millis(100);
+/// With a rate of 0 and busy clients, one burst this often, so that the operation still ends.
+pub const RATE_ZERO_BURST_INTERVAL: Duration = Duration::from_millis(500);
+/// The longest pause after a burst: a slow burst must not stall the operation for minutes.
+pub const PAUSE_MAX: Duration = Duration::from_secs(1);
 /// MegaRAID's default rebuild, consistency check and patrol read rate.
 pub const RATE_PERCENT_DEFAULT: u8 = 30;
 
@@ -147,15 +149,20 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
     let mut last_checkpoint = (Instant::now(), progress.watermark_row());
     let checkpoint_rows = (progress.total_rows / CHECKPOINT_FRACTION).max(1);
     let mut failure = None;
+    let mut batch_started = Instant::now();
     loop {
         let control = wait_while_paused(progress, in_flight);
-        let may_submit = control == Control::Run && failure.is_none();
-        // While clients are busy, one row at a time, so that the pause after it sets the share.
+        // While clients are busy the operation works in bursts: a whole window, drained, then a
+        // pause that holds its share of the time to the rate. A burst runs near idle speed and
+        // the pause leaves the members to the clients, which serves both better than a trickle.
         let throttled = progress.rate_percent() < 100 && (hooks.clients_busy)();
-        let window_rows = if throttled { 1 } else { WINDOW_ROWS };
+        let may_submit = control == Control::Run && failure.is_none() && (!throttled || in_flight == 0);
+        if may_submit && in_flight == 0 {
+            batch_started = Instant::now();
+        }
         // The window bounds the distance from the watermark, not only the rows in flight: a
         // slow row holds the others back, so a restart redoes at most a window of rows.
-        let window_end_row = progress.watermark_row().saturating_add(window_rows as u64).min(progress.total_rows);
+        let window_end_row = progress.watermark_row().saturating_add(WINDOW_ROWS as u64).min(progress.total_rows);
         while may_submit && next_row < window_end_row {
             let done_tx = done_tx.clone();
             let row = next_row;
@@ -166,7 +173,6 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
         if in_flight == 0 {
             break;
         }
-        let started = Instant::now();
         let (row, outcome) = done_rx.recv().expect("a submitted row always completes");
         in_flight -= 1;
         match outcome {
@@ -184,7 +190,9 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
             (hooks.checkpoint)(watermark);
             last_checkpoint = (Instant::now(), watermark);
         }
-        throttle(progress, started.elapsed(), hooks.clients_busy);
+        if in_flight == 0 {
+            throttle(progress, batch_started.elapsed(), hooks.clients_busy);
+        }
     }
     match (failure, progress.control()) {
         (Some(reason), _) => Finish::Failed(reason),
@@ -216,19 +224,19 @@ fn wait_while_paused(progress: &Progress, in_flight: usize) -> Control {
     progress.control()
 }
 
-/// After a row that took `row_time`: nothing while the VD is idle; otherwise enough sleep that
-/// the operation keeps the members busy `rate_percent` of the time.
-fn throttle(progress: &Progress, row_time: Duration, clients_busy: &dyn Fn() -> bool) {
+/// After a burst that took `burst_time`: nothing while the VD is idle; otherwise enough sleep
+/// that the operation keeps the members busy `rate_percent` of the time.
+fn throttle(progress: &Progress, burst_time: Duration, clients_busy: &dyn Fn() -> bool) {
     if !clients_busy() {
         return;
     }
     let rate_percent = u32::from(progress.rate_percent());
     let pause = match rate_percent {
-        0 => RATE_ZERO_ROW_INTERVAL,
+        0 => RATE_ZERO_BURST_INTERVAL,
         100 => return,
-        _ => row_time * (100 - rate_percent) / rate_percent,
+        _ => burst_time * (100 - rate_percent) / rate_percent,
     };
-    std::thread::sleep(pause.min(RATE_ZERO_ROW_INTERVAL));
+    std::thread::sleep(pause.min(PAUSE_MAX));
 }
 
 #[cfg(test)]

@@ -109,17 +109,25 @@ fn a_paused_operation_submits_nothing_until_resumed() {
 
 #[test]
 fn with_busy_clients_the_rate_sets_the_share_of_time_taken() {
-    // Each row takes 2 ms; at 25 % the run takes about four times as long as its rows.
-    let progress = Progress::new(40, 0, 25);
+    // Two bursts of a window each, every row 20 ms: 40 ms of work. At 25 % each burst is followed
+    // by three times its length of pause, so the run takes at least about 160 ms; idle, 40 ms.
+    let rows = 2 * WINDOW_ROWS as u64;
     let submit = |_row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(20));
             done(RowOutcome::Done);
         });
     };
-    let started = Instant::now();
-    let finish = run(&progress, Hooks { submit_row: &submit, checkpoint: &mut |_| {}, clients_busy: &|| true });
-    assert_eq!(finish, Finish::Complete);
-    // Rows alone: 80 ms; at 25 % at least 3x that. Only a lower bound: timing here is noisy.
-    assert!(started.elapsed() >= Duration::from_millis(240), "{:?}", started.elapsed());
+    let timed = |busy: bool| {
+        let progress = Progress::new(rows, 0, 25);
+        let started = Instant::now();
+        let finish = run(&progress, Hooks { submit_row: &submit, checkpoint: &mut |_| {}, clients_busy: &|| busy });
+        assert_eq!(finish, Finish::Complete);
+        started.elapsed()
+    };
+    let idle = timed(false);
+    let busy = timed(true);
+    // Lower bounds only: timing here is noisy, and a slow machine only makes both longer.
+    assert!(busy >= Duration::from_millis(150), "busy {busy:?}");
+    assert!(idle < busy, "idle {idle:?} is full speed, busy {busy:?} is throttled");
 }
