@@ -191,6 +191,9 @@ pub struct SetVd {
 pub struct SetDriveState {
     /// "offline", "online", "missing", "good".
     pub state: String,
+    /// With "online": even though the member missed writes (`set online force`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

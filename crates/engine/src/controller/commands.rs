@@ -209,6 +209,21 @@ impl Controller {
     /// No such slot, or the change is not allowed from its state (with what is); nothing changes.
     /// If the metadata cannot be written, a member stays in service (see below).
     pub fn set_drive(&self, slot: u32, command: DriveCommand) -> Result<(), ControlError> {
+        self.change_drive(slot, command, false)
+    }
+
+    /// `set online force`: brings a member back even though it missed writes, for a VD that lost
+    /// more than it tolerates while the members' contents are still there (a backing filesystem
+    /// that filled up failed two members of a RAID5 at once). The rows written while it was out
+    /// are stale on it; an event says so, and a consistency check repairs them.
+    ///
+    /// # Errors
+    /// As [`Controller::set_drive`] for `online`, except that missed writes do not refuse it.
+    pub fn force_online(&self, slot: u32) -> Result<(), ControlError> {
+        self.change_drive(slot, DriveCommand::Online, true)
+    }
+
+    fn change_drive(&self, slot: u32, command: DriveCommand, force: bool) -> Result<(), ControlError> {
         let mut state = self.state.lock().expect("controller lock");
         let Some(record) = state.config.drives.iter().find(|d| d.slot == slot).cloned() else {
             drop(state);
@@ -218,9 +233,9 @@ impl Controller {
         let new_state = plan_drive_change(slot, record.state, command, membership.as_ref().map(|(vd, _)| vd))?;
         let vd = membership.map(|(vd_id, index)| (Arc::clone(&state.vds[&vd_id]), vd_id, index));
         if let Some((vd, vd_id, index)) = &vd {
-            if new_state == DriveState::Online && vd.member(*index).has_missed_writes() {
+            if new_state == DriveState::Online && vd.member(*index).has_missed_writes() && !force {
                 return Err(ControlError::Conflict(format!(
-                    "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild: a hot spare takes its place, or `start rebuild` on a replacement"
+                    "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild: a hot spare takes its place, or `start rebuild` on a replacement; `set online force` accepts the stale rows (for a VD that is offline otherwise)"
                 )));
             }
         }
@@ -240,6 +255,14 @@ impl Controller {
                 self.take_over(&mut state, *vd_id);
             }
             (Some(_), false, Err(_)) => self.undo_transition(&mut state, &transition),
+            (Some((vd, vd_id, index)), true, Ok(())) if force && vd.member(*index).has_missed_writes() => {
+                self.log(
+                    Severity::Critical,
+                    format!("slot {slot} forced online in v{vd_id} ({}): writes made while it was out of service are missing on it; run a consistency check", vd.state().short_name()),
+                );
+                // Back within its tolerance, the VD gets spares for the members still out.
+                self.take_over(&mut state, *vd_id);
+            }
             _ => {}
         }
         drop(state);

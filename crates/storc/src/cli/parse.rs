@@ -479,7 +479,8 @@ fn parse_hot_spare(tokens: &[String]) -> Result<AddHotSpare, UsageError> {
 fn parse_drive_state(words: &[&str]) -> Result<SetDriveState, UsageError> {
     let allowed = DRIVE_STATES.join(", ");
     match words {
-        [word] if DRIVE_STATES.contains(word) => Ok(SetDriveState { state: word.to_string() }),
+        [word] if DRIVE_STATES.contains(word) => Ok(SetDriveState { state: word.to_string(), force: None }),
+        ["online", "force"] => Ok(SetDriveState { state: "online".to_string(), force: Some(true) }),
         [word] => usage(format!("unknown drive state \"{word}\"; allowed: {allowed}")),
         _ => usage(format!("set takes one drive state; allowed: {allowed}")),
     }
@@ -699,6 +700,7 @@ mod tests {
     fn rebuild_commands_and_controller_settings() {
         check("/c0 set autorebuild=off rebuildrate=60", r#"PATCH /api/v1/controller {"auto_rebuild":false,"rebuild_rate_percent":60}"#);
         check("/c0/s8 show rebuild", "GET /api/v1/rebuilds");
+        check("/c0/s2 set online force", r#"POST /api/v1/drives/2/state {"state":"online","force":true}"#);
         check("/c0/sall show rebuild", "GET /api/v1/rebuilds");
         check("/c0/s8 pause rebuild", r#"POST /api/v1/drives/8/rebuild {"action":"pause"}"#);
         check("/c0/s8 start rebuild", r#"POST /api/v1/drives/8/rebuild {"action":"start"}"#);

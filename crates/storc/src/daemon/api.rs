@@ -354,8 +354,12 @@ async fn set_drive_state(State(state): State<Shared>, Path(slot): Path<u32>, Api
         "good" => DriveCommand::Good,
         other => return Err(bad(format!("unknown drive state {other:?}; allowed: offline, online, missing, good"))),
     };
+    let force = body.force.unwrap_or(false);
+    if force && command != DriveCommand::Online {
+        return Err(bad(format!("force goes only with the state online, not {:?}", body.state)));
+    }
     let controller = Arc::clone(&state.controller);
-    blocking(move || controller.set_drive(slot, command)).await?;
+    blocking(move || if force { controller.force_online(slot) } else { controller.set_drive(slot, command) }).await?;
     ok(drive_view(&state.controller.slot(slot).map_err(fail)?))
 }
 
