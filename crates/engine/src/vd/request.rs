@@ -1,0 +1,149 @@
+//! What crosses a virtual drive's boundary: requests and their completions, the errors a request
+//! or a row job ends with, check outcomes, and sets of members.
+
+use drive::{DriveError, IoBuf};
+use layout::Level;
+
+/// Why a VD request failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VdError {
+    #[error("range {offset_bytes}+{len_bytes} is past the end of virtual drive {vd} ({capacity_bytes} bytes)")]
+    OutOfRange { vd: String, offset_bytes: u64, len_bytes: u64, capacity_bytes: u64 },
+    #[error("offset {offset_bytes} and length {len_bytes} must be multiples of 512 bytes")]
+    Misaligned { offset_bytes: u64, len_bytes: u64 },
+    #[error("virtual drive {vd} is offline: it lost more members than {level} tolerates")]
+    Offline { vd: String, level: Level },
+    #[error("virtual drive {vd}: member {member} failed and the data has no other copy: {error}")]
+    Unrecoverable { vd: String, member: usize, error: DriveError },
+    #[error("the engine is stopped")]
+    Stopped,
+    #[error("virtual drive {vd} was deleted")]
+    Deleted { vd: String },
+    #[error("virtual drive {vd}: a member failed and the failure could not be recorded in the metadata ({detail}); writes are refused until it is")]
+    FailureUnrecorded { vd: String, detail: String },
+    #[error("virtual drive {vd} is {level}, which keeps no redundancy: there is nothing to {action} a row from")]
+    NoRedundancy { vd: String, level: Level, action: &'static str },
+    #[error("virtual drive {vd} has {row_count} rows: row {row} does not exist")]
+    RowOutOfRange { vd: String, row: u64, row_count: u64 },
+    #[error("virtual drive {vd} has {member_count} members: member {member} does not exist")]
+    MemberOutOfRange { vd: String, member: usize, member_count: usize },
+    #[error("virtual drive {vd}: row {row} of member {member} cannot be rebuilt: no other member holds what it needs")]
+    RowUnrecoverable { vd: String, row: u64, member: usize },
+    #[error("virtual drive {vd}: row {row} cannot be checked: member {member} is out of service")]
+    RowMemberOut { vd: String, row: u64, member: usize },
+    #[error("virtual drive {vd}: row {row}: {action} member {member} failed: {error}")]
+    RowMemberIo { vd: String, row: u64, member: usize, action: &'static str, error: DriveError },
+}
+
+/// Whether a consistency check rewrites what it finds wrong, as MegaRAID's check does by
+/// default, or only reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckMode {
+    Report,
+    Repair,
+}
+
+/// What a consistency check found in one row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckOutcome {
+    pub row: u64,
+    pub mismatches: Vec<Mismatch>,
+    /// Whether every mismatch was rewritten ([`CheckMode::Repair`] with something to repair).
+    pub repaired: bool,
+}
+
+impl CheckOutcome {
+    pub fn is_consistent(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+/// One disagreement inside a row, named as precisely as the level allows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Mirrors: the copies of data strip `strip_index` differ. `members` holds copy 0's member
+    /// first, then the members whose copy differs from it; nothing says which copy is right, so
+    /// a repair copies copy 0 over the others.
+    Copies { strip_index: usize, members: Vec<usize> },
+    /// The parity disagrees with the data and the wrong strip cannot be named: RAID5 always,
+    /// RAID6 when more than one strip is wrong. A repair recomputes P (and Q) from the data.
+    Unlocated { p_member: usize, q_member: Option<usize> },
+    /// RAID6: P and Q name the one member whose strip is wrong (data, P or Q). A repair rewrites
+    /// that strip from the others.
+    Member { member: usize, role: layout::Role },
+}
+
+/// A set of member indices (a VD has at most 8 spans of 32 drives).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberSet([u64; 4]);
+
+impl MemberSet {
+    /// Most members a set can hold.
+    pub const MEMBERS_MAX: usize = 256;
+
+    pub fn of(members: &[usize]) -> MemberSet {
+        let mut set = MemberSet::default();
+        for &member in members {
+            set.insert(member);
+        }
+        set
+    }
+    pub fn insert(&mut self, index: usize) {
+        assert!(index < Self::MEMBERS_MAX, "member {index} past the {} a set holds", Self::MEMBERS_MAX);
+        self.0[index / 64] |= 1 << (index % 64);
+    }
+    pub fn contains(&self, index: usize) -> bool {
+        index < Self::MEMBERS_MAX && self.0[index / 64] & (1 << (index % 64)) != 0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
+    pub fn union(mut self, other: MemberSet) -> MemberSet {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a |= b;
+        }
+        self
+    }
+    /// The members in the set, in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..Self::MEMBERS_MAX).filter(|&index| self.contains(index))
+    }
+}
+
+/// A request to a VD. Buffers move in and come back in the completion.
+#[derive(Debug)]
+pub enum VdRequest {
+    Read {
+        offset_bytes: u64,
+        buf: IoBuf,
+    },
+    Write {
+        offset_bytes: u64,
+        buf: IoBuf,
+    },
+    /// Every write completed before the flush was submitted is durable when it completes.
+    Flush,
+}
+
+impl VdRequest {
+    pub fn range_bytes(&self) -> Option<(u64, u64)> {
+        match self {
+            VdRequest::Read { offset_bytes, buf } | VdRequest::Write { offset_bytes, buf } => Some((*offset_bytes, buf.len() as u64)),
+            VdRequest::Flush => None,
+        }
+    }
+
+    pub(crate) fn into_buf(self) -> Option<IoBuf> {
+        match self {
+            VdRequest::Read { buf, .. } | VdRequest::Write { buf, .. } => Some(buf),
+            VdRequest::Flush => None,
+        }
+    }
+}
+
+/// The outcome of a request: the result and the buffer (read data, or the written buffer back).
+#[derive(Debug)]
+pub struct VdCompletion {
+    pub result: Result<(), VdError>,
+    pub buf: Option<IoBuf>,
+}
