@@ -302,7 +302,8 @@ fn refused_requests_change_nothing() {
 }
 
 /// Regression (issue 8): unknown fields were ignored, so a typo (`write_polcy`) silently did
-/// nothing. They are refused, naming the field and the fields allowed, and change nothing.
+/// nothing. They are refused, naming the field and the fields allowed, and change nothing; so is
+/// `force` with any state but online.
 #[test]
 fn unknown_fields_in_a_request_are_refused_by_name() {
     let scratch = Scratch::new("unknown-fields");
@@ -317,7 +318,9 @@ fn unknown_fields_in_a_request_are_refused_by_name() {
             "unknown field `colour`, expected one of `level`, `drives`",
         ),
         ("PATCH", "/api/v1/vds/0", r#"{"write_polcy":"wb"}"#, "unknown field `write_polcy`, expected one of `write_policy`, `read_policy`"),
-        ("POST", "/api/v1/drives/1/state", r#"{"state":"offline","force":true}"#, "unknown field `force`, expected `state`"),
+        ("POST", "/api/v1/drives/1/state", r#"{"state":"offline","forced":true}"#, "unknown field `forced`, expected `state` or `force`"),
+        ("POST", "/api/v1/drives/1/state", r#"{"state":"offline","force":true}"#, "force goes only with the state online, not \"offline\""),
+        ("PATCH", "/api/v1/controller", r#"{"rebuild_rate":50}"#, "unknown field `rebuild_rate`, expected `auto_rebuild` or `rebuild_rate_percent`"),
         ("POST", "/api/v1/drives/2/hotspare", r#"{"drive_groups":[],"slot":2}"#, "unknown field `slot`, expected `drive_groups`"),
         ("DELETE", "/api/v1/vds/0?forse=true", "", "unknown field `forse`, expected `force`"),
     ];
