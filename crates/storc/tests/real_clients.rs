@@ -320,7 +320,12 @@ fn unknown_fields_in_a_request_are_refused_by_name() {
         ("PATCH", "/api/v1/vds/0", r#"{"write_polcy":"wb"}"#, "unknown field `write_polcy`, expected one of `write_policy`, `read_policy`"),
         ("POST", "/api/v1/drives/1/state", r#"{"state":"offline","forced":true}"#, "unknown field `forced`, expected `state` or `force`"),
         ("POST", "/api/v1/drives/1/state", r#"{"state":"offline","force":true}"#, "force goes only with the state online, not \"offline\""),
-        ("PATCH", "/api/v1/controller", r#"{"rebuild_rate":50}"#, "unknown field `rebuild_rate`, expected `auto_rebuild` or `rebuild_rate_percent`"),
+        (
+            "PATCH",
+            "/api/v1/controller",
+            r#"{"rebuild_rate":50}"#,
+            "unknown field `rebuild_rate`, expected `auto_rebuild` or `rebuild_rate_percent`",
+        ),
         ("POST", "/api/v1/drives/2/hotspare", r#"{"drive_groups":[],"slot":2}"#, "unknown field `slot`, expected `drive_groups`"),
         ("DELETE", "/api/v1/vds/0?forse=true", "", "unknown field `forse`, expected `force`"),
     ];
