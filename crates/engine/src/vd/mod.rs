@@ -160,6 +160,9 @@ pub struct VirtualDrive {
     /// Request pieces queued or running on shards, plus writes whose acknowledgement is held.
     requests_in_flight: AtomicUsize,
     acks: Mutex<AckGate>,
+    /// Whether `acks` holds or refuses acknowledgements now; written under its lock, read
+    /// without it, so that a write completing with the gate open (nearly always) takes no lock.
+    acks_gated: AtomicBool,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -217,6 +220,7 @@ impl VirtualDrive {
             last_client_request_ns: AtomicU64::new(0),
             requests_in_flight: AtomicUsize::new(0),
             acks: Mutex::new(AckGate::default()),
+            acks_gated: AtomicBool::new(false),
         })
     }
 
@@ -339,7 +343,9 @@ impl VirtualDrive {
             // acknowledged before the controller has recorded the failure.
             let notifier = self.notifier.get();
             if notifier.is_some() {
-                self.acks.lock().expect("ack gate poisoned").failures_unrecorded += 1;
+                let mut gate = self.acks.lock().expect("ack gate poisoned");
+                gate.failures_unrecorded += 1;
+                self.set_gated(&gate);
             }
             self.set_member_state(index, MemberState::Failed);
             if let Some(notifier) = notifier {
@@ -394,6 +400,7 @@ impl VirtualDrive {
         assert!(gate.failures_unrecorded > 0, "v{}: a failure was recorded that was never reported", self.id);
         gate.failures_unrecorded -= 1;
         gate.record_error = outcome.err();
+        self.set_gated(&gate);
         if gate.failures_unrecorded > 0 {
             return;
         }
@@ -412,6 +419,7 @@ impl VirtualDrive {
         if gate.failures_unrecorded == 0 {
             gate.record_error = None;
         }
+        self.set_gated(&gate);
     }
 
     /// Counts a request piece handed to a shard; [`VirtualDrive::finish`] ends it.
@@ -428,7 +436,9 @@ impl VirtualDrive {
             let refused = VdCompletion { result: Err(VdError::Deleted { vd: self.name() }), buf: completion.buf };
             return self.complete(done, refused);
         }
-        if write && completion.result.is_ok() {
+        // SeqCst pairs with the store in `member_error`, made before the member's state changed:
+        // a write that saw the member out of service sees the gate closed.
+        if write && completion.result.is_ok() && self.acks_gated.load(Ordering::SeqCst) {
             let mut gate = self.acks.lock().expect("ack gate poisoned");
             if gate.failures_unrecorded > 0 {
                 return gate.held.push((done, completion));
@@ -440,6 +450,11 @@ impl VirtualDrive {
             }
         }
         self.complete(done, completion);
+    }
+
+    /// Publishes whether the gate holds or refuses acknowledgements; called under its lock.
+    fn set_gated(&self, gate: &AckGate) {
+        self.acks_gated.store(gate.failures_unrecorded > 0 || gate.record_error.is_some(), Ordering::SeqCst);
     }
 
     fn complete(&self, done: Done, completion: VdCompletion) {
