@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{engine, pattern, spec};
+use common::{engine, mem_drives, pattern, spec};
 use drive::{Drive, MemDrive};
 use engine::config::{ControllerId, DriveState};
 use engine::controller::{ControlError, Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
@@ -14,7 +14,7 @@ use std::sync::Arc;
 const DRIVE_BYTES: u64 = 64 * MIB;
 
 fn drives(count: usize) -> Vec<Arc<dyn Drive>> {
-    (0..count).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect()
+    mem_drives(count, DRIVE_BYTES)
 }
 
 fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>]) -> Arc<Controller> {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{engine, pattern, spec};
+use common::{engine, mem_drives, pattern, spec};
 use drive::{Drive, Faults, FaultyDrive, MemDrive};
 use engine::config::DriveState;
 use engine::controller::{Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
@@ -42,7 +42,7 @@ fn check_vd(engine: &Engine, vd: &Arc<engine::VirtualDrive>, expected: &[u8], wh
 fn a_hot_spare_takes_over_at_once_and_its_rebuilt_contents_serve_alone() {
     for level in [Level::Raid1, Level::Raid5, Level::Raid6, Level::Raid10] {
         let engine = engine();
-        let drives: Vec<Arc<dyn Drive>> = (0..5).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+        let drives: Vec<Arc<dyn Drive>> = mem_drives(5, DRIVE_BYTES);
         let controller = open(&engine, &drives, None);
         let slots: Vec<u32> = match level {
             Level::Raid1 => vec![0, 1],
@@ -83,7 +83,7 @@ fn a_hot_spare_takes_over_at_once_and_its_rebuilt_contents_serve_alone() {
 #[test]
 fn without_autorebuild_or_a_fitting_spare_the_vd_stays_degraded_and_says_why() {
     let engine = engine();
-    let drives: Vec<Arc<dyn Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let drives: Vec<Arc<dyn Drive>> = mem_drives(4, DRIVE_BYTES);
     let controller = open(&engine, &drives, None);
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
     controller.add_hot_spare(3, vec![]).unwrap();
@@ -95,7 +95,7 @@ fn without_autorebuild_or_a_fitting_spare_the_vd_stays_degraded_and_says_why() {
     let refused = controller.set_controller(ControllerChanges { rebuild_rate_percent: Some(101), ..Default::default() }).unwrap_err();
     assert_eq!(refused.to_string(), "rebuild rate 101 is not allowed; allowed: 0 to 100 (percent)");
 
-    let mut with_small_spare: Vec<Arc<dyn Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let mut with_small_spare: Vec<Arc<dyn Drive>> = mem_drives(4, DRIVE_BYTES);
     with_small_spare.push(Arc::new(MemDrive::new(DRIVE_BYTES / 2)));
     let small = open(&engine, &with_small_spare, None);
     small.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
@@ -113,7 +113,7 @@ fn without_autorebuild_or_a_fitting_spare_the_vd_stays_degraded_and_says_why() {
 #[test]
 fn a_rebuild_resumes_from_its_checkpoint_after_a_restart() {
     let engine = engine();
-    let mems: Vec<Arc<dyn Drive>> = (0..5).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let mems: Vec<Arc<dyn Drive>> = mem_drives(5, DRIVE_BYTES);
     let slow_spare = Arc::new(FaultyDrive::new(Arc::clone(&mems[4])));
     let mut drives = mems.clone();
     drives[4] = slow_spare.clone();
@@ -155,7 +155,7 @@ fn a_rebuild_resumes_from_its_checkpoint_after_a_restart() {
 #[test]
 fn an_offline_vd_gets_no_spare() {
     let engine = engine();
-    let drives: Vec<Arc<dyn Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let drives: Vec<Arc<dyn Drive>> = mem_drives(4, DRIVE_BYTES);
     let controller = open(&engine, &drives, None);
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
     controller.add_hot_spare(3, vec![]).unwrap();
@@ -180,7 +180,7 @@ fn an_offline_vd_gets_no_spare() {
 #[test]
 fn rows_that_cannot_be_rebuilt_keep_the_member_from_being_read() {
     let engine = engine();
-    let mut drives: Vec<Arc<dyn Drive>> = (0..5).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let mut drives: Vec<Arc<dyn Drive>> = mem_drives(5, DRIVE_BYTES);
     let flaky = Arc::new(FaultyDrive::new(Arc::clone(&drives[2])));
     drives[2] = flaky.clone();
     let controller = open(&engine, &drives, None);
@@ -212,7 +212,7 @@ fn rows_that_cannot_be_rebuilt_keep_the_member_from_being_read() {
 #[test]
 fn an_unconfigured_good_drive_replaces_a_member_by_hand() {
     let engine = engine();
-    let mut drives: Vec<Arc<dyn Drive>> = (0..6).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let mut drives: Vec<Arc<dyn Drive>> = mem_drives(6, DRIVE_BYTES);
     drives.push(Arc::new(MemDrive::new(DRIVE_BYTES / 2)));
     let controller = open(&engine, &drives, None);
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
@@ -253,7 +253,7 @@ fn an_unconfigured_good_drive_replaces_a_member_by_hand() {
 #[test]
 fn an_offline_vd_comes_back_with_set_online_force() {
     let engine = engine();
-    let mut drives: Vec<Arc<dyn Drive>> = (0..3).map(|_| Arc::new(MemDrive::new(DRIVE_BYTES)) as Arc<dyn Drive>).collect();
+    let mut drives: Vec<Arc<dyn Drive>> = mem_drives(3, DRIVE_BYTES);
     let full = Arc::new(FaultyDrive::new(Arc::clone(&drives[1])));
     drives[1] = full.clone();
     let controller = open(&engine, &drives, None);

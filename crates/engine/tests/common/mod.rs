@@ -31,3 +31,8 @@ pub fn spec(level: Level, slots: &[u32], name: &str) -> CreateVdSpec {
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect()
 }
+
+/// `count` memory drives of `bytes` each.
+pub fn mem_drives(count: usize, bytes: u64) -> Vec<Arc<dyn drive::Drive>> {
+    (0..count).map(|_| Arc::new(drive::MemDrive::new(bytes)) as Arc<dyn drive::Drive>).collect()
+}
