@@ -136,8 +136,12 @@ pub struct DriveRecord {
     pub state: DriveState,
     pub capacity_bytes: u64,
     /// While the drive is being rebuilt (`Rbld`): every VD row below this one is rebuilt (the
-    /// last checkpoint); a restart resumes here. 0 otherwise.
+    /// last checkpoint); a restart resumes here. Also the watermark of a copy (`Cpybck`). 0
+    /// otherwise.
     pub rebuild_row: u64,
+    /// While `Cpybck`: the slot of the member this drive receives a copy of, and whose place it
+    /// takes when the copy is done (copyback to a replaced slot, or a proactive replace).
+    pub copy_source_slot: Option<u32>,
 }
 
 /// Settings of the whole controller (storcli's `/c0 set ...`).
@@ -147,11 +151,15 @@ pub struct ControllerSettings {
     pub auto_rebuild: bool,
     /// Share of member bandwidth a rebuild takes while clients are busy (`rebuildrate`, 0-100).
     pub rebuild_rate_percent: u8,
+    /// When a spare took a failed member's place and that slot later holds a good drive again,
+    /// copy the member back to it and return the spare (`copyback=on`, MegaRAID's revertible
+    /// hot spare).
+    pub copyback: bool,
 }
 
 impl Default for ControllerSettings {
     fn default() -> Self {
-        ControllerSettings { auto_rebuild: true, rebuild_rate_percent: crate::background::RATE_PERCENT_DEFAULT }
+        ControllerSettings { auto_rebuild: true, rebuild_rate_percent: crate::background::RATE_PERCENT_DEFAULT, copyback: true }
     }
 }
 
@@ -181,6 +189,16 @@ pub struct VdRecord {
     /// Bytes of each member the VD is laid out on. A member found smaller is not used: reading
     /// past its end would return nothing where the VD has data.
     pub member_size_bytes: u64,
+    /// VD byte ranges whose data is lost (a source that could not be read while nothing else
+    /// held its data): reads of them fail until they are written whole. Sorted, not overlapping.
+    pub bad_blocks: Vec<BadBlock>,
+}
+
+/// A VD byte range whose data is lost (MegaRAID's puncture, md's bad-block log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadBlock {
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
 }
 
 pub const VD_NAME_BYTES_MAX: usize = 32;

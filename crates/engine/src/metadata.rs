@@ -33,11 +33,20 @@ pub const COPY_AREA_BYTES: u64 = 2 << 20;
 pub const METADATA_AREA_BYTES: u64 = COPY_AREA_BYTES * COPY_COUNT as u64;
 /// Unit every copy is padded to, so that O_DIRECT can write it from an aligned buffer.
 pub const BLOCK_BYTES: usize = 4096;
+/// Bytes of each copy area format 4 uses: the last MiB of copy 1's area is the write-intent
+/// bitmap's, and copy 0 mirrors copy 1's size.
+pub const COPY_USED_BYTES: u64 = 1 << 20;
 /// The largest configuration (payload) a copy holds.
-pub const PAYLOAD_BYTES_MAX: usize = COPY_AREA_BYTES as usize - HEADER_BYTES;
+pub const PAYLOAD_BYTES_MAX: usize = COPY_USED_BYTES as usize - HEADER_BYTES;
+/// The largest payload formats 1 to 3 wrote (a whole copy area).
+pub const PAYLOAD_BYTES_MAX_V3: usize = COPY_AREA_BYTES as usize - HEADER_BYTES;
+/// Where the write-intent bitmap area starts on a member, and its size (`crate::bitmap`).
+pub const BITMAP_AREA_OFFSET_BYTES: u64 = COPY_AREA_BYTES + COPY_USED_BYTES;
+pub const BITMAP_AREA_BYTES: u64 = METADATA_AREA_BYTES - BITMAP_AREA_OFFSET_BYTES;
 
 const _: () = assert!(METADATA_AREA_BYTES <= MEMBER_RESERVED_BYTES);
 const _: () = assert!(HEADER_BYTES.is_multiple_of(BLOCK_BYTES) && PAYLOAD_BYTES_MAX.is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(BITMAP_AREA_BYTES == 1 << 20 && BITMAP_AREA_OFFSET_BYTES == 3 << 20);
 
 /// What one member carries: who it belongs to, who it is, and the whole configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 
 use drive::{Drive, DriveError, DriveOp, Faults, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, IoCtx, MemDrive};
 use engine::config::{
-    ControllerConfig, ControllerId, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord, WritePolicy,
+    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy,
+    VdRecord, WritePolicy,
 };
 use engine::metadata::{
     self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome, Superblock, COPY_AREA_BYTES,
@@ -56,6 +57,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             read_policy: ReadPolicy::ALL[(index / 3) % 3],
             io_policy: IoPolicy::ALL[index % 2],
             member_size_bytes: (1 << 40) - u64::from(index as u32) * 4096,
+            bad_blocks: (0..index as u64 % 3).map(|n| BadBlock { offset_bytes: n << 30, len_bytes: 512 << n }).collect(),
         });
     }
     let hot_spares = vec![
@@ -69,10 +71,12 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             drive_id: DriveId(u128::MAX - u128::from(slot) * 0x1_0000_0001),
             state: DriveState::ALL[slot as usize % DriveState::ALL.len()],
             capacity_bytes: (1 << 40) + u64::from(slot) * 4096,
-            rebuild_row: 0,
+            rebuild_row: u64::from(slot) * 977,
+            copy_source_slot: (slot % 3 == 1).then_some(slot / 2),
         })
         .collect();
-    ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings: Default::default() }
+    let settings = ControllerSettings { auto_rebuild: false, rebuild_rate_percent: 77, copyback: false };
+    ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings }
 }
 
 /// A small configuration whose layout is easy to follow in the corruption tests: 4 drive
@@ -85,6 +89,7 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
             state: DriveState::Online,
             capacity_bytes: 1 << 30,
             rebuild_row: 0,
+            copy_source_slot: None,
         })
         .collect();
     let vd = VdRecord {
@@ -99,6 +104,7 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         read_policy: ReadPolicy::Adaptive,
         io_policy: IoPolicy::Direct,
         member_size_bytes: 1 << 30,
+        bad_blocks: Vec::new(),
     };
     let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
     ControllerConfig {
@@ -128,9 +134,11 @@ const PAYLOAD: usize = 4096;
 const DRIVE_RECORDS: usize = PAYLOAD + 16;
 /// The first VD record of `small_config` (after 4 drive records).
 const VD0: usize = DRIVE_RECORDS + 4 * DRIVE_RECORD_BYTES;
-const DRIVE_RECORD_BYTES: usize = 40;
+const DRIVE_RECORD_BYTES: usize = 48;
 /// Versions 1 and 2: drive records end before `rebuild_row`.
 const DRIVE_RECORD_BYTES_V2: usize = 32;
+/// Version 3: drive records end before `copy_source_slot`.
+const DRIVE_RECORD_BYTES_V3: usize = 40;
 
 fn u32_at(bytes: &[u8], offset: usize) -> u32 {
     u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap())
@@ -184,20 +192,26 @@ fn the_two_copies_differ_only_in_copy_index_and_header_checksum() {
     assert_eq!((u32_at(&copy0, 52), u32_at(&copy1, 52)), (0, 1));
 }
 
-/// The bytes a version-1 or -2 storc wrote for `sb`, whose settings must be the defaults, with no
-/// rebuild in progress and one VD: drive records without `rebuild_row`, no settings in the
-/// counts, and (version 1) VD records without `member_size_bytes`.
+/// The bytes a version-1, -2 or -3 storc wrote for `sb`, whose settings must be the defaults,
+/// with no rebuild or copy in progress and one VD without bad blocks: drive records without
+/// `copy_source_slot` (and, before version 3, `rebuild_row`), VD records without
+/// `bad_block_count` (and, in version 1, `member_size_bytes`), and before version 3 no settings
+/// in the counts.
 fn encode_old(sb: &Superblock, version: u32) -> Vec<u8> {
     let current = encode(sb, 0).unwrap();
     let payload = &current[PAYLOAD..PAYLOAD + payload_len(&current)];
     let mut old = payload[..16].to_vec();
-    old[12..16].fill(0);
+    if version < 3 {
+        old[12..16].fill(0);
+    }
     let drive_count = sb.config.drives.len();
+    let drive_record_bytes = if version < 3 { DRIVE_RECORD_BYTES_V2 } else { DRIVE_RECORD_BYTES_V3 };
     for index in 0..drive_count {
         let at = 16 + index * DRIVE_RECORD_BYTES;
-        old.extend_from_slice(&payload[at..at + DRIVE_RECORD_BYTES_V2]);
+        old.extend_from_slice(&payload[at..at + drive_record_bytes]);
     }
     let mut rest = payload[16 + drive_count * DRIVE_RECORD_BYTES..].to_vec();
+    rest.drain(72..80); // the VD record's bad_block_count and reserved
     if version == 1 {
         rest.drain(64..72); // the VD record's member_size_bytes
     }
@@ -269,6 +283,21 @@ fn version_2_metadata_is_read_and_knows_no_copyback_or_unconfigured_bad() {
     }
 }
 
+/// Version 3 (before copyback, bad-block lists and the bitmap area) is still read; a version-3
+/// record with the copyback-off flag, which version 4 added, is refused as unknown.
+#[test]
+fn version_3_metadata_is_read_and_knows_no_copyback_flag() {
+    let sb = superblock(small_config(0x77, 5), 1);
+    let bytes = encode_old(&sb, 3);
+    assert_eq!(decode(&bytes), Ok(sb.clone()));
+    let mut flagged = bytes.clone();
+    flagged[PAYLOAD + 12] = 2; // controller_flags bit 1
+    reseal(&mut flagged);
+    let known = "bit 0 (automatic rebuild off)".to_string();
+    let expected = MetadataError::UnknownCode { record: "record counts".into(), field: "controller_flags", code: 2, known };
+    assert_eq!(decode(&flagged).err(), Some(expected));
+}
+
 /// An independent transcription of the byte tables: the exact bytes of `small_config`.
 #[test]
 fn encoding_matches_the_documented_bytes() {
@@ -276,7 +305,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&3u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&4u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -295,6 +324,8 @@ fn encoding_matches_the_documented_bytes() {
         payload.extend_from_slice(&(100 + u128::from(slot)).to_le_bytes());
         payload.extend_from_slice(&(1u64 << 30).to_le_bytes());
         payload.extend_from_slice(&0u64.to_le_bytes()); // rebuild_row
+        payload.extend_from_slice(&u32::MAX.to_le_bytes()); // copy_source_slot: none
+        payload.extend_from_slice(&[0; 4]); // reserved
     }
     payload.extend_from_slice(&7u32.to_le_bytes()); // vd_id
     payload.extend_from_slice(&0u32.to_le_bytes()); // drive_group
@@ -305,6 +336,8 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, reserved
     payload.extend_from_slice(&[b"vd0".as_slice(), &[0; 29]].concat());
     payload.extend_from_slice(&(1u64 << 30).to_le_bytes()); // member_size_bytes
+    payload.extend_from_slice(&0u32.to_le_bytes()); // bad_block_count
+    payload.extend_from_slice(&[0; 4]); // reserved
     [0u32, 1, 2].iter().for_each(|slot| payload.extend_from_slice(&slot.to_le_bytes()));
     payload.extend_from_slice(&3u32.to_le_bytes()); // spare slot
     payload.extend_from_slice(&1u32.to_le_bytes()); // dedicated_count
@@ -332,8 +365,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 4), |_| UnknownVersion { found: 4, supported: 3 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 3 });
+    check_decode("unknown version", |b| set_u32(b, 8, 5), |_| UnknownVersion { found: 5, supported: 4 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 4 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -390,14 +423,16 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
     let reserved = |record: String, field, offset_bytes| move |_: &[u8]| ReservedNotZero { record, field, offset_bytes };
     check_decode("drive reserved", sealed(DRIVE_RECORDS + 7, 1), reserved("drive record 0".into(), "reserved", 7));
     check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
+    check_decode("drive reserved tail", sealed(DRIVE_RECORDS + 45, 1), reserved("drive record 0".into(), "reserved", 45));
+    check_decode("vd reserved tail", sealed(VD0 + 79, 1), reserved(vd0(), "reserved", 79));
     check_decode("counts reserved", sealed(PAYLOAD + 14, 1), reserved("record counts".into(), "reserved", 14));
     let flags = |_: &[u8]| UnknownCode {
         record: "record counts".into(),
         field: "controller_flags",
-        code: 2,
-        known: "bit 0 (automatic rebuild off)".into(),
+        code: 4,
+        known: "bit 0 (automatic rebuild off), bit 1 (copyback off)".into(),
     };
-    check_decode("controller flag 2", sealed(PAYLOAD + 12, 2), flags);
+    check_decode("controller flag 4", sealed(PAYLOAD + 12, 4), flags);
     let rate =
         |_: &[u8]| UnknownCode { record: "record counts".into(), field: "rebuild_rate_percent", code: 101, known: "0 to 100".into() };
     check_decode("rebuild rate 101", sealed(PAYLOAD + 13, 101), rate);
@@ -420,7 +455,7 @@ fn counts_and_lengths_that_disagree_with_the_payload_are_detected() {
     let huge_members = |b: &mut Vec<u8>| (set_u32(b, VD0 + 24, u32::MAX), reseal(b)).1;
     check_decode("member count 2^32 - 1", huge_members, |b| Truncated {
         what: "member slots of vd record 0 (vd 7)".into(),
-        needed_bytes: VD0 - PAYLOAD + 72 + 4 * u32::MAX as usize,
+        needed_bytes: VD0 - PAYLOAD + 80 + 4 * u32::MAX as usize,
         available_bytes: payload_len(b),
     });
     let no_drives = |b: &mut Vec<u8>| (set_u32(b, PAYLOAD, 0), reseal(b)).1;
@@ -449,7 +484,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 4), "metadata format version 4 is unknown; this storc reads versions 1 to 3");
+    check("version", |b| set_u32(b, 8, 5), "metadata format version 5 is unknown; this storc reads versions 1 to 4");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -497,7 +532,14 @@ fn the_largest_configuration_fits_and_one_drive_more_does_not() {
             settings: Default::default(),
         };
         config.drives = (0..count)
-            .map(|slot| DriveRecord { slot, drive_id: DriveId(slot.into()), state: DriveState::Online, capacity_bytes: 1, rebuild_row: 0 })
+            .map(|slot| DriveRecord {
+                slot,
+                drive_id: DriveId(slot.into()),
+                state: DriveState::Online,
+                capacity_bytes: 1,
+                rebuild_row: 0,
+                copy_source_slot: None,
+            })
             .collect();
         superblock(config, 0)
     };

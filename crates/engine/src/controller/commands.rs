@@ -50,6 +50,7 @@ impl Controller {
             read_policy: spec.read_policy,
             io_policy: spec.io_policy,
             member_size_bytes,
+            bad_blocks: Vec::new(),
         };
         vd.set_notifier(self.member_events.clone());
         let detail = format!("member of v{vd_id}");
@@ -375,6 +376,7 @@ impl Controller {
                 state: DriveState::UnconfiguredGood,
                 capacity_bytes: present.drive.info().capacity_bytes,
                 rebuild_row: 0,
+                copy_source_slot: None,
             };
             state.config.drives.push(record);
         }
@@ -462,6 +464,7 @@ fn import_one(state: &mut State, foreign: &ForeignConfig) -> Result<usize, Strin
             state: their_state,
             capacity_bytes: present.drive.info().capacity_bytes,
             rebuild_row: 0,
+            copy_source_slot: None,
         };
         state.config.drives.push(record);
     }

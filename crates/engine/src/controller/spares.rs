@@ -55,6 +55,7 @@ mod tests {
             read_policy: ReadPolicy::NoReadAhead,
             io_policy: IoPolicy::Direct,
             member_size_bytes: 8 * GIB,
+            bad_blocks: Vec::new(),
         };
         let mut drives: Vec<DriveRecord> = (0..3)
             .map(|slot| DriveRecord {
@@ -63,6 +64,7 @@ mod tests {
                 state: DriveState::Online,
                 capacity_bytes: 8 * GIB,
                 rebuild_row: 0,
+                copy_source_slot: None,
             })
             .collect();
         let mut hot_spares = Vec::new();
@@ -74,6 +76,7 @@ mod tests {
                 state: DriveState::HotSpare,
                 capacity_bytes: bytes,
                 rebuild_row: 0,
+                copy_source_slot: None,
             });
             hot_spares.push(HotSpareRecord { slot, dedicated_drive_groups: groups.to_vec() });
             capacities.push((slot, bytes));

@@ -5,10 +5,10 @@
 //! stored as explicit codes (never the Rust declaration order), and code 0 is never valid, so
 //! that zeroed bytes do not decode as a plausible record.
 
-use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX};
+use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX, PAYLOAD_BYTES_MAX_V3};
 use crate::config::{
-    ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
-    WritePolicy, VD_NAME_BYTES_MAX,
+    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy,
+    VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
 };
 use layout::Level;
 use std::ops::Range;
@@ -18,10 +18,14 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// `member_size_bytes` (taken then from the smallest member's drive record, which is how a
 /// version-1 storc sized its VDs), and version 2, which lacks the drive state codes 8 (`Cpybck`)
 /// and 9 (`UBad`): version 3 exists so that an older storc refuses these drives by version
-/// rather than misreading them.
-pub const FORMAT_VERSION: u32 = 3;
+/// rather than misreading them. Version 4 adds copyback (a setting, and the member a `Cpybck`
+/// drive copies), per-VD bad-block lists, and gives the last MiB of the reserved area to the
+/// write-intent bitmap (so a payload is at most 1 MiB less one header).
+pub const FORMAT_VERSION: u32 = 4;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
+/// The first version with copyback, bad-block lists and the write-intent bitmap area.
+const FORMAT_VERSION_BITMAP: u32 = 4;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -112,33 +116,45 @@ pub(crate) mod counts {
     pub const ALL: [Field; 6] = [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, CONTROLLER_FLAGS, REBUILD_RATE_PERCENT, RESERVED];
     /// `controller_flags` bit 0: automatic rebuild onto hot spares is off (0 keeps the default, on).
     pub const FLAG_AUTO_REBUILD_OFF: u8 = 1;
-    pub const FLAGS_KNOWN: u8 = FLAG_AUTO_REBUILD_OFF;
+    /// Bit 1 (version 4): copyback onto a replaced member's slot is off.
+    pub const FLAG_COPYBACK_OFF: u8 = 2;
+    pub const FLAGS_KNOWN_V3: u8 = FLAG_AUTO_REBUILD_OFF;
+    pub const FLAGS_KNOWN: u8 = FLAG_AUTO_REBUILD_OFF | FLAG_COPYBACK_OFF;
     const _: () = assert!(BYTES == 16);
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
 pub(crate) mod drive_record {
     use super::Field;
-    pub const BYTES: usize = 40;
+    pub const BYTES: usize = 48;
     /// Versions 1 and 2 end before `rebuild_row`.
     pub const BYTES_V2: usize = 32;
+    /// Version 3 ends before `copy_source_slot`.
+    pub const BYTES_V3: usize = 40;
     pub const SLOT: Field = Field::new("slot", 0, 4);
     pub const STATE: Field = Field::new("state", 4, 1);
     pub const RESERVED: Field = Field::new("reserved", 5, 3);
     pub const DRIVE_ID: Field = Field::new("drive_id", 8, 16);
     pub const CAPACITY_BYTES: Field = Field::new("capacity_bytes", 24, 8);
     pub const REBUILD_ROW: Field = Field::new("rebuild_row", 32, 8);
-    pub const ALL: [Field; 6] = [SLOT, STATE, RESERVED, DRIVE_ID, CAPACITY_BYTES, REBUILD_ROW];
-    const _: () = assert!(BYTES == 40 && BYTES_V2 == REBUILD_ROW.offset);
+    pub const COPY_SOURCE_SLOT: Field = Field::new("copy_source_slot", 40, 4);
+    pub const RESERVED_TAIL: Field = Field::new("reserved", 44, 4);
+    pub const ALL: [Field; 8] = [SLOT, STATE, RESERVED, DRIVE_ID, CAPACITY_BYTES, REBUILD_ROW, COPY_SOURCE_SLOT, RESERVED_TAIL];
+    /// `copy_source_slot` of a drive that copies no member.
+    pub const NO_SLOT: u32 = u32::MAX;
+    const _: () = assert!(BYTES == 48 && BYTES_V2 == REBUILD_ROW.offset && BYTES_V3 == COPY_SOURCE_SLOT.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
-/// The fixed part of a VD record; `member_count` little-endian u32 member slots follow it.
+/// The fixed part of a VD record; `member_count` little-endian u32 member slots follow it, then
+/// (version 4) `bad_block_count` bad-block entries.
 pub(crate) mod vd_record {
     use super::{Field, VD_NAME_BYTES_MAX};
-    pub const BYTES: usize = 72;
+    pub const BYTES: usize = 80;
     /// Format version 1 ends the fixed part before `member_size_bytes`.
     pub const BYTES_V1: usize = 64;
+    /// Format versions 2 and 3 end it before `bad_block_count`.
+    pub const BYTES_V3: usize = 72;
     pub const VD_ID: Field = Field::new("vd_id", 0, 4);
     pub const DRIVE_GROUP: Field = Field::new("drive_group", 4, 4);
     pub const LEVEL: Field = Field::new("level", 8, 1);
@@ -152,7 +168,9 @@ pub(crate) mod vd_record {
     pub const RESERVED: Field = Field::new("reserved", 29, 3);
     pub const NAME: Field = Field::new("name", 32, VD_NAME_BYTES_MAX);
     pub const MEMBER_SIZE_BYTES: Field = Field::new("member_size_bytes", 64, 8);
-    pub const ALL: [Field; 13] = [
+    pub const BAD_BLOCK_COUNT: Field = Field::new("bad_block_count", 72, 4);
+    pub const RESERVED_TAIL: Field = Field::new("reserved", 76, 4);
+    pub const ALL: [Field; 15] = [
         VD_ID,
         DRIVE_GROUP,
         LEVEL,
@@ -166,8 +184,10 @@ pub(crate) mod vd_record {
         RESERVED,
         NAME,
         MEMBER_SIZE_BYTES,
+        BAD_BLOCK_COUNT,
+        RESERVED_TAIL,
     ];
-    const _: () = assert!(BYTES == 72 && BYTES_V1 == MEMBER_SIZE_BYTES.offset);
+    const _: () = assert!(BYTES == 80 && BYTES_V1 == MEMBER_SIZE_BYTES.offset && BYTES_V3 == BAD_BLOCK_COUNT.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
     const _: () = assert!(VD_NAME_BYTES_MAX <= u8::MAX as usize, "name_len is one byte");
 }
@@ -180,6 +200,16 @@ pub(crate) mod hot_spare_record {
     pub const DEDICATED_COUNT: Field = Field::new("dedicated_count", 4, 4);
     pub const ALL: [Field; 2] = [SLOT, DEDICATED_COUNT];
     const _: () = assert!(BYTES == 8);
+    const _: () = assert!(super::tiles(&ALL, BYTES));
+}
+
+/// One entry of a VD's bad-block list (version 4): a VD byte range whose data is lost.
+pub(crate) mod bad_block {
+    use super::Field;
+    pub const BYTES: usize = 16;
+    pub const OFFSET_BYTES: Field = Field::new("offset_bytes", 0, 8);
+    pub const LEN_BYTES: Field = Field::new("len_bytes", 8, 8);
+    pub const ALL: [Field; 2] = [OFFSET_BYTES, LEN_BYTES];
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
@@ -242,7 +272,8 @@ fn encode_header(sb: &Superblock, copy: u32, payload: &[u8], out: &mut [u8]) {
 /// The payload's exact size, computed before encoding so that an oversized one is refused
 /// before anything is allocated or written.
 fn payload_len_bytes(config: &ControllerConfig) -> usize {
-    let vds: usize = config.vds.iter().map(|vd| vd_record::BYTES + LIST_ENTRY_BYTES * vd.member_slots.len()).sum();
+    let vd_bytes = |vd: &VdRecord| vd_record::BYTES + LIST_ENTRY_BYTES * vd.member_slots.len() + bad_block::BYTES * vd.bad_blocks.len();
+    let vds: usize = config.vds.iter().map(vd_bytes).sum();
     let hot_spares: usize =
         config.hot_spares.iter().map(|spare| hot_spare_record::BYTES + LIST_ENTRY_BYTES * spare.dedicated_drive_groups.len()).sum();
     counts::BYTES + drive_record::BYTES * config.drives.len() + vds + hot_spares
@@ -263,7 +294,10 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     put(&mut fixed, counts::DRIVE_COUNT, &count(config.drives.len()).to_le_bytes());
     put(&mut fixed, counts::VD_COUNT, &count(config.vds.len()).to_le_bytes());
     put(&mut fixed, counts::HOT_SPARE_COUNT, &count(config.hot_spares.len()).to_le_bytes());
-    let flags = if config.settings.auto_rebuild { 0 } else { counts::FLAG_AUTO_REBUILD_OFF };
+    let mut flags = if config.settings.auto_rebuild { 0 } else { counts::FLAG_AUTO_REBUILD_OFF };
+    if !config.settings.copyback {
+        flags |= counts::FLAG_COPYBACK_OFF;
+    }
     put(&mut fixed, counts::CONTROLLER_FLAGS, &[flags]);
     put(&mut fixed, counts::REBUILD_RATE_PERCENT, &[config.settings.rebuild_rate_percent]);
     out.extend_from_slice(&fixed);
@@ -281,6 +315,8 @@ fn encode_drive(drive: &DriveRecord, out: &mut Vec<u8>) {
     put(&mut fixed, drive_record::DRIVE_ID, &drive.drive_id.0.to_le_bytes());
     put(&mut fixed, drive_record::CAPACITY_BYTES, &drive.capacity_bytes.to_le_bytes());
     put(&mut fixed, drive_record::REBUILD_ROW, &drive.rebuild_row.to_le_bytes());
+    let copy_source_slot = drive.copy_source_slot.unwrap_or(drive_record::NO_SLOT);
+    put(&mut fixed, drive_record::COPY_SOURCE_SLOT, &copy_source_slot.to_le_bytes());
     out.extend_from_slice(&fixed);
 }
 
@@ -299,8 +335,15 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
     put(&mut fixed, vd_record::NAME_LEN, &[name.len() as u8]);
     fixed[vd_record::NAME.offset..][..name.len()].copy_from_slice(name);
     put(&mut fixed, vd_record::MEMBER_SIZE_BYTES, &vd.member_size_bytes.to_le_bytes());
+    put(&mut fixed, vd_record::BAD_BLOCK_COUNT, &(vd.bad_blocks.len() as u32).to_le_bytes());
     out.extend_from_slice(&fixed);
     vd.member_slots.iter().for_each(|slot| out.extend_from_slice(&slot.to_le_bytes()));
+    for range in &vd.bad_blocks {
+        let mut entry = [0u8; bad_block::BYTES];
+        put(&mut entry, bad_block::OFFSET_BYTES, &range.offset_bytes.to_le_bytes());
+        put(&mut entry, bad_block::LEN_BYTES, &range.len_bytes.to_le_bytes());
+        out.extend_from_slice(&entry);
+    }
 }
 
 fn encode_hot_spare(spare: &HotSpareRecord, out: &mut Vec<u8>) {
@@ -393,7 +436,7 @@ fn decode_header(bytes: &[u8]) -> Result<HeaderFields, MetadataError> {
     if stored != computed {
         return Err(MetadataError::HeaderChecksum { stored, computed });
     }
-    check_header_fields(bytes)?;
+    check_header_fields(bytes, version)?;
     Ok(HeaderFields {
         version,
         controller_id: ControllerId(get_u128(bytes, header::CONTROLLER_ID)),
@@ -409,7 +452,7 @@ fn decode_header(bytes: &[u8]) -> Result<HeaderFields, MetadataError> {
 }
 
 /// The checks that need a header whose checksum is already known to be right.
-fn check_header_fields(bytes: &[u8]) -> Result<(), MetadataError> {
+fn check_header_fields(bytes: &[u8], version: u32) -> Result<(), MetadataError> {
     let flags = get_u32(bytes, header::FLAGS);
     if flags != 0 {
         return Err(MetadataError::UnknownFlags { found: flags });
@@ -420,8 +463,9 @@ fn check_header_fields(bytes: &[u8]) -> Result<(), MetadataError> {
     }
     check_zero(bytes, header::RESERVED, || "header".to_string())?;
     let payload_bytes = get_u32(bytes, header::PAYLOAD_BYTES) as usize;
-    if payload_bytes > PAYLOAD_BYTES_MAX {
-        return Err(MetadataError::PayloadTooLong { payload_bytes, max_bytes: PAYLOAD_BYTES_MAX });
+    let max_bytes = if version < FORMAT_VERSION_BITMAP { PAYLOAD_BYTES_MAX_V3 } else { PAYLOAD_BYTES_MAX };
+    if payload_bytes > max_bytes {
+        return Err(MetadataError::PayloadTooLong { payload_bytes, max_bytes });
     }
     Ok(())
 }
@@ -454,8 +498,12 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
     }
     check_zero(fixed, counts::RESERVED, record)?;
     let flags = get::<1>(fixed, counts::CONTROLLER_FLAGS)[0];
-    if flags & !counts::FLAGS_KNOWN != 0 {
-        let known = "bit 0 (automatic rebuild off)".to_string();
+    let (flags_known, known) = match version {
+        3 => (counts::FLAGS_KNOWN_V3, "bit 0 (automatic rebuild off)"),
+        _ => (counts::FLAGS_KNOWN, "bit 0 (automatic rebuild off), bit 1 (copyback off)"),
+    };
+    if flags & !flags_known != 0 {
+        let known = known.to_string();
         return Err(MetadataError::UnknownCode { record: record(), field: "controller_flags", code: flags, known });
     }
     let rebuild_rate_percent = get::<1>(fixed, counts::REBUILD_RATE_PERCENT)[0];
@@ -463,14 +511,29 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         let known = "0 to 100".to_string();
         return Err(MetadataError::UnknownCode { record: record(), field: "rebuild_rate_percent", code: rebuild_rate_percent, known });
     }
-    Ok(ControllerSettings { auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0, rebuild_rate_percent })
+    Ok(ControllerSettings {
+        auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0,
+        rebuild_rate_percent,
+        copyback: flags & counts::FLAG_COPYBACK_OFF == 0,
+    })
 }
 
 fn decode_drive(reader: &mut Reader, index: u32, count: u32, version: u32) -> Result<DriveRecord, MetadataError> {
     let record = || format!("drive record {index}");
-    let fixed_bytes = if version < 3 { drive_record::BYTES_V2 } else { drive_record::BYTES };
+    let fixed_bytes = match version {
+        ..3 => drive_record::BYTES_V2,
+        3 => drive_record::BYTES_V3,
+        _ => drive_record::BYTES,
+    };
     let fixed = reader.take(fixed_bytes, || format!("drive record {index} of {count}"))?;
     check_zero(fixed, drive_record::RESERVED, record)?;
+    let copy_source_slot = match version {
+        ..FORMAT_VERSION_BITMAP => None,
+        _ => {
+            check_zero(fixed, drive_record::RESERVED_TAIL, record)?;
+            Some(get_u32(fixed, drive_record::COPY_SOURCE_SLOT)).filter(|&slot| slot != drive_record::NO_SLOT)
+        }
+    };
     let state = decode_code(fixed, drive_record::STATE, record)?;
     check_state_in_version(state, version, record)?;
     Ok(DriveRecord {
@@ -479,11 +542,16 @@ fn decode_drive(reader: &mut Reader, index: u32, count: u32, version: u32) -> Re
         state,
         capacity_bytes: get_u64(fixed, drive_record::CAPACITY_BYTES),
         rebuild_row: if version < 3 { 0 } else { get_u64(fixed, drive_record::REBUILD_ROW) },
+        copy_source_slot,
     })
 }
 
 fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: &[DriveRecord]) -> Result<VdRecord, MetadataError> {
-    let fixed_bytes = if version == 1 { vd_record::BYTES_V1 } else { vd_record::BYTES };
+    let fixed_bytes = match version {
+        1 => vd_record::BYTES_V1,
+        2 | 3 => vd_record::BYTES_V3,
+        _ => vd_record::BYTES,
+    };
     let fixed = reader.take(fixed_bytes, || format!("vd record {index} of {count}"))?;
     let vd_id = get_u32(fixed, vd_record::VD_ID);
     let record = || vd_record_name(index as usize, vd_id);
@@ -495,6 +563,13 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
     let name = decode_name(fixed, record)?;
     let member_count = get_u32(fixed, vd_record::MEMBER_COUNT);
     let member_slots = reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
+    let bad_blocks = match version {
+        ..FORMAT_VERSION_BITMAP => Vec::new(),
+        _ => {
+            check_zero(fixed, vd_record::RESERVED_TAIL, record)?;
+            decode_bad_blocks(reader, get_u32(fixed, vd_record::BAD_BLOCK_COUNT), &record)?
+        }
+    };
     let member_size_bytes = match version {
         1 => smallest_recorded_capacity_bytes(&member_slots, drives),
         _ => get_u64(fixed, vd_record::MEMBER_SIZE_BYTES),
@@ -511,7 +586,17 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
         write_policy,
         read_policy,
         io_policy,
+        bad_blocks,
     })
+}
+
+fn decode_bad_blocks(reader: &mut Reader, count: u32, record: impl Fn() -> String) -> Result<Vec<BadBlock>, MetadataError> {
+    (0..count)
+        .map(|index| {
+            let entry = reader.take(bad_block::BYTES, || format!("bad block {index} of {count} of {}", record()))?;
+            Ok(BadBlock { offset_bytes: get_u64(entry, bad_block::OFFSET_BYTES), len_bytes: get_u64(entry, bad_block::LEN_BYTES) })
+        })
+        .collect()
 }
 
 /// A drive state code that the record's format version did not have is as unknown as any other:

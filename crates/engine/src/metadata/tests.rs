@@ -1,7 +1,7 @@
 //! Unit tests of what the public API cannot see: the field tables and the code tables, and
 //! their agreement with docs/on-disk-format.md.
 
-use super::codec::{counts, drive_record, header, hot_spare_record, tiles, vd_record, Code, Field};
+use super::codec::{bad_block, counts, drive_record, header, hot_spare_record, tiles, vd_record, Code, Field};
 use crate::config::{DriveState, IoPolicy, ReadPolicy, WritePolicy};
 use layout::Level;
 
@@ -40,6 +40,7 @@ fn doc_tables_match_the_code() {
     check_byte_table("Drive record", &drive_record::ALL);
     check_byte_table("VD record", &vd_record::ALL);
     check_byte_table("Hot spare record", &hot_spare_record::ALL);
+    check_byte_table("Bad block entry", &bad_block::ALL);
     check_code_table::<DriveState>("Drive state codes");
     check_code_table::<Level>("RAID level codes");
     check_code_table::<WritePolicy>("Write policy codes");

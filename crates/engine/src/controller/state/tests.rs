@@ -131,7 +131,8 @@ fn a_deleted_vds_members_leave_by_the_table() {
 }
 
 fn config_with(state: DriveState) -> ControllerConfig {
-    let drives = vec![DriveRecord { slot: 4, drive_id: DriveId(1), state, capacity_bytes: 1 << 30, rebuild_row: 0 }];
+    let drives =
+        vec![DriveRecord { slot: 4, drive_id: DriveId(1), state, capacity_bytes: 1 << 30, rebuild_row: 0, copy_source_slot: None }];
     ControllerConfig {
         controller_id: ControllerId(1),
         generation: 1,
