@@ -93,6 +93,7 @@ impl Controller {
             ),
         );
         self.resume_rebuilds(&state);
+        self.start_resyncs(&state);
         // Members out of service at start (a drive that vanished) get a spare, as at run time.
         for vd_id in state.config.vds.iter().map(|v| v.vd_id).collect::<Vec<_>>() {
             let vd = &state.vds[&vd_id];

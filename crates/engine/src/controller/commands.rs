@@ -53,6 +53,7 @@ impl Controller {
             bad_blocks: Vec::new(),
         };
         vd.set_notifier(self.member_events.clone());
+        self.open_write_intent(state.config.controller_id, vd_id, &vd, true);
         let detail = format!("member of v{vd_id}");
         for slot in &spec.slots {
             self.transition(&mut state, *slot, DriveState::Online, state::Cause::VdCreated, Some(&detail));
@@ -234,7 +235,13 @@ impl Controller {
         let new_state = plan_drive_change(slot, record.state, command, membership.as_ref().map(|(vd, _)| vd))?;
         let vd = membership.map(|(vd_id, index)| (Arc::clone(&state.vds[&vd_id]), vd_id, index));
         if let Some((vd, vd_id, index)) = &vd {
-            if new_state == DriveState::Online && vd.member(*index).has_missed_writes() && !force {
+            let missed = new_state == DriveState::Online && vd.member(*index).has_missed_writes() && !force;
+            if missed && vd.write_intent().is_some() && vd.state() != crate::VdState::Offline {
+                // Only the regions written while it was out need it: md's re-add.
+                let (vd_id, index) = (*vd_id, *index);
+                return self.re_add(&mut state, slot, vd_id, index);
+            }
+            if missed {
                 return Err(ControlError::Conflict(format!(
                     "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild: a hot spare takes its place, or `start rebuild` on a replacement; `set online force` accepts the stale rows (for a VD that is offline otherwise)"
                 )));

@@ -17,10 +17,12 @@ mod assemble;
 mod commands;
 mod events;
 mod rebuild;
+mod resync;
 mod spares;
 pub mod state;
 
 pub use rebuild::{RebuildCommand, RebuildView};
+pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
 
 use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
 use crate::{Engine, VdRequest};
@@ -179,6 +181,9 @@ pub struct Controller {
     /// Rebuilds running or stopped, by the slot being rebuilt.
     rebuilds: Mutex<BTreeMap<u32, RebuildView>>,
     rebuild_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Resyncs after an unclean stop, by VD (their threads are in `rebuild_threads`).
+    resyncs: Mutex<BTreeMap<u32, ResyncView>>,
+    bitmap_daemon: Mutex<Option<resync::BitmapDaemon>>,
     /// This controller, for the threads it starts (set once, right after it is built).
     myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
 }
@@ -289,6 +294,8 @@ impl Controller {
             on_vds_changed: Mutex::new(None),
             rebuilds: Mutex::new(BTreeMap::new()),
             rebuild_threads: Mutex::new(Vec::new()),
+            resyncs: Mutex::new(BTreeMap::new()),
+            bitmap_daemon: Mutex::new(None),
             myself: std::sync::OnceLock::new(),
         });
         let _ = controller.myself.set(Arc::downgrade(&controller));
@@ -296,6 +303,7 @@ impl Controller {
             controller.log(severity, description);
         }
         controller.assemble(offered, found, assembly)?;
+        controller.start_bitmap_daemon().map_err(|e| ControlError::Io(format!("cannot start the bitmap thread: {e}")))?;
         let watcher = Arc::downgrade(&controller);
         std::thread::Builder::new()
             .name("storc-watcher".into())
@@ -335,6 +343,7 @@ impl Controller {
             }
         }
         vd.set_notifier(self.member_events.clone());
+        self.open_write_intent(state.config.controller_id, record.vd_id, &vd, false);
         Ok(Arc::new(vd))
     }
 
@@ -470,12 +479,14 @@ impl Controller {
     /// Flushes every VD and writes the configuration once more (clean shutdown).
     pub fn shutdown(&self) {
         // Rebuilds stop at their watermark, checkpointed, and resume at the next start.
+        self.stop_resyncs();
         self.stop_rebuilds();
         for (record, vd) in self.vds() {
             if let Err(error) = self.engine.run(&vd, VdRequest::Flush).result {
                 self.log(Severity::Warning, format!("v{}: flush at shutdown failed: {error}", record.vd_id));
             }
         }
+        self.close_write_intents();
         let mut state = self.state.lock().expect("controller lock");
         let _ = self.persist(&mut state);
         drop(state);
