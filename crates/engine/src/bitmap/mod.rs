@@ -166,7 +166,8 @@ impl WriteIntent {
         intent
     }
 
-    fn mark_unsynced(&self, region: u64) {
+    /// `region`'s members may disagree: reads through its parity fail until a resync.
+    pub fn mark_unsynced(&self, region: u64) {
         let bit = 1 << (region % 64);
         if self.unsynced[(region / 64) as usize].fetch_or(bit, Ordering::AcqRel) & bit == 0 {
             self.unsynced_count.fetch_add(1, Ordering::AcqRel);
