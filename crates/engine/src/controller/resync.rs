@@ -9,7 +9,7 @@ use crate::bitmap::{Bits, RegionMap};
 use crate::vd::CheckMode;
 use layout::SpanKind;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often idle regions are looked for (md's bitmap daemon sleeps about as long). A region
@@ -41,7 +41,7 @@ pub enum ResyncStatus {
 
 /// The daemon thread that clears idle regions; stopped at shutdown.
 pub(super) struct BitmapDaemon {
-    stop: Arc<AtomicBool>,
+    stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -185,16 +185,11 @@ impl Controller {
 
     /// Starts the thread that clears idle regions every [`BITMAP_CLEAN_INTERVAL`].
     pub(super) fn start_bitmap_daemon(&self) -> std::io::Result<()> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (controller, stop_flag) = (self.myself(), Arc::clone(&stop));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let controller = self.myself();
         let thread = std::thread::Builder::new().name("storc-bitmap".into()).spawn(move || {
-            let mut last_pass = Instant::now();
-            while !stop_flag.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(100));
-                if last_pass.elapsed() < BITMAP_CLEAN_INTERVAL {
-                    continue;
-                }
-                last_pass = Instant::now();
+            // Woken at once by a stop (or by the controller going away), not at the next tick.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(BITMAP_CLEAN_INTERVAL) {
                 let Some(controller) = controller.upgrade() else { return };
                 controller.bitmap_pass();
             }
@@ -229,7 +224,7 @@ impl Controller {
     /// were flushed and before anything else writes them.
     pub(super) fn close_write_intents(&self) {
         if let Some(daemon) = self.bitmap_daemon.lock().expect("bitmap daemon lock").take() {
-            daemon.stop.store(true, Ordering::Release);
+            let _ = daemon.stop.send(());
             let _ = daemon.thread.join();
         }
         let identity_of = |vd_id| Identity { controller_id: self.state.lock().expect("controller lock").config.controller_id.0, vd_id };
