@@ -161,6 +161,7 @@ impl Controller {
         only_regions: Option<Bits>,
     ) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
+        progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
         let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now(), start_row };
         self.rebuilds.lock().expect("rebuilds lock").insert(slot, view);
         let controller = self.myself();
