@@ -125,6 +125,16 @@ impl RegionMap {
         RegionMap { rows_per_region, region_count: row_count.div_ceil(rows_per_region).max(1), row_count }
     }
 
+    /// Regions of `rows_per_region` rows (md's `--bitmap-chunk`): smaller ones resync less
+    /// after a crash and cost a bitmap write more often. The simulator uses tiny ones.
+    pub fn with_rows_per_region(geometry: &Geometry, rows_per_region: u64) -> RegionMap {
+        assert!(rows_per_region > 0, "a region holds at least one row");
+        let row_count = geometry.row_count();
+        let region_count = row_count.div_ceil(rows_per_region).max(1);
+        assert!(region_count <= ondisk::REGIONS_MAX, "{region_count} regions do not fit a slot");
+        RegionMap { rows_per_region, region_count, row_count }
+    }
+
     pub fn region_of(&self, row: u64) -> u64 {
         debug_assert!(row < self.row_count.max(1), "row {row} of {}", self.row_count);
         row / self.rows_per_region
