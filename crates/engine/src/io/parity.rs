@@ -337,9 +337,10 @@ async fn reconstruct_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
     let lo = piece.offset_in_strip_bytes;
     let hi = lo + piece.len_bytes;
     for _ in 0..retry_limit(&env.vd) {
-        let mut unavailable = env.vd.unavailable().union(*avoid);
-        // The piece's own member is treated as lost even if it is online (it just failed a read).
-        unavailable.insert(row.data_member(piece.strip_index).0);
+        // A member whose read failed is failed or in `avoid` by now. One that was merely out of
+        // service when the read began may be back (a rebuild just finished): it is read, not
+        // counted as lost, or a failure elsewhere meanwhile would look like two losses.
+        let unavailable = env.vd.unavailable().union(*avoid);
         match read_and_recover_columns(env, row, lo, hi, unavailable).await {
             Ok(columns) => {
                 view.as_mut_slice().copy_from_slice(columns[piece.strip_index].as_slice());
