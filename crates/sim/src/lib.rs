@@ -18,7 +18,10 @@
 //! hot spare is. After the workload the rest of the rows are rebuilt and the member returns to
 //! service, and the final reads with each other member taken out prove what it holds.
 
-use drive::{Drive, FaultyDrive, IoBuf, MemDrive};
+pub mod drive;
+pub mod model;
+
+use ::drive::{Drive, FaultyDrive, IoBuf, MemDrive};
 use engine::{CompletionOrder, LocalEngine, MemberState, VdCompletion, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES};
 use layout::{Level, KIB, SECTOR_BYTES};
 use rand::rngs::SmallRng;
