@@ -19,15 +19,23 @@ fn main() -> ExitCode {
         _ => return usage("give either --seed N, or --runs N [--start S]"),
     };
     let mut failed = 0;
+    let mut coverage = sim::Coverage::new();
     for seed in &seeds {
         match sim::run_seed(*seed) {
-            Ok(report) if verbose => println!("{report}"),
-            Ok(_) => {}
+            Ok(report) => {
+                if verbose {
+                    println!("{report}");
+                }
+                coverage.add(&report);
+            }
             Err(failure) => {
                 failed += 1;
                 eprintln!("{failure}");
             }
         }
+    }
+    if !verbose {
+        print!("{coverage}");
     }
     println!("{} passed, {failed} failed", seeds.len() - failed);
     if failed == 0 {

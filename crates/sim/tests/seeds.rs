@@ -1,6 +1,8 @@
-//! Thousands of seeded simulator runs across every level. A failure names its seed; replay it
-//! with `cargo run -p sim -- --seed N`. `STORC_SIM_RUNS` changes the count (default 10,000).
+//! Thousands of seeded simulator runs across every level, with faults, member replacement and
+//! rebuild, flushes and power cuts. A failure names its seed; replay it with
+//! `cargo run -p sim -- --seed N`. `STORC_SIM_RUNS` changes the count (default 10,000).
 
+use layout::Level;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -9,6 +11,7 @@ fn seeded_runs_across_every_level_match_the_model() {
     let runs: u64 = std::env::var("STORC_SIM_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let next = AtomicU64::new(0);
     let failures = Mutex::new(Vec::new());
+    let coverage = Mutex::new(sim::Coverage::new());
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     std::thread::scope(|scope| {
         for _ in 0..threads {
@@ -17,8 +20,9 @@ fn seeded_runs_across_every_level_match_the_model() {
                 if seed >= runs {
                     return;
                 }
-                if let Err(failure) = sim::run_seed(seed) {
-                    failures.lock().unwrap().push(failure.to_string());
+                match sim::run_seed(seed) {
+                    Ok(report) => coverage.lock().unwrap().add(&report),
+                    Err(failure) => failures.lock().unwrap().push(failure.to_string()),
                 }
             });
         }
@@ -30,7 +34,28 @@ fn seeded_runs_across_every_level_match_the_model() {
         failures.len(),
         failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n")
     );
-    println!("{runs} seeded runs passed");
+    let coverage = coverage.into_inner().unwrap();
+    println!("{runs} seeded runs passed\n{coverage}");
+    if runs >= 900 {
+        assert_every_level_crashes(&coverage);
+    }
+}
+
+/// The seeds must keep exercising what they are for: power cuts at every level, most of them
+/// tearing writes, some in the middle of a rebuild, and resyncs that had something to repair.
+/// (Fractions of each level's runs, so that any `STORC_SIM_RUNS` of a few hundred per level
+/// holds them.)
+fn assert_every_level_crashes(coverage: &sim::Coverage) {
+    for level in Level::ALL {
+        let c = coverage.of(level);
+        let percent = |count: usize| count * 100 / c.runs.max(1);
+        assert!(percent(c.crashed) >= 65, "{level}: only {} of {} runs crashed", c.crashed, c.runs);
+        assert!(percent(c.tore_writes) >= 35, "{level}: only {} of {} runs tore writes", c.tore_writes, c.runs);
+        if !matches!(level, Level::Raid0 | Level::Jbod) {
+            assert!(percent(c.crashed_in_rebuild) >= 10, "{level}: only {} runs crashed during a rebuild", c.crashed_in_rebuild);
+            assert!(percent(c.resync_repaired) >= 25, "{level}: only {} runs had a resync repair a row", c.resync_repaired);
+        }
+    }
 }
 
 #[test]
@@ -38,4 +63,17 @@ fn a_seed_replays_identically() {
     let first = format!("{}", sim::run_seed(4242).unwrap());
     let second = format!("{}", sim::run_seed(4242).unwrap());
     assert_eq!(first, second);
+}
+
+#[test]
+fn a_seed_that_tears_writes_and_resumes_a_rebuild_replays_identically() {
+    let seed = (0..200)
+        .find(|&seed| {
+            let report = sim::run_seed(seed).unwrap();
+            report.tore_writes() && report.crashes.iter().any(|c| c.rebuild_resumed.is_some())
+        })
+        .expect("some of the first 200 seeds tear writes and resume a rebuild");
+    let first = sim::run_seed(seed).unwrap().to_string();
+    assert!(first.contains("with writes unflushed") && first.contains("resumed at row"), "{first}");
+    assert_eq!(first, sim::run_seed(seed).unwrap().to_string());
 }

@@ -1,0 +1,101 @@
+//! What one run does, derived from its seed alone.
+
+use layout::{Level, KIB};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// What one run does, derived from its seed.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub seed: u64,
+    pub level: Level,
+    pub drive_count: usize,
+    pub drives_per_span: Option<usize>,
+    pub strip_size_bytes: u64,
+    /// Rows each member holds (small, so that writes collide often).
+    pub rows_per_member: u64,
+    pub operation_count: usize,
+    pub in_flight_max: usize,
+    /// Chance per operation that a fault is injected (while the level can take one more).
+    pub fault_per_mille: u32,
+    /// Chance per operation that a FLUSH is submitted instead of a read or a write.
+    pub flush_per_mille: u32,
+    /// The operation at which a member is replaced by a blank drive and rebuilt (redundant
+    /// levels only).
+    pub rebuild_at_operation: Option<usize>,
+    /// The operations before which the power fails (in increasing order).
+    pub crash_at_operations: Vec<usize>,
+}
+
+impl RunConfig {
+    /// The configuration seed `seed` runs: levels rotate with the seed so that every level gets
+    /// the same share of any range of seeds.
+    pub fn from_seed(seed: u64) -> RunConfig {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_5eed);
+        let level = Level::ALL[(seed % Level::ALL.len() as u64) as usize];
+        let (drive_count, drives_per_span) = drive_count_for(level, &mut rng);
+        let strip_size_bytes = [8 * KIB, 16 * KIB, 32 * KIB, 64 * KIB][rng.gen_range(0..4)];
+        let operation_count = rng.gen_range(40..160);
+        let redundant = !matches!(level, Level::Raid0 | Level::Jbod);
+        let rebuild_at_operation = (redundant && rng.gen_bool(0.5)).then(|| rng.gen_range(0..operation_count));
+        let rows_per_member = rng.gen_range(2..6);
+        let in_flight_max = rng.gen_range(1..24);
+        let fault_per_mille = [0, 10, 30][rng.gen_range(0..3)];
+        let flush_per_mille = [0, 20, 80][rng.gen_range(0..3)];
+        RunConfig {
+            seed,
+            level,
+            drive_count,
+            drives_per_span,
+            strip_size_bytes,
+            rows_per_member,
+            operation_count,
+            in_flight_max,
+            fault_per_mille,
+            flush_per_mille,
+            rebuild_at_operation,
+            crash_at_operations: crash_points(&mut rng, operation_count, rebuild_at_operation),
+        }
+    }
+}
+
+/// No crash in a quarter of the runs, one in a quarter, two in the rest: the first in the first
+/// half of the run (before faults pile up, so that most crashes may tear writes), the second
+/// after it. In half the runs that rebuild a member, the last crash comes while the rebuild runs.
+fn crash_points(rng: &mut SmallRng, operation_count: usize, rebuild_at_operation: Option<usize>) -> Vec<usize> {
+    let count = [0, 1, 2, 2][rng.gen_range(0..4)];
+    let half = operation_count / 2;
+    let mut points: Vec<usize> = match count {
+        0 => vec![],
+        1 => vec![rng.gen_range(1..half)],
+        _ => vec![rng.gen_range(1..half), rng.gen_range(half..operation_count)],
+    };
+    if let (Some(last), Some(rebuild_at)) = (points.last_mut(), rebuild_at_operation) {
+        if rng.gen_bool(0.5) {
+            *last = (rebuild_at + rng.gen_range(1..8)).min(operation_count - 1);
+        }
+    }
+    points.sort_unstable();
+    points.dedup();
+    points
+}
+
+fn drive_count_for(level: Level, rng: &mut SmallRng) -> (usize, Option<usize>) {
+    match level {
+        Level::Jbod => (1, None),
+        Level::Raid0 => (rng.gen_range(1..7), None),
+        Level::Raid1 => (2, None),
+        Level::Raid1E => (rng.gen_range(3..7), None),
+        Level::Raid5 => (rng.gen_range(3..9), None),
+        Level::Raid6 => (rng.gen_range(4..10), None),
+        Level::Raid10 => (2 * rng.gen_range(2..5), Some(2)),
+        Level::Raid50 => {
+            let per_span = rng.gen_range(3..5);
+            (per_span * rng.gen_range(2..4), Some(per_span))
+        }
+        Level::Raid60 => {
+            let per_span = rng.gen_range(4..6);
+            (per_span * rng.gen_range(2..4), Some(per_span))
+        }
+    }
+}

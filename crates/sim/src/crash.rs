@@ -1,0 +1,279 @@
+//! Power cuts and restarts.
+//!
+//! At a seeded operation the power fails: requests in flight are abandoned with the engine,
+//! every drive loses, keeps or tears its unflushed writes ([`crate::drive`]), and the
+//! controller's part is played again from the drives alone: a new VD over the same drives with
+//! the member states the configuration recorded (failed members stay failed, a drive that
+//! vanished comes back missing, a member being rebuilt resumes from its last checkpoint), then
+//! the resync, then a consistency check and a read of everything, whole and degraded.
+//!
+//! # Which crashes may tear rows
+//! Without a journal, a row torn by a power cut can be made consistent again only if every
+//! member that holds it is readable: RAID5/6 and RAID1E rows that lack a member have lost, with
+//! the torn write, what the missing member held (the write hole). So the power fails with client
+//! writes unflushed only while every row could be resynced; otherwise the writes are first
+//! drained and flushed, and the power fails with reads, a flush and rebuild rows in flight. (The
+//! write-intent bitmap will make degraded reads of such rows fail instead of returning what
+//! stale parity gives; the seeds can tear those rows once it does.)
+
+use crate::drive::CrashTally;
+use crate::run::Sim;
+use engine::{CheckMode, CompletionOrder, LocalEngine, MemberSet, MemberState, VdRequest, VirtualDrive};
+use layout::SpanKind;
+use rand::Rng;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What one power cut did and what the restart found.
+#[derive(Clone, Debug)]
+pub struct CrashReport {
+    pub at_operation: usize,
+    /// Whether client writes were unflushed (the crash could tear rows), or drained and
+    /// flushed first.
+    pub with_unflushed_writes: bool,
+    pub tally: CrashTally,
+    /// VD rows holding unflushed client writes.
+    pub unflushed_rows: usize,
+    /// VD sectors left holding one of several contents until read.
+    pub undecided_sectors: usize,
+    pub resync: ResyncReport,
+    /// The member being rebuilt and the row its rebuild resumed at.
+    pub rebuild_resumed: Option<(usize, u64)>,
+}
+
+impl fmt::Display for CrashReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.tally;
+        let kind = if self.with_unflushed_writes { "with writes unflushed" } else { "after a flush" };
+        write!(
+            f,
+            "crash before op {} {kind} (unflushed drive writes: {} dropped, {} kept, {} torn; {} rows unflushed, {} sectors undecided); resync: {}",
+            self.at_operation, t.dropped, t.kept, t.torn, self.unflushed_rows, self.undecided_sectors, self.resync
+        )?;
+        if let Some((member, row)) = self.rebuild_resumed {
+            write!(f, "; rebuild of member {member} resumed at row {row}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the resync after a restart did.
+#[derive(Clone, Debug, Default)]
+pub struct ResyncReport {
+    /// Rows checked (and repaired where they disagreed).
+    pub rows_checked: usize,
+    pub rows_repaired: Vec<u64>,
+    /// Mirror rows copied onto the member being rebuilt.
+    pub rows_copied: usize,
+    /// Rows that could not be resynced, and why.
+    pub rows_unsyncable: Vec<(u64, String)>,
+}
+
+impl fmt::Display for ResyncReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} rows checked, {} repaired {:?}, {} copied, {} not resyncable",
+            self.rows_checked,
+            self.rows_repaired.len(),
+            self.rows_repaired,
+            self.rows_copied,
+            self.rows_unsyncable.len()
+        )
+    }
+}
+
+/// What the configuration says of a member at a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Recorded {
+    Online,
+    OutOfService(MemberState),
+    Rebuilding { checkpoint_row: u64 },
+}
+
+/// How one row is made consistent after an unclean stop, given the members in service.
+enum RowResync {
+    /// Every member of the row is in service: check it and repair what disagrees.
+    Check,
+    /// A mirror pair whose other copy is being rebuilt: copy the copy in service onto it.
+    CopyTo(usize),
+    /// One copy of a mirror pair is out, or the level has no redundancy: nothing can disagree.
+    Nothing,
+    /// A parity or RAID1E row without one of its members: what it held is lost with a torn write.
+    Impossible(String),
+}
+
+impl Sim {
+    /// The power fails before operation `operation`; the controller restarts and resyncs.
+    ///
+    /// # Errors
+    /// A torn row the resync could not reach, or what the verification afterwards found.
+    pub(crate) fn crash_and_restart(&mut self, operation: usize) -> Result<(), String> {
+        let with_unflushed_writes = self.crash_may_tear();
+        if !with_unflushed_writes {
+            self.drain_writes_and_flush()?;
+        }
+        // The power fails at a seeded point of the requests in flight.
+        for _ in 0..self.rng.gen_range(0..4) {
+            self.step()?;
+        }
+        let unflushed_rows = self.model.unflushed_rows(self.vd.geometry().row_data_bytes());
+        assert!(with_unflushed_writes || unflushed_rows.is_empty(), "the flush before the crash covered every write");
+        let recorded = self.recorded_members();
+        let mut tally = CrashTally::default();
+        for drive in &self.drives {
+            tally.add(drive.cache.crash(&mut self.rng));
+        }
+        let undecided_sectors = self.model.crash();
+        self.restart(&recorded);
+        let resync = resync(&mut self.engine, &self.vd, 0..self.vd.geometry().row_count());
+        require_resynced(&unflushed_rows, &resync)?;
+        self.flush_resync()?;
+        let rebuild_resumed = self.rebuild.as_ref().map(|r| (r.member, r.next_row));
+        let unflushed_rows = unflushed_rows.len();
+        let report = CrashReport {
+            at_operation: operation,
+            with_unflushed_writes,
+            tally,
+            unflushed_rows,
+            undecided_sectors,
+            resync,
+            rebuild_resumed,
+        };
+        self.crashes.push(report);
+        self.verify_everything().map_err(|problem| format!("after the crash before op {operation}: {problem}"))
+    }
+
+    /// Whether every row a crash could tear now (the rows with unflushed client writes: no
+    /// write is submitted between this decision and the crash) can be resynced at restart: its
+    /// members are free of injected faults that could fail them or the resync's reads, and the
+    /// members out of service leave a way to resync it (see [`plan`]).
+    fn crash_may_tear(&self) -> bool {
+        let faulty_online = |m: usize| self.at_risk[m] && self.vd.member(m).state() == MemberState::Online;
+        self.model.unflushed_rows(self.vd.geometry().row_data_bytes()).into_iter().all(|row| {
+            let healthy = row_members(&self.vd, row).into_iter().all(|m| !faulty_online(m));
+            healthy && !matches!(plan(&self.vd, row), RowResync::Impossible(_))
+        })
+    }
+
+    /// Lets the client writes in flight complete, then flushes: the crash leaves nothing
+    /// unflushed that a client wrote.
+    fn drain_writes_and_flush(&mut self) -> Result<(), String> {
+        while self.writes_in_flight() {
+            self.step()?;
+        }
+        self.submit_flush();
+        let flush = self.in_flight.len() - 1;
+        while self.in_flight[flush].is_some() {
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    /// The member states a controller would assemble from the drives and its configuration.
+    fn recorded_members(&self) -> Vec<Recorded> {
+        let rebuilding = |m: usize| self.rebuild.as_ref().filter(|r| r.member == m).map(|r| r.checkpoint_row);
+        (0..self.drives.len())
+            .map(|m| match self.vd.member(m).state() {
+                // A drive that vanished is not found at assembly.
+                MemberState::Online if self.drives[m].faulty.faults().failed => Recorded::OutOfService(MemberState::Missing),
+                MemberState::Online => Recorded::Online,
+                MemberState::Rebuilding => Recorded::Rebuilding { checkpoint_row: rebuilding(m).expect("the sim rebuilds it") },
+                out => Recorded::OutOfService(out),
+            })
+            .collect()
+    }
+
+    /// A new engine and VD over the crashed drives; whatever was in flight is gone with the old
+    /// engine, and a rebuild resumes from its checkpoint.
+    fn restart(&mut self, recorded: &[Recorded]) {
+        let restarts = self.crashes.len() as u64 + 1;
+        self.engine = LocalEngine::new(CompletionOrder::seeded(self.config.seed.wrapping_mul(31) ^ restarts.wrapping_mul(0x9e37_79b9)));
+        self.in_flight.iter_mut().for_each(|op| *op = None);
+        self.outcomes = Rc::new(RefCell::new(Vec::new()));
+        let members = self.drives.iter().map(|d| Arc::clone(&d.faulty) as Arc<dyn drive::Drive>).collect();
+        let vd = VirtualDrive::new(self.config.seed, "sim", self.layout, members).expect("the layout held before");
+        for (member, recorded) in recorded.iter().enumerate() {
+            match *recorded {
+                Recorded::Online => {}
+                Recorded::OutOfService(state) => drop(vd.set_member_state(member, state)),
+                Recorded::Rebuilding { .. } => {
+                    vd.set_member_state(member, MemberState::Failed);
+                    vd.start_rebuild(member, Arc::clone(&self.drives[member].faulty) as Arc<dyn drive::Drive>);
+                }
+            }
+        }
+        self.vd = Arc::new(vd);
+        if let Some(rebuild) = &mut self.rebuild {
+            rebuild.next_row = rebuild.checkpoint_row;
+            rebuild.in_flight = false;
+            rebuild.outcome = Rc::new(RefCell::new(None));
+        }
+    }
+
+    /// Makes the resync's writes durable before anything relies on them.
+    fn flush_resync(&mut self) -> Result<(), String> {
+        let done = self.engine.run(&self.vd, VdRequest::Flush);
+        done.result.map_err(|error| format!("flush after the resync: {error}"))
+    }
+}
+
+/// Every row the crash may have torn must have been resynced.
+fn require_resynced(unflushed_rows: &BTreeSet<u64>, resync: &ResyncReport) -> Result<(), String> {
+    match resync.rows_unsyncable.iter().find(|(row, _)| unflushed_rows.contains(row)) {
+        Some((row, why)) => Err(format!("row {row} held unflushed writes at the crash and could not be resynced: {why}")),
+        None => Ok(()),
+    }
+}
+
+/// The resync after an unclean stop: makes `rows` consistent, each the way the members in
+/// service allow. Today it is given every row; with a write-intent bitmap, its dirty rows.
+pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, rows: impl Iterator<Item = u64>) -> ResyncReport {
+    let mut report = ResyncReport::default();
+    for row in rows {
+        let outcome = match plan(vd, row) {
+            RowResync::Check => {
+                report.rows_checked += 1;
+                let checked = engine.run_check_row(vd, row, CheckMode::Repair);
+                if checked.as_ref().is_ok_and(|outcome| outcome.repaired) {
+                    report.rows_repaired.push(row);
+                }
+                checked.map(drop).map_err(|error| error.to_string())
+            }
+            RowResync::CopyTo(member) => {
+                report.rows_copied += 1;
+                engine.run_rebuild_row(vd, row, MemberSet::of(&[member])).map_err(|error| error.to_string())
+            }
+            RowResync::Nothing => Ok(()),
+            RowResync::Impossible(why) => Err(why),
+        };
+        if let Err(why) = outcome {
+            report.rows_unsyncable.push((row, why));
+        }
+    }
+    report
+}
+
+/// How row `row` can be resynced with the members in service now.
+fn plan(vd: &VirtualDrive, row: u64) -> RowResync {
+    let geometry = vd.geometry();
+    if geometry.span_kind() == SpanKind::Stripe {
+        return RowResync::Nothing;
+    }
+    let out: Vec<(usize, MemberState)> =
+        row_members(vd, row).into_iter().map(|m| (m, vd.member(m).state())).filter(|&(_, state)| state != MemberState::Online).collect();
+    match (geometry.span_kind(), out.as_slice()) {
+        (_, []) => RowResync::Check,
+        (SpanKind::Mirror, [(member, MemberState::Rebuilding)]) => RowResync::CopyTo(*member),
+        (SpanKind::Mirror, [_]) => RowResync::Nothing,
+        (_, out) => RowResync::Impossible(format!("members {out:?} of the row are not in service")),
+    }
+}
+
+/// The members that hold a part of row `row`.
+fn row_members(vd: &VirtualDrive, row: u64) -> BTreeSet<usize> {
+    vd.geometry().row_map(row).members().map(|(place, _, _)| place.drive).collect()
+}

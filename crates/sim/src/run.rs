@@ -1,0 +1,430 @@
+//! One run: the seeded workload, faults and member replacement against the model, and the
+//! final verification. Crashes and restarts are in `crash`.
+
+use crate::config::RunConfig;
+use crate::crash::CrashReport;
+use crate::drive::{flush_now, VolatileDrive};
+use crate::model::{FlushCovers, Model, WriteId};
+use drive::{Drive, FaultyDrive, IoBuf};
+use engine::{
+    CheckMode, CompletionOrder, LocalEngine, MemberSet, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VirtualDrive,
+    MEMBER_RESERVED_BYTES,
+};
+use layout::{Level, KIB, SECTOR_BYTES};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::cell::RefCell;
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A request in flight and what the model needs when it completes.
+pub(crate) enum Op {
+    Read(Range<u64>),
+    Write(Range<u64>, WriteId),
+    Flush(FlushCovers),
+}
+
+pub(crate) type Outcomes = Rc<RefCell<Vec<(usize, VdCompletion)>>>;
+
+/// One member's drive: fault injection over a volatile write cache.
+pub(crate) struct SimDrive {
+    pub faulty: Arc<FaultyDrive>,
+    pub cache: Arc<VolatileDrive>,
+}
+
+impl SimDrive {
+    fn blank(capacity_bytes: u64) -> SimDrive {
+        let cache = Arc::new(VolatileDrive::new(capacity_bytes));
+        SimDrive { faulty: Arc::new(FaultyDrive::new(Arc::clone(&cache) as Arc<dyn Drive>)), cache }
+    }
+}
+
+/// A member being rebuilt onto a blank drive while the workload runs.
+pub(crate) struct Rebuild {
+    pub member: usize,
+    /// The next row to rebuild; rows below it are done.
+    pub next_row: u64,
+    /// Rows below it are done and were flushed before it was recorded: a restart resumes here.
+    pub checkpoint_row: u64,
+    /// A row job in flight (one at a time), and its outcome once it arrived.
+    pub in_flight: bool,
+    pub outcome: Rc<RefCell<Option<Result<(), VdError>>>>,
+    /// A row that could not be rebuilt (its sources hit injected read errors): the member then
+    /// never returns to service.
+    pub unrecoverable: bool,
+}
+
+pub(crate) struct Sim {
+    pub config: RunConfig,
+    pub rng: SmallRng,
+    pub layout: VdLayout,
+    pub engine: LocalEngine,
+    pub vd: Arc<VirtualDrive>,
+    pub drives: Vec<SimDrive>,
+    pub model: Model,
+    /// By request id; `None` once completed (or abandoned by a crash).
+    pub in_flight: Vec<Option<Op>>,
+    pub outcomes: Outcomes,
+    /// Members that are failed or carry an injected fault: they count against the tolerance.
+    pub at_risk: Vec<bool>,
+    pub faults: Vec<String>,
+    pub reads: usize,
+    pub writes: usize,
+    pub flushes: usize,
+    pub rebuild: Option<Rebuild>,
+    pub crashes: Vec<CrashReport>,
+}
+
+impl Sim {
+    pub fn new(config: RunConfig) -> Sim {
+        let rows_bytes = config.rows_per_member * config.strip_size_bytes;
+        let physical_rows_bytes = if config.level == Level::Raid1E { 2 * rows_bytes } else { rows_bytes };
+        let member_bytes = MEMBER_RESERVED_BYTES + physical_rows_bytes;
+        let drives: Vec<SimDrive> = (0..config.drive_count).map(|_| SimDrive::blank(member_bytes)).collect();
+        let members = drives.iter().map(|d| Arc::clone(&d.faulty) as Arc<dyn Drive>).collect();
+        let layout = VdLayout {
+            level: config.level,
+            strip_size_bytes: config.strip_size_bytes,
+            drives_per_span: config.drives_per_span,
+            member_size_bytes: Some(member_bytes),
+        };
+        let vd = Arc::new(VirtualDrive::new(config.seed, "sim", layout, members).expect("the seed picks a valid layout"));
+        Sim {
+            rng: SmallRng::seed_from_u64(config.seed),
+            engine: LocalEngine::new(CompletionOrder::seeded(config.seed.wrapping_mul(31))),
+            at_risk: vec![false; config.drive_count],
+            model: Model::new(vd.capacity_bytes() as usize),
+            config,
+            layout,
+            vd,
+            drives,
+            in_flight: Vec::new(),
+            outcomes: Rc::new(RefCell::new(Vec::new())),
+            faults: Vec::new(),
+            reads: 0,
+            writes: 0,
+            flushes: 0,
+            rebuild: None,
+            crashes: Vec::new(),
+        }
+    }
+
+    pub fn workload(&mut self) -> Result<(), String> {
+        for operation in 0..self.config.operation_count {
+            if self.config.crash_at_operations.contains(&operation) {
+                self.crash_and_restart(operation)?;
+            }
+            while self.in_flight_count() >= self.config.in_flight_max {
+                self.step()?;
+            }
+            if self.rng.gen_range(0..1000) < self.config.fault_per_mille {
+                self.inject_fault();
+            }
+            if self.config.rebuild_at_operation == Some(operation) {
+                self.start_rebuild();
+            }
+            self.rebuild_some()?;
+            self.submit_random();
+            // Let the engine make some progress between submissions, sometimes none.
+            for _ in 0..self.rng.gen_range(0..3) {
+                self.step()?;
+            }
+        }
+        while self.in_flight_count() > 0 {
+            self.step()?;
+        }
+        self.finish_rebuild()
+    }
+
+    /// Replaces a member that the VD can spare by a blank drive and starts rebuilding it.
+    fn start_rebuild(&mut self) {
+        let spare = (0..self.config.drive_count).filter(|&m| !self.at_risk[m]).find(|&m| {
+            let mut with = self.at_risk.clone();
+            with[m] = true;
+            self.vd.geometry().survives(&with)
+        });
+        let Some(member) = spare else { return };
+        self.at_risk[member] = true;
+        self.drives[member] = SimDrive::blank(self.drives[member].cache.info().capacity_bytes);
+        // Out of service first (no I/O may be on its way to the old drive), then the new one.
+        self.vd.set_member_state(member, MemberState::Failed);
+        self.vd.start_rebuild(member, Arc::clone(&self.drives[member].faulty) as Arc<dyn Drive>);
+        self.faults.push(format!("member {member} replaced by a blank drive and rebuilt"));
+        let outcome = Rc::new(RefCell::new(None));
+        self.rebuild = Some(Rebuild { member, next_row: 0, checkpoint_row: 0, in_flight: false, outcome, unrecoverable: false });
+    }
+
+    /// Settles the rebuild's row job if it finished, sometimes checkpoints, and sometimes
+    /// submits the next row; returns the member to service once every row is done.
+    fn rebuild_some(&mut self) -> Result<(), String> {
+        let Some(rebuild) = &mut self.rebuild else { return Ok(()) };
+        let arrived = rebuild.outcome.borrow_mut().take();
+        if let Some(result) = arrived {
+            rebuild.in_flight = false;
+            settle_row(rebuild, result, &self.faults)?;
+            if self.rng.gen_bool(0.5) {
+                self.checkpoint_rebuild();
+            }
+        }
+        let rebuild = self.rebuild.as_mut().expect("checked above");
+        let row_count = self.vd.geometry().row_count();
+        if rebuild.in_flight || !self.rng.gen_bool(0.5) {
+            return Ok(());
+        }
+        if rebuild.next_row >= row_count {
+            return self.end_rebuild();
+        }
+        let (row, targets, outcome) = (rebuild.next_row, MemberSet::of(&[rebuild.member]), Rc::clone(&rebuild.outcome));
+        rebuild.in_flight = true;
+        self.engine.rebuild_row(&self.vd, row, targets, move |result| *outcome.borrow_mut() = Some(result));
+        Ok(())
+    }
+
+    /// Records the rebuild's progress as the controller does, but only after flushing the new
+    /// drive: a row counts as done across a power cut only once it is durable.
+    fn checkpoint_rebuild(&mut self) {
+        let Some(rebuild) = &mut self.rebuild else { return };
+        if flush_now(&*self.drives[rebuild.member].faulty).is_ok() {
+            rebuild.checkpoint_row = rebuild.next_row;
+        }
+    }
+
+    /// Rebuilds the rows left, then returns the member to service if every row was rebuilt.
+    fn finish_rebuild(&mut self) -> Result<(), String> {
+        let Some(rebuild) = &mut self.rebuild else { return Ok(()) };
+        self.engine.run_until_idle();
+        let arrived = rebuild.outcome.borrow_mut().take();
+        if let Some(result) = arrived {
+            settle_row(rebuild, result, &self.faults)?;
+        }
+        let targets = MemberSet::of(&[rebuild.member]);
+        while rebuild.next_row < self.vd.geometry().row_count() {
+            let result = self.engine.run_rebuild_row(&self.vd, rebuild.next_row, targets);
+            settle_row(rebuild, result, &self.faults)?;
+        }
+        self.end_rebuild()
+    }
+
+    /// Every row is rebuilt: flushed, then in service (as the controller records `Onln` only
+    /// after the rows are durable). A member with rows that could not be rebuilt stays out.
+    fn end_rebuild(&mut self) -> Result<(), String> {
+        let rebuild = self.rebuild.take().expect("a rebuild runs");
+        let member = rebuild.member;
+        if rebuild.unrecoverable || self.vd.member(member).state() != MemberState::Rebuilding {
+            return Ok(());
+        }
+        flush_now(&*self.drives[member].faulty).map_err(|e| format!("flushing rebuilt member {member}: {e}"))?;
+        self.vd.finish_rebuild(member);
+        // The blank drive has no injected faults: it is as good as new.
+        self.at_risk[member] = false;
+        Ok(())
+    }
+
+    pub fn in_flight_count(&self) -> usize {
+        self.in_flight.iter().filter(|op| op.is_some()).count()
+    }
+
+    pub fn writes_in_flight(&self) -> bool {
+        self.in_flight.iter().flatten().any(|op| matches!(op, Op::Write(..)))
+    }
+
+    /// A random sector-aligned range: mostly small, sometimes several rows, never strip-aligned
+    /// on purpose.
+    fn random_range(&mut self) -> Range<u64> {
+        let capacity = self.model.capacity_bytes();
+        let row_bytes = self.vd.geometry().row_data_bytes();
+        let max_len = match self.rng.gen_range(0..10) {
+            0..=5 => 16 * KIB,
+            6..=8 => row_bytes,
+            _ => 3 * row_bytes,
+        }
+        .min(capacity);
+        let len = self.rng.gen_range(1..=max_len / SECTOR_BYTES) * SECTOR_BYTES;
+        let start = self.rng.gen_range(0..=(capacity - len) / SECTOR_BYTES) * SECTOR_BYTES;
+        start..start + len
+    }
+
+    /// Whether a request in flight of the kind `writes` (or any kind) overlaps `range`.
+    fn overlaps_in_flight(&self, range: &Range<u64>, writes: bool) -> bool {
+        self.in_flight.iter().flatten().any(|op| match op {
+            Op::Write(r, _) => r.start < range.end && range.start < r.end,
+            Op::Read(r) => !writes && r.start < range.end && range.start < r.end,
+            Op::Flush(_) => false,
+        })
+    }
+
+    pub fn submit_random(&mut self) {
+        if self.rng.gen_range(0..1000) < self.config.flush_per_mille {
+            return self.submit_flush();
+        }
+        for _ in 0..8 {
+            let range = self.random_range();
+            let write = self.rng.gen_bool(0.55);
+            // A write may overlap writes in flight but not reads; a read overlaps no write.
+            let reads_only = |op: &Op| matches!(op, Op::Read(r) if r.start < range.end && range.start < r.end);
+            let conflict = if write { self.in_flight.iter().flatten().any(reads_only) } else { self.overlaps_in_flight(&range, true) };
+            if !conflict {
+                return if write { self.submit_write(range) } else { self.submit_read(range) };
+            }
+        }
+    }
+
+    fn submit_write(&mut self, range: Range<u64>) {
+        let mut data = vec![0u8; (range.end - range.start) as usize];
+        self.rng.fill(&mut data[..]);
+        let id = self.model.submit_write(range.start, &data);
+        self.writes += 1;
+        self.submit(Op::Write(range.clone(), id), VdRequest::Write { offset_bytes: range.start, buf: IoBuf::from_slice(&data) });
+    }
+
+    pub fn submit_read(&mut self, range: Range<u64>) {
+        self.reads += 1;
+        let request = VdRequest::Read { offset_bytes: range.start, buf: IoBuf::zeroed((range.end - range.start) as usize) };
+        self.submit(Op::Read(range), request);
+    }
+
+    pub fn submit_flush(&mut self) {
+        self.flushes += 1;
+        self.submit(Op::Flush(self.model.submit_flush()), VdRequest::Flush);
+    }
+
+    fn submit(&mut self, op: Op, request: VdRequest) {
+        let id = self.in_flight.len();
+        self.in_flight.push(Some(op));
+        let outcomes = Rc::clone(&self.outcomes);
+        self.engine.submit(&self.vd, request, move |completion| outcomes.borrow_mut().push((id, completion)));
+    }
+
+    /// Advances the engine one turn and checks whatever completed.
+    pub fn step(&mut self) -> Result<(), String> {
+        self.engine.step();
+        let finished: Vec<(usize, VdCompletion)> = self.outcomes.borrow_mut().drain(..).collect();
+        for (id, completion) in finished {
+            let op = self.in_flight[id].take().expect("completed once");
+            self.check(op, completion)?;
+        }
+        Ok(())
+    }
+
+    fn check(&mut self, op: Op, completion: VdCompletion) -> Result<(), String> {
+        let what = match &op {
+            Op::Read(r) => format!("read {}+{}", r.start, r.end - r.start),
+            Op::Write(r, _) => format!("write {}+{}", r.start, r.end - r.start),
+            Op::Flush(_) => "flush".to_string(),
+        };
+        if let Err(error) = completion.result {
+            let states: Vec<MemberState> = (0..self.drives.len()).map(|m| self.vd.member(m).state()).collect();
+            return Err(format!("{what} failed with faults within tolerance (at risk {:?}, members {states:?}): {error}", self.at_risk));
+        }
+        match op {
+            Op::Read(range) => {
+                let got = completion.buf.expect("a read returns its buffer");
+                self.model.check_read(range.start, got.as_slice()).map_err(|diff| format!("{what}: {diff}"))
+            }
+            Op::Write(_, id) => {
+                self.model.complete_write(id);
+                Ok(())
+            }
+            Op::Flush(covers) => {
+                self.model.complete_flush(covers);
+                Ok(())
+            }
+        }
+    }
+
+    /// Fails a member, or gives it read or write errors in a range, if the VD survives it.
+    fn inject_fault(&mut self) {
+        let member = self.rng.gen_range(0..self.config.drive_count);
+        if self.at_risk[member] {
+            return;
+        }
+        let mut with = self.at_risk.clone();
+        with[member] = true;
+        if !self.vd.geometry().survives(&with) {
+            return;
+        }
+        self.at_risk[member] = true;
+        let used = self.vd.geometry().member_used_bytes();
+        let start = self.rng.gen_range(MEMBER_RESERVED_BYTES / SECTOR_BYTES..used / SECTOR_BYTES) * SECTOR_BYTES;
+        let range = start..(start + self.rng.gen_range(1..64) * SECTOR_BYTES).min(used);
+        let kind = self.rng.gen_range(0..3);
+        let drive = &self.drives[member].faulty;
+        let description = match kind {
+            0 => {
+                drive.set_failed(true);
+                format!("member {member} failed")
+            }
+            1 => {
+                drive.update_faults(|f| f.read_error_ranges.push(range.clone()));
+                format!("member {member} read errors {range:?}")
+            }
+            _ => {
+                drive.update_faults(|f| f.write_error_ranges.push(range.clone()));
+                format!("member {member} write errors {range:?}")
+            }
+        };
+        self.faults.push(description);
+    }
+
+    /// Checks every row's redundancy (report only), reads the whole VD, then reads it again
+    /// with each member that can still be spared taken out: parity or a mirror copy that was
+    /// written wrong cannot hide behind a healthy member.
+    pub fn verify_everything(&mut self) -> Result<(), String> {
+        self.check_every_row()?;
+        self.read_all("whole read")?;
+        for member in 0..self.config.drive_count {
+            let mut with = self.at_risk.clone();
+            if with[member] {
+                continue;
+            }
+            with[member] = true;
+            if !self.vd.geometry().survives(&with) {
+                continue;
+            }
+            self.vd.set_member_state(member, MemberState::Failed);
+            self.read_all(&format!("read without member {member}"))?;
+            // Nothing was written meanwhile, so the member's contents are still current.
+            self.vd.set_member_state(member, MemberState::Online);
+        }
+        Ok(())
+    }
+
+    /// A consistency check of every row in report mode: rows that cannot be checked (a member
+    /// out of service, an injected read error, no redundancy) are skipped.
+    fn check_every_row(&mut self) -> Result<(), String> {
+        for row in 0..self.vd.geometry().row_count() {
+            match self.engine.run_check_row(&self.vd, row, CheckMode::Report) {
+                Ok(outcome) if outcome.is_consistent() => {}
+                Ok(outcome) => return Err(format!("consistency check: row {row} is inconsistent: {:?}", outcome.mismatches)),
+                Err(VdError::NoRedundancy { .. } | VdError::RowMemberOut { .. } | VdError::RowMemberIo { .. }) => {}
+                Err(error) => return Err(format!("consistency check of row {row}: {error}")),
+            }
+        }
+        Ok(())
+    }
+
+    fn read_all(&mut self, what: &str) -> Result<(), String> {
+        let capacity = self.model.capacity_bytes() as usize;
+        let done = self.engine.run(&self.vd, VdRequest::Read { offset_bytes: 0, buf: IoBuf::zeroed(capacity) });
+        if let Err(error) = done.result {
+            return Err(format!("{what}: {error}"));
+        }
+        self.model.check_read(0, done.buf.expect("read buffer").as_slice()).map_err(|diff| format!("{what}: {diff}"))
+    }
+}
+
+/// Books one rebuilt row: done, or not rebuildable because injected read errors took the only
+/// other copy (allowed only when such faults were injected), or a failure of the run.
+fn settle_row(rebuild: &mut Rebuild, result: Result<(), VdError>, faults: &[String]) -> Result<(), String> {
+    let row = rebuild.next_row;
+    rebuild.next_row += 1;
+    match result {
+        Ok(()) => Ok(()),
+        Err(VdError::RowUnrecoverable { .. } | VdError::RowMemberIo { .. }) if faults.len() > 1 => {
+            rebuild.unrecoverable = true;
+            Ok(())
+        }
+        Err(error) => Err(format!("rebuild of member {} failed at row {row}: {error}", rebuild.member)),
+    }
+}
