@@ -5,16 +5,17 @@
 //! [`engine::CompletionOrder`]), so a failing seed replays exactly with `storc-sim --seed N`.
 //!
 //! A run drives the real engine paths ([`engine::LocalEngine`]) over memory drives with a
-//! volatile write cache ([`crate::drive::VolatileDrive`]) wrapped in fault injection, and checks every
-//! read against a reference model ([`model`]). Writes may overlap writes in flight (the engine
-//! serialises them per row in submission order); reads never overlap a write in flight, since
-//! their result would then legitimately be either value. FLUSHes run amid the writes. While it
-//! runs, members fail whole or return read or write errors, never more than the level tolerates.
+//! volatile write cache ([`crate::drive::VolatileDrive`]) wrapped in fault injection, and
+//! checks every read against a reference model ([`model`]). Writes may overlap writes in
+//! flight (the engine serialises them per row in submission order); reads never overlap a write
+//! in flight, since their result would then legitimately be either value. FLUSHes run amid the
+//! writes. While it runs, members fail whole or return read or write errors, never more than the
+//! level tolerates.
 //!
 //! In some runs one member is replaced by a blank drive part-way and rebuilt row by row while
 //! the workload goes on (rows taken in order, interleaved with client I/O in seeded order), as a
-//! hot spare is; its progress is checkpointed after a flush of the new drive, as the
-//! controller's is.
+//! hot spare is; its progress is checkpointed only after a flush of the new drive, so that a
+//! restart resumes past rows that are durable, and it returns to service amid the workload.
 //!
 //! In most runs the power fails once or twice ([`crash`]): the drives drop, keep or tear their
 //! unflushed writes, and the VD restarts from the drives alone, resyncs, and is checked. After
@@ -25,7 +26,10 @@
 //! Copyback, re-add of a member that missed writes, pauses and rate changes of background
 //! operations belong to the controller, which the simulator does not run yet: a run drives one
 //! `VirtualDrive`, playing the controller's part (recording failures, checkpointing the rebuild)
-//! itself. `run::Sim::workload` is where such lifecycle events would be interleaved.
+//! itself. Such events would be drawn in [`RunConfig`] and interleaved in the workload loop
+//! beside `start_rebuild` (`run.rs`); a restart would then assemble through the controller
+//! instead of `crash::Sim::restart`, and the resync would take the write-intent bitmap's dirty
+//! rows instead of every row (`crash::resync`).
 
 mod config;
 mod crash;
@@ -47,6 +51,8 @@ pub struct RunReport {
     pub writes: usize,
     pub flushes: usize,
     pub faults: Vec<String>,
+    /// Members rebuilt onto a blank drive and returned to service.
+    pub members_rebuilt: usize,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -62,7 +68,7 @@ impl fmt::Display for RunReport {
         let c = &self.config;
         write!(
             f,
-            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], crashes: {}",
+            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, crashes: {}",
             c.seed,
             c.level,
             c.drive_count,
@@ -71,6 +77,7 @@ impl fmt::Display for RunReport {
             self.reads,
             self.flushes,
             self.faults.join(", "),
+            self.members_rebuilt,
             self.crashes.len()
         )?;
         for crash in &self.crashes {
@@ -123,9 +130,15 @@ pub fn run_seed(seed: u64) -> Result<RunReport, RunFailure> {
 pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
     let mut sim = run::Sim::new(config.clone());
     match sim.workload().and_then(|()| sim.verify_everything()) {
-        Ok(()) => {
-            Ok(RunReport { config, reads: sim.reads, writes: sim.writes, flushes: sim.flushes, faults: sim.faults, crashes: sim.crashes })
-        }
+        Ok(()) => Ok(RunReport {
+            config,
+            reads: sim.reads,
+            writes: sim.writes,
+            flushes: sim.flushes,
+            faults: sim.faults,
+            members_rebuilt: sim.members_rebuilt,
+            crashes: sim.crashes,
+        }),
         Err(problem) => Err(RunFailure { config, problem, faults: sim.faults, crashes: sim.crashes }),
     }
 }
@@ -140,6 +153,8 @@ pub struct Coverage {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LevelCoverage {
     pub runs: usize,
+    /// Runs that rebuilt a member onto a blank drive and returned it to service.
+    pub rebuilt: usize,
     /// Runs with at least one power cut.
     pub crashed: usize,
     /// Runs where a power cut dropped or tore unflushed client writes.
@@ -159,6 +174,7 @@ impl Coverage {
         let index = layout::Level::ALL.iter().position(|&l| l == report.config.level).expect("a level of ALL");
         let level = &mut self.levels[index];
         level.runs += 1;
+        level.rebuilt += usize::from(report.members_rebuilt > 0);
         level.crashed += usize::from(!report.crashes.is_empty());
         level.tore_writes += usize::from(report.tore_writes());
         level.crashed_in_rebuild += usize::from(report.crashes.iter().any(|c| c.rebuild_resumed.is_some()));
@@ -172,13 +188,14 @@ impl Coverage {
 
 impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "level    runs  crashed  tore-writes  crashed-in-rebuild  resync-repaired")?;
+        writeln!(f, "level    runs  rebuilt  crashed  tore-writes  crashed-in-rebuild  resync-repaired")?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>12} {:>19} {:>16}",
+                "{:<7} {:>5} {:>8} {:>8} {:>12} {:>19} {:>16}",
                 level.to_string(),
                 c.runs,
+                c.rebuilt,
                 c.crashed,
                 c.tore_writes,
                 c.crashed_in_rebuild,

@@ -73,6 +73,8 @@ pub(crate) struct Sim {
     pub writes: usize,
     pub flushes: usize,
     pub rebuild: Option<Rebuild>,
+    /// Members rebuilt onto a blank drive and returned to service.
+    pub members_rebuilt: usize,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -106,6 +108,7 @@ impl Sim {
             writes: 0,
             flushes: 0,
             rebuild: None,
+            members_rebuilt: 0,
             crashes: Vec::new(),
         }
     }
@@ -216,9 +219,11 @@ impl Sim {
         }
         flush_now(&*self.drives[member].faulty).map_err(|e| format!("flushing rebuilt member {member}: {e}"))?;
         self.vd.finish_rebuild(member);
+        self.members_rebuilt += 1;
         // The blank drive has no injected faults: it is as good as new.
         self.at_risk[member] = false;
-        Ok(())
+        // Checked at once: later client writes could cover a row the rebuild got wrong.
+        self.check_every_row().map_err(|problem| format!("right after member {member} was rebuilt: {problem}"))
     }
 
     pub fn in_flight_count(&self) -> usize {

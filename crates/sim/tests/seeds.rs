@@ -41,8 +41,9 @@ fn seeded_runs_across_every_level_match_the_model() {
     }
 }
 
-/// The seeds must keep exercising what they are for: power cuts at every level, most of them
-/// tearing writes, some in the middle of a rebuild, and resyncs that had something to repair.
+/// The seeds must keep exercising what they are for: rebuilds, power cuts at every level, most
+/// of them tearing writes, some in the middle of a rebuild, and resyncs that had something to
+/// repair.
 /// (Fractions of each level's runs, so that any `STORC_SIM_RUNS` of a few hundred per level
 /// holds them.)
 fn assert_every_level_crashes(coverage: &sim::Coverage) {
@@ -52,6 +53,7 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
         assert!(percent(c.crashed) >= 65, "{level}: only {} of {} runs crashed", c.crashed, c.runs);
         assert!(percent(c.tore_writes) >= 35, "{level}: only {} of {} runs tore writes", c.tore_writes, c.runs);
         if !matches!(level, Level::Raid0 | Level::Jbod) {
+            assert!(percent(c.rebuilt) >= 25, "{level}: only {} of {} runs rebuilt a member", c.rebuilt, c.runs);
             assert!(percent(c.crashed_in_rebuild) >= 10, "{level}: only {} runs crashed during a rebuild", c.crashed_in_rebuild);
             assert!(percent(c.resync_repaired) >= 25, "{level}: only {} runs had a resync repair a row", c.resync_repaired);
         }
