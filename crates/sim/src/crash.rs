@@ -36,9 +36,9 @@ pub struct CrashReport {
     pub with_unflushed_writes: bool,
     pub tally: CrashTally,
     /// VD rows holding unflushed client writes.
-    pub unflushed_rows: usize,
+    pub unflushed_row_count: usize,
     /// VD sectors left holding one of several contents until read.
-    pub undecided_sectors: usize,
+    pub undecided_sector_count: usize,
     pub resync: ResyncReport,
     /// The member being rebuilt and the row its rebuild resumed at.
     pub rebuild_resumed: Option<(usize, u64)>,
@@ -51,7 +51,7 @@ impl fmt::Display for CrashReport {
         write!(
             f,
             "crash before op {} {kind} (unflushed drive writes: {} dropped, {} kept, {} torn; {} rows unflushed, {} sectors undecided); resync: {}",
-            self.at_operation, t.dropped, t.kept, t.torn, self.unflushed_rows, self.undecided_sectors, self.resync
+            self.at_operation, t.dropped, t.kept, t.torn, self.unflushed_row_count, self.undecided_sector_count, self.resync
         )?;
         if let Some((member, row)) = self.rebuild_resumed {
             write!(f, "; rebuild of member {member} resumed at row {row}")?;
@@ -64,10 +64,10 @@ impl fmt::Display for CrashReport {
 #[derive(Clone, Debug, Default)]
 pub struct ResyncReport {
     /// Rows checked (and repaired where they disagreed).
-    pub rows_checked: usize,
+    pub checked_row_count: usize,
     pub rows_repaired: Vec<u64>,
     /// Mirror rows copied onto the member being rebuilt.
-    pub rows_copied: usize,
+    pub copied_row_count: usize,
     /// Rows that could not be resynced, and why.
     pub rows_unsyncable: Vec<(u64, String)>,
 }
@@ -77,10 +77,10 @@ impl fmt::Display for ResyncReport {
         write!(
             f,
             "{} rows checked, {} repaired {:?}, {} copied, {} not resyncable",
-            self.rows_checked,
+            self.checked_row_count,
             self.rows_repaired.len(),
             self.rows_repaired,
-            self.rows_copied,
+            self.copied_row_count,
             self.rows_unsyncable.len()
         )
     }
@@ -127,19 +127,18 @@ impl Sim {
         for drive in &self.drives {
             tally.add(drive.cache.crash(&mut self.rng));
         }
-        let undecided_sectors = self.model.crash();
+        let undecided_sector_count = self.model.crash();
         self.restart(&recorded);
         let resync = resync(&mut self.engine, &self.vd, 0..self.vd.geometry().row_count());
         require_resynced(&unflushed_rows, &resync)?;
         self.flush_resync()?;
         let rebuild_resumed = self.rebuild.as_ref().map(|r| (r.member, r.next_row));
-        let unflushed_rows = unflushed_rows.len();
         let report = CrashReport {
             at_operation: operation,
             with_unflushed_writes,
             tally,
-            unflushed_rows,
-            undecided_sectors,
+            unflushed_row_count: unflushed_rows.len(),
+            undecided_sector_count,
             resync,
             rebuild_resumed,
         };
@@ -236,7 +235,7 @@ pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, rows: imp
     for row in rows {
         let outcome = match plan(vd, row) {
             RowResync::Check => {
-                report.rows_checked += 1;
+                report.checked_row_count += 1;
                 let checked = engine.run_check_row(vd, row, CheckMode::Repair);
                 if checked.as_ref().is_ok_and(|outcome| outcome.repaired) {
                     report.rows_repaired.push(row);
@@ -244,7 +243,7 @@ pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, rows: imp
                 checked.map(drop).map_err(|error| error.to_string())
             }
             RowResync::CopyTo(member) => {
-                report.rows_copied += 1;
+                report.copied_row_count += 1;
                 engine.run_rebuild_row(vd, row, MemberSet::of(&[member])).map_err(|error| error.to_string())
             }
             RowResync::Nothing => Ok(()),
