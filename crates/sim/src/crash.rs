@@ -12,9 +12,13 @@
 //! member that holds it is readable: RAID5/6 and RAID1E rows that lack a member have lost, with
 //! the torn write, what the missing member held (the write hole). So the power fails with client
 //! writes unflushed only while every row could be resynced; otherwise the writes are first
-//! drained and flushed, and the power fails with reads, a flush and rebuild rows in flight. (The
-//! write-intent bitmap will make degraded reads of such rows fail instead of returning what
-//! stale parity gives; the seeds can tear those rows once it does.)
+//! drained and flushed, and the power fails with reads, a flush and rebuild rows in flight.
+//!
+//! The write-intent bitmap (`engine::bitmap`) makes degraded reads of such rows fail instead of
+//! returning what stale parity gives. The simulator's VD has none yet; once it has, these
+//! crashes can tear those rows too, [`resync`] takes the bitmap's dirty rows instead of every
+//! row, and the oracle accepts `VdError::RowNotResynced` for reads that need an unsynced row's
+//! parity.
 
 use crate::drive::CrashTally;
 use crate::run::Sim;
