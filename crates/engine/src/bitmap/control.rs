@@ -69,7 +69,7 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
         }
     }
     let dirty_region_count = dirty.count();
-    Opened { intent: WriteIntent::new(regions, header.epoch, dirty, &unsynced), unclean: !clean, dirty_region_count, notes }
+    Opened { intent: WriteIntent::new(regions, header.epoch, dirty, &unsynced, clean), unclean: !clean, dirty_region_count, notes }
 }
 
 fn matches(header: &Header, identity: Identity, regions: RegionMap) -> bool {
@@ -88,6 +88,20 @@ fn prepare(drive: &dyn Drive, header: &Header, dirty: &Bits) -> Result<(), drive
     ondisk::write_header(drive, header)
 }
 
+/// Prepares the area of a drive that joins the VD (a spare or replacement being rebuilt): this
+/// run's header, slot 0 as it is, the shard slots empty (the other members hold their bits).
+pub fn join(identity: Identity, intent: &WriteIntent, drive: &dyn Drive) -> Result<(), String> {
+    let header = Header {
+        controller_id: identity.controller_id,
+        vd_id: identity.vd_id,
+        rows_per_region: intent.regions.rows_per_region,
+        region_count: intent.regions.region_count,
+        epoch: intent.epoch,
+        clean: false,
+    };
+    prepare(drive, &header, &intent.inherited()).map_err(|e| format!("{}: preparing its bitmap failed: {e}", drive.info().name))
+}
+
 /// Clears slot 0 on `members` once what it held is resynced and every member is in service:
 /// the members are flushed first, so that nothing it covered can still be lost.
 pub fn clear_inherited(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
@@ -103,8 +117,9 @@ pub fn clear_inherited(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Resu
     Ok(())
 }
 
-/// Marks a stop on `members` (flushed first): "clean" unless regions still await a resync. The
-/// shards have cleared their slots already if the VD is whole (a clean pass with `stopping`).
+/// Marks a stop on `members` (flushed first): "clean" unless regions still await a resync.
+/// The shards have cleared their slots (a clean pass with `stopping`); what a member out of
+/// service missed goes to slot 0 first, so that its re-add after the restart knows it.
 pub fn close(identity: Identity, intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
     let header = Header {
         controller_id: identity.controller_id,
@@ -114,8 +129,11 @@ pub fn close(identity: Identity, intent: &WriteIntent, members: &[Arc<dyn Drive>
         epoch: intent.epoch,
         clean: intent.unsynced_count() == 0,
     };
+    let dirty = intent.dirty_regions().to_bytes(ondisk::blocks_used(intent.regions.region_count) * crate::metadata::BLOCK_BYTES);
     for drive in members {
         let name = &drive.info().name;
+        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before the clean mark failed: {e}"))?;
+        ondisk::write_slot(&**drive, 0, &dirty).map_err(|e| format!("{name}: writing the dirty regions failed: {e}"))?;
         ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before the clean mark failed: {e}"))?;
         ondisk::write_header(&**drive, &header).map_err(|e| format!("{name}: writing the clean mark failed: {e}"))?;
     }

@@ -155,20 +155,32 @@ pub struct WriteIntent {
     shards: Vec<Mutex<shard::ShardSlot>>,
     /// Slot 0: regions dirty when the VD was assembled, not yet known to agree.
     inherited: Mutex<Bits>,
+    /// Regions written while a member was out of service (or while one was failing), in memory:
+    /// what a re-add must resync besides `inherited`. Written to slot 0 at a clean stop; after
+    /// an unclean one it is lost, and a member that was out then is rebuilt whole.
+    written_degraded: Mutex<Bits>,
+    /// Whether the VD was stopped cleanly before this run, so that `inherited` holds every
+    /// region a member that was already out may have missed.
+    opened_clean: bool,
+    out_at_open: Mutex<Vec<usize>>,
     /// Regions whose redundancy may be stale after an unclean stop, not yet resynced.
     unsynced: Vec<AtomicU64>,
     unsynced_count: AtomicU64,
 }
 
 impl WriteIntent {
-    /// `inherited` regions are dirty from before; `unsynced` (a subset) need a resync.
-    pub fn new(regions: RegionMap, epoch: u64, inherited: Bits, unsynced: &Bits) -> WriteIntent {
+    /// `inherited` regions are dirty from before; `unsynced` (a subset) need a resync;
+    /// `opened_clean` says the last stop was clean.
+    pub fn new(regions: RegionMap, epoch: u64, inherited: Bits, unsynced: &Bits, opened_clean: bool) -> WriteIntent {
         let unsynced_words: Vec<AtomicU64> = (0..regions.region_count.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         let intent = WriteIntent {
             regions,
             epoch,
             shards: (0..ondisk::SHARD_SLOTS_MAX).map(|_| Mutex::new(shard::ShardSlot::default())).collect(),
             inherited: Mutex::new(inherited),
+            written_degraded: Mutex::new(Bits::new(regions.region_count)),
+            opened_clean,
+            out_at_open: Mutex::new(Vec::new()),
             unsynced: unsynced_words,
             unsynced_count: AtomicU64::new(0),
         };
@@ -211,9 +223,11 @@ impl WriteIntent {
         bits
     }
 
-    /// Every region that may be dirty now: slot 0 and every shard's (set or being set).
+    /// Every region that may be dirty now: slot 0, those written while degraded, and every
+    /// shard's (set or being set): what a member that left service during this run missed.
     pub fn dirty_regions(&self) -> Bits {
         let mut bits = self.inherited.lock().expect("bitmap lock").clone();
+        bits.union_with(&self.written_degraded.lock().expect("bitmap lock"));
         for slot in &self.shards {
             bits.union_with(slot.lock().expect("bitmap lock").wanted());
         }
@@ -224,9 +238,30 @@ impl WriteIntent {
         self.inherited.lock().expect("bitmap lock").clone()
     }
 
-    /// Slot 0 was cleared on the members (by the control plane).
+    /// Slot 0 was cleared on the members (by the control plane), the VD being whole: nothing
+    /// that a re-add would need is left.
     pub fn clear_inherited(&self) {
         *self.inherited.lock().expect("bitmap lock") = Bits::new(self.regions.region_count);
+        *self.written_degraded.lock().expect("bitmap lock") = Bits::new(self.regions.region_count);
+    }
+
+    /// `regions` may have been written while a member was out: a clean pass clears their bits
+    /// from a shard's slot only after noting them here.
+    pub fn note_written_degraded(&self, regions: &[u64]) {
+        let mut bits = self.written_degraded.lock().expect("bitmap lock");
+        regions.iter().for_each(|&region| bits.set(region));
+    }
+
+    /// Whether the bitmap knows every region member `member` missed while out of service: not
+    /// if it was out already when the VD opened after an unclean stop (what was noted in memory
+    /// before the crash is gone).
+    pub fn knows_missed_regions_of(&self, member: usize) -> bool {
+        self.opened_clean || !self.out_at_open.lock().expect("bitmap lock").contains(&member)
+    }
+
+    /// The members out of service when the VD opened (set once, by the controller).
+    pub fn set_out_at_open(&self, members: Vec<usize>) {
+        *self.out_at_open.lock().expect("bitmap lock") = members;
     }
 
     pub(crate) fn shard_slot(&self, shard: usize) -> &Mutex<shard::ShardSlot> {

@@ -66,6 +66,9 @@ impl Controller {
     /// After a member of `vd_id` left service: takes a spare over if automatic rebuild is on.
     /// Called with the state lock held, after the failure was recorded.
     pub(super) fn take_over(&self, state: &mut State, vd_id: u32) {
+        if let Some(vd) = state.vds.get(&vd_id) {
+            self.settle_write_intent(&Arc::clone(vd), vd_id);
+        }
         if !state.config.settings.auto_rebuild {
             return self.log(Severity::Warning, format!("v{vd_id} stays degraded: automatic rebuild is off (/c0 set autorebuild=on)"));
         }
@@ -106,6 +109,7 @@ impl Controller {
         }
         let drive = Arc::clone(&state.slots[&spare].drive);
         let vd = Arc::clone(&state.vds[&vd_id]);
+        self.join_write_intent(state.config.controller_id, vd_id, &vd, &*drive);
         vd.start_rebuild(member, drive);
         self.spawn_rebuild(vd, vd_id, member, spare, 0, state.config.settings.rebuild_rate_percent);
     }

@@ -62,7 +62,38 @@ impl Controller {
             let message = format!("v{vd_id} was not stopped cleanly: {} of {total} region(s) to resync", opened.dirty_region_count);
             self.log(Severity::Warning, message);
         }
+        let out: Vec<usize> = (0..vd.members().len()).filter(|&i| vd.member(i).state() != MemberState::Online).collect();
+        opened.intent.set_out_at_open(out);
         vd.set_write_intent(opened.intent);
+    }
+
+    /// A drive joins `vd` as member (a spare or replacement about to be rebuilt): its bitmap
+    /// area gets this run's header, so that the next assembly counts its bits.
+    pub(super) fn join_write_intent(&self, controller_id: ControllerId, vd_id: u32, vd: &VirtualDrive, drive: &dyn Drive) {
+        let Some(intent) = vd.write_intent() else { return };
+        if let Err(error) = control::join(Identity { controller_id: controller_id.0, vd_id }, intent, drive) {
+            self.log(Severity::Warning, format!("v{vd_id} write-intent bitmap: {error}"));
+        }
+    }
+
+    /// A member left service: clears at once every region with no write in flight, noting it as
+    /// written while degraded. Otherwise a crash in the next seconds would find those bits set
+    /// and leave their regions unsynced, unreadable through parity, while a rebuild needs it.
+    pub(super) fn settle_write_intent(&self, vd: &Arc<VirtualDrive>, vd_id: u32) {
+        if vd.write_intent().is_none() {
+            return;
+        }
+        let controller = self.myself();
+        self.engine.clean_write_intent(
+            vd,
+            true,
+            Box::new(move |result| {
+                if let (Err(error), Some(controller)) = (result, controller.upgrade()) {
+                    controller
+                        .log(Severity::Warning, format!("v{vd_id} write-intent bitmap: settling after a member left failed: {error}"));
+                }
+            }),
+        );
     }
 
     /// Starts the resync of every VD that needs one and can have one (every member in service).
@@ -254,8 +285,13 @@ impl Controller {
     /// only the regions written while it was out (the dirty ones) are rebuilt on it.
     pub(super) fn re_add(&self, state: &mut State, slot: u32, vd_id: u32, member: usize) -> Result<(), ControlError> {
         let vd = Arc::clone(&state.vds[&vd_id]);
-        let dirty = vd.write_intent().expect("re-add needs a bitmap").dirty_regions();
-        let detail = format!("re-added to v{vd_id}: {} dirty region(s) to resync", dirty.count());
+        let intent = vd.write_intent().expect("re-add needs a bitmap");
+        // Out since before an unclean stop: what it missed was noted in memory and is gone.
+        let dirty = intent.knows_missed_regions_of(member).then(|| intent.dirty_regions());
+        let detail = match &dirty {
+            Some(dirty) => format!("re-added to v{vd_id}: {} dirty region(s) to resync", dirty.count()),
+            None => format!("re-added to v{vd_id}: out of service since before an unclean stop, so every row is rebuilt"),
+        };
         let transition = self.transition(state, slot, DriveState::Rebuild, state::Cause::RebuildStarted, Some(&detail));
         rebuild::set_rebuild_row(&mut state.config, slot, 0);
         if let Err(error) = self.persist(state) {
@@ -263,7 +299,7 @@ impl Controller {
             return Err(error);
         }
         vd.start_rebuild(member, vd.member(member).drive());
-        self.spawn_rebuild_of(vd, vd_id, member, slot, 0, state.config.settings.rebuild_rate_percent, Some(dirty));
+        self.spawn_rebuild_of(vd, vd_id, member, slot, 0, state.config.settings.rebuild_rate_percent, dirty);
         Ok(())
     }
 }

@@ -46,31 +46,31 @@ pub(crate) async fn begin_write(env: &Env, row: u64) -> Result<Option<IntentGuar
 }
 
 /// Clears the bits of this shard's regions that were idle for a whole period (or, when
-/// `stopping`, all of them), if every member is in service and nothing awaits a resync.
+/// `stopping`, all of them). If a member is out, they are noted as written while degraded
+/// first (in memory; slot 0 at a clean stop), for its re-add.
 pub(crate) async fn clean(env: &Env, stopping: bool) -> Result<(), VdError> {
     let Some(intent) = env.vd.write_intent() else { return Ok(()) };
     let shard = env.reactor.shard_index();
     let slot = intent.shard_slot(shard);
-    if !whole(&env.vd, intent) {
-        // Bits stay while a member is out: they are what its re-add resyncs.
-        drop(slot.lock().expect("bitmap lock").clean_candidates(stopping));
-        return Ok(());
-    }
     let candidates = slot.lock().expect("bitmap lock").clean_candidates(stopping);
     if candidates.is_empty() {
         return Ok(());
     }
     // The writes of those regions completed; a flush makes them durable before their bits go.
     flush(env).await?;
-    if !whole(&env.vd, intent) || !slot.lock().expect("bitmap lock").clear_idle(&candidates) {
+    if !whole(&env.vd) {
+        // A member out (or failing meanwhile) missed these: its re-add must know them.
+        intent.note_written_degraded(&candidates);
+    }
+    if !slot.lock().expect("bitmap lock").clear_idle(&candidates) {
         return Ok(());
     }
     sync_slot(env, intent, shard).await
 }
 
-/// Every member in service and every region resynced: nothing disagrees that a bit must keep.
-fn whole(vd: &VirtualDrive, intent: &WriteIntent) -> bool {
-    intent.unsynced_count() == 0 && vd.members().iter().all(|m| m.state() == MemberState::Online)
+/// Every member online: a region idle now was written on all of them.
+fn whole(vd: &VirtualDrive) -> bool {
+    vd.members().iter().all(|m| m.state() == MemberState::Online)
 }
 
 /// Brings the slot on the members up to what it should be, or waits for the write that is on
