@@ -21,6 +21,7 @@
 //! parity.
 
 use crate::drive::CrashTally;
+use crate::intent;
 use crate::run::Sim;
 use engine::{CheckMode, CompletionOrder, LocalEngine, MemberSet, MemberState, VdRequest, VirtualDrive};
 use layout::SpanKind;
@@ -67,6 +68,12 @@ impl fmt::Display for CrashReport {
 /// What the resync after a restart did.
 #[derive(Clone, Debug, Default)]
 pub struct ResyncReport {
+    /// Regions the bitmap found dirty on the members in service.
+    pub dirty_region_count: u64,
+    /// Regions resynced (every row of them made consistent).
+    pub regions_resynced: u64,
+    /// Regions left unsynced: some row lacks a member (reads through its parity are refused).
+    pub regions_left_unsynced: u64,
     /// Rows checked (and repaired where they disagreed).
     pub checked_row_count: usize,
     pub rows_repaired: Vec<u64>,
@@ -80,7 +87,10 @@ impl fmt::Display for ResyncReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} rows checked, {} repaired {:?}, {} copied, {} not resyncable",
+            "{} regions dirty, {} resynced, {} left unsynced; {} rows checked, {} repaired {:?}, {} copied, {} not resyncable",
+            self.dirty_region_count,
+            self.regions_resynced,
+            self.regions_left_unsynced,
             self.checked_row_count,
             self.rows_repaired.len(),
             self.rows_repaired,
@@ -133,7 +143,12 @@ impl Sim {
         }
         let undecided_sector_count = self.model.crash();
         self.restart(&recorded);
-        let resync = resync(&mut self.engine, &self.vd, 0..self.vd.geometry().row_count());
+        let opened = intent::open(&self.vd, self.config.seed, self.config.rows_per_region, false);
+        let mut resync = resync(&mut self.engine, &self.vd);
+        resync.dirty_region_count = opened.map_or(0, |o| o.dirty_region_count);
+        if opened.is_some_and(|o| !o.unclean) {
+            return Err(format!("the bitmap said the VD stopped cleanly at the crash before op {operation}"));
+        }
         require_resynced(&unflushed_rows, &resync)?;
         self.flush_resync()?;
         let rebuild_resumed = self.rebuild.as_ref().map(|r| (r.member, r.next_row));
@@ -184,7 +199,12 @@ impl Sim {
                 // A drive that vanished is not found at assembly.
                 MemberState::Online if self.drives[m].faulty.faults().failed => Recorded::OutOfService(MemberState::Missing),
                 MemberState::Online => Recorded::Online,
-                MemberState::Rebuilding => Recorded::Rebuilding { checkpoint_row: rebuilding(m).expect("the sim rebuilds it") },
+                MemberState::Rebuilding => match rebuilding(m) {
+                    Some(checkpoint_row) => Recorded::Rebuilding { checkpoint_row },
+                    // A rebuild that gave up on rows it could not produce (stale parity after a
+                    // crash, injected read errors): the member never returns; recorded failed.
+                    None => Recorded::OutOfService(MemberState::Failed),
+                },
                 out => Recorded::OutOfService(out),
             })
             .collect()
@@ -232,11 +252,29 @@ fn require_resynced(unflushed_rows: &BTreeSet<u64>, resync: &ResyncReport) -> Re
     }
 }
 
-/// The resync after an unclean stop: makes `rows` consistent, each the way the members in
-/// service allow. Today it is given every row; with a write-intent bitmap, its dirty rows.
-pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, rows: impl Iterator<Item = u64>) -> ResyncReport {
+/// The resync after an unclean stop: makes the rows of every region the bitmap left unsynced
+/// consistent, each the way the members in service allow, and marks a region synced once all
+/// its rows are. A region with a row that cannot be resynced stays unsynced: reads that need
+/// its parity are refused from then on.
+pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>) -> ResyncReport {
     let mut report = ResyncReport::default();
-    for row in rows {
+    let Some(intent) = vd.write_intent() else { return report };
+    for region in intent.unsynced_regions().ones() {
+        let unsyncable_before = report.rows_unsyncable.len();
+        intent.regions.rows_of(region).for_each(|row| resync_row(engine, vd, row, &mut report));
+        if report.rows_unsyncable.len() == unsyncable_before {
+            intent.region_synced(region);
+            report.regions_resynced += 1;
+        } else {
+            report.regions_left_unsynced += 1;
+        }
+    }
+    report
+}
+
+/// Makes row `row` consistent the way the members in service allow, booking it in `report`.
+fn resync_row(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, row: u64, report: &mut ResyncReport) {
+    {
         let outcome = match plan(vd, row) {
             RowResync::Check => {
                 report.checked_row_count += 1;
@@ -257,7 +295,6 @@ pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, rows: imp
             report.rows_unsyncable.push((row, why));
         }
     }
-    report
 }
 
 /// How row `row` can be resynced with the members in service now.

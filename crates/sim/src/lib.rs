@@ -34,6 +34,7 @@
 mod config;
 mod crash;
 pub mod drive;
+mod intent;
 pub mod model;
 mod run;
 
