@@ -60,7 +60,7 @@ pub struct RunReport {
 impl RunReport {
     /// Whether some power cut came with client writes unflushed (and so could tear rows).
     pub fn tore_writes(&self) -> bool {
-        self.crashes.iter().any(|c| c.with_unflushed_writes && c.unflushed_row_count > 0)
+        self.crashes.iter().any(|c| c.unflushed_row_count > 0)
     }
 }
 

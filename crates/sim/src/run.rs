@@ -240,16 +240,17 @@ impl Sim {
         self.members_rebuilt += 1;
         // The blank drive has no injected faults: it is as good as new.
         self.at_risk[member] = false;
+        // As the controller does once every member is in service again: regions a crash left
+        // unsynced for want of this member are resynced now.
+        if self.vd.write_intent().is_some_and(|intent| intent.unsynced_count() > 0) {
+            crate::crash::resync(&mut self.engine, &self.vd);
+        }
         // Checked at once: later client writes could cover a row the rebuild got wrong.
         self.check_every_row().map_err(|problem| format!("right after member {member} was rebuilt: {problem}"))
     }
 
     pub fn in_flight_count(&self) -> usize {
         self.in_flight.iter().filter(|op| op.is_some()).count()
-    }
-
-    pub fn writes_in_flight(&self) -> bool {
-        self.in_flight.iter().flatten().any(|op| matches!(op, Op::Write(..)))
     }
 
     /// A random sector-aligned range: mostly small, sometimes several rows, never strip-aligned
