@@ -8,17 +8,13 @@
 //! the resync, then a consistency check and a read of everything, whole and degraded.
 //!
 //! # Which crashes may tear rows
-//! Without a journal, a row torn by a power cut can be made consistent again only if every
-//! member that holds it is readable: RAID5/6 and RAID1E rows that lack a member have lost, with
-//! the torn write, what the missing member held (the write hole). So the power fails with client
-//! writes unflushed only while every row could be resynced; otherwise the writes are first
-//! drained and flushed, and the power fails with reads, a flush and rebuild rows in flight.
-//!
-//! The write-intent bitmap (`engine::bitmap`) makes degraded reads of such rows fail instead of
-//! returning what stale parity gives. The simulator's VD has none yet; once it has, these
-//! crashes can tear those rows too, [`resync`] takes the bitmap's dirty rows instead of every
-//! row, and the oracle accepts `VdError::RowNotResynced` for reads that need an unsynced row's
-//! parity.
+//! The restart reopens the write-intent bitmap ([`crate::intent`]) and resyncs only its dirty
+//! regions. A torn parity row that lacks a member cannot be resynced (the write hole, which
+//! only a journal closes): its region stays unsynced and reads that need its parity are
+//! refused, which the oracle accepts there. So at parity levels the power fails with client
+//! writes unflushed in any state. A mirror row that cannot be resynced is different: its
+//! copies may disagree, and reads switch copies once copy 0 is gone, so a sector already read
+//! could change; there the writes are first drained and flushed.
 
 use crate::drive::CrashTally;
 use crate::intent;
