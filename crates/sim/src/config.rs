@@ -25,6 +25,11 @@ pub struct RunConfig {
     pub rebuild_at_operation: Option<usize>,
     /// The operations before which the power fails (in increasing order).
     pub crash_at_operations: Vec<usize>,
+    /// Rows per write-intent bitmap region (redundant levels): tiny, so that a VD of a few rows
+    /// has several regions and a crash leaves some clean.
+    pub rows_per_region: u64,
+    /// Chance per operation that a clean pass of the bitmap starts (clearing idle regions).
+    pub clean_per_mille: u32,
 }
 
 impl RunConfig {
@@ -55,6 +60,9 @@ impl RunConfig {
             flush_per_mille,
             rebuild_at_operation,
             crash_at_operations: crash_points(&mut rng, operation_count, rebuild_at_operation),
+            // Drawn last, so that the fields above stay what they were for each seed.
+            rows_per_region: rng.gen_range(1..=3),
+            clean_per_mille: [20, 60, 150][rng.gen_range(0..3)],
         }
     }
 }

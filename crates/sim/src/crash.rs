@@ -8,19 +8,16 @@
 //! the resync, then a consistency check and a read of everything, whole and degraded.
 //!
 //! # Which crashes may tear rows
-//! Without a journal, a row torn by a power cut can be made consistent again only if every
-//! member that holds it is readable: RAID5/6 and RAID1E rows that lack a member have lost, with
-//! the torn write, what the missing member held (the write hole). So the power fails with client
-//! writes unflushed only while every row could be resynced; otherwise the writes are first
-//! drained and flushed, and the power fails with reads, a flush and rebuild rows in flight.
-//!
-//! The write-intent bitmap (`engine::bitmap`) makes degraded reads of such rows fail instead of
-//! returning what stale parity gives. The simulator's VD has none yet; once it has, these
-//! crashes can tear those rows too, [`resync`] takes the bitmap's dirty rows instead of every
-//! row, and the oracle accepts `VdError::RowNotResynced` for reads that need an unsynced row's
-//! parity.
+//! The restart reopens the write-intent bitmap ([`crate::intent`]) and resyncs only its dirty
+//! regions. A torn parity row that lacks a member cannot be resynced (the write hole, which
+//! only a journal closes): its region stays unsynced and reads that need its parity are
+//! refused, which the oracle accepts there. So at parity levels the power fails with client
+//! writes unflushed in any state. A mirror row that cannot be resynced is different: its
+//! copies may disagree, and reads switch copies once copy 0 is gone, so a sector already read
+//! could change; there the writes are first drained and flushed.
 
 use crate::drive::CrashTally;
+use crate::intent;
 use crate::run::Sim;
 use engine::{CheckMode, CompletionOrder, LocalEngine, MemberSet, MemberState, VdRequest, VirtualDrive};
 use layout::SpanKind;
@@ -35,9 +32,6 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct CrashReport {
     pub at_operation: usize,
-    /// Whether client writes were unflushed (the crash could tear rows), or drained and
-    /// flushed first.
-    pub with_unflushed_writes: bool,
     pub tally: CrashTally,
     /// VD rows holding unflushed client writes.
     pub unflushed_row_count: usize,
@@ -51,7 +45,7 @@ pub struct CrashReport {
 impl fmt::Display for CrashReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.tally;
-        let kind = if self.with_unflushed_writes { "with writes unflushed" } else { "after a flush" };
+        let kind = if self.unflushed_row_count > 0 { "with writes unflushed" } else { "with nothing unflushed" };
         write!(
             f,
             "crash before op {} {kind} (unflushed drive writes: {} dropped, {} kept, {} torn; {} rows unflushed, {} sectors undecided); resync: {}",
@@ -67,6 +61,12 @@ impl fmt::Display for CrashReport {
 /// What the resync after a restart did.
 #[derive(Clone, Debug, Default)]
 pub struct ResyncReport {
+    /// Regions the bitmap found dirty on the members in service.
+    pub dirty_region_count: u64,
+    /// Regions resynced (every row of them made consistent).
+    pub regions_resynced: u64,
+    /// Regions left unsynced: some row lacks a member (reads through its parity are refused).
+    pub regions_left_unsynced: u64,
     /// Rows checked (and repaired where they disagreed).
     pub checked_row_count: usize,
     pub rows_repaired: Vec<u64>,
@@ -80,7 +80,10 @@ impl fmt::Display for ResyncReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} rows checked, {} repaired {:?}, {} copied, {} not resyncable",
+            "{} regions dirty, {} resynced, {} left unsynced; {} rows checked, {} repaired {:?}, {} copied, {} not resyncable",
+            self.dirty_region_count,
+            self.regions_resynced,
+            self.regions_left_unsynced,
             self.checked_row_count,
             self.rows_repaired.len(),
             self.rows_repaired,
@@ -125,7 +128,6 @@ impl Sim {
             self.step()?;
         }
         let unflushed_rows = self.model.unflushed_rows(self.vd.geometry().row_data_bytes());
-        assert!(with_unflushed_writes || unflushed_rows.is_empty(), "the flush before the crash covered every write");
         let recorded = self.recorded_members();
         let mut tally = CrashTally::default();
         for drive in &self.drives {
@@ -133,13 +135,16 @@ impl Sim {
         }
         let undecided_sector_count = self.model.crash();
         self.restart(&recorded);
-        let resync = resync(&mut self.engine, &self.vd, 0..self.vd.geometry().row_count());
-        require_resynced(&unflushed_rows, &resync)?;
+        let opened = intent::open(&self.vd, self.config.seed, self.config.rows_per_region, false);
+        let mut resync = resync(&mut self.engine, &self.vd);
+        resync.dirty_region_count = opened.map_or(0, |o| o.dirty_region_count);
+        if opened.is_some_and(|o| !o.unclean) {
+            return Err(format!("the bitmap said the VD stopped cleanly at the crash before op {operation}"));
+        }
         self.flush_resync()?;
         let rebuild_resumed = self.rebuild.as_ref().map(|r| (r.member, r.next_row));
         let report = CrashReport {
             at_operation: operation,
-            with_unflushed_writes,
             tally,
             unflushed_row_count: unflushed_rows.len(),
             undecided_sector_count,
@@ -150,11 +155,17 @@ impl Sim {
         self.verify_everything().map_err(|problem| format!("after the crash before op {operation}: {problem}"))
     }
 
-    /// Whether every row a crash could tear now (the rows with unflushed client writes: no
-    /// write is submitted between this decision and the crash) can be resynced at restart: its
-    /// members are free of injected faults that could fail them or the resync's reads, and the
-    /// members out of service leave a way to resync it (see [`plan`]).
+    /// Whether the crash may come with client writes unflushed: unless a row holding them
+    /// could then read as two versions. That is a mirror row the restart cannot resync (a
+    /// RAID1E row lacking a member, or a member with injected faults that fail the resync):
+    /// its copies on the members left may disagree, reads take copy 0 while it is there and
+    /// the other copy once it is gone, and the oracle rightly says a sector read once stays
+    /// what it was. Parity rows may be torn in any state: the bitmap keeps them unsynced and
+    /// reads that need their parity are refused.
     fn crash_may_tear(&self) -> bool {
+        if !matches!(self.vd.geometry().span_kind(), SpanKind::Mirror | SpanKind::OffsetMirror) {
+            return true;
+        }
         let faulty_online = |m: usize| self.at_risk[m] && self.vd.member(m).state() == MemberState::Online;
         self.model.unflushed_rows(self.vd.geometry().row_data_bytes()).into_iter().all(|row| {
             let healthy = row_members(&self.vd, row).into_iter().all(|m| !faulty_online(m));
@@ -165,7 +176,7 @@ impl Sim {
     /// Lets the client writes in flight complete, then flushes: the crash leaves nothing
     /// unflushed that a client wrote.
     fn drain_writes_and_flush(&mut self) -> Result<(), String> {
-        while self.writes_in_flight() {
+        while self.in_flight.iter().flatten().any(|op| matches!(op, crate::run::Op::Write(..))) {
             self.step()?;
         }
         self.submit_flush();
@@ -184,7 +195,12 @@ impl Sim {
                 // A drive that vanished is not found at assembly.
                 MemberState::Online if self.drives[m].faulty.faults().failed => Recorded::OutOfService(MemberState::Missing),
                 MemberState::Online => Recorded::Online,
-                MemberState::Rebuilding => Recorded::Rebuilding { checkpoint_row: rebuilding(m).expect("the sim rebuilds it") },
+                MemberState::Rebuilding => match rebuilding(m) {
+                    Some(checkpoint_row) => Recorded::Rebuilding { checkpoint_row },
+                    // A rebuild that gave up on rows it could not produce (stale parity after a
+                    // crash, injected read errors): the member never returns; recorded failed.
+                    None => Recorded::OutOfService(MemberState::Failed),
+                },
                 out => Recorded::OutOfService(out),
             })
             .collect()
@@ -224,19 +240,29 @@ impl Sim {
     }
 }
 
-/// Every row the crash may have torn must have been resynced.
-fn require_resynced(unflushed_rows: &BTreeSet<u64>, resync: &ResyncReport) -> Result<(), String> {
-    match resync.rows_unsyncable.iter().find(|(row, _)| unflushed_rows.contains(row)) {
-        Some((row, why)) => Err(format!("row {row} held unflushed writes at the crash and could not be resynced: {why}")),
-        None => Ok(()),
+/// The resync after an unclean stop: makes the rows of every region the bitmap left unsynced
+/// consistent, each the way the members in service allow, and marks a region synced once all
+/// its rows are. A region with a row that cannot be resynced stays unsynced: reads that need
+/// its parity are refused from then on.
+pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>) -> ResyncReport {
+    let mut report = ResyncReport::default();
+    let Some(intent) = vd.write_intent() else { return report };
+    for region in intent.unsynced_regions().ones() {
+        let unsyncable_before = report.rows_unsyncable.len();
+        intent.regions.rows_of(region).for_each(|row| resync_row(engine, vd, row, &mut report));
+        if report.rows_unsyncable.len() == unsyncable_before {
+            intent.region_synced(region);
+            report.regions_resynced += 1;
+        } else {
+            report.regions_left_unsynced += 1;
+        }
     }
+    report
 }
 
-/// The resync after an unclean stop: makes `rows` consistent, each the way the members in
-/// service allow. Today it is given every row; with a write-intent bitmap, its dirty rows.
-pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, rows: impl Iterator<Item = u64>) -> ResyncReport {
-    let mut report = ResyncReport::default();
-    for row in rows {
+/// Makes row `row` consistent the way the members in service allow, booking it in `report`.
+fn resync_row(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, row: u64, report: &mut ResyncReport) {
+    {
         let outcome = match plan(vd, row) {
             RowResync::Check => {
                 report.checked_row_count += 1;
@@ -257,7 +283,6 @@ pub(crate) fn resync(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, rows: imp
             report.rows_unsyncable.push((row, why));
         }
     }
-    report
 }
 
 /// How row `row` can be resynced with the members in service now.

@@ -15,6 +15,9 @@ use std::sync::Mutex;
 /// Allocation unit of [`SparseBytes`]: members are mostly the untouched metadata area.
 const CHUNK_BYTES: usize = 64 << 10;
 
+/// Compared against (a memcmp) to find writes of zeros.
+static ZEROS: [u8; CHUNK_BYTES] = [0; CHUNK_BYTES];
+
 /// Bytes allocated in chunks on first write; unwritten bytes read as zeros.
 #[derive(Clone)]
 struct SparseBytes {
@@ -42,6 +45,12 @@ impl SparseBytes {
         let mut done = 0;
         while done < data.len() {
             let (index, at, len) = self.piece(offset_bytes, done, data.len());
+            // Zeros onto a chunk never written change nothing: the bitmap's slots are written
+            // whole and mostly empty, and allocating them would cost every crash a copy.
+            if self.chunks[index].is_none() && data[done..done + len] == ZEROS[..len] {
+                done += len;
+                continue;
+            }
             let chunk = self.chunks[index].get_or_insert_with(|| vec![0; CHUNK_BYTES].into_boxed_slice());
             chunk[at..at + len].copy_from_slice(&data[done..done + len]);
             done += len;

@@ -17,23 +17,26 @@
 //! hot spare is; its progress is checkpointed only after a flush of the new drive, so that a
 //! restart resumes past rows that are durable, and it returns to service amid the workload.
 //!
-//! In most runs the power fails once or twice ([`crash`]): the drives drop, keep or tear their
-//! unflushed writes, and the VD restarts from the drives alone, resyncs, and is checked. After
-//! each restart and at the end, every row is checked for consistency, the whole VD is read back,
-//! and then read again with each remaining member taken out in turn, so that parity or a mirror
-//! copy that was written wrong cannot hide behind a healthy member.
+//! Every redundant VD has a write-intent bitmap, cleared by clean passes amid the workload. In
+//! most runs the power fails once or twice ([`crash`]): the drives drop, keep or tear their
+//! unflushed writes (bitmap writes too), and the VD restarts from the drives alone, resyncs
+//! the regions its bitmap says are dirty, and is checked. After each restart and at the end,
+//! every row is checked for consistency, the whole VD is read back, and then read again with
+//! each remaining member taken out in turn, so that parity or a mirror copy that was written
+//! wrong cannot hide behind a healthy member. Reads that need the parity of a region left
+//! unsynced are refused (`RowNotResynced`), and the oracle accepts that only there.
 //!
 //! Copyback, re-add of a member that missed writes, pauses and rate changes of background
 //! operations belong to the controller, which the simulator does not run yet: a run drives one
 //! `VirtualDrive`, playing the controller's part (recording failures, checkpointing the rebuild)
 //! itself. Such events would be drawn in [`RunConfig`] and interleaved in the workload loop
 //! beside `start_rebuild` (`run.rs`); a restart would then assemble through the controller
-//! instead of `crash::Sim::restart`, and the resync would take the write-intent bitmap's dirty
-//! rows instead of every row (`crash::resync`).
+//! instead of `crash::Sim::restart`.
 
 mod config;
 mod crash;
 pub mod drive;
+mod intent;
 pub mod model;
 mod run;
 
@@ -59,7 +62,7 @@ pub struct RunReport {
 impl RunReport {
     /// Whether some power cut came with client writes unflushed (and so could tear rows).
     pub fn tore_writes(&self) -> bool {
-        self.crashes.iter().any(|c| c.with_unflushed_writes && c.unflushed_row_count > 0)
+        self.crashes.iter().any(|c| c.unflushed_row_count > 0)
     }
 }
 

@@ -4,6 +4,7 @@
 use crate::config::RunConfig;
 use crate::crash::CrashReport;
 use crate::drive::{flush_now, VolatileDrive};
+use crate::intent::{self, CleanOutcome};
 use crate::model::{FlushCovers, Model, WriteId};
 use drive::{Drive, FaultyDrive, IoBuf};
 use engine::{
@@ -76,6 +77,10 @@ pub(crate) struct Sim {
     /// Members rebuilt onto a blank drive and returned to service.
     pub members_rebuilt: usize,
     pub crashes: Vec<CrashReport>,
+    /// The bitmap's clean pass in flight, if any.
+    pub clean: Option<CleanOutcome>,
+    /// Clean passes that completed.
+    pub clean_passes: usize,
 }
 
 impl Sim {
@@ -92,6 +97,7 @@ impl Sim {
             member_size_bytes: Some(member_bytes),
         };
         let vd = Arc::new(VirtualDrive::new(config.seed, "sim", layout, members).expect("the seed picks a valid layout"));
+        intent::open(&vd, config.seed, config.rows_per_region, true);
         Sim {
             rng: SmallRng::seed_from_u64(config.seed),
             engine: LocalEngine::new(CompletionOrder::seeded(config.seed.wrapping_mul(31))),
@@ -110,6 +116,8 @@ impl Sim {
             rebuild: None,
             members_rebuilt: 0,
             crashes: Vec::new(),
+            clean: None,
+            clean_passes: 0,
         }
     }
 
@@ -128,6 +136,7 @@ impl Sim {
                 self.start_rebuild();
             }
             self.rebuild_some()?;
+            self.clean_some()?;
             self.submit_random();
             // Let the engine make some progress between submissions, sometimes none.
             for _ in 0..self.rng.gen_range(0..3) {
@@ -165,7 +174,7 @@ impl Sim {
         let arrived = rebuild.outcome.borrow_mut().take();
         if let Some(result) = arrived {
             rebuild.in_flight = false;
-            settle_row(rebuild, result, &self.faults)?;
+            self.settle_rebuilt_row(result)?;
             if self.rng.gen_bool(0.5) {
                 self.checkpoint_rebuild();
             }
@@ -195,18 +204,27 @@ impl Sim {
 
     /// Rebuilds the rows left, then returns the member to service if every row was rebuilt.
     fn finish_rebuild(&mut self) -> Result<(), String> {
-        let Some(rebuild) = &mut self.rebuild else { return Ok(()) };
-        self.engine.run_until_idle();
-        let arrived = rebuild.outcome.borrow_mut().take();
-        if let Some(result) = arrived {
-            settle_row(rebuild, result, &self.faults)?;
+        if self.rebuild.is_none() {
+            return Ok(());
         }
-        let targets = MemberSet::of(&[rebuild.member]);
-        while rebuild.next_row < self.vd.geometry().row_count() {
-            let result = self.engine.run_rebuild_row(&self.vd, rebuild.next_row, targets);
-            settle_row(rebuild, result, &self.faults)?;
+        self.engine.run_until_idle();
+        let rebuild = self.rebuild.as_ref().expect("checked above");
+        let (member, arrived) = (rebuild.member, rebuild.outcome.borrow_mut().take());
+        if let Some(result) = arrived {
+            self.settle_rebuilt_row(result)?;
+        }
+        let targets = MemberSet::of(&[member]);
+        while let Some(row) = self.rebuild.as_ref().map(|r| r.next_row).filter(|&row| row < self.vd.geometry().row_count()) {
+            let result = self.engine.run_rebuild_row(&self.vd, row, targets);
+            self.settle_rebuilt_row(result)?;
         }
         self.end_rebuild()
+    }
+
+    fn settle_rebuilt_row(&mut self, result: Result<(), VdError>) -> Result<(), String> {
+        let unsynced = self.rebuild.as_ref().is_some_and(|r| self.row_unsynced(r.next_row));
+        let rebuild = self.rebuild.as_mut().expect("a rebuild runs");
+        settle_row(rebuild, result, &self.faults, unsynced)
     }
 
     /// Every row is rebuilt: flushed, then in service (as the controller records `Onln` only
@@ -222,16 +240,17 @@ impl Sim {
         self.members_rebuilt += 1;
         // The blank drive has no injected faults: it is as good as new.
         self.at_risk[member] = false;
+        // As the controller does once every member is in service again: regions a crash left
+        // unsynced for want of this member are resynced now.
+        if self.vd.write_intent().is_some_and(|intent| intent.unsynced_count() > 0) {
+            crate::crash::resync(&mut self.engine, &self.vd);
+        }
         // Checked at once: later client writes could cover a row the rebuild got wrong.
         self.check_every_row().map_err(|problem| format!("right after member {member} was rebuilt: {problem}"))
     }
 
     pub fn in_flight_count(&self) -> usize {
         self.in_flight.iter().filter(|op| op.is_some()).count()
-    }
-
-    pub fn writes_in_flight(&self) -> bool {
-        self.in_flight.iter().flatten().any(|op| matches!(op, Op::Write(..)))
     }
 
     /// A random sector-aligned range: mostly small, sometimes several rows, never strip-aligned
@@ -268,11 +287,25 @@ impl Sim {
             let write = self.rng.gen_bool(0.55);
             // A write may overlap writes in flight but not reads; a read overlaps no write.
             let reads_only = |op: &Op| matches!(op, Op::Read(r) if r.start < range.end && range.start < r.end);
-            let conflict = if write { self.in_flight.iter().flatten().any(reads_only) } else { self.overlaps_in_flight(&range, true) };
+            let conflict = if write {
+                self.in_flight.iter().flatten().any(reads_only) || self.touches_unsynced(&range)
+            } else {
+                self.overlaps_in_flight(&range, true)
+            };
             if !conflict {
                 return if write { self.submit_write(range) } else { self.submit_read(range) };
             }
         }
+    }
+
+    /// Whether `range` touches a row left unsynced by a restart. A write there may need the
+    /// row's stale parity (a degraded read-modify-write) and be refused: a client that got EIO
+    /// there writes elsewhere, which keeps the model free of writes that may or may not have
+    /// landed.
+    fn touches_unsynced(&self, range: &Range<u64>) -> bool {
+        let row_bytes = self.vd.geometry().row_data_bytes();
+        self.vd.write_intent().is_some_and(|i| i.unsynced_count() > 0)
+            && (range.start / row_bytes..range.end.div_ceil(row_bytes)).any(|row| self.row_unsynced(row))
     }
 
     fn submit_write(&mut self, range: Range<u64>) {
@@ -318,6 +351,15 @@ impl Sim {
             Op::Write(r, _) => format!("write {}+{}", r.start, r.end - r.start),
             Op::Flush(_) => "flush".to_string(),
         };
+        if let (Op::Read(range), Err(VdError::RowNotResynced { row, .. })) = (&op, &completion.result) {
+            return match self.refusal_is_correct(*row, None) {
+                true => Ok(()),
+                false => Err(format!(
+                    "{what} refused (row {row} not resynced) though it needs no stale parity ({} bytes)",
+                    range.end - range.start
+                )),
+            };
+        }
         if let Err(error) = completion.result {
             let states: Vec<MemberState> = (0..self.drives.len()).map(|m| self.vd.member(m).state()).collect();
             return Err(format!("{what} failed with faults within tolerance (at risk {:?}, members {states:?}): {error}", self.at_risk));
@@ -409,24 +451,80 @@ impl Sim {
         Ok(())
     }
 
+    /// Reads the whole VD: in one request while nothing awaits a resync, else row by row, and a
+    /// row refused (correctly: it needs stale parity) strip by strip, so that every strip that
+    /// needs no parity is still read and checked.
     fn read_all(&mut self, what: &str) -> Result<(), String> {
-        let capacity = self.model.capacity_bytes() as usize;
-        let done = self.engine.run(&self.vd, VdRequest::Read { offset_bytes: 0, buf: IoBuf::zeroed(capacity) });
-        if let Err(error) = done.result {
-            return Err(format!("{what}: {error}"));
+        if self.vd.write_intent().is_none_or(|intent| intent.unsynced_count() == 0) {
+            let capacity = self.model.capacity_bytes();
+            return self.read_checked(0..capacity).map_err(|problem| format!("{what}: {problem}"));
         }
-        self.model.check_read(0, done.buf.expect("read buffer").as_slice()).map_err(|diff| format!("{what}: {diff}"))
+        let row_bytes = self.vd.geometry().row_data_bytes();
+        for row in 0..self.vd.geometry().row_count() {
+            match self.read_checked(row * row_bytes..(row + 1) * row_bytes) {
+                Err(ReadProblem::Refused) if self.refusal_is_correct(row, None) => self.read_strips(row)?,
+                Err(problem) => return Err(format!("{what}, row {row}: {problem}")),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads row `row` one data strip at a time: only strips whose member lacks may be refused.
+    fn read_strips(&mut self, row: u64) -> Result<(), String> {
+        let (row_bytes, strip_bytes) = (self.vd.geometry().row_data_bytes(), self.config.strip_size_bytes);
+        let map = self.vd.geometry().row_map(row);
+        for strip in 0..map.data_strip_count() {
+            let start = row * row_bytes + strip as u64 * strip_bytes;
+            match self.read_checked(start..start + strip_bytes) {
+                Err(ReadProblem::Refused) if self.refusal_is_correct(row, Some(&[map.data_copy(strip, 0).drive])) => {}
+                Err(problem) => return Err(format!("row {row} strip {strip}: {problem}")),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `range` and checks it against the model.
+    fn read_checked(&mut self, range: Range<u64>) -> Result<(), ReadProblem> {
+        let len_bytes = (range.end - range.start) as usize;
+        let done = self.engine.run(&self.vd, VdRequest::Read { offset_bytes: range.start, buf: IoBuf::zeroed(len_bytes) });
+        match done.result {
+            Err(VdError::RowNotResynced { .. }) => Err(ReadProblem::Refused),
+            Err(error) => Err(ReadProblem::Other(error.to_string())),
+            Ok(()) => self.model.check_read(range.start, done.buf.expect("read buffer").as_slice()).map_err(ReadProblem::Other),
+        }
+    }
+}
+
+/// Why a read did not match the model.
+enum ReadProblem {
+    /// `VdError::RowNotResynced`: correct only where the read needs a row's stale parity.
+    Refused,
+    Other(String),
+}
+
+impl std::fmt::Display for ReadProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadProblem::Refused => write!(f, "refused (row not resynced) though it needs no stale parity"),
+            ReadProblem::Other(problem) => write!(f, "{problem}"),
+        }
     }
 }
 
 /// Books one rebuilt row: done, or not rebuildable because injected read errors took the only
-/// other copy (allowed only when such faults were injected), or a failure of the run.
-fn settle_row(rebuild: &mut Rebuild, result: Result<(), VdError>, faults: &[String]) -> Result<(), String> {
+/// other copy (allowed only when such faults were injected) or because the row is `unsynced`
+/// (its parity may be stale after a crash: nothing is reconstructed from it), or a failure of
+/// the run.
+fn settle_row(rebuild: &mut Rebuild, result: Result<(), VdError>, faults: &[String], unsynced: bool) -> Result<(), String> {
     let row = rebuild.next_row;
     rebuild.next_row += 1;
     match result {
         Ok(()) => Ok(()),
-        Err(VdError::RowUnrecoverable { .. } | VdError::RowMemberIo { .. }) if faults.len() > 1 => {
+        Err(VdError::RowUnrecoverable { .. } | VdError::RowMemberIo { .. } | VdError::RowNotResynced { .. })
+            if faults.len() > 1 || unsynced =>
+        {
             rebuild.unrecoverable = true;
             Ok(())
         }

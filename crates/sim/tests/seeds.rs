@@ -53,7 +53,10 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
         assert!(percent(c.crashed) >= 65, "{level}: only {} of {} runs crashed", c.crashed, c.runs);
         assert!(percent(c.tore_writes) >= 35, "{level}: only {} of {} runs tore writes", c.tore_writes, c.runs);
         if !matches!(level, Level::Raid0 | Level::Jbod) {
-            assert!(percent(c.rebuilt) >= 25, "{level}: only {} of {} runs rebuilt a member", c.rebuilt, c.runs);
+            // A parity rebuild gives up at a region a crash left unsynced while the member was
+            // out (nothing is reconstructed from parity that may be stale), so fewer finish.
+            let rebuilt_min = if level.span_kind() == layout::SpanKind::Mirror || level == Level::Raid1E { 25 } else { 8 };
+            assert!(percent(c.rebuilt) >= rebuilt_min, "{level}: only {} of {} runs rebuilt a member", c.rebuilt, c.runs);
             assert!(percent(c.crashed_in_rebuild) >= 10, "{level}: only {} runs crashed during a rebuild", c.crashed_in_rebuild);
             assert!(percent(c.resync_repaired) >= 25, "{level}: only {} runs had a resync repair a row", c.resync_repaired);
         }
