@@ -177,24 +177,6 @@ fn levels_without_redundancy_refuse_rebuild_and_check() {
 }
 
 #[test]
-fn a_row_without_a_surviving_copy_is_refused_and_the_target_is_not_written() {
-    for (level, drive_count, target, also_lost) in [(Level::Raid1, 2, 1, 0), (Level::Raid5, 4, 0, 1), (Level::Raid1E, 4, 1, 2)] {
-        let mut rig = rig(level, drive_count, None);
-        rig.replace_with_blank(target);
-        // In every case here the target's strip with no surviving copy is the first one of its
-        // data area (RAID1E's other strip in row 0, one row down, has a copy and is rebuilt).
-        let blank = read_direct(&*rig.drives[target], MEMBER_RESERVED_BYTES, STRIP_BYTES as usize);
-        rig.vd.set_member_state(target, MemberState::Failed);
-        rig.drives[also_lost].set_failed(true);
-        let error = rig.engine.run_rebuild_row(&rig.vd, 0, MemberSet::of(&[target])).unwrap_err();
-        let expected = format!("virtual drive v0: row 0 of member {target} cannot be rebuilt: no other member holds what it needs");
-        assert_eq!(error.to_string(), expected, "{level}");
-        let after = read_direct(&*rig.drives[target], MEMBER_RESERVED_BYTES, blank.len());
-        assert!(after == blank, "{level}: made-up data was written to member {target}");
-    }
-}
-
-#[test]
 fn a_source_read_error_is_booked_and_the_row_rebuilt_from_the_rest() {
     let mut rig = rig(Level::Raid6, 5, None);
     let start = MEMBER_RESERVED_BYTES;
