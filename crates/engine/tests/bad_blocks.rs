@@ -6,15 +6,18 @@
 
 use drive::{Drive, DriveOp, FaultyDrive, IoBuf, IoCtx, MemDrive};
 use engine::config::BadBlock;
+use engine::vd::BadBlockChange;
 use engine::{
     CheckMode, CompletionOrder, LocalEngine, MemberSet, MemberState, VdError, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES,
 };
+use engine::{Engine, EngineConfig};
 use layout::{Level, SpanKind, KIB, MIB};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 const MEMBER_BYTES: u64 = MEMBER_RESERVED_BYTES + MIB;
 const STRIP_BYTES: u64 = 16 * KIB;
@@ -269,4 +272,52 @@ fn reads_racing_a_puncture_never_return_its_zeros() {
         let error = completion.result.expect_err("the data is lost");
         assert!(matches!(error, VdError::BadBlock { .. } | VdError::Offline { .. }), "{error}");
     }
+}
+
+/// The order that makes a crash safe: a row job that found data lost writes nothing over it
+/// until the list is in the metadata (here: until the test says it was written); when it cannot
+/// be written, the job writes nothing at all and says why. On the threaded engine, where the
+/// word comes from another thread while the shard sleeps in its ring.
+#[test]
+fn a_row_job_writes_over_lost_data_only_once_the_list_is_durable() {
+    for written in [true, false] {
+        let rig = rig(Level::Raid1, 2, None);
+        let engine = Engine::start(EngineConfig { shard_count: 1, ..EngineConfig::default() }).unwrap();
+        let (sender, events) = crossbeam_channel::unbounded();
+        rig.vd.bad_blocks().set_notifier(sender);
+        let row = 4;
+        rig.unreadable_chunk(0, row, 1);
+        rig.vd.set_member_state(1, MemberState::Failed);
+        rig.vd.start_rebuild(1, Arc::clone(&rig.drives[1]) as Arc<dyn Drive>);
+        let target_chunk = MEMBER_RESERVED_BYTES + row * STRIP_BYTES + CHUNK_BYTES;
+        let before = read_direct(&*rig.drives[1], target_chunk);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        engine.rebuild_row(&rig.vd, row, MemberSet::of(&[1]), Box::new(move |result| done_tx.send(result).unwrap()));
+        let event = events.recv_timeout(Duration::from_secs(10)).expect("the loss is reported");
+        assert!(matches!(event.change, BadBlockChange::Lost { .. }), "{event:?}");
+        assert!(done.recv_timeout(Duration::from_millis(300)).is_err(), "the job waits for the list to be written");
+        assert_eq!(read_direct(&*rig.drives[1], target_chunk), before, "nothing written over the lost data yet");
+        let (_, version) = rig.vd.bad_blocks().snapshot();
+        let outcome = if written { Ok(()) } else { Err("no drive took the metadata".to_string()) };
+        rig.vd.bad_blocks().persisted(version, outcome);
+        let result = done.recv_timeout(Duration::from_secs(10)).expect("the job ends once told");
+        let after = read_direct(&*rig.drives[1], target_chunk);
+        if written {
+            assert_eq!(result, Ok(()));
+            assert_eq!(after, vec![0; CHUNK_BYTES as usize], "then the lost chunk holds zeros");
+        } else {
+            let error = result.unwrap_err();
+            assert!(matches!(error, VdError::RowUnrecoverable { row: 4, member: 1, .. }), "{error}");
+            assert!(error.to_string().ends_with("could not be written to the metadata: no drive took the metadata"), "{error}");
+            assert_eq!(after, before, "nothing written when the loss could not be recorded");
+        }
+    }
+}
+
+fn read_direct(drive: &dyn Drive, offset_bytes: u64) -> Vec<u8> {
+    let mut ctx = IoCtx::without_ring();
+    drive.submit(&mut ctx, 0, DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(CHUNK_BYTES as usize) });
+    let mut completions = Vec::new();
+    ctx.poll(&mut completions, false);
+    completions.pop().and_then(|c| c.result.ok().and(c.buf)).expect("direct read").as_slice().to_vec()
 }
