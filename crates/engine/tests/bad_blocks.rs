@@ -6,7 +6,7 @@
 
 use drive::{Drive, DriveOp, FaultyDrive, IoBuf, IoCtx, MemDrive};
 use engine::config::BadBlock;
-use engine::vd::BadBlockChange;
+use engine::vd::{BadBlockChange, BAD_BLOCKS_MAX};
 use engine::{
     CheckMode, CompletionOrder, LocalEngine, MemberSet, MemberState, VdError, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES,
 };
@@ -320,4 +320,26 @@ fn read_direct(drive: &dyn Drive, offset_bytes: u64) -> Vec<u8> {
     let mut completions = Vec::new();
     ctx.poll(&mut completions, false);
     completions.pop().and_then(|c| c.result.ok().and(c.buf)).expect("direct read").as_slice().to_vec()
+}
+
+/// A loss past the list's bound is not recorded: the row job writes nothing over it (its target
+/// strip keeps what it had, never read while Rbld) and says why; what was listed stays.
+#[test]
+fn a_full_list_refuses_a_new_loss_and_the_row_is_left_as_it_was() {
+    let mut rig = rig(Level::Raid5, 4, None);
+    let capacity = rig.vd.capacity_bytes();
+    let full: Vec<BadBlock> =
+        (0..BAD_BLOCKS_MAX as u64).map(|i| BadBlock { offset_bytes: capacity - (i + 1) * 1024, len_bytes: 512 }).rev().collect();
+    rig.vd.bad_blocks().load(&full);
+    let row = 2;
+    rig.unreadable_chunk(2, row, 0);
+    rig.vd.set_member_state(1, MemberState::Failed);
+    rig.vd.start_rebuild(1, Arc::clone(&rig.drives[1]) as Arc<dyn Drive>);
+    let place = rig.vd.geometry().row_map(row).members().map(|(place, _, _)| place).find(|p| p.drive == 1).unwrap();
+    write_direct(&*rig.drives[1], place.drive_offset_bytes, &[0xAB; STRIP_BYTES as usize]);
+    let error = rig.engine.run_rebuild_row(&rig.vd, row, MemberSet::of(&[1])).unwrap_err();
+    let expected = format!("virtual drive v0: row {row} of member 1 cannot be rebuilt: no other member holds what it needs, and the loss cannot be recorded as a bad block: the bad-block list of v1 holds its maximum of {BAD_BLOCKS_MAX} ranges");
+    assert_eq!(error.to_string(), expected);
+    assert_eq!(read_direct(&*rig.drives[1], place.drive_offset_bytes), vec![0xAB; CHUNK_BYTES as usize], "nothing written");
+    assert_eq!(rig.vd.bad_blocks().ranges(), full);
 }

@@ -31,17 +31,24 @@ impl Controller {
         for vd in changed {
             let (ranges, version) = vd.bad_blocks().snapshot();
             let record = state.config.vds.iter_mut().find(|r| u64::from(r.vd_id) == vd.id()).expect("a live VD has a record");
-            record.bad_blocks = ranges;
-            written.push((vd, version));
+            let before = std::mem::replace(&mut record.bad_blocks, ranges);
+            written.push((vd, version, before));
         }
         if written.is_empty() {
             return;
         }
-        // A failure is logged by `persist`; the list stays in the record and goes out with the
-        // next metadata write, and the row jobs waiting for it give up meanwhile.
         let outcome = self.persist(&mut state).map_err(|error| error.to_string());
+        if outcome.is_err() {
+            // Logged by `persist`. The record goes back to the list last written (a list that
+            // does not fit must not block every later metadata change); the row jobs waiting
+            // write nothing, so their rows keep what the older list says.
+            for (vd, _, before) in &written {
+                let record = state.config.vds.iter_mut().find(|r| u64::from(r.vd_id) == vd.id()).expect("a live VD has a record");
+                record.bad_blocks = before.clone();
+            }
+        }
         drop(state);
-        for (vd, version) in written {
+        for (vd, version, _) in written {
             vd.bad_blocks().persisted(version, outcome.clone());
         }
     }

@@ -146,7 +146,7 @@ impl BadBlocks {
         if merged.len() > BAD_BLOCKS_MAX {
             drop(inner);
             let reason = format!("the bad-block list of v{} holds its maximum of {BAD_BLOCKS_MAX} ranges", self.vd_id);
-            self.notify(BadBlockChange::Refused { ranges: ranges.to_vec(), cause: cause.to_string(), reason: reason.clone() });
+            let _ = self.notify(BadBlockChange::Refused { ranges: ranges.to_vec(), cause: cause.to_string(), reason: reason.clone() });
             return Err(reason);
         }
         let changed = merged != inner.ranges;
@@ -157,10 +157,14 @@ impl BadBlocks {
         let version = inner.version;
         let pending = inner.durable_version < version;
         drop(inner);
-        match (changed, pending) {
+        let told = match (changed, pending) {
             (true, _) => self.notify(BadBlockChange::Lost { ranges: ranges.to_vec(), cause: cause.to_string() }),
             (false, true) => self.notify(BadBlockChange::Unsaved),
-            (false, false) => {}
+            (false, false) => true,
+        };
+        if !told {
+            // Nobody will write it: the caller must not wait for that.
+            self.persisted(version, Err(format!("the controller of v{} is gone", self.vd_id)));
         }
         Ok(version)
     }
@@ -180,7 +184,7 @@ impl BadBlocks {
         inner.ranges = ranges;
         self.bump(&mut inner);
         drop(inner);
-        self.notify(BadBlockChange::Rewritten { ranges: removed });
+        let _ = self.notify(BadBlockChange::Rewritten { ranges: removed });
     }
 
     /// Whether `version` is in the metadata: `Ready(Ok)` once it is, `Ready(Err)` if the
@@ -235,9 +239,11 @@ impl BadBlocks {
         self.version.store(inner.version, Ordering::Release);
     }
 
-    fn notify(&self, change: BadBlockChange) {
-        if let Some(notifier) = self.notifier.get() {
-            let _ = notifier.send(BadBlockEvent { vd_id: self.vd_id, instance_id: self.instance_id, change });
+    /// Tells the controller, if there is one; whether it could be told (true without one).
+    fn notify(&self, change: BadBlockChange) -> bool {
+        match self.notifier.get() {
+            Some(notifier) => notifier.send(BadBlockEvent { vd_id: self.vd_id, instance_id: self.instance_id, change }).is_ok(),
+            None => true,
         }
     }
 
