@@ -7,7 +7,7 @@
 //! io_uring wait, and the simulator must decide the order of every completion from its seed.
 //! A few hundred lines buy both.
 
-use drive::{Completion, Drive, DriveError, DriveOp, IoBuf, IoCtx, Token};
+use drive::{Completion, Drive, DriveError, DriveOp, IoBuf, IoCtx, ShardWaker, Token};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
@@ -67,11 +67,34 @@ pub struct Reactor {
     next_ticket: RefCell<u64>,
     /// Which shard this is (0 for a lone executor): picks the shard's slot of a VD's bitmap.
     shard_index: std::cell::Cell<usize>,
+    /// Rouses the shard from its ring wait; `None` for a context without a ring, which never
+    /// sleeps.
+    ring_waker: Option<Arc<ShardWaker>>,
+}
+
+/// Wakes a task from another thread: queues it and rouses its shard from the ring wait (a task
+/// waker alone only queues it, which is enough for wakes from the shard's own thread).
+#[derive(Clone)]
+pub struct RemoteWaker {
+    task: Waker,
+    ring: Option<Arc<ShardWaker>>,
+}
+
+impl RemoteWaker {
+    pub fn wake(self) {
+        // Queued first: a shard that wakes finds the task in its queue.
+        self.task.wake();
+        if let Some(ring) = self.ring {
+            ring.wake();
+        }
+    }
 }
 
 impl Reactor {
-    pub fn new(ctx: IoCtx, order: CompletionOrder) -> Rc<Reactor> {
+    pub fn new(mut ctx: IoCtx, order: CompletionOrder) -> Rc<Reactor> {
+        let ring_waker = ctx.has_ring().then(|| ctx.waker());
         Rc::new(Reactor {
+            ring_waker,
             ctx: RefCell::new(ctx),
             ops: RefCell::new(Vec::new()),
             free_ops: RefCell::new(Vec::new()),
@@ -89,6 +112,11 @@ impl Reactor {
 
     pub fn set_shard_index(&self, index: usize) {
         self.shard_index.set(index);
+    }
+
+    /// A waker for the task polled with `cx` that another thread may call.
+    pub fn remote_waker(&self, cx: &Context<'_>) -> RemoteWaker {
+        RemoteWaker { task: cx.waker().clone(), ring: self.ring_waker.clone() }
     }
 
     pub fn ctx(&self) -> std::cell::RefMut<'_, IoCtx> {

@@ -7,8 +7,8 @@ mod common;
 
 use common::{engine, mem_drives, pattern, spec};
 use drive::{Drive, Faults, FaultyDrive, MemDrive};
-use engine::config::DriveState;
-use engine::controller::{Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
+use engine::config::{BadBlock, DriveState};
+use engine::controller::{ranges_text, Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
 use engine::{Engine, VdState};
 use layout::{Level, MIB};
 use std::sync::Arc;
@@ -174,11 +174,13 @@ fn an_offline_vd_gets_no_spare() {
     assert!(events.iter().any(|e| e == "v0 is offline: no spare can be rebuilt from what is left"), "{events:#?}");
 }
 
-/// A row whose sources cannot be read while nothing else holds its data is never made up: the
-/// rebuild goes on past it, and at the end the member stays Rbld (written, never read) and an
-/// event names the row.
+/// A source sector that cannot be read while nothing else holds its data: the rebuild records
+/// the lost VD bytes as a bad block (an event names VD, range and cause), goes on, and the
+/// member becomes Onln. Reads of the range fail, even once the sector reads again; everything
+/// else reads back. The list is in the metadata, so a restart keeps it; a write over it clears
+/// it, on disk too.
 #[test]
-fn rows_that_cannot_be_rebuilt_keep_the_member_from_being_read() {
+fn lost_data_becomes_a_bad_block_that_survives_a_restart_until_written() {
     let engine = engine();
     let mut drives: Vec<Arc<dyn Drive>> = mem_drives(5, DRIVE_BYTES);
     let flaky = Arc::new(FaultyDrive::new(Arc::clone(&drives[2])));
@@ -187,23 +189,79 @@ fn rows_that_cannot_be_rebuilt_keep_the_member_from_being_read() {
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
     controller.add_hot_spare(4, vec![]).unwrap();
     let (_, vd) = controller.vd(0).unwrap();
-    engine.write_at(&vd, 0, &pattern(vd.capacity_bytes() as usize, 5)).unwrap();
-    let bad_start = 16 * MIB;
-    flaky.set_faults(Faults { read_error_ranges: vec![bad_start..bad_start + 4096], ..Faults::default() });
+    let mut model = pattern(vd.capacity_bytes() as usize, 5);
+    engine.write_at(&vd, 0, &model).unwrap();
+    let bad_start = 16 * MIB + 8192;
+    flaky.set_faults(Faults { read_error_ranges: vec![bad_start..bad_start + 512], ..Faults::default() });
+    let expected = lost_chunks(&vd, bad_start, [1, 2]);
+
     controller.set_drive(1, DriveCommand::Offline).unwrap();
+    wait_for_state(&controller, 4, DriveState::Online);
+    assert_eq!(vd.state(), VdState::Optimal);
+    assert_eq!(controller.bad_blocks(0).unwrap(), expected);
+    assert_eq!(controller.config().vds[0].bad_blocks, expected, "in the metadata before the row was written");
+    let events: Vec<String> = controller.events().into_iter().map(|e| e.description).collect();
+    let recorded = format!("v0: data lost, recorded as bad block(s) {}: rebuilding member 1 at row ", ranges_text(&expected));
+    assert!(events.iter().any(|e| e.starts_with(&recorded) && e.contains("member 2 (")), "{recorded}\n{events:#?}");
+    flaky.set_faults(Faults::default()); // the sector reads again (zeros, as the rebuild wrote)
+    check_outside(&engine, &vd, &model, &expected, "after the rebuild");
+    let id = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+
+    let second = open(&engine, &drives, Some(id));
+    assert_eq!(second.bad_blocks(0).unwrap(), expected, "the list survives a restart");
+    let (_, vd) = second.vd(0).unwrap();
+    check_outside(&engine, &vd, &model, &expected, "after the restart");
+    for range in &expected {
+        let data = pattern(range.len_bytes as usize, 77);
+        engine.write_at(&vd, range.offset_bytes, &data).unwrap();
+        model[range.offset_bytes as usize..(range.offset_bytes + range.len_bytes) as usize].copy_from_slice(&data);
+    }
+    assert_eq!(second.bad_blocks(0).unwrap(), vec![], "written: good again");
     let deadline = Instant::now() + REBUILD_TIMEOUT;
-    let ended = |events: &[String]| events.iter().find(|e| e.starts_with("rebuild of slot 4 (v0) reached the end")).cloned();
-    let message = loop {
-        let events: Vec<String> = controller.events().into_iter().map(|e| e.description).collect();
-        if let Some(message) = ended(&events) {
-            break message;
+    while !second.config().vds[0].bad_blocks.is_empty() {
+        assert!(Instant::now() < deadline, "the shorter list is never written");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let events: Vec<String> = second.events().into_iter().map(|e| e.description).collect();
+    assert!(events.iter().any(|e| e.ends_with("written by a client: good again")), "{events:#?}");
+    second.shutdown();
+    drop(second);
+    let third = open(&engine, &drives, Some(id));
+    assert_eq!(third.bad_blocks(0).unwrap(), vec![]);
+    check_vd(&engine, &third.vd(0).unwrap().1, &model, "after writing the bad blocks and a restart");
+    let error = third.bad_blocks(7).unwrap_err();
+    assert_eq!(error.to_string(), "virtual drive v7 does not exist; VDs: v0");
+}
+
+/// The 4 KiB chunk around drive offset `drive_offset` of every data strip of its row that sits
+/// on one of `lost` (a 64 KiB strip RAID5: both members' data is lost there).
+fn lost_chunks(vd: &engine::VirtualDrive, drive_offset: u64, lost: [usize; 2]) -> Vec<BadBlock> {
+    let geometry = vd.geometry();
+    let strip = geometry.strip_size_bytes();
+    let row = (drive_offset - engine::MEMBER_RESERVED_BYTES) / strip;
+    let chunk_start = (drive_offset - engine::MEMBER_RESERVED_BYTES) % strip / 4096 * 4096;
+    let map = geometry.row_map(row);
+    (0..map.data_strip_count())
+        .filter(|&k| lost.contains(&map.data_copy(k, 0).drive))
+        .map(|k| BadBlock { offset_bytes: row * geometry.row_data_bytes() + k as u64 * strip + chunk_start, len_bytes: 4096 })
+        .collect()
+}
+
+/// Reads of each bad block fail naming it; everything around them reads back as `expected`.
+fn check_outside(engine: &Engine, vd: &Arc<engine::VirtualDrive>, expected: &[u8], bad: &[BadBlock], when: &str) {
+    let mut from = 0u64;
+    for range in bad.iter().chain([&BadBlock { offset_bytes: expected.len() as u64, len_bytes: 0 }]) {
+        if range.len_bytes > 0 {
+            let error = engine.read_at(vd, range.offset_bytes, 4096).map(|_| ()).unwrap_err();
+            assert_eq!(error, engine::VdError::BadBlock { vd: "db".into(), offset_bytes: range.offset_bytes, len_bytes: range.len_bytes });
         }
-        assert!(Instant::now() < deadline, "the rebuild never ended: {events:#?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(message.contains("1 row(s) could not be rebuilt"), "{message}");
-    assert_eq!(controller.slot(4).unwrap().state, DriveState::Rebuild, "never read while a row is missing");
-    assert_eq!(vd.state(), VdState::Degraded);
+        let read = engine.read_at(vd, from, (range.offset_bytes - from) as usize).unwrap_or_else(|e| panic!("{when}: {e}"));
+        let wrong = read.as_slice().iter().zip(&expected[from as usize..]).position(|(a, b)| a != b);
+        assert_eq!(wrong.map(|i| from + i as u64), None, "{when}: first wrong byte");
+        from = range.offset_bytes + range.len_bytes;
+    }
 }
 
 /// storcli's `insert` + `start rebuild`: an unconfigured good drive takes a failed member's

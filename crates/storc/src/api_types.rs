@@ -11,6 +11,7 @@
 //! | POST | /api/v1/vds | `CreateVd` | `VdView` (201) |
 //! | PATCH | /api/v1/vds/{id} | `SetVd` | `VdView` |
 //! | DELETE | /api/v1/vds/{id}?force=true | | `Message` |
+//! | GET | /api/v1/vds/{id}/badblocks | | `BadBlocksView` |
 //! | GET | /api/v1/drives | | `Vec<DriveView>` |
 //! | GET | /api/v1/drives/{slot} | | `DriveView` |
 //! | POST | /api/v1/drives/{slot}/state | `SetDriveState` | `DriveView` |
@@ -146,6 +147,25 @@ pub struct ResyncInfo {
     /// Regions left to resync.
     pub regions: u64,
     pub percent_done: Option<u64>,
+}
+
+/// `/c0/vN show badblocks`: the VD's byte ranges whose data is lost (nothing that held it could
+/// be read). Reads that touch one fail; writing one makes it good again.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BadBlocksView {
+    pub vd: u32,
+    /// Most ranges the list holds; a loss past it is not recorded and the rebuild's member stays Rbld.
+    pub max_ranges: usize,
+    pub bad_blocks: Vec<BadBlockView>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BadBlockView {
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    /// The same range in 512-byte sectors.
+    pub lba: u64,
+    pub sectors: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -54,6 +54,7 @@ impl Controller {
         };
         vd.set_notifier(self.member_events.clone());
         self.open_write_intent(state.config.controller_id, vd_id, &vd, true);
+        vd.bad_blocks().set_notifier(self.bad_block_events.clone());
         let detail = format!("member of v{vd_id}");
         for slot in &spec.slots {
             self.transition(&mut state, *slot, DriveState::Online, state::Cause::VdCreated, Some(&detail));

@@ -14,6 +14,7 @@ use crate::config::{
 use crate::metadata::{self, Superblock};
 
 mod assemble;
+mod bad_blocks;
 mod commands;
 mod events;
 mod rebuild;
@@ -21,6 +22,7 @@ mod resync;
 mod spares;
 pub mod state;
 
+pub use bad_blocks::ranges_text;
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
 
@@ -176,6 +178,8 @@ pub struct Controller {
     state: Mutex<State>,
     events: Mutex<events::EventLog>,
     member_events: crossbeam_channel::Sender<MemberEvent>,
+    /// Where VDs report changes of their bad-block lists (`bad_blocks`).
+    bad_block_events: crossbeam_channel::Sender<crate::vd::BadBlockEvent>,
     /// Called (outside the state lock) after every change of the VD set or of a VD's name.
     on_vds_changed: Mutex<Option<Box<dyn Fn() + Send>>>,
     /// Rebuilds running or stopped, by the slot being rebuilt.
@@ -274,6 +278,7 @@ impl Controller {
         let offered = usable;
         let assembly = metadata::assemble(ours, found.clone());
         let (sender, receiver) = crossbeam_channel::unbounded();
+        let (bad_block_sender, bad_block_receiver) = crossbeam_channel::unbounded();
         let controller = Arc::new(Controller {
             engine,
             state: Mutex::new(State {
@@ -291,6 +296,7 @@ impl Controller {
             }),
             events: Mutex::new(event_log),
             member_events: sender,
+            bad_block_events: bad_block_sender,
             on_vds_changed: Mutex::new(None),
             rebuilds: Mutex::new(BTreeMap::new()),
             rebuild_threads: Mutex::new(Vec::new()),
@@ -309,6 +315,11 @@ impl Controller {
             .name("storc-watcher".into())
             .spawn(move || watch_members(watcher, receiver))
             .map_err(|e| ControlError::Io(format!("cannot start the watcher thread: {e}")))?;
+        let watcher = Arc::downgrade(&controller);
+        std::thread::Builder::new()
+            .name("storc-badblocks".into())
+            .spawn(move || bad_blocks::watch_bad_blocks(watcher, bad_block_receiver))
+            .map_err(|e| ControlError::Io(format!("cannot start the bad-block thread: {e}")))?;
         Ok(controller)
     }
 
@@ -344,6 +355,8 @@ impl Controller {
         }
         vd.set_notifier(self.member_events.clone());
         self.open_write_intent(state.config.controller_id, record.vd_id, &vd, false);
+        vd.bad_blocks().load(&record.bad_blocks);
+        vd.bad_blocks().set_notifier(self.bad_block_events.clone());
         Ok(Arc::new(vd))
     }
 
@@ -487,6 +500,12 @@ impl Controller {
             }
         }
         self.close_write_intents();
+        // A failure the engine found is recorded by the watcher; the last write of the
+        // configuration must not overtake it (it would bring the member back in service).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.vds().iter().any(|(_, vd)| vd.failures_unrecorded() > 0) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let mut state = self.state.lock().expect("controller lock");
         let _ = self.persist(&mut state);
         drop(state);

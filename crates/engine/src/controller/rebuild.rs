@@ -268,12 +268,14 @@ impl Controller {
         }
         let bad_rows = progress.bad_rows();
         if !bad_rows.is_empty() {
-            // Until a bad-block list can make reads of those rows fail, the member must never be
-            // read: it stays Rbld (written, not read) and says why.
+            // Rows left as they were: lost data whose loss could not be recorded as bad blocks
+            // (the list is full, the metadata could not be written), or rows whose parity may be
+            // stale (not yet resynced). Reads of them must not reach the member, so it stays
+            // Rbld (written, not read) and says why.
             let first = bad_rows.iter().min().expect("not empty");
             return self.log(
                 Severity::Critical,
-                format!("rebuild of slot {slot} (v{vd_id}) reached the end, but {} row(s) could not be rebuilt (no other copy; first: row {first}); the member stays Rbld and is not read", bad_rows.len()),
+                format!("rebuild of slot {slot} (v{vd_id}) reached the end, but {} row(s) could not be rebuilt (lost data that could not be recorded as bad blocks, or a region not yet resynced after an unclean stop; first: row {first}); the member stays Rbld and is not read", bad_rows.len()),
             );
         }
         let detail = format!("v{vd_id} rebuilt in {:.1} s", elapsed.as_secs_f64());
@@ -443,7 +445,8 @@ pub(super) fn set_rebuild_row(config: &mut ControllerConfig, slot: u32, row: u64
     record.rebuild_row = row;
 }
 
-/// A row the other members cannot produce is recorded and skipped; anything else ends the run.
+/// A row that lost data that could not be recorded as bad blocks is skipped (the member then
+/// stays Rbld); anything else ends the run. Losses that were recorded come back as `Ok`.
 fn row_outcome(result: Result<(), crate::VdError>) -> RowOutcome {
     match result {
         Ok(()) => RowOutcome::Done,

@@ -1,8 +1,10 @@
 //! Mirror spans: RAID1, RAID10 and RAID1E. Every strip has two copies; writes go to every
 //! available copy, reads to the copy with fewer outstanding I/Os, then the nearer head.
 
-use super::row::{book, member_io, read_op, read_strips, repair_copies, require_online, retry_limit, write_strips, AttemptError, Env, Row};
+use super::lost::{self, StripRead, StripState, PROBE_BYTES};
+use super::row::{book, member_io, read_strips, repair_copies, require_online, retry_limit, write_strips, AttemptError, Env, Row};
 use super::SpanIo;
+use crate::config::BadBlock;
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
 use drive::{DriveOp, IoBuf, OpKind};
 use futures::future::join_all;
@@ -123,35 +125,49 @@ async fn mirror_write_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut 
     Ok(())
 }
 
-/// Copies strip `k` of the row from a copy outside `targets` onto the copies inside it.
+/// Copies strip `k` of the row from a copy outside `targets` onto the copies inside it, and
+/// over a source copy that failed its read (read repair). Chunks that no copy can give become
+/// bad blocks (recorded durably first) and zeros on every copy written.
 async fn rebuild_strip(env: &Env, row: &Row, k: usize, targets: MemberSet) -> Result<(), VdError> {
     let places: Vec<(usize, u64)> =
         (0..row.map.copy_count()).map(|copy| row.map.data_copy(k, copy)).map(|place| (place.drive, place.drive_offset_bytes)).collect();
-    let target_places: Vec<(usize, u64)> = places.iter().copied().filter(|&(member, _)| targets.contains(member)).collect();
-    let Some(&(first_target, _)) = target_places.first() else { return Ok(()) };
-    let Some(good) = read_surviving_copy(env, row, k, targets).await else {
-        return Err(VdError::RowUnrecoverable { vd: env.vd.name(), row: row.map.row, member: first_target });
+    let Some(&(first_target, _)) = places.iter().find(|&&(member, _)| targets.contains(member)) else { return Ok(()) };
+    let piece = &row.pieces[k];
+    assert!(piece.strip_index == k && piece.offset_in_strip_bytes == 0, "a rebuild reads whole strips");
+    let mut copies = lost::read_strips(env, &places, env.vd.unavailable().union(targets)).await;
+    let good = match copies.iter().position(|copy| copy.state == StripState::Read) {
+        Some(read) => IoBuf::from_slice(copies[read].buf.as_slice()),
+        None => {
+            lost::probe(env, &mut copies).await;
+            let (good, lost_ranges) = assemble_strip(env, row, k, &copies);
+            if !lost_ranges.is_empty() {
+                let cause = lost::cause(row.map.row, targets, &copies);
+                lost::record_lost(env, row.map.row, first_target, &lost_ranges, &cause).await?;
+            }
+            good
+        }
     };
-    let writes = target_places.iter().map(|&(member, offset_bytes)| (member, offset_bytes, IoBuf::from_slice(good.as_slice()))).collect();
+    let unwritable = env.vd.unwritable();
+    let writes = copies
+        .iter()
+        .filter(|copy| targets.contains(copy.member) || (copy.is_unreadable() && !unwritable.contains(copy.member)))
+        .map(|copy| (copy.member, copy.offset_bytes, IoBuf::from_slice(good.as_slice())))
+        .collect();
     write_strips(env, row.map.row, writes, "writing the rebuilt strip to").await
 }
 
-/// Reads strip `k` whole from a copy that is in service and not a target, booking read errors
-/// and trying the next copy. `None` when no copy can be read.
-async fn read_surviving_copy(env: &Env, row: &Row, k: usize, targets: MemberSet) -> Option<IoBuf> {
-    let piece = &row.pieces[k];
-    assert!(piece.strip_index == k && piece.offset_in_strip_bytes == 0, "a rebuild reads whole strips");
-    let mut avoid = targets;
-    for _ in 0..retry_limit(&env.vd) {
-        let (member, offset_bytes) = choose_copy(env, row, piece, env.vd.unavailable().union(avoid))?;
-        let (result, buf) = member_io(env, member, read_op(offset_bytes, piece.len_bytes as usize)).await;
-        match result {
-            Ok(()) => return buf,
-            // Whether or not the VD can still serve, this strip's next copy decides.
-            Err(error) => drop(book(env, AttemptError::Member { index: member, kind: OpKind::Read, error }, &mut avoid)),
+/// Strip `k` from whatever copy can give each chunk, zeros where none can; and the lost ranges.
+fn assemble_strip(env: &Env, row: &Row, k: usize, copies: &[StripRead]) -> (IoBuf, Vec<BadBlock>) {
+    let mut good = IoBuf::zeroed(env.vd.geometry().strip_size_bytes() as usize);
+    let mut lost_chunks = Vec::new();
+    for chunk in 0..lost::chunk_count(env.vd.geometry()) {
+        let at = chunk * PROBE_BYTES as usize..(chunk + 1) * PROBE_BYTES as usize;
+        match copies.iter().find(|copy| !copy.lost_at(chunk)) {
+            Some(copy) => good.as_mut_slice()[at.clone()].copy_from_slice(&copy.buf.as_slice()[at]),
+            None => lost_chunks.push(lost::lost_range(env.vd.geometry(), row.map.row, k, chunk..chunk + 1)),
         }
     }
-    None
+    (good, lost::merged(lost_chunks))
 }
 
 /// Compares every copy of every strip in the row with copy 0; a repair copies copy 0 over the

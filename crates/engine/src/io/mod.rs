@@ -28,6 +28,7 @@
 //! (generics, no `dyn`, no boxed futures), so the data path pays nothing for it.
 
 pub(crate) mod intent;
+mod lost;
 mod merged;
 mod mirror;
 mod parity;
@@ -167,7 +168,7 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: 
     }
     match request {
         VdRequest::Flush => VdCompletion { result: flush(&env).await, buf: None },
-        VdRequest::Read { offset_bytes, buf } => serve_rows(&env, offset_bytes, buf, false).await,
+        VdRequest::Read { offset_bytes, buf } => lost::read_guarded(&env, offset_bytes, buf).await,
         VdRequest::Write { offset_bytes, buf } => {
             env.vd.note_write();
             serve_rows(&env, offset_bytes, buf, true).await
@@ -235,6 +236,10 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
         false => on_span(env, &row, ReadTask(&mut views)).await,
         true => on_span(env, &row, WriteTask(&mut views)).await,
     };
+    if write && result.is_ok() {
+        // Under the row lock, so that no row job can find the bytes lost again in between.
+        env.vd.bad_blocks().rewritten(piece.vd_offset_bytes, piece.len_bytes);
+    }
     drop(lock);
     (result, IoBuf::join(views))
 }

@@ -2,11 +2,13 @@
 //! reconstruct-write or read-modify-write plan that needs the fewest member reads; reads go
 //! straight to the data strip and fall back to reconstruction.
 
+use super::lost::{self, StripRead, StripState, PROBE_BYTES};
 use super::row::{
     book, member_io, read_op, read_strips, repair_copies, require_online, retry_limit, run_all, write_strips, Attempt, AttemptError, Env,
     Row,
 };
 use super::SpanIo;
+use crate::config::BadBlock;
 use crate::runtime::LockKey;
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
 use drive::{DriveOp, IoBuf, OpKind};
@@ -222,13 +224,17 @@ async fn read_and_recover_columns(env: &Env, row: &Row, lo: u64, hi: u64, unavai
 
 /// Recomputes the `lost` blocks of `[D0.., P, (Q)]` in place.
 fn recover(kind: SpanKind, columns: &mut [IoBuf], lost: &[usize]) {
+    let mut blocks: Vec<&mut [u8]> = columns.iter_mut().map(|c| c.as_mut_slice()).collect();
+    recover_blocks(kind, &mut blocks, lost);
+}
+
+fn recover_blocks(kind: SpanKind, blocks: &mut [&mut [u8]], lost: &[usize]) {
     if lost.is_empty() {
         return;
     }
-    let mut blocks: Vec<&mut [u8]> = columns.iter_mut().map(|c| c.as_mut_slice()).collect();
     let outcome = match kind {
-        SpanKind::Parity => parity::raid5_recover(&mut blocks, lost[0]),
-        SpanKind::DoubleParity => parity::raid6_recover(&mut blocks, lost),
+        SpanKind::Parity => parity::raid5_recover(blocks, lost[0]),
+        SpanKind::DoubleParity => parity::raid6_recover(blocks, lost),
         other => unreachable!("{other:?} has no parity"),
     };
     outcome.expect("loss within tolerance is recoverable");
@@ -360,35 +366,72 @@ async fn reconstruct_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
 // Rebuild and check: whole rows, under the row lock, with the same recovery and parity code as
 // the read and write paths.
 
-/// Reconstructs the strips (data, P or Q) that `targets` hold in the row and writes them.
+/// Reconstructs the strips (data, P or Q) that `targets` hold in the row and writes them, with
+/// read repair of source strips that failed a read. Where more is lost than the span tolerates,
+/// the lost chunks of data strips become bad blocks (recorded durably first) holding zeros, and
+/// P and Q are recomputed with them, so that the row stays consistent for later writes.
 async fn parity_rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError> {
     let members = row.span_members();
     let target_roles: Vec<usize> = (0..members.len()).filter(|&i| targets.contains(members[i].0)).collect();
     let Some(&first_target) = target_roles.first() else { return Ok(()) };
-    let Some(columns) = recover_without(env, row, targets).await else {
-        return Err(VdError::RowUnrecoverable { vd: env.vd.name(), row: row.map.row, member: members[first_target].0 });
+    if env.vd.write_intent().is_some_and(|intent| intent.row_unsynced(row.map.row)) {
+        // Its parity may be stale after an unclean stop: what it would rebuild is not known to
+        // be the data, and not known to be lost either. Left for the resync (the member stays Rbld).
+        let detail = "its region is not yet resynced after an unclean stop (the parity may be stale)".to_string();
+        return Err(VdError::RowUnrecoverable { vd: env.vd.name(), row: row.map.row, member: members[first_target].0, detail });
+    }
+    let places: Vec<(usize, u64)> = members.iter().map(|&(member, offset_bytes)| (member, offset_bytes + row.lo)).collect();
+    let mut strips = lost::read_strips(env, &places, env.vd.unavailable().union(targets)).await;
+    let kind = env.vd.geometry().span_kind();
+    if strips.iter().filter(|strip| strip.state != StripState::Read).count() > kind.failures_tolerated() {
+        lost::probe(env, &mut strips).await;
+    }
+    let m = row.map.data_strip_count();
+    let lost_ranges = recover_segments(env, row, kind, &mut strips);
+    if !lost_ranges.is_empty() {
+        let data: Vec<&[u8]> = strips[..m].iter().map(|strip| strip.buf.as_slice()).collect();
+        let (p, q) = new_parity(env, row, &data);
+        strips[m].buf = p;
+        if let Some(q) = q {
+            strips[m + 1].buf = q;
+        }
+        let cause = lost::cause(row.map.row, targets, &strips);
+        lost::record_lost(env, row.map.row, members[first_target].0, &lost_ranges, &cause).await?;
+    }
+    let unwritable = env.vd.unwritable();
+    let rewrite = |i: usize, strip: &StripRead| {
+        let repair = strip.is_unreadable() || (!lost_ranges.is_empty() && i >= m);
+        target_roles.contains(&i) || (repair && !unwritable.contains(strip.member))
     };
-    let mut columns: Vec<Option<IoBuf>> = columns.into_iter().map(Some).collect();
-    let writes =
-        target_roles.iter().map(|&i| (members[i].0, members[i].1 + row.lo, columns[i].take().expect("each role written once"))).collect();
-    write_strips(env, row.map.row, writes, "writing the rebuilt strip to").await
+    let writes = strips.into_iter().enumerate().filter(|(i, strip)| rewrite(*i, strip)).map(|(_, s)| (s.member, s.offset_bytes, s.buf));
+    write_strips(env, row.map.row, writes.collect(), "writing the rebuilt strip to").await
 }
 
-/// Reads the row from every member outside `targets` that can be read and recovers the rest:
-/// columns `[D0.., P, (Q)]`. `None` when more are lost than the span tolerates.
-async fn recover_without(env: &Env, row: &Row, targets: MemberSet) -> Option<Vec<IoBuf>> {
-    let mut avoid = targets;
-    for _ in 0..retry_limit(&env.vd) {
-        let lost = env.vd.unavailable().union(avoid);
-        match read_and_recover_columns(env, row, row.lo, row.hi, lost).await {
-            Ok(columns) => return Some(columns),
-            Err(AttemptError::Lost | AttemptError::Unsynced { .. }) => return None,
-            // Booked and avoided from now on; whether the row can still be recovered is what the
-            // next attempt finds out, not the VD's state.
-            Err(error) => drop(book(env, error, &mut avoid)),
+/// Fills in the chunks of `strips` (`[D0.., P, (Q)]`) that were not read: recovered where the
+/// span tolerates what is lost there, zeros in lost data strips otherwise. Runs of chunks with
+/// the same losses go together, so a row without unreadable chunks is one run. Returns the lost
+/// VD ranges.
+fn recover_segments(env: &Env, row: &Row, kind: SpanKind, strips: &mut [StripRead]) -> Vec<BadBlock> {
+    let chunk_count = lost::chunk_count(env.vd.geometry());
+    let lost_at = |strips: &[StripRead], chunk: usize| -> Vec<usize> { (0..strips.len()).filter(|&i| strips[i].lost_at(chunk)).collect() };
+    let m = row.map.data_strip_count();
+    let mut lost_ranges = Vec::new();
+    let mut first = 0;
+    while first < chunk_count {
+        let lost = lost_at(strips, first);
+        let end = (first + 1..chunk_count).find(|&chunk| lost_at(strips, chunk) != lost).unwrap_or(chunk_count);
+        if lost.len() <= kind.failures_tolerated() {
+            let (a, b) = (first * PROBE_BYTES as usize, end * PROBE_BYTES as usize);
+            let mut blocks: Vec<&mut [u8]> = strips.iter_mut().map(|strip| &mut strip.buf.as_mut_slice()[a..b]).collect();
+            recover_blocks(kind, &mut blocks, &lost);
+        } else {
+            // Lost data chunks stay zeros (their buffers were zeroed); parity is recomputed.
+            let geometry = env.vd.geometry();
+            lost_ranges.extend(lost.iter().filter(|&&i| i < m).map(|&k| lost::lost_range(geometry, row.map.row, k, first..end)));
         }
+        first = end;
     }
-    None
+    lost::merged(lost_ranges)
 }
 
 /// What the stored parity of a row says about its strips.

@@ -1,8 +1,10 @@
 //! A virtual drive: its layout, its members and their states. No I/O happens here; the paths in
 //! `io` read this state at the start of every attempt.
 
+mod bad_blocks;
 mod request;
 
+pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 
 use crate::Done;
@@ -166,6 +168,8 @@ pub struct VirtualDrive {
     /// The write-intent bitmap, set once by the controller before the VD serves (none for
     /// levels without redundancy, and in tests that do not want one).
     write_intent: std::sync::OnceLock<crate::bitmap::WriteIntent>,
+    /// VD ranges whose data is lost: reads of them fail (see `bad_blocks`).
+    bad_blocks: BadBlocks,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -211,9 +215,11 @@ impl VirtualDrive {
             member_reserved_bytes: MEMBER_RESERVED_BYTES,
         })?;
         let members = drives.into_iter().map(Member::new).collect();
+        let instance_id = NEXT_INSTANCE_ID.fetch_add(1, Ordering::Relaxed);
         Ok(VirtualDrive {
             id,
-            instance_id: NEXT_INSTANCE_ID.fetch_add(1, Ordering::Relaxed),
+            instance_id,
+            bad_blocks: BadBlocks::new(id, instance_id),
             name: RwLock::new(name.to_string()),
             geometry,
             members,
@@ -226,6 +232,11 @@ impl VirtualDrive {
             acks_gated: AtomicBool::new(false),
             write_intent: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Member failures found by I/O and not yet recorded by the controller.
+    pub fn failures_unrecorded(&self) -> u32 {
+        self.acks.lock().expect("ack gate poisoned").failures_unrecorded
     }
 
     /// Gives the VD its write-intent bitmap, before it serves.
@@ -283,6 +294,9 @@ impl VirtualDrive {
     }
     pub fn member(&self, index: usize) -> &Member {
         &self.members[index]
+    }
+    pub fn bad_blocks(&self) -> &BadBlocks {
+        &self.bad_blocks
     }
 
     /// Members that must not be written now: out of service. A member being rebuilt is
@@ -503,6 +517,7 @@ impl VirtualDrive {
     /// acknowledgements fail too, since nothing will record their member failures now.
     pub fn retire(&self) {
         self.retired.store(true, Ordering::Release);
+        self.bad_blocks.abandon(&format!("virtual drive {} was deleted", self.name()));
         let held = std::mem::take(&mut self.acks.lock().expect("ack gate poisoned").held);
         for (done, completion) in held {
             self.complete(done, VdCompletion { result: Err(VdError::Deleted { vd: self.name() }), buf: completion.buf });
@@ -512,6 +527,7 @@ impl VirtualDrive {
     /// Undoes [`VirtualDrive::retire`] when a deletion is abandoned.
     pub fn unretire(&self) {
         self.retired.store(false, Ordering::Release);
+        self.bad_blocks.revive();
     }
 
     pub fn is_retired(&self) -> bool {

@@ -27,8 +27,13 @@ pub enum VdError {
     RowOutOfRange { vd: String, row: u64, row_count: u64 },
     #[error("virtual drive {vd} has {member_count} members: member {member} does not exist")]
     MemberOutOfRange { vd: String, member: usize, member_count: usize },
-    #[error("virtual drive {vd}: row {row} of member {member} cannot be rebuilt: no other member holds what it needs")]
-    RowUnrecoverable { vd: String, row: u64, member: usize },
+    /// A row job found data that nothing holds any more and could not record it as a bad
+    /// block; nothing was written over it.
+    #[error("virtual drive {vd}: row {row} of member {member} cannot be rebuilt: no other member holds what it needs, and the loss cannot be recorded as a bad block: {detail}")]
+    RowUnrecoverable { vd: String, row: u64, member: usize, detail: String },
+    /// A read touched a range of the VD's bad-block list.
+    #[error("virtual drive {vd}: bytes {offset_bytes}..{} (LBA {}, {} sectors) are a bad block: their data was lost when nothing that held it could be read; writing them makes them good again", offset_bytes + len_bytes, offset_bytes / layout::SECTOR_BYTES, len_bytes / layout::SECTOR_BYTES)]
+    BadBlock { vd: String, offset_bytes: u64, len_bytes: u64 },
     #[error("virtual drive {vd}: row {row} cannot be checked: member {member} is out of service")]
     RowMemberOut { vd: String, row: u64, member: usize },
     #[error("virtual drive {vd}: row {row} needs its parity to be read now, and its region is not yet resynced after an unclean stop (the parity may be stale)")]

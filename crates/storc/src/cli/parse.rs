@@ -59,6 +59,7 @@ pub enum Action {
     ShowRebuild { target: Target },
     Rebuild { slot: u32, action: RebuildAction },
     Insert { slot: u32, insert: InsertDrive },
+    ShowBadBlocks { vd: u32 },
 }
 
 /// What the first argument names.
@@ -149,6 +150,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         }
         (Object::Vds(target), ["show"]) => Action::ShowVds { target, all: false },
         (Object::Vds(target), ["show", "all"]) => Action::ShowVds { target, all: true },
+        (Object::Vds(Target::One(vd)), ["show", "badblocks"]) => Action::ShowBadBlocks { vd },
         (Object::Vds(Target::One(vd)), ["del" | "delete"]) => Action::DeleteVd { vd, force: false },
         (Object::Vds(Target::One(vd)), ["del" | "delete", "force"]) => Action::DeleteVd { vd, force: true },
         (Object::Vds(Target::One(vd)), ["set", ..]) => Action::SetVd { vd, changes: parse_set_vd(&tokens[1..])? },
@@ -170,8 +172,8 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
 fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
         Object::Controller => "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100",
-        Object::Vds(Target::All) => "show, show all (del and set need one VD: /c0/vN)",
-        Object::Vds(Target::One(_)) => "show, show all, del [force], set wrcache=|rdcache=|iopolicy=|name=",
+        Object::Vds(Target::All) => "show, show all (show badblocks, del and set need one VD: /c0/vN)",
+        Object::Vds(Target::One(_)) => "show, show all, show badblocks, del [force], set wrcache=|rdcache=|iopolicy=|name=",
         Object::Slots(Target::All) => "show, show all, show rebuild (add, delete, set and rebuild commands need one slot: /c0/sN)",
         Object::Slots(Target::One(_)) => {
             "show, show all, show rebuild, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild, insert dg=D array=A row=R"
@@ -526,6 +528,7 @@ impl Action {
             Action::ShowRebuild { .. } => vec![Request::get("/api/v1/rebuilds")],
             Action::Insert { slot, insert } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/insert"), insert)],
             Action::Rebuild { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/rebuild"), action)],
+            Action::ShowBadBlocks { vd } => vec![Request::get(&format!("{VDS}/{vd}/badblocks"))],
         }
     }
 }
@@ -684,7 +687,7 @@ mod tests {
         check("/c0/e252/s3 show", "usage: /c0/e252/s3: storc has no enclosures; name a drive by its slot, e.g. /c0/s3");
         check(
             "/c0/vall del",
-            "usage: unknown command \"/c0/vall del\"; allowed after /c0/vall: show, show all (del and set need one VD: /c0/vN)",
+            "usage: unknown command \"/c0/vall del\"; allowed after /c0/vall: show, show all (show badblocks, del and set need one VD: /c0/vN)",
         );
         check(
             "/c0",
@@ -711,6 +714,22 @@ mod tests {
             "usage: insert: \"dg=x\" is not KEY=NUMBER; allowed: dg=D array=A row=R (the member's drive group, span and position in it)",
         );
         check("/c0/s9 insert dg=0 dg=1 array=0 row=0", "usage: \"dg=1\": dg= given twice; give it once");
+    }
+
+    #[test]
+    fn show_badblocks_needs_one_vd() {
+        check("/c0/v2 show badblocks", "GET /api/v1/vds/2/badblocks");
+        check("/c0/V2 SHOW BadBlocks", "GET /api/v1/vds/2/badblocks");
+        check(
+            "/c0/vall show badblocks",
+            "usage: unknown command \"/c0/vall show badblocks\"; allowed after /c0/vall: show, show all (show badblocks, del and set need one VD: /c0/vN)",
+        );
+        check(
+            "/c0/v2 show badblock",
+            "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, del [force], set wrcache=|rdcache=|iopolicy=|name=",
+        );
+        let args: Vec<String> = ["/c0/v2", "show", "badblocks", "J"].map(String::from).to_vec();
+        assert!(parse(&args).unwrap().json_output);
     }
 
     #[test]

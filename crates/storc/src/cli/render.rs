@@ -105,11 +105,12 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
             let description = format!("{} Rebuild Succeeded", capitalized(&action.action));
             rebuild_report(&description, Target::One(*slot), &[decode(first)?], first)
         }
+        Action::ShowBadBlocks { .. } => super::bad_blocks::report(&decode(first)?, first),
     };
     Ok(report)
 }
 
-fn decode<T: DeserializeOwned>(answer: &Value) -> Result<T, String> {
+pub(super) fn decode<T: DeserializeOwned>(answer: &Value) -> Result<T, String> {
     let type_name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("answer");
     serde_json::from_value(answer.clone()).map_err(|error| {
         format!("the storc daemon's answer is not the {type_name} this CLI knows ({error}); are daemon and CLI the same version?")

@@ -35,6 +35,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/drives/{slot}/insert", post(insert_drive))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
+        .route("/api/v1/vds/{id}/badblocks", get(bad_blocks))
         .route("/api/v1/drives", get(list_drives))
         .route("/api/v1/drives/{slot}", get(get_drive))
         .route("/api/v1/drives/{slot}/state", post(set_drive_state))
@@ -281,6 +282,21 @@ async fn list_vds(State(state): State<Shared>) -> Reply<Vec<VdView>> {
 async fn get_vd(State(state): State<Shared>, Path(id): Path<u32>) -> Reply<VdView> {
     let (record, vd) = state.controller.vd(id).map_err(fail)?;
     ok(vd_view(&state, &record, &vd))
+}
+
+async fn bad_blocks(State(state): State<Shared>, Path(id): Path<u32>) -> Reply<BadBlocksView> {
+    let ranges = state.controller.bad_blocks(id).map_err(fail)?;
+    let sector = layout::SECTOR_BYTES;
+    let bad_blocks = ranges
+        .iter()
+        .map(|r| BadBlockView {
+            offset_bytes: r.offset_bytes,
+            len_bytes: r.len_bytes,
+            lba: r.offset_bytes / sector,
+            sectors: r.len_bytes / sector,
+        })
+        .collect();
+    ok(BadBlocksView { vd: id, max_ranges: engine::vd::BAD_BLOCKS_MAX, bad_blocks })
 }
 
 fn parse_choice<T: Copy>(what: &str, text: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Result<T, (StatusCode, Json<ApiError>)> {

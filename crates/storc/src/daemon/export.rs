@@ -23,7 +23,8 @@ fn io_error(error: &VdError) -> IoError {
         | VdError::Unrecoverable { .. }
         | VdError::Deleted { .. }
         | VdError::FailureUnrecorded { .. }
-        | VdError::RowNotResynced { .. } => IoError::Io,
+        | VdError::RowNotResynced { .. }
+        | VdError::BadBlock { .. } => IoError::Io,
         // Only row jobs (rebuild, check) return these; a client request never does.
         VdError::NoRedundancy { .. }
         | VdError::RowOutOfRange { .. }
