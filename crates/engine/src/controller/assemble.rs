@@ -59,7 +59,7 @@ impl Controller {
                         state: DriveState::UnconfiguredGood,
                         capacity_bytes,
                         rebuild_row: 0,
-                        copy_source_slot: None,
+                        copy_slot: None,
                     });
                     state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id, foreign: false });
                 }

@@ -376,7 +376,7 @@ impl Controller {
                 state: DriveState::UnconfiguredGood,
                 capacity_bytes: present.drive.info().capacity_bytes,
                 rebuild_row: 0,
-                copy_source_slot: None,
+                copy_slot: None,
             };
             state.config.drives.push(record);
         }
@@ -464,7 +464,7 @@ fn import_one(state: &mut State, foreign: &ForeignConfig) -> Result<usize, Strin
             state: their_state,
             capacity_bytes: present.drive.info().capacity_bytes,
             rebuild_row: 0,
-            copy_source_slot: None,
+            copy_slot: None,
         };
         state.config.drives.push(record);
     }
