@@ -77,6 +77,7 @@ enum ShardMsg {
 enum RowJob {
     Rebuild { targets: MemberSet, done: RebuildDone },
     Check { mode: CheckMode, done: CheckDone },
+    Copy { member: usize, done: RebuildDone },
 }
 
 struct ShardHandle {
@@ -195,6 +196,16 @@ impl Engine {
             return done(Err(error));
         }
         self.send_row(vd, row, RowJob::Check { mode, done });
+    }
+
+    /// Copies member `member`'s strips of row `row` to its copy target (see
+    /// [`VirtualDrive::start_copy`]) on the shard that owns the row, under its lock: what a
+    /// copyback or a proactive replacement does row by row. `done` runs on a shard thread.
+    pub fn copy_row(&self, vd: &Arc<VirtualDrive>, row: u64, member: usize, done: RebuildDone) {
+        if let Err(error) = validate_row(vd, row, MemberSet::of(&[member])) {
+            return done(Err(error));
+        }
+        self.send_row(vd, row, RowJob::Copy { member, done });
     }
 
     /// Hands a row job to the row's shard, counted in the VD's requests in flight like a request.
@@ -368,6 +379,7 @@ async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job
     match job {
         RowJob::Rebuild { targets, done } => done(io::rebuild_row(reactor, Arc::clone(vd), row, targets).await),
         RowJob::Check { mode, done } => done(io::check_row(reactor, Arc::clone(vd), row, mode).await),
+        RowJob::Copy { member, done } => done(io::copy_row(reactor, Arc::clone(vd), row, member).await),
     }
 }
 
