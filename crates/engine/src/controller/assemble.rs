@@ -42,10 +42,15 @@ impl Controller {
         // Foreign drives and blank drives take the lowest free slots.
         for (index, offer) in offered.into_iter().enumerate() {
             let Some(offer) = offer else { continue };
-            let slot =
-                (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot");
             // A drive that carries our id but left our configuration is blank to us.
-            match superblock_of(index).filter(|sb| sb.controller_id != ours_id) {
+            let foreign = superblock_of(index).filter(|sb| sb.controller_id != ours_id);
+            let slot = match &foreign {
+                Some(_) => {
+                    (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot")
+                }
+                None => self.blank_drive_slot(&mut state, index),
+            };
+            match foreign {
                 Some(sb) => {
                     state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id: sb.drive_id, foreign: true });
                     add_foreign(&mut state.foreign, sb, slot);
@@ -100,6 +105,8 @@ impl Controller {
                 self.take_over(&mut state, vd_id);
             }
         }
+        let known_ids: Vec<DriveId> = found.iter().map(|(_, sb)| sb.drive_id).collect();
+        self.resume_copies(&mut state, &known_ids);
         Ok(())
     }
 }

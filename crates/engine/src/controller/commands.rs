@@ -105,6 +105,7 @@ impl Controller {
                 self.transition(&mut state, *slot, to, state::Cause::VdDeleted, Some(&detail));
             }
         }
+        self.release_copy_targets(&mut state, &record);
         // A spare dedicated only to this drive group has nothing left to serve: it becomes
         // unconfigured good (as on a MegaRAID), never silently global.
         let dg = record.drive_group;
@@ -190,14 +191,22 @@ impl Controller {
         let settings = &mut state.config.settings;
         settings.auto_rebuild = changes.auto_rebuild.unwrap_or(settings.auto_rebuild);
         settings.rebuild_rate_percent = changes.rebuild_rate_percent.unwrap_or(settings.rebuild_rate_percent);
+        settings.copyback = changes.copyback.unwrap_or(settings.copyback);
         let settings = *settings;
         self.persist(&mut state)?;
         drop(state);
         for rebuild in self.rebuilds() {
             rebuild.progress.set_rate_percent(settings.rebuild_rate_percent);
         }
-        let auto = if settings.auto_rebuild { "on" } else { "off" };
-        self.log(Severity::Info, format!("controller settings: autorebuild={auto} rebuildrate={}", settings.rebuild_rate_percent));
+        for copy in self.copybacks() {
+            copy.progress.set_rate_percent(settings.rebuild_rate_percent);
+        }
+        let on_off = |on: bool| if on { "on" } else { "off" };
+        let (auto, copyback) = (on_off(settings.auto_rebuild), on_off(settings.copyback));
+        self.log(
+            Severity::Info,
+            format!("controller settings: autorebuild={auto} rebuildrate={} copyback={copyback}", settings.rebuild_rate_percent),
+        );
         Ok(settings)
     }
 
@@ -264,6 +273,8 @@ impl Controller {
                 // Back within its tolerance, the VD gets spares for the members still out.
                 self.take_over(&mut state, *vd_id);
             }
+            // A drive made good in a slot a spare replaced: the spare may copy back to it.
+            (None, false, Ok(())) if new_state == DriveState::UnconfiguredGood => self.offer_copyback(&mut state, slot, "set good"),
             _ => {}
         }
         drop(state);
@@ -319,6 +330,11 @@ impl Controller {
         // A missing spare stays missing; found again it is in no VD, so UGood.
         if state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::HotSpare) {
             self.transition(&mut state, slot, DriveState::UnconfiguredGood, state::Cause::SpareRemoved, None);
+        }
+        if let Some((vd_id, _)) = member_of(&state, slot) {
+            // A spare serving as a member: it stays a member, no longer revertible.
+            rebuild::set_copy_slot(&mut state.config, slot, None);
+            self.log(Severity::Info, format!("slot {slot} stays a member of v{vd_id}; it is no longer a hot spare (no copyback)"));
         }
         self.persist(&mut state)
     }

@@ -216,7 +216,7 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
 }
 
 async fn set_controller(State(state): State<Shared>, ApiJson(body): ApiJson<SetController>) -> Reply<ControllerView> {
-    let changes = ControllerChanges { auto_rebuild: body.auto_rebuild, rebuild_rate_percent: body.rebuild_rate_percent };
+    let changes = ControllerChanges { auto_rebuild: body.auto_rebuild, rebuild_rate_percent: body.rebuild_rate_percent, copyback: None };
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.set_controller(changes)).await?;
     self::controller(State(state)).await
