@@ -7,6 +7,7 @@
 //!
 //! Exit status: 0 success, 1 an error from (or no answer from) the daemon, 2 a usage error.
 
+mod copyback;
 mod http;
 mod parse;
 mod render;
