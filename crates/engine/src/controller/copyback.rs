@@ -81,7 +81,7 @@ pub enum CopybackCommand {
 /// Where a copy stands in the configuration: member `member` of `vd_id` (slot `source`) is
 /// copied to slot `target`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Copy {
+struct CopyJob {
     vd_id: u32,
     member: usize,
     source: u32,
@@ -145,8 +145,8 @@ impl Controller {
 
     /// Records `copy.target` as receiving a copy of `copy.source`, then starts it. `why` goes
     /// into the event.
-    fn begin_copy(&self, state: &mut State, copy: Copy, why: &str) -> Result<(), ControlError> {
-        let Copy { vd_id, member, source, target } = copy;
+    fn begin_copy(&self, state: &mut State, copy: CopyJob, why: &str) -> Result<(), ControlError> {
+        let CopyJob { vd_id, member, source, target } = copy;
         let before = state.config.clone();
         let detail = format!("receives a copy of slot {source} (member {member} of v{vd_id}), {why}");
         self.transition(state, target, DriveState::Copyback, state::Cause::CopybackStarted, Some(&detail));
@@ -165,7 +165,7 @@ impl Controller {
 
     /// Starts the copy process on a thread of its own. May be called with the state lock held:
     /// the thread takes it only later.
-    fn spawn_copy(&self, vd: Arc<VirtualDrive>, copy: Copy, start_row: u64, rate_percent: u8) {
+    fn spawn_copy(&self, vd: Arc<VirtualDrive>, copy: CopyJob, start_row: u64, rate_percent: u8) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
         let view = CopyView {
             target_slot: copy.target,
@@ -191,7 +191,7 @@ impl Controller {
         }
     }
 
-    fn run_copy(&self, vd: &Arc<VirtualDrive>, copy: Copy, progress: &Progress) -> Finish {
+    fn run_copy(&self, vd: &Arc<VirtualDrive>, copy: CopyJob, progress: &Progress) -> Finish {
         let engine = Arc::clone(&self.engine);
         let submit_row = |row: u64, done: Box<dyn FnOnce(background::RowOutcome) + Send>| {
             engine.copy_row(vd, row, copy.member, Box::new(move |result| done(row_outcome(result))));
@@ -211,7 +211,7 @@ impl Controller {
     }
 
     /// Records the watermark in the target's drive record, so that a restart resumes there.
-    fn checkpoint_copy(&self, copy: Copy, row: u64) {
+    fn checkpoint_copy(&self, copy: CopyJob, row: u64) {
         let mut state = self.state.lock().expect("controller lock");
         if !copy_recorded(&state, copy) {
             return;
@@ -222,7 +222,7 @@ impl Controller {
         }
     }
 
-    fn copy_ended(&self, copy: Copy, progress: &Progress, finish: Finish, abandon: bool) {
+    fn copy_ended(&self, copy: CopyJob, progress: &Progress, finish: Finish, abandon: bool) {
         let (source, target) = (copy.source, copy.target);
         if finish == Finish::Complete {
             self.copy_done(copy, progress);
@@ -256,7 +256,7 @@ impl Controller {
 
     /// Every row is copied: the swap is recorded, then the engine switches the member to the
     /// target, then the source is released (a spare returns to the spares).
-    fn copy_done(&self, copy: Copy, progress: &Progress) {
+    fn copy_done(&self, copy: CopyJob, progress: &Progress) {
         let mut state = self.state.lock().expect("controller lock");
         if !copy_running(&state, copy) {
             return;
@@ -266,7 +266,7 @@ impl Controller {
             let reason = format!("{} row(s) of the source could not be read nor rebuilt (first: row {first})", bad_rows.len());
             return self.abandon_copy(&mut state, copy, &reason, Severity::Critical);
         }
-        let Copy { vd_id, member, source, target } = copy;
+        let CopyJob { vd_id, member, source, target } = copy;
         let before = state.config.clone();
         let revertible = state.config.hot_spares.iter().any(|h| h.slot == source);
         let detail = format!("takes the place of slot {source} in v{vd_id}");
@@ -298,8 +298,8 @@ impl Controller {
     /// Ends a copy before its end: the target returns to what it was (UGood, or a hot spare).
     /// Recorded before the engine stops writing the target; if it cannot be recorded, the copy
     /// stays as it is (the target keeps receiving writes) and a restart resumes it.
-    fn abandon_copy(&self, state: &mut State, copy: Copy, reason: &str, severity: Severity) {
-        let Copy { source, target, vd_id, member } = copy;
+    fn abandon_copy(&self, state: &mut State, copy: CopyJob, reason: &str, severity: Severity) {
+        let CopyJob { source, target, vd_id, member } = copy;
         self.log(severity, format!("copyback of slot {source} to slot {target} (v{vd_id}) abandoned: {reason}"));
         let before = state.config.clone();
         self.return_target(state, target, state::Cause::CopybackStopped, reason);
@@ -366,7 +366,7 @@ impl Controller {
                 continue;
             }
             let Some(target) = copy_target_of(&state.config, source) else { continue };
-            let copy = Copy { vd_id, member, source, target };
+            let copy = CopyJob { vd_id, member, source, target };
             self.stop_copy_view(target);
             if vd.state() == crate::VdState::Offline {
                 self.abandon_copy(state, copy, &format!("slot {source} left service and v{vd_id} is offline"), Severity::Critical);
@@ -388,7 +388,7 @@ impl Controller {
 }
 
 /// Whether `target` may receive a copy of member `source`, and of which VD and member.
-fn check_copy(state: &State, source: u32, target: u32) -> Result<Copy, ControlError> {
+fn check_copy(state: &State, source: u32, target: u32) -> Result<CopyJob, ControlError> {
     let state_of = |slot: u32| state.config.drives.iter().find(|d| d.slot == slot).map(|d| d.state);
     let Some(source_state) = state_of(source) else {
         return Err(ControlError::NotFound(format!("slot {source} holds no drive of ours")));
@@ -415,7 +415,7 @@ fn check_copy(state: &State, source: u32, target: u32) -> Result<Copy, ControlEr
     }
     let record = state.config.vds.iter().find(|v| v.vd_id == vd_id).expect("a live VD has a record");
     check_target(state, target, record)?;
-    Ok(Copy { vd_id, member, source, target })
+    Ok(CopyJob { vd_id, member, source, target })
 }
 
 /// Whether `target` may receive a copy of a member of `record`: present and ours, unconfigured
@@ -460,14 +460,14 @@ fn copy_target_of(config: &ControllerConfig, source: u32) -> Option<u32> {
 
 /// Whether the configuration still records `copy` (target Cpybck from that source, which is
 /// still that member).
-fn copy_recorded(state: &State, copy: Copy) -> bool {
+fn copy_recorded(state: &State, copy: CopyJob) -> bool {
     let member_slot = state.config.vds.iter().find(|v| v.vd_id == copy.vd_id).and_then(|v| v.member_slots.get(copy.member).copied());
     member_slot == Some(copy.source) && copy_target_of(&state.config, copy.source) == Some(copy.target)
 }
 
 /// Whether `copy` is recorded and still runs in the engine: the member online, its copy there
 /// and its target not failed.
-fn copy_running(state: &State, copy: Copy) -> bool {
+fn copy_running(state: &State, copy: CopyJob) -> bool {
     let Some(vd) = state.vds.get(&copy.vd_id) else { return false };
     let engine_copy = vd.copy_target(copy.member).is_some_and(|c| !c.has_failed());
     copy_recorded(state, copy) && engine_copy && vd.member(copy.member).state() == MemberState::Online

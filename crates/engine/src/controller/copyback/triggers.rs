@@ -35,7 +35,7 @@ impl Controller {
             self.return_target(state, target, state::Cause::CopybackStopped, reason);
             return drop(self.persist(state));
         };
-        let copy = Copy { vd_id, member, source, target };
+        let copy = CopyJob { vd_id, member, source, target };
         let vd = Arc::clone(&state.vds[&vd_id]);
         if vd.member(member).state() != MemberState::Online {
             return; // out of service: take_over made the target its rebuild, or said why not
