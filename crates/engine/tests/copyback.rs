@@ -234,30 +234,38 @@ fn insert_into_a_spares_place_copies_the_spare_back() {
 /// becomes a revertible member in turn.
 #[test]
 fn a_healthy_member_is_replaced_while_it_serves() {
-    for level in [Level::Raid0, Level::Raid1, Level::Raid5, Level::Raid6] {
+    for level in [Level::Raid0, Level::Raid1, Level::Raid1E, Level::Raid5, Level::Raid6, Level::Raid50] {
         let engine = engine();
-        let mut drives: Vec<Arc<dyn Drive>> = mem_drives(6, DRIVE_BYTES);
+        let mut drives: Vec<Arc<dyn Drive>> = mem_drives(8, DRIVE_BYTES);
         let target = slow_drive(DRIVE_BYTES);
-        drives[4] = target.clone();
+        drives[7] = target.clone();
         let controller = open(&engine, &drives, None);
-        let slots: Vec<u32> = if level == Level::Raid1 { vec![0, 1] } else { vec![0, 1, 2, 3] };
-        controller.create_vd(spec(level, &slots, "db")).unwrap();
-        controller.add_hot_spare(5, vec![]).unwrap();
+        let slots: Vec<u32> = match level {
+            Level::Raid1 => vec![0, 1],
+            Level::Raid1E => vec![0, 1, 2],
+            Level::Raid50 => vec![0, 1, 2, 3, 4, 5],
+            _ => vec![0, 1, 2, 3],
+        };
+        let mut vd_spec = spec(level, &slots, "db");
+        vd_spec.drives_per_span = (level == Level::Raid50).then_some(3);
+        controller.create_vd(vd_spec).unwrap();
+        controller.add_hot_spare(6, vec![]).unwrap();
         let (_, vd) = controller.vd(0).unwrap();
         let mut model = pattern(vd.capacity_bytes() as usize, 9);
         engine.write_at(&vd, 0, &model).unwrap();
 
-        controller.start_copyback(1, 4).unwrap();
-        assert_eq!(controller.slot(4).unwrap().state, DriveState::Copyback);
+        controller.start_copyback(1, 7).unwrap();
+        assert_eq!(controller.slot(7).unwrap().state, DriveState::Copyback);
         assert_eq!(vd.state(), VdState::Optimal, "{level}: the member keeps serving");
         let during = write_while(&engine, &vd, &mut model, 8, || !controller.copybacks().is_empty());
         assert!(during > 0, "{level}: clients wrote while the copy ran");
-        wait_for_state(&controller, 4, DriveState::Online);
+        wait_for_state(&controller, 7, DriveState::Online);
         assert_eq!(controller.slot(1).unwrap().state, DriveState::UnconfiguredGood, "{level}");
-        assert_eq!(controller.vd(0).unwrap().0.member_slots[1], 4, "{level}");
+        assert_eq!(controller.vd(0).unwrap().0.member_slots[1], 7, "{level}");
         check_vd(&engine, &vd, &model, &format!("{level} after the replacement"));
         target.set_faults(Faults::default());
         if level != Level::Raid0 {
+            // Another member of the copied one's span out: its strips must come from the copy.
             controller.set_controller(ControllerChanges { auto_rebuild: Some(false), ..Default::default() }).unwrap();
             let other = if level == Level::Raid1 { 0 } else { 2 };
             controller.set_drive(other, DriveCommand::Offline).unwrap();
@@ -453,4 +461,58 @@ fn bad_copyback_input_changes_nothing() {
     assert_eq!(result.unwrap_err().to_string(), "slot 3 is being copied to slot 6 already; stop that copyback first");
     assert_eq!(controller.config(), before);
     wait_for_state(&controller, 6, DriveState::Online);
+}
+
+/// A VD deleted while one of its members is copied: the target returns to the spares (as a
+/// MegaRAID's does), the members to UGood.
+#[test]
+fn deleting_the_vd_returns_the_copy_target() {
+    let engine = engine();
+    let mut drives: Vec<Arc<dyn Drive>> = mem_drives(5, DRIVE_BYTES);
+    let target = slow_drive(DRIVE_BYTES);
+    drives[4] = target.clone();
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
+    controller.add_hot_spare(4, vec![]).unwrap();
+    controller.start_copyback(2, 4).unwrap();
+    controller.delete_vd(0, false, false).unwrap();
+    assert_eq!(controller.slot(4).unwrap().state, DriveState::HotSpare);
+    assert_eq!(controller.slot(4).unwrap().hot_spare_drive_groups, Some(vec![]));
+    assert!((0..4).all(|slot| controller.slot(slot).unwrap().state == DriveState::UnconfiguredGood));
+    wait_until_no_copy(&controller);
+    let record = controller.config().drives.into_iter().find(|d| d.slot == 4).unwrap();
+    assert_eq!((record.copy_slot, record.rebuild_row), (None, 0));
+}
+
+/// The replaced slot made good while the spare is still being rebuilt: the copyback waits for
+/// the rebuild, then runs.
+#[test]
+fn a_copyback_asked_for_during_the_rebuild_runs_after_it() {
+    let engine = engine();
+    let mut drives: Vec<Arc<dyn Drive>> = mem_drives(5, DRIVE_BYTES);
+    let spare = slow_drive(DRIVE_BYTES);
+    drives[4] = spare.clone();
+    let failing = Arc::new(FaultyDrive::new(Arc::clone(&drives[3])));
+    drives[3] = failing.clone();
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
+    controller.add_hot_spare(4, vec![]).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    let mut model = pattern(vd.capacity_bytes() as usize, 29);
+    engine.write_at(&vd, 0, &model).unwrap();
+    failing.set_failed(true);
+    engine.write_at(&vd, 0, &model[..4096]).unwrap(); // one row: one error on the failed member
+    wait_for_state(&controller, 3, DriveState::UnconfiguredBad);
+    assert_eq!(controller.slot(4).unwrap().state, DriveState::Rebuild);
+    failing.set_failed(false);
+    controller.set_drive(3, DriveCommand::Good).unwrap();
+    let waits = "copyback of slot 4 to slot 3 (set good) starts when its rebuild is done";
+    assert!(events(&controller).iter().any(|e| e == waits), "{:#?}", events(&controller));
+    write_while(&engine, &vd, &mut model, 8, || false);
+    wait_for_state(&controller, 4, DriveState::HotSpare);
+    assert_eq!(controller.slot(3).unwrap().state, DriveState::Online);
+    spare.set_faults(Faults::default());
+    controller.set_controller(ControllerChanges { auto_rebuild: Some(false), ..Default::default() }).unwrap();
+    controller.set_drive(0, DriveCommand::Offline).unwrap();
+    check_vd(&engine, &vd, &model, "after the rebuild and the copyback, slot 0 out");
 }
