@@ -19,6 +19,7 @@
 //! The engine knows nothing of NBD, HTTP or JSON, and does no blocking system call on a shard.
 
 pub mod background;
+pub mod bitmap;
 pub mod config;
 pub mod controller;
 pub mod io;
@@ -61,7 +62,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(bitmap::ondisk::SHARD_SLOTS_MAX);
         EngineConfig { shard_count: cores, ring_entries: 512, inbox_depth: 4096 }
     }
 }
@@ -70,8 +71,12 @@ enum ShardMsg {
     Request { vd: Arc<VirtualDrive>, request: VdRequest, done: Done },
     Raw { drive: Arc<dyn Drive>, op: DriveOp, done: RawDone },
     Row { vd: Arc<VirtualDrive>, row: u64, job: RowJob },
+    CleanIntent { vd: Arc<VirtualDrive>, stopping: bool, done: CleanDone },
     Stop,
 }
+
+/// Called on a shard thread with the outcome of a bitmap clean pass.
+pub type CleanDone = Box<dyn FnOnce(Result<(), VdError>) + Send>;
 
 /// A whole-row job of a background process, run on the shard that owns the row.
 enum RowJob {
@@ -107,6 +112,14 @@ impl Engine {
     /// If a shard cannot set up its io_uring (the message says what the kernel lacks).
     pub fn start(config: EngineConfig) -> std::io::Result<Engine> {
         assert!(config.shard_count > 0, "an engine needs at least one shard");
+        if config.shard_count > bitmap::ondisk::SHARD_SLOTS_MAX {
+            let message = format!(
+                "{} shards asked for; at most {} are allowed (one write-intent bitmap slot each)",
+                config.shard_count,
+                bitmap::ondisk::SHARD_SLOTS_MAX
+            );
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, message));
+        }
         let mut shards = Vec::with_capacity(config.shard_count);
         for index in 0..config.shard_count {
             shards.push(start_shard(index, config)?);
@@ -206,6 +219,29 @@ impl Engine {
             return done(Err(error));
         }
         self.send_row(vd, row, RowJob::Copy { member, done });
+    }
+
+    /// Runs a clean pass of `vd`'s write-intent bitmap on every shard (each clears its own idle
+    /// regions; `stopping` clears every region with nothing in flight). `done` gets the first
+    /// error once every shard has finished.
+    pub fn clean_write_intent(&self, vd: &Arc<VirtualDrive>, stopping: bool, done: CleanDone) {
+        let joined = Arc::new(Mutex::new((self.shards.len(), Ok(()), Some(done))));
+        for shard in &self.shards {
+            let joined = Arc::clone(&joined);
+            let done: CleanDone = Box::new(move |result| {
+                let mut state = joined.lock().expect("clean join lock");
+                state.0 -= 1;
+                if state.1.is_ok() {
+                    state.1 = result;
+                }
+                if state.0 == 0 {
+                    let result = std::mem::replace(&mut state.1, Ok(()));
+                    (state.2.take().expect("done once"))(result);
+                }
+            });
+            vd.begin_request();
+            shard.send(ShardMsg::CleanIntent { vd: Arc::clone(vd), stopping, done });
+        }
     }
 
     /// Hands a row job to the row's shard, counted in the VD's requests in flight like a request.
@@ -313,7 +349,7 @@ fn start_shard(index: usize, config: EngineConfig) -> std::io::Result<ShardHandl
             Ok(ctx) => ctx,
             Err(error) => return ready_tx.send(Err(error)).expect("starter waits"),
         };
-        shard_main(ctx, inbox_rx, ready_tx);
+        shard_main(index, ctx, inbox_rx, ready_tx);
     })?;
     let waker = ready_rx.recv().expect("shard reports whether it started")?;
     Ok(ShardHandle { inbox: inbox_tx, waker, thread: Some(thread) })
@@ -322,10 +358,11 @@ fn start_shard(index: usize, config: EngineConfig) -> std::io::Result<ShardHandl
 type ReadyTx = std::sync::mpsc::SyncSender<std::io::Result<Arc<ShardWaker>>>;
 
 /// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
-fn shard_main(mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
+fn shard_main(index: usize, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
     let waker = ctx.waker();
     ready.send(Ok(Arc::clone(&waker))).expect("starter waits");
     let reactor = Reactor::new(ctx, CompletionOrder::Fifo);
+    reactor.set_shard_index(index);
     let mut executor = Executor::new(Rc::clone(&reactor));
     let mut stopping = false;
     loop {
@@ -367,6 +404,13 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
         ShardMsg::Row { vd, row, job } => {
             executor.spawn(async move {
                 run_row_job(reactor, &vd, row, job).await;
+                vd.end_request();
+            });
+            false
+        }
+        ShardMsg::CleanIntent { vd, stopping, done } => {
+            executor.spawn(async move {
+                done(io::clean_write_intent(reactor, Arc::clone(&vd), stopping).await);
                 vd.end_request();
             });
             false
@@ -465,6 +509,13 @@ impl LocalEngine {
         let reactor = Rc::clone(self.executor.reactor());
         let vd = Arc::clone(vd);
         self.executor.spawn(async move { done(io::check_row(reactor, vd, row, mode).await) });
+    }
+
+    /// Queues a clean pass of `vd`'s bitmap (see [`Engine::clean_write_intent`]).
+    pub fn clean_write_intent(&mut self, vd: &Arc<VirtualDrive>, stopping: bool, done: impl FnOnce(Result<(), VdError>) + 'static) {
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::clean_write_intent(reactor, vd, stopping).await) });
     }
 
     /// Rebuilds one row and waits for the outcome: for tests and tools.

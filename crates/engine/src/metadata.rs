@@ -242,6 +242,12 @@ fn choose(drive: &str, copies: [Result<Superblock, MetadataError>; 2]) -> Result
 
 /// Submits one operation on a private context and waits for its completion.
 fn run_blocking(drive: &dyn Drive, op: DriveOp, action: impl FnOnce() -> String) -> Result<Completion, MetadataError> {
+    submit_and_wait(drive, op).map_err(|error| MetadataError::Io { drive: drive.info().name.clone(), action: action(), error })
+}
+
+/// Runs one operation on a private context and waits for it: the control plane's blocking I/O
+/// (metadata, the bitmap's header and slot 0). Never call it on a shard.
+pub(crate) fn submit_and_wait(drive: &dyn Drive, op: DriveOp) -> Result<Completion, DriveError> {
     let mut ctx = IoCtx::without_ring();
     drive.submit(&mut ctx, 0, op);
     let mut out = Vec::with_capacity(1);
@@ -250,7 +256,7 @@ fn run_blocking(drive: &dyn Drive, op: DriveOp, action: impl FnOnce() -> String)
         if let Some(completion) = out.pop() {
             return match completion.result {
                 Ok(()) => Ok(completion),
-                Err(error) => Err(MetadataError::Io { drive: drive.info().name.clone(), action: action(), error }),
+                Err(ref error) => Err(error.clone()),
             };
         }
         assert!(ctx.in_flight() > 0, "drive {} accepted an operation and never completed it", drive.info().name);

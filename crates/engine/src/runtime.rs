@@ -65,6 +65,8 @@ pub struct Reactor {
     held_back: RefCell<Vec<Completion>>,
     locks: RefCell<HashMap<LockKey, LockQueue>>,
     next_ticket: RefCell<u64>,
+    /// Which shard this is (0 for a lone executor): picks the shard's slot of a VD's bitmap.
+    shard_index: std::cell::Cell<usize>,
 }
 
 impl Reactor {
@@ -77,7 +79,16 @@ impl Reactor {
             held_back: RefCell::new(Vec::new()),
             locks: RefCell::new(HashMap::new()),
             next_ticket: RefCell::new(0),
+            shard_index: std::cell::Cell::new(0),
         })
+    }
+
+    pub fn shard_index(&self) -> usize {
+        self.shard_index.get()
+    }
+
+    pub fn set_shard_index(&self, index: usize) {
+        self.shard_index.set(index);
     }
 
     pub fn ctx(&self) -> std::cell::RefMut<'_, IoCtx> {

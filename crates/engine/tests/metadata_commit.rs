@@ -12,7 +12,7 @@ use common::{engine, pattern, spec};
 use drive::{Completion, Drive, DriveInfo, DriveOp, Faults, FaultyDrive, IoBuf, IoCtx, MemDrive, Token};
 use engine::config::{ControllerConfig, ControllerId, DriveState, WritePolicy};
 use engine::controller::{Controller, ControllerOptions, OfferedDrive, VdChanges};
-use engine::metadata::{self, METADATA_AREA_BYTES};
+use engine::metadata::{self, BITMAP_AREA_OFFSET_BYTES, METADATA_AREA_BYTES};
 use engine::{Engine, VdState};
 use layout::{Level, MIB};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -54,7 +54,8 @@ impl Drive for CrashDrive {
 
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
         let DriveOp::Write { offset_bytes, buf } = op else { return self.inner.submit(ctx, token, op) };
-        if offset_bytes >= METADATA_AREA_BYTES {
+        // The configuration's copies only: the bitmap after them is written by the data path.
+        if offset_bytes >= BITMAP_AREA_OFFSET_BYTES {
             return self.inner.submit(ctx, token, DriveOp::Write { offset_bytes, buf });
         }
         match self.point.writes_left.fetch_sub(1, Ordering::SeqCst) {
@@ -224,7 +225,7 @@ impl Drive for SlowMetadata {
     }
 
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
-        if matches!(op, DriveOp::Write { offset_bytes, .. } if offset_bytes < METADATA_AREA_BYTES) {
+        if matches!(op, DriveOp::Write { offset_bytes, .. } if offset_bytes < BITMAP_AREA_OFFSET_BYTES) {
             if self.fail.load(Ordering::SeqCst) {
                 return ctx.fail(token, drive::DriveError::Io(libc::EIO), op);
             }

@@ -283,5 +283,6 @@ fn an_offline_vd_comes_back_with_set_online_force() {
     assert_eq!(vd.state(), VdState::Degraded);
     check_vd(&engine, &vd, &model, "after set online force");
     let events: Vec<String> = second.events().into_iter().map(|e| e.description).collect();
-    assert!(events.iter().any(|e| e.starts_with("slot 1 forced online in v0 (Dgrd)")), "{events:#?}");
+    let forced = events.iter().find(|e| e.starts_with("slot 1 forced online in v0 (Dgrd)")).unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(forced.contains("are among rows 0.."), "the event names the rows to check: {forced}");
 }

@@ -169,6 +169,19 @@ pub struct VdView {
     pub io_policy: String,
     /// The NBD export name clients use.
     pub export_name: String,
+    /// Regions that await a resync after an unclean stop (none when there are none).
+    #[serde(default)]
+    pub resync: Option<ResyncInfo>,
+}
+
+/// A VD's resync after an unclean stop: its dirty regions' parity or copies are recomputed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ResyncInfo {
+    /// "Pending" (waits for every member to be in service) or "In progress".
+    pub status: String,
+    /// Regions left to resync.
+    pub regions: u64,
+    pub percent_done: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -132,11 +132,16 @@ fn the_spare_copies_back_to_a_replaced_drive_file_and_returns_to_the_global_spar
 }
 
 /// `/c0/sN start copyback target=M` (md's want_replacement), killed with -9 halfway: the next
-/// start resumes from the checkpoint, the copy completes, the old member is UGood, and the image
-/// reads back with another member out.
+/// start resumes from the checkpoint; killed again after a client write below the checkpoint, it
+/// resumes below that write; the copy completes, the old member is UGood, and the image reads
+/// back with another member out.
 #[test]
 fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() {
     let (array, daemon) = raid5_with_a_spare("copyback-kill");
+    // A clean stop leaves the write-intent bitmap empty: after the kill, no write of the fill
+    // can have been in flight, and the copy resumes at its checkpoint (not below dirty regions).
+    daemon.stop();
+    let daemon = Daemon::start(&array.scratch, &array.drives);
     cli(&daemon, &["/c0", "set", "rebuildrate=5"]);
     let (stop, reader) = busy_reader(&daemon, array.size_bytes);
     let started = cli(&daemon, &["/c0/s2", "start", "copyback", "target=8", "J"]);
@@ -160,6 +165,24 @@ fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() 
     let resumed = resumed.expect("a resume event");
     let row: u64 = resumed.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(row > 0, "progress > 0 at the restart: {resumed}");
+
+    // Killed again right after a client rewrote the first MiB (the same bytes): that write may
+    // have reached the member and not the target, so the copy resumes below it, at row 0.
+    let (stop, reader) = busy_reader(&daemon, array.size_bytes); // the copy stays at 5%
+    let uri = NbdUri::Unix { socket_path: daemon.api_socket().with_file_name("nbd.sock"), export_name: "db".into() };
+    let mut client = Client::connect(&uri, &ClientConfig { structured_replies: true }).expect("connect the writer");
+    let first_mib = std::fs::read(&array.image).unwrap()[..MIB as usize].to_vec();
+    client.write(0, &first_mib, true).expect("rewrite the first MiB");
+    assert_eq!(drive_state(&daemon, SPARE_SLOT), "Cpybck", "killed while still copying");
+    daemon.kill9();
+    stop.store(true, Ordering::SeqCst);
+    let _ = reader.join();
+    let daemon = Daemon::start(&array.scratch, &array.drives);
+    let log = events(&daemon);
+    let lowered = "copyback of slot 2 to slot 8: checkpoint at row ";
+    let unclean = log.iter().rev().find(|e| e.starts_with(lowered)).unwrap_or_else(|| panic!("no event {lowered:?}: {log:#?}"));
+    assert!(unclean.ends_with("v0 stopped uncleanly with writes in flight from row 0, which are copied again"), "{unclean}");
+    assert_eq!(drive_state(&daemon, SPARE_SLOT), "Cpybck");
     cli(&daemon, &["/c0", "set", "rebuildrate=100"]);
     wait_for_state(&daemon, SPARE_SLOT, "Onln");
     assert_eq!(drive_state(&daemon, 2), "UGood");

@@ -25,9 +25,18 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Rows submitted past the watermark at most: enough to keep every member's queue fed across
-/// shards, and all a restart redoes.
+/// Rows submitted past the watermark at most, by default: enough to keep every member's queue
+/// fed across shards, and all a restart redoes. See [`window_rows_for`].
 pub const WINDOW_ROWS: usize = 16;
+/// Member bytes an operation keeps in flight on each member at least: with small strips, a
+/// window of [`WINDOW_ROWS`] would leave a disk waiting between small I/Os.
+pub const WINDOW_MEMBER_BYTES: u64 = 8 << 20;
+
+/// The window for rows of `strip_size_bytes` per member: [`WINDOW_MEMBER_BYTES`] of each member,
+/// and never fewer than [`WINDOW_ROWS`] rows.
+pub fn window_rows_for(strip_size_bytes: u64) -> usize {
+    (WINDOW_MEMBER_BYTES / strip_size_bytes.max(1)).max(WINDOW_ROWS as u64) as usize
+}
 /// A checkpoint at least this often...
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// ...and at least every this fraction of the VD (DESIGN.md: every 1/16 and every few seconds).
@@ -45,6 +54,7 @@ pub struct Progress {
     watermark_row: AtomicU64,
     control: AtomicU8,
     rate_percent: AtomicU8,
+    window_rows: std::sync::atomic::AtomicUsize,
     /// Rows whose data could not be produced (no other copy): recorded, then skipped.
     bad_rows: std::sync::Mutex<Vec<u64>>,
 }
@@ -66,8 +76,18 @@ impl Progress {
             watermark_row: AtomicU64::new(start_row),
             control: AtomicU8::new(Control::Run as u8),
             rate_percent: AtomicU8::new(rate_percent.min(100)),
+            window_rows: std::sync::atomic::AtomicUsize::new(WINDOW_ROWS),
             bad_rows: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Rows the operation may run past its watermark (set before it starts).
+    pub fn set_window_rows(&self, rows: usize) {
+        self.window_rows.store(rows.max(1), Ordering::Relaxed);
+    }
+
+    pub fn window_rows(&self) -> usize {
+        self.window_rows.load(Ordering::Relaxed)
     }
 
     /// Every row below this one is done.
@@ -162,7 +182,7 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
         }
         // The window bounds the distance from the watermark, not only the rows in flight: a
         // slow row holds the others back, so a restart redoes at most a window of rows.
-        let window_end_row = progress.watermark_row().saturating_add(WINDOW_ROWS as u64).min(progress.total_rows);
+        let window_end_row = progress.watermark_row().saturating_add(progress.window_rows() as u64).min(progress.total_rows);
         while may_submit && next_row < window_end_row {
             let done_tx = done_tx.clone();
             let row = next_row;

@@ -98,6 +98,10 @@ impl Controller {
             ),
         );
         self.resume_rebuilds(&state);
+        // Before the resyncs: a copy resumes below the regions they are about to resync.
+        let known_ids: Vec<DriveId> = found.iter().map(|(_, sb)| sb.drive_id).collect();
+        self.resume_copies(&mut state, &known_ids);
+        self.start_resyncs(&state);
         // Members out of service at start (a drive that vanished) get a spare, as at run time.
         for vd_id in state.config.vds.iter().map(|v| v.vd_id).collect::<Vec<_>>() {
             let vd = &state.vds[&vd_id];
@@ -105,8 +109,6 @@ impl Controller {
                 self.take_over(&mut state, vd_id);
             }
         }
-        let known_ids: Vec<DriveId> = found.iter().map(|(_, sb)| sb.drive_id).collect();
-        self.resume_copies(&mut state, &known_ids);
         Ok(())
     }
 }

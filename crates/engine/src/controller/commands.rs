@@ -53,6 +53,7 @@ impl Controller {
             bad_blocks: Vec::new(),
         };
         vd.set_notifier(self.member_events.clone());
+        self.open_write_intent(state.config.controller_id, vd_id, &vd, true);
         let detail = format!("member of v{vd_id}");
         for slot in &spec.slots {
             self.transition(&mut state, *slot, DriveState::Online, state::Cause::VdCreated, Some(&detail));
@@ -243,7 +244,14 @@ impl Controller {
         let new_state = plan_drive_change(slot, record.state, command, membership.as_ref().map(|(vd, _)| vd))?;
         let vd = membership.map(|(vd_id, index)| (Arc::clone(&state.vds[&vd_id]), vd_id, index));
         if let Some((vd, vd_id, index)) = &vd {
-            if new_state == DriveState::Online && vd.member(*index).has_missed_writes() && !force {
+            let missed = new_state == DriveState::Online && vd.member(*index).has_missed_writes();
+            if missed && vd.write_intent().is_some() && vd.state() != crate::VdState::Offline {
+                // Only the regions written while it was out need it: md's re-add. `force` is
+                // for a VD that is offline without the member; here it would only serve stale rows.
+                let (vd_id, index) = (*vd_id, *index);
+                return self.re_add(&mut state, slot, vd_id, index);
+            }
+            if missed && !force {
                 return Err(ControlError::Conflict(format!(
                     "slot {slot} missed writes to v{vd_id} while out of service; bringing it online would serve stale data. It needs a rebuild: a hot spare takes its place, or `start rebuild` on a replacement; `set online force` accepts the stale rows (for a VD that is offline otherwise)"
                 )));
@@ -266,9 +274,13 @@ impl Controller {
             }
             (Some(_), false, Err(_)) => self.undo_transition(&mut state, &transition),
             (Some((vd, vd_id, index)), true, Ok(())) if force && vd.member(*index).has_missed_writes() => {
+                let suspect = suspect_rows(vd);
                 self.log(
                     Severity::Critical,
-                    format!("slot {slot} forced online in v{vd_id} ({}): writes made while it was out of service are missing on it; run a consistency check", vd.state().short_name()),
+                    format!(
+                        "slot {slot} forced online in v{vd_id} ({}): writes made while it was out of service are missing on it; {suspect}",
+                        vd.state().short_name()
+                    ),
                 );
                 // Back within its tolerance, the VD gets spares for the members still out.
                 self.take_over(&mut state, *vd_id);
@@ -487,4 +499,25 @@ fn import_one(state: &mut State, foreign: &ForeignConfig) -> Result<usize, Strin
     let count = new_records.len();
     state.config.vds.extend(new_records);
     Ok(count)
+}
+
+/// After `set online force`: the rows that may disagree, for the event. The bitmap's dirty
+/// regions hold every row written since the VD was last whole and idle, so the rows whose
+/// writes failed when members failed are among them; a consistency check of those rows
+/// repairs what disagrees. They are not fenced off: most of them hold acknowledged data that
+/// reads back.
+fn suspect_rows(vd: &VirtualDrive) -> String {
+    let Some(intent) = vd.write_intent() else {
+        return "no bitmap says which rows were written; run a consistency check".into();
+    };
+    let dirty = intent.dirty_regions();
+    if dirty.is_empty() {
+        return "no row was written since the VD was last whole".into();
+    }
+    let ranges: Vec<String> = dirty.ones().take(8).map(|region| format!("{:?}", intent.regions.rows_of(region))).collect();
+    let more = if dirty.count() > 8 { format!(" and {} more region(s)", dirty.count() - 8) } else { String::new() };
+    format!(
+        "the rows whose writes failed are among rows {}{more} (written while members were failing); run a consistency check of them",
+        ranges.join(", ")
+    )
 }

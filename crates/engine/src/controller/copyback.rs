@@ -167,6 +167,7 @@ impl Controller {
     /// the thread takes it only later.
     fn spawn_copy(&self, vd: Arc<VirtualDrive>, copy: CopyJob, start_row: u64, rate_percent: u8) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
+        progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
         let view = CopyView {
             target_slot: copy.target,
             source_slot: copy.source,
@@ -186,7 +187,7 @@ impl Controller {
             controller.copy_ended(copy, &progress, finish, abandon.load(Ordering::SeqCst));
         });
         match spawned {
-            Ok(thread) => self.background_threads.lock().expect("background threads lock").push(thread),
+            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
             Err(error) => self.log(Severity::Critical, format!("copyback to slot {} cannot start a thread: {error}", copy.target)),
         }
     }
@@ -198,7 +199,7 @@ impl Controller {
         };
         let mut quarter_logged = progress.watermark_row() * 100 / progress.total_rows.max(1) / PROGRESS_EVENT_PERCENT;
         let mut checkpoint = |row: u64| {
-            self.checkpoint_copy(copy, row);
+            self.checkpoint_copy(vd, copy, row);
             let quarter = row * 100 / progress.total_rows.max(1) / PROGRESS_EVENT_PERCENT;
             if quarter > quarter_logged && row < progress.total_rows {
                 quarter_logged = quarter;
@@ -210,8 +211,16 @@ impl Controller {
         background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy })
     }
 
-    /// Records the watermark in the target's drive record, so that a restart resumes there.
-    fn checkpoint_copy(&self, copy: CopyJob, row: u64) {
+    /// Records the watermark in the target's drive record, so that a restart resumes there;
+    /// the target is flushed first, so that the record never vouches for rows a power cut lost.
+    fn checkpoint_copy(&self, vd: &VirtualDrive, copy: CopyJob, row: u64) {
+        let Some(running) = vd.copy_target(copy.member) else { return };
+        if let Err(error) = crate::bitmap::ondisk::flush(&**running.target()) {
+            let target = copy.target;
+            return self
+                .log(Severity::Warning, format!("copyback to slot {target}: checkpoint at row {row} not written, flush failed: {error}"));
+        }
+        drop(running);
         let mut state = self.state.lock().expect("controller lock");
         if !copy_recorded(&state, copy) {
             return;

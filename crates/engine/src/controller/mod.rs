@@ -19,11 +19,13 @@ mod commands;
 mod copyback;
 mod events;
 mod rebuild;
+mod resync;
 mod spares;
 pub mod state;
 
 pub use copyback::{CopyView, CopybackCommand};
 pub use rebuild::{RebuildCommand, RebuildView};
+pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
 
 use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
 use crate::{Engine, VdRequest};
@@ -187,8 +189,11 @@ pub struct Controller {
     /// Spares whose copyback waits for the end of their rebuild (the slot they replaced got a
     /// good drive meanwhile).
     copyback_pending: Mutex<std::collections::BTreeSet<u32>>,
-    /// The threads of rebuilds and copies, joined at shutdown.
-    background_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The threads of rebuilds, resyncs and copies, joined at shutdown.
+    rebuild_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Resyncs after an unclean stop, by VD (their threads are in `rebuild_threads`).
+    resyncs: Mutex<BTreeMap<u32, ResyncView>>,
+    bitmap_daemon: Mutex<Option<resync::BitmapDaemon>>,
     /// This controller, for the threads it starts (set once, right after it is built).
     myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
 }
@@ -300,7 +305,9 @@ impl Controller {
             rebuilds: Mutex::new(BTreeMap::new()),
             copies: Mutex::new(BTreeMap::new()),
             copyback_pending: Mutex::new(std::collections::BTreeSet::new()),
-            background_threads: Mutex::new(Vec::new()),
+            rebuild_threads: Mutex::new(Vec::new()),
+            resyncs: Mutex::new(BTreeMap::new()),
+            bitmap_daemon: Mutex::new(None),
             myself: std::sync::OnceLock::new(),
         });
         let _ = controller.myself.set(Arc::downgrade(&controller));
@@ -308,6 +315,7 @@ impl Controller {
             controller.log(severity, description);
         }
         controller.assemble(offered, found, assembly)?;
+        controller.start_bitmap_daemon().map_err(|e| ControlError::Io(format!("cannot start the bitmap thread: {e}")))?;
         let watcher = Arc::downgrade(&controller);
         std::thread::Builder::new()
             .name("storc-watcher".into())
@@ -347,6 +355,7 @@ impl Controller {
             }
         }
         vd.set_notifier(self.member_events.clone());
+        self.open_write_intent(state.config.controller_id, record.vd_id, &vd, false);
         Ok(Arc::new(vd))
     }
 
@@ -482,12 +491,14 @@ impl Controller {
     /// Flushes every VD and writes the configuration once more (clean shutdown).
     pub fn shutdown(&self) {
         // Rebuilds and copies stop at their watermark, checkpointed, and resume at the next start.
-        self.stop_background();
+        self.stop_resyncs();
+        self.stop_rebuilds();
         for (record, vd) in self.vds() {
             if let Err(error) = self.engine.run(&vd, VdRequest::Flush).result {
                 self.log(Severity::Warning, format!("v{}: flush at shutdown failed: {error}", record.vd_id));
             }
         }
+        self.close_write_intents();
         let mut state = self.state.lock().expect("controller lock");
         let _ = self.persist(&mut state);
         drop(state);

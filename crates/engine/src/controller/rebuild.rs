@@ -11,6 +11,7 @@
 
 use super::*;
 use crate::background::{self, Finish, Hooks, Progress, RowOutcome};
+use crate::bitmap::{self, Bits, RegionMap};
 use crate::vd::MemberSet;
 use std::time::{Duration, Instant};
 
@@ -166,49 +167,95 @@ impl Controller {
     /// Starts the rebuild process of member `member` (slot `slot`) on a thread of its own. May be
     /// called with the state lock held: the thread takes it only later.
     fn spawn_rebuild(&self, vd: Arc<VirtualDrive>, vd_id: u32, member: usize, slot: u32, start_row: u64, rate_percent: u8) {
+        self.spawn_rebuild_of(vd, vd_id, member, slot, start_row, rate_percent, None);
+    }
+
+    /// [`Controller::spawn_rebuild`] of the rows in the regions of `only_regions` (a re-add:
+    /// the member holds everything else already), or of every row.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn spawn_rebuild_of(
+        &self,
+        vd: Arc<VirtualDrive>,
+        vd_id: u32,
+        member: usize,
+        slot: u32,
+        start_row: u64,
+        rate_percent: u8,
+        only_regions: Option<Bits>,
+    ) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
+        progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
         let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now(), start_row };
         self.rebuilds.lock().expect("rebuilds lock").insert(slot, view);
         let controller = self.myself();
         let spawned = std::thread::Builder::new().name(format!("storc-rebuild-s{slot}")).spawn(move || {
             let Some(controller) = controller.upgrade() else { return };
-            let finish = controller.run_rebuild(&vd, member, slot, &progress);
+            let (finish, rows) = controller.run_rebuild(&vd, member, slot, &progress, &only_regions);
+            if let (Some(dirty), Finish::Complete) = (&only_regions, &finish) {
+                let bytes = rows * vd.geometry().strip_size_bytes();
+                controller.log(
+                    Severity::Info,
+                    format!("re-add of slot {slot} (v{vd_id}): {} dirty region(s), {rows} row(s), {bytes} bytes resynced", dirty.count()),
+                );
+            }
             controller.rebuild_ended(vd_id, member, slot, &progress, finish);
         });
         match spawned {
-            Ok(thread) => self.background_threads.lock().expect("background threads lock").push(thread),
+            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
             Err(error) => self.log(Severity::Critical, format!("rebuild of slot {slot} cannot start a thread: {error}")),
         }
     }
 
     /// Stops every rebuild and copy at its watermark (checkpointed) and waits for the threads:
     /// shutdown. They resume at the next start.
-    pub(super) fn stop_background(&self) {
+    pub(super) fn stop_rebuilds(&self) {
         for rebuild in self.rebuilds() {
             rebuild.progress.set_control(background::Control::Stop);
         }
         for copy in self.copybacks() {
             copy.progress.set_control(background::Control::Stop);
         }
-        let threads = std::mem::take(&mut *self.background_threads.lock().expect("background threads lock"));
+        let threads = std::mem::take(&mut *self.rebuild_threads.lock().expect("rebuild threads lock"));
         for thread in threads {
             let _ = thread.join();
         }
     }
 
-    fn run_rebuild(&self, vd: &Arc<VirtualDrive>, member: usize, slot: u32, progress: &Progress) -> Finish {
+    /// Returns how the rebuild ended and how many rows it rebuilt.
+    fn run_rebuild(&self, vd: &Arc<VirtualDrive>, member: usize, slot: u32, progress: &Progress, only: &Option<Bits>) -> (Finish, u64) {
         let targets = MemberSet::of(&[member]);
         let engine = Arc::clone(&self.engine);
+        let regions = RegionMap::for_geometry(vd.geometry());
+        let rows_rebuilt = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let submit_row = |row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
-            engine.rebuild_row(vd, row, targets, Box::new(move |result| done(row_outcome(result))));
+            if !resync::row_in(&regions, only, row) {
+                return done(RowOutcome::Done);
+            }
+            let rows_rebuilt = Arc::clone(&rows_rebuilt);
+            engine.rebuild_row(
+                vd,
+                row,
+                targets,
+                Box::new(move |result| {
+                    rows_rebuilt.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    done(row_outcome(result))
+                }),
+            );
         };
-        let mut checkpoint = |row: u64| self.checkpoint_rebuild(slot, row);
+        let mut checkpoint = |row: u64| self.checkpoint_rebuild(vd, member, slot, row);
         let clients_busy = || vd.last_client_request().elapsed() < CLIENTS_BUSY_WINDOW;
-        background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy })
+        let finish = background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy });
+        (finish, rows_rebuilt.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    /// Records the watermark in the spare's drive record, so that a restart resumes there.
-    fn checkpoint_rebuild(&self, slot: u32, row: u64) {
+    /// Records the watermark in the spare's drive record, so that a restart resumes there. The
+    /// rows below it are flushed on the drive first: a checkpoint must not outlive what it
+    /// vouches for (a power cut drops what a drive had not flushed).
+    fn checkpoint_rebuild(&self, vd: &VirtualDrive, member: usize, slot: u32, row: u64) {
+        if let Err(error) = bitmap::ondisk::flush(&*vd.member(member).drive()) {
+            return self
+                .log(Severity::Warning, format!("rebuild of slot {slot}: checkpoint at row {row} not written, flush failed: {error}"));
+        }
         let mut state = self.state.lock().expect("controller lock");
         if !state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::Rebuild) {
             return;
@@ -261,6 +308,7 @@ impl Controller {
             return self.log(Severity::Critical, format!("rebuild of slot {slot} done but not recorded: {error}"));
         }
         state.vds[&vd_id].finish_rebuild(member);
+        self.start_resyncs(&state);
         // A copyback asked for while the spare was being rebuilt can start now.
         self.start_pending_copyback(&mut state, slot);
     }

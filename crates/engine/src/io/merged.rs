@@ -108,6 +108,7 @@ pub(super) fn stripe_error(env: &Env, error: AttemptError, buf: IoBuf) -> VdComp
             }
         }
         AttemptError::Lost => Err(env.vd.offline_error()),
+        AttemptError::Unsynced { row } => Err(VdError::RowNotResynced { vd: env.vd.name(), row }),
     };
     VdCompletion { result, buf: Some(buf) }
 }

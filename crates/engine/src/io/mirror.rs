@@ -30,6 +30,14 @@ impl SpanIo for Mirror {
 
 /// The copy to read strip `k` from: fewest outstanding I/Os, then nearest head position.
 fn choose_copy(env: &Env, row: &Row, piece: &DataPiece, unavailable: MemberSet) -> Option<(usize, u64)> {
+    // Copies may differ until the region is resynced: always the first one available, so that
+    // two reads never see two versions (the resync copies that one over the others).
+    if env.vd.write_intent().is_some_and(|intent| intent.row_unsynced(row.map.row)) {
+        return (0..row.map.copy_count())
+            .map(|copy| row.map.data_copy(piece.strip_index, copy))
+            .find(|place| !unavailable.contains(place.drive))
+            .map(|place| (place.drive, place.drive_offset_bytes + piece.offset_in_strip_bytes));
+    }
     (0..row.map.copy_count())
         .map(|copy| row.map.data_copy(piece.strip_index, copy))
         .filter(|place| !unavailable.contains(place.drive))

@@ -28,6 +28,7 @@
 //! (generics, no `dyn`, no boxed futures), so the data path pays nothing for it.
 
 mod copy;
+pub(crate) mod intent;
 mod merged;
 mod mirror;
 mod parity;
@@ -140,11 +141,21 @@ pub(crate) async fn check_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: 
         return Err(VdError::Deleted { vd: env.vd.name() });
     }
     let _lock = env.lock_row(row).await;
+    // A repair writes members like a client does: its region must be marked first.
+    let _intent = match mode {
+        CheckMode::Repair => intent::begin_write(&env, row).await?,
+        CheckMode::Report => None,
+    };
     let whole = Row::whole(env.vd.geometry(), row);
     let outcome = on_span(&env, &whole, CheckTask(mode)).await?;
     assert!(outcome.row == row, "a check reports the row it checked");
     assert!(!outcome.repaired || (mode == CheckMode::Repair && !outcome.is_consistent()), "repaired only what a repair found");
     Ok(outcome)
+}
+
+/// Runs a clean pass of the VD's bitmap on this shard (see [`intent::clean`]).
+pub(crate) async fn clean_write_intent(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, stopping: bool) -> Result<(), VdError> {
+    intent::clean(&Env { reactor, vd }, stopping).await
 }
 
 /// Serves one request whose range lies in rows this shard owns (or a flush).
@@ -213,6 +224,14 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
         // The ticket was taken when the lock was created; wait for our turn.
         lock.acquired().await;
     }
+    // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes.
+    let _intent = match write {
+        true => match intent::begin_write(env, piece.row).await {
+            Ok(guard) => guard,
+            Err(error) => return (Err(error), IoBuf::join(views)),
+        },
+        false => None,
+    };
     let row = Row { map, pieces, lo: 0, hi: 0 }.with_columns(piece);
     // RAID0/JBOD never come here: serve_rows sends them through merged_io.
     let result = match write {

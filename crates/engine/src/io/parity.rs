@@ -197,6 +197,11 @@ async fn read_and_recover_columns(env: &Env, row: &Row, lo: u64, hi: u64, unavai
     if lost.len() > env.vd.geometry().span_kind().failures_tolerated() {
         return Err(AttemptError::Lost);
     }
+    // What stale parity would give is not data: until the region is resynced, nothing is
+    // recovered from it.
+    if !lost.is_empty() && env.vd.write_intent().is_some_and(|intent| intent.row_unsynced(row.map.row)) {
+        return Err(AttemptError::Unsynced { row: row.map.row });
+    }
     let reads = members
         .iter()
         .enumerate()
@@ -376,7 +381,7 @@ async fn recover_without(env: &Env, row: &Row, targets: MemberSet) -> Option<Vec
         let lost = env.vd.unavailable().union(avoid);
         match read_and_recover_columns(env, row, row.lo, row.hi, lost).await {
             Ok(columns) => return Some(columns),
-            Err(AttemptError::Lost) => return None,
+            Err(AttemptError::Lost | AttemptError::Unsynced { .. }) => return None,
             // Booked and avoided from now on; whether the row can still be recovered is what the
             // next attempt finds out, not the VD's state.
             Err(error) => drop(book(env, error, &mut avoid)),

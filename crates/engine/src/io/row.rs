@@ -17,6 +17,8 @@ pub(super) enum AttemptError {
     Member { index: usize, kind: OpKind, error: DriveError },
     /// The row has lost more members than its span tolerates.
     Lost,
+    /// Recovering the row needs parity that may be stale (not resynced after an unclean stop).
+    Unsynced { row: u64 },
 }
 
 pub(super) type Attempt<T> = Result<T, AttemptError>;
@@ -171,6 +173,7 @@ pub(super) fn read_op(offset_bytes: u64, len_bytes: usize) -> DriveOp {
 pub(super) fn book(env: &Env, error: AttemptError, avoid: &mut MemberSet) -> Option<VdError> {
     match error {
         AttemptError::Lost => Some(env.vd.offline_error()),
+        AttemptError::Unsynced { row } => Some(VdError::RowNotResynced { vd: env.vd.name(), row }),
         AttemptError::Member { index, kind, error } => {
             if !env.vd.member_error(index, kind, &error) {
                 avoid.insert(index);
@@ -194,6 +197,11 @@ pub(super) async fn repair_copies(env: &Env, places: &[(usize, u64)], good: &IoB
             tracing::info!(vd = %env.vd.name(), member, offset_bytes, "repaired a read error from redundancy");
         }
     }
+}
+
+/// Members that are written: online, or being rebuilt.
+pub(super) fn in_service(vd: &VirtualDrive) -> Vec<usize> {
+    (0..vd.members().len()).filter(|&m| matches!(vd.member(m).state(), MemberState::Online | MemberState::Rebuilding)).collect()
 }
 
 /// Fails a row job that needs every member of `members` in service, naming the first that is not.
@@ -235,10 +243,12 @@ pub(super) async fn write_strips(env: &Env, row: u64, writes: Vec<(usize, u64, I
 }
 
 /// Flushes every online member's cache; a member that fails it is booked.
+/// Flushes every member in service (a member being rebuilt too: what it was written must be
+/// durable before a checkpoint or a client's flush says so).
 pub(super) async fn flush(env: &Env) -> Result<(), VdError> {
-    let online: Vec<usize> = (0..env.vd.members().len()).filter(|&m| env.vd.member(m).state() == MemberState::Online).collect();
-    let flushes = online.iter().map(|&member| member_io(env, member, DriveOp::Flush));
-    for (&member, (result, _)) in online.iter().zip(join_all(flushes).await) {
+    let members = in_service(&env.vd);
+    let flushes = members.iter().map(|&member| member_io(env, member, DriveOp::Flush));
+    for (&member, (result, _)) in members.iter().zip(join_all(flushes).await) {
         if let Err(error) = result {
             env.vd.member_error(member, OpKind::Flush, &error);
         }

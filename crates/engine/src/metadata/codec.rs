@@ -567,7 +567,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
         ..FORMAT_VERSION_BITMAP => Vec::new(),
         _ => {
             check_zero(fixed, vd_record::RESERVED_TAIL, record)?;
-            decode_bad_blocks(reader, get_u32(fixed, vd_record::BAD_BLOCK_COUNT), &record)?
+            decode_bad_blocks(reader, get_u32(fixed, vd_record::BAD_BLOCK_COUNT), record)?
         }
     };
     let member_size_bytes = match version {

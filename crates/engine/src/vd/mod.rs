@@ -175,6 +175,9 @@ pub struct VirtualDrive {
     /// Whether `acks` holds or refuses acknowledgements now; written under its lock, read
     /// without it, so that a write completing with the gate open (nearly always) takes no lock.
     acks_gated: AtomicBool,
+    /// The write-intent bitmap, set once by the controller before the VD serves (none for
+    /// levels without redundancy, and in tests that do not want one).
+    write_intent: std::sync::OnceLock<crate::bitmap::WriteIntent>,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -235,7 +238,21 @@ impl VirtualDrive {
             requests_in_flight: AtomicUsize::new(0),
             acks: Mutex::new(AckGate::default()),
             acks_gated: AtomicBool::new(false),
+            write_intent: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Gives the VD its write-intent bitmap, before it serves.
+    ///
+    /// # Panics
+    /// If it has one already, or its level has no redundancy.
+    pub fn set_write_intent(&self, intent: crate::bitmap::WriteIntent) {
+        assert!(self.geometry.span_kind() != SpanKind::Stripe, "a level without redundancy has nothing to resync");
+        assert!(self.write_intent.set(intent).is_ok(), "a VD's bitmap is set once");
+    }
+
+    pub fn write_intent(&self) -> Option<&crate::bitmap::WriteIntent> {
+        self.write_intent.get()
     }
 
     /// Sends member failures found by I/O to `sender` (set once).

@@ -31,6 +31,8 @@ pub enum VdError {
     RowUnrecoverable { vd: String, row: u64, member: usize },
     #[error("virtual drive {vd}: row {row} cannot be checked: member {member} is out of service")]
     RowMemberOut { vd: String, row: u64, member: usize },
+    #[error("virtual drive {vd}: row {row} needs its parity to be read now, and its region is not yet resynced after an unclean stop (the parity may be stale)")]
+    RowNotResynced { vd: String, row: u64 },
     #[error("virtual drive {vd}: row {row}: {action} member {member} failed: {error}")]
     RowMemberIo { vd: String, row: u64, member: usize, action: &'static str, error: DriveError },
     #[error("virtual drive {vd}: member {member} is no longer being copied (its copy target failed or left, or the member left service)")]

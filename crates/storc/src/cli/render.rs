@@ -3,7 +3,7 @@
 
 use super::parse::{Action, Target};
 use super::table::{human_size, key_values, section, strip_size, utc_time, Table};
-use crate::api_types::{ControllerView, DriveView, EventView, ForeignView, Message, RebuildView, VdView};
+use crate::api_types::{ControllerView, DriveView, EventView, ForeignView, Message, RebuildView, ResyncInfo, VdView};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -407,7 +407,20 @@ fn vd_properties(vd: &VdView) -> Vec<(&'static str, String)> {
         ("IO Policy", vd.io_policy.to_uppercase()),
         ("Export Name", vd.export_name.clone()),
         ("Size", format!("{} ({} bytes)", human_size(vd.size_bytes), vd.size_bytes)),
+        ("Resync", resync_text(vd.resync.as_ref())),
     ]
+}
+
+fn resync_text(resync: Option<&ResyncInfo>) -> String {
+    match resync {
+        None => "None".into(),
+        Some(ResyncInfo { percent_done: Some(done), regions, .. }) => format!("In progress {done}% ({regions} region(s) left)"),
+        Some(ResyncInfo { regions, .. }) => {
+            format!(
+                "Pending ({regions} region(s) left; runs once every member is in service; reads that need their parity fail until then)"
+            )
+        }
+    }
 }
 
 /// storcli's cache column: read policy (NR, R, AR), write policy (WT, WB, AWB), IO policy (D, C);
@@ -476,6 +489,7 @@ pub mod tests {
             read_policy: "nora".into(),
             io_policy: "direct".into(),
             export_name: "db".into(),
+            resync: None,
         }
     }
 

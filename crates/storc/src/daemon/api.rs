@@ -9,7 +9,9 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use engine::config::{DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
-use engine::controller::{ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, SlotView, VdChanges};
+use engine::controller::{
+    ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, ResyncStatus, SlotView, VdChanges,
+};
 use engine::VirtualDrive;
 use layout::Level;
 use std::sync::Arc;
@@ -156,6 +158,12 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         read_policy: record.read_policy.short_name().to_string(),
         io_policy: record.io_policy.short_name().to_string(),
         export_name: record.name.clone(),
+        resync: state.controller.resync_status(record.vd_id).map(|status| match status {
+            ResyncStatus::Pending { regions } => ResyncInfo { status: "Pending".into(), regions, percent_done: None },
+            ResyncStatus::InProgress { regions, percent_done } => {
+                ResyncInfo { status: "In progress".into(), regions, percent_done: Some(percent_done) }
+            }
+        }),
     }
 }
 

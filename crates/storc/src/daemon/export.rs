@@ -19,9 +19,11 @@ fn io_error(error: &VdError) -> IoError {
     match error {
         VdError::OutOfRange { .. } => IoError::NoSpace,
         VdError::Misaligned { .. } => IoError::Invalid,
-        VdError::Offline { .. } | VdError::Unrecoverable { .. } | VdError::Deleted { .. } | VdError::FailureUnrecorded { .. } => {
-            IoError::Io
-        }
+        VdError::Offline { .. }
+        | VdError::Unrecoverable { .. }
+        | VdError::Deleted { .. }
+        | VdError::FailureUnrecorded { .. }
+        | VdError::RowNotResynced { .. } => IoError::Io,
         // Only row jobs (rebuild, check) return these; a client request never does.
         VdError::NoRedundancy { .. }
         | VdError::RowOutOfRange { .. }

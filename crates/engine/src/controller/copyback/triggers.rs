@@ -5,9 +5,11 @@
 use super::*;
 
 impl Controller {
-    /// At assembly, after the VDs are built and spares took over: resumes the recorded copies
-    /// whose member is online (from their checkpoint), forgets what a vanished copy left behind,
-    /// and offers a copyback to every slot that holds a drive found blank at this start.
+    /// At assembly, once the VDs are built and before resyncs start or spares take over:
+    /// resumes the recorded copies whose member is online (from their checkpoint, or lower
+    /// after an unclean stop), forgets what a vanished copy left behind, and offers a copyback
+    /// to every slot that holds a drive found blank at this start. A copy whose member is out
+    /// of service is left to `take_over`, which makes its target the member's rebuild.
     pub(in crate::controller) fn resume_copies(&self, state: &mut State, known_ids: &[DriveId]) {
         let targets: Vec<DriveRecord> = state.config.drives.iter().filter(|d| d.state == DriveState::Copyback).cloned().collect();
         for record in targets {
@@ -44,7 +46,12 @@ impl Controller {
         if !fits {
             return self.abandon_copy(state, copy, "the target is smaller than the member now", Severity::Critical);
         }
-        let row = record.rebuild_row.min(vd.geometry().row_count());
+        let row = resume_row(&vd, record.rebuild_row);
+        if row < record.rebuild_row {
+            let checkpoint = record.rebuild_row;
+            let why = format!("v{vd_id} stopped uncleanly with writes in flight from row {row}, which are copied again");
+            self.log(Severity::Warning, format!("copyback of slot {source} to slot {target}: checkpoint at row {checkpoint}, but {why}"));
+        }
         self.log(Severity::Info, format!("copyback of slot {source} to slot {target} (v{vd_id}) resumes at row {row}"));
         vd.start_copy(member, Arc::clone(&state.slots[&target].drive));
         self.spawn_copy(vd, copy, row, state.config.settings.rebuild_rate_percent);
@@ -126,6 +133,16 @@ impl Controller {
         set_copy_slot(&mut state.config, target, None);
         set_rebuild_row(&mut state.config, target, 0);
     }
+}
+
+/// Where a copy checkpointed at `checkpoint_row` resumes: there, or lower when the VD stopped
+/// uncleanly with writes in flight below it (its write-intent bitmap says where): such a write
+/// may have reached the member and not the target, and a resync repairs only the members.
+fn resume_row(vd: &VirtualDrive, checkpoint_row: u64) -> u64 {
+    let checkpoint_row = checkpoint_row.min(vd.geometry().row_count());
+    let Some(intent) = vd.write_intent() else { return checkpoint_row };
+    let first_unsynced = intent.unsynced_regions().ones().next().map(|region| intent.regions.rows_of(region).start);
+    first_unsynced.map_or(checkpoint_row, |row| row.min(checkpoint_row))
 }
 
 /// The spare serving as a member in the place of slot `slot` (a revertible spare), if any.

@@ -1,0 +1,123 @@
+//! The control plane's side of the bitmap: reading it at assembly, preparing it for a run, and
+//! marking a clean stop. All of it blocks on the drives; none of it runs on a shard.
+
+use super::ondisk::{self, Header, SLOT_COUNT};
+use super::{Bits, RegionMap, WriteIntent};
+use drive::Drive;
+use std::sync::Arc;
+
+/// Which VD a bitmap belongs to: a bitmap left by another VD (or controller) is not ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub controller_id: u128,
+    pub vd_id: u32,
+}
+
+/// What [`open`] found and prepared.
+pub struct Opened {
+    pub intent: WriteIntent,
+    /// The VD was not stopped cleanly: the regions in `intent.unsynced_regions()` need a resync.
+    pub unclean: bool,
+    /// Regions found dirty (a resync's work after an unclean stop; a re-add's otherwise).
+    pub dirty_region_count: u64,
+    /// Something the administrator should know (no bitmap found, members that could not be
+    /// read or written).
+    pub notes: Vec<String>,
+}
+
+/// Reads the bitmaps of `members` (those in service), decides what needs a resync, and writes
+/// the area for this run: slot 0 holds every region found dirty, the shard slots are empty, and
+/// the header says "not clean" with a new epoch. A `fresh` VD (just created) has nothing to read.
+pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], fresh: bool) -> Opened {
+    let mut notes = Vec::new();
+    let mut dirty = Bits::new(regions.region_count);
+    let (mut epoch, mut clean, mut found) = (0u64, true, 0usize);
+    for drive in members.iter().filter(|_| !fresh) {
+        match ondisk::read_area(&**drive, regions.region_count) {
+            Ok(area) => match area.header {
+                Ok(header) if matches(&header, identity, regions) => {
+                    found += 1;
+                    epoch = epoch.max(header.epoch);
+                    clean &= header.clean;
+                    area.slots.iter().for_each(|slot| dirty.union_with(&Bits::from_bytes(slot, regions.region_count)));
+                }
+                Ok(_) => notes.push(format!("{}: its bitmap belongs to another VD or layout", drive.info().name)),
+                Err(why) => notes.push(format!("{}: {why}", drive.info().name)),
+            },
+            Err(error) => notes.push(format!("{}: the bitmap cannot be read: {error}", drive.info().name)),
+        }
+    }
+    if !fresh && found == 0 {
+        // Nothing says the last stop was clean (a VD from before the bitmap, or every area
+        // lost): every region may disagree.
+        (0..regions.region_count).for_each(|region| dirty.set(region));
+        clean = false;
+        notes.push("no write-intent bitmap found on any member: every region is resynced".into());
+    }
+    let unsynced = if clean { Bits::new(regions.region_count) } else { dirty.clone() };
+    let header = Header {
+        controller_id: identity.controller_id,
+        vd_id: identity.vd_id,
+        rows_per_region: regions.rows_per_region,
+        region_count: regions.region_count,
+        epoch: epoch + 1,
+        clean: false,
+    };
+    for drive in members {
+        if let Err(error) = prepare(&**drive, &header, &dirty) {
+            notes.push(format!("{}: the bitmap cannot be written: {error}", drive.info().name));
+        }
+    }
+    let dirty_region_count = dirty.count();
+    Opened { intent: WriteIntent::new(regions, header.epoch, dirty, &unsynced), unclean: !clean, dirty_region_count, notes }
+}
+
+fn matches(header: &Header, identity: Identity, regions: RegionMap) -> bool {
+    header.controller_id == identity.controller_id
+        && header.vd_id == identity.vd_id
+        && header.rows_per_region == regions.rows_per_region
+        && header.region_count == regions.region_count
+}
+
+/// Slot 0 = `dirty`, the shard slots empty (one write of every slot), flushed; then the header.
+fn prepare(drive: &dyn Drive, header: &Header, dirty: &Bits) -> Result<(), drive::DriveError> {
+    let mut slots = vec![0u8; SLOT_COUNT * ondisk::SLOT_BYTES as usize];
+    slots[..ondisk::SLOT_BYTES as usize].copy_from_slice(&dirty.to_bytes(ondisk::SLOT_BYTES as usize));
+    ondisk::write_slot(drive, 0, &slots)?;
+    ondisk::flush(drive)?;
+    ondisk::write_header(drive, header)
+}
+
+/// Clears slot 0 on `members` once what it held is resynced and every member is in service:
+/// the members are flushed first, so that nothing it covered can still be lost.
+pub fn clear_inherited(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
+    let len_bytes = ondisk::blocks_used(intent.regions.region_count) * crate::metadata::BLOCK_BYTES;
+    let empty = vec![0u8; len_bytes];
+    for drive in members {
+        let name = &drive.info().name;
+        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before clearing the bitmap failed: {e}"))?;
+        ondisk::write_slot(&**drive, 0, &empty).map_err(|e| format!("{name}: clearing the bitmap failed: {e}"))?;
+        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush after clearing the bitmap failed: {e}"))?;
+    }
+    intent.clear_inherited();
+    Ok(())
+}
+
+/// Marks a stop on `members` (flushed first): "clean" unless regions still await a resync. The
+/// shards have cleared their slots already if the VD is whole (a clean pass with `stopping`).
+pub fn close(identity: Identity, intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
+    let header = Header {
+        controller_id: identity.controller_id,
+        vd_id: identity.vd_id,
+        rows_per_region: intent.regions.rows_per_region,
+        region_count: intent.regions.region_count,
+        epoch: intent.epoch,
+        clean: intent.unsynced_count() == 0,
+    };
+    for drive in members {
+        let name = &drive.info().name;
+        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before the clean mark failed: {e}"))?;
+        ondisk::write_header(&**drive, &header).map_err(|e| format!("{name}: writing the clean mark failed: {e}"))?;
+    }
+    Ok(())
+}

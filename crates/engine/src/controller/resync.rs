@@ -1,0 +1,283 @@
+//! The write-intent bitmap in the controller (see `crate::bitmap`): opened when a VD is
+//! assembled or created, cleared lazily by a daemon thread, resynced after an unclean stop,
+//! used to re-add a member that comes back, and marked clean at shutdown.
+
+use super::*;
+use crate::background::{self, Finish, Hooks, Progress, RowOutcome};
+use crate::bitmap::control::{self, Identity};
+use crate::bitmap::{Bits, RegionMap};
+use crate::vd::CheckMode;
+use layout::SpanKind;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often idle regions are looked for (md's bitmap daemon sleeps about as long). A region
+/// is cleared after one to two of these without a write.
+pub const BITMAP_CLEAN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A resync that runs or waits, for `/c0/vN show`.
+#[derive(Clone)]
+pub struct ResyncView {
+    pub vd_id: u32,
+    pub progress: Arc<Progress>,
+    pub started: Instant,
+    /// Regions left to resync.
+    pub regions_left: u64,
+}
+
+/// What `/c0/vN show` says about a VD's resync.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResyncStatus {
+    /// Regions await a resync that cannot run now (a member is out of service).
+    Pending {
+        regions: u64,
+    },
+    InProgress {
+        regions: u64,
+        percent_done: u64,
+    },
+}
+
+/// The daemon thread that clears idle regions; stopped at shutdown.
+pub(super) struct BitmapDaemon {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Controller {
+    /// Gives `vd` its bitmap (levels with redundancy): reads what its members in service hold
+    /// (unless the VD is `fresh`), prepares the area for this run, and says what needs a resync.
+    pub(super) fn open_write_intent(&self, controller_id: ControllerId, vd_id: u32, vd: &VirtualDrive, fresh: bool) {
+        if vd.geometry().span_kind() == SpanKind::Stripe {
+            return;
+        }
+        let identity = Identity { controller_id: controller_id.0, vd_id };
+        let opened = control::open(identity, RegionMap::for_geometry(vd.geometry()), &in_service_drives(vd), fresh);
+        for note in &opened.notes {
+            self.log(Severity::Warning, format!("v{vd_id} write-intent bitmap: {note}"));
+        }
+        if opened.unclean && opened.dirty_region_count > 0 {
+            let total = opened.intent.regions.region_count;
+            let message = format!("v{vd_id} was not stopped cleanly: {} of {total} region(s) to resync", opened.dirty_region_count);
+            self.log(Severity::Warning, message);
+        }
+        vd.set_write_intent(opened.intent);
+    }
+
+    /// Starts the resync of every VD that needs one and can have one (every member in service).
+    pub(super) fn start_resyncs(&self, state: &State) {
+        for (&vd_id, vd) in &state.vds {
+            let needs = vd.write_intent().is_some_and(|intent| intent.unsynced_count() > 0);
+            let running =
+                self.resyncs.lock().expect("resyncs lock").get(&vd_id).is_some_and(|r| r.progress.control() == background::Control::Run);
+            if needs && !running && all_online(vd) {
+                self.spawn_resync(Arc::clone(vd), vd_id, state.config.settings.rebuild_rate_percent);
+            }
+        }
+    }
+
+    /// Where the resync of `vd_id` stands, if it has regions to resync.
+    pub fn resync_status(&self, vd_id: u32) -> Option<ResyncStatus> {
+        let state = self.state.lock().expect("controller lock");
+        let regions = state.vds.get(&vd_id)?.write_intent()?.unsynced_count();
+        drop(state);
+        if regions == 0 {
+            return None;
+        }
+        let running = self.resyncs.lock().expect("resyncs lock").get(&vd_id).cloned();
+        Some(match running {
+            Some(view) if view.progress.control() == background::Control::Run => {
+                ResyncStatus::InProgress { regions, percent_done: view.progress.percent_done() as u64 }
+            }
+            _ => ResyncStatus::Pending { regions },
+        })
+    }
+
+    fn spawn_resync(&self, vd: Arc<VirtualDrive>, vd_id: u32, rate_percent: u8) {
+        let intent = vd.write_intent().expect("checked by the caller");
+        let progress = Progress::new(vd.geometry().row_count(), 0, rate_percent);
+        progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
+        let view = ResyncView { vd_id, progress: Arc::clone(&progress), started: Instant::now(), regions_left: intent.unsynced_count() };
+        self.resyncs.lock().expect("resyncs lock").insert(vd_id, view);
+        self.log(Severity::Info, format!("resync of v{vd_id} started: {} region(s)", intent.unsynced_count()));
+        let controller = self.myself();
+        let spawned = std::thread::Builder::new().name(format!("storc-resync-v{vd_id}")).spawn(move || {
+            let Some(controller) = controller.upgrade() else { return };
+            let started = Instant::now();
+            let (finish, rows) = controller.run_resync(&vd, &progress);
+            controller.resync_ended(&vd, vd_id, finish, rows, started.elapsed());
+        });
+        match spawned {
+            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
+            Err(error) => self.log(Severity::Critical, format!("resync of v{vd_id} cannot start a thread: {error}")),
+        }
+    }
+
+    /// Checks and repairs every row of the regions that await a resync, in order; a region is
+    /// trusted again once all its rows are done. Returns how it ended and the rows resynced.
+    fn run_resync(&self, vd: &Arc<VirtualDrive>, progress: &Progress) -> (Finish, u64) {
+        let intent = vd.write_intent().expect("a resync has a bitmap");
+        let regions = intent.regions;
+        let rows_left: Arc<Mutex<HashMap<u64, u64>>> = Arc::new(Mutex::new(
+            intent.unsynced_regions().ones().map(|region| (region, regions.rows_of(region).end - regions.rows_of(region).start)).collect(),
+        ));
+        let rows_resynced = Arc::new(AtomicU64::new(0));
+        let engine = Arc::clone(&self.engine);
+        let submit_row = |row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
+            let region = regions.region_of(row);
+            if !rows_left.lock().expect("resync lock").contains_key(&region) {
+                return done(RowOutcome::Done);
+            }
+            let (rows_left, rows_resynced, vd_for_done) = (Arc::clone(&rows_left), Arc::clone(&rows_resynced), Arc::clone(vd));
+            let finished = Box::new(move |result: Result<crate::vd::CheckOutcome, crate::vd::VdError>| match result {
+                Ok(_) => {
+                    rows_resynced.fetch_add(1, Ordering::Relaxed);
+                    let mut left = rows_left.lock().expect("resync lock");
+                    let count = left.get_mut(&region).expect("counted above");
+                    *count -= 1;
+                    if *count == 0 {
+                        left.remove(&region);
+                        vd_for_done.write_intent().expect("a resync has a bitmap").region_synced(region);
+                    }
+                    done(RowOutcome::Done)
+                }
+                Err(error) => done(RowOutcome::Fatal(error.to_string())),
+            });
+            engine.check_row(vd, row, CheckMode::Repair, finished);
+        };
+        let mut checkpoint = |_row: u64| {};
+        let clients_busy = || vd.last_client_request().elapsed() < rebuild::CLIENTS_BUSY_WINDOW;
+        let finish = background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy });
+        (finish, rows_resynced.load(Ordering::Relaxed))
+    }
+
+    fn resync_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, finish: Finish, rows: u64, elapsed: Duration) {
+        let strip_bytes = vd.geometry().strip_size_bytes();
+        let members = vd.members().len() as u64;
+        let summary = format!("{rows} row(s), {} MiB read per member", (rows * strip_bytes) >> 20);
+        match finish {
+            Finish::Complete => {
+                let per_s = (rows * strip_bytes * members) as f64 / elapsed.as_secs_f64().max(1e-3) / 1e6;
+                self.log(Severity::Info, format!("resync of v{vd_id} done: {summary} in {:.1} s ({per_s:.0} MB/s)", elapsed.as_secs_f64()));
+                self.resyncs.lock().expect("resyncs lock").remove(&vd_id);
+                self.clear_inherited_if_whole(vd, vd_id);
+            }
+            Finish::Stopped => {
+                self.log(Severity::Warning, format!("resync of v{vd_id} stopped after {summary}; it resumes at the next start"))
+            }
+            Finish::Failed(reason) => self.log(
+                Severity::Warning,
+                format!("resync of v{vd_id} cannot go on ({reason}); the regions left stay unreadable through parity until it runs again"),
+            ),
+        }
+    }
+
+    /// Clears slot 0 once the VD is whole and resynced: what it held is consistent now.
+    fn clear_inherited_if_whole(&self, vd: &VirtualDrive, vd_id: u32) {
+        let Some(intent) = vd.write_intent() else { return };
+        if intent.unsynced_count() != 0 || !all_online(vd) || intent.inherited().is_empty() {
+            return;
+        }
+        if let Err(error) = control::clear_inherited(intent, &in_service_drives(vd)) {
+            self.log(Severity::Warning, format!("v{vd_id} write-intent bitmap: {error}"));
+        }
+    }
+
+    /// Starts the thread that clears idle regions every [`BITMAP_CLEAN_INTERVAL`].
+    pub(super) fn start_bitmap_daemon(&self) -> std::io::Result<()> {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let controller = self.myself();
+        let thread = std::thread::Builder::new().name("storc-bitmap".into()).spawn(move || {
+            // Woken at once by a stop (or by the controller going away), not at the next tick.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(BITMAP_CLEAN_INTERVAL) {
+                let Some(controller) = controller.upgrade() else { return };
+                controller.bitmap_pass();
+            }
+        })?;
+        *self.bitmap_daemon.lock().expect("bitmap daemon lock") = Some(BitmapDaemon { stop, thread });
+        Ok(())
+    }
+
+    /// One pass of the daemon: every shard clears its idle regions; slot 0 goes once resynced.
+    fn bitmap_pass(&self) {
+        for (record, vd) in self.vds() {
+            if vd.write_intent().is_none() || vd.is_retired() {
+                continue;
+            }
+            let (vd_id, name) = (record.vd_id, record.name.clone());
+            let controller = self.myself();
+            self.engine.clean_write_intent(
+                &vd,
+                false,
+                Box::new(move |result| {
+                    if let (Err(error), Some(controller)) = (result, controller.upgrade()) {
+                        controller.log(Severity::Warning, format!("v{vd_id} ({name}) write-intent bitmap: clean pass failed: {error}"));
+                    }
+                }),
+            );
+            self.clear_inherited_if_whole(&vd, vd_id);
+        }
+    }
+
+    /// Shutdown: stops the daemon and resyncs (which resume at the next start), clears every
+    /// bit a whole VD no longer needs, and marks each VD's bitmap clean. Call after the VDs
+    /// were flushed and before anything else writes them.
+    pub(super) fn close_write_intents(&self) {
+        if let Some(daemon) = self.bitmap_daemon.lock().expect("bitmap daemon lock").take() {
+            let _ = daemon.stop.send(());
+            let _ = daemon.thread.join();
+        }
+        let identity_of = |vd_id| Identity { controller_id: self.state.lock().expect("controller lock").config.controller_id.0, vd_id };
+        for (record, vd) in self.vds() {
+            let Some(intent) = vd.write_intent() else { continue };
+            let (sender, receiver) = std::sync::mpsc::channel();
+            self.engine.clean_write_intent(&vd, true, Box::new(move |result| drop(sender.send(result))));
+            if let Ok(Err(error)) = receiver.recv() {
+                self.log(Severity::Warning, format!("v{}: clearing the bitmap at shutdown failed: {error}", record.vd_id));
+            }
+            self.clear_inherited_if_whole(&vd, record.vd_id);
+            if let Err(error) = control::close(identity_of(record.vd_id), intent, &in_service_drives(&vd)) {
+                self.log(Severity::Warning, format!("v{} write-intent bitmap: {error}", record.vd_id));
+            }
+        }
+    }
+
+    /// Stops every resync (shutdown); each resumes at the next start from the bitmap.
+    pub(super) fn stop_resyncs(&self) {
+        for view in self.resyncs.lock().expect("resyncs lock").values() {
+            view.progress.set_control(background::Control::Stop);
+        }
+    }
+
+    /// `set online` on a member that missed writes, with a bitmap: it comes back as Rbld and
+    /// only the regions written while it was out (the dirty ones) are rebuilt on it.
+    pub(super) fn re_add(&self, state: &mut State, slot: u32, vd_id: u32, member: usize) -> Result<(), ControlError> {
+        let vd = Arc::clone(&state.vds[&vd_id]);
+        let dirty = vd.write_intent().expect("re-add needs a bitmap").dirty_regions();
+        let detail = format!("re-added to v{vd_id}: {} dirty region(s) to resync", dirty.count());
+        let transition = self.transition(state, slot, DriveState::Rebuild, state::Cause::RebuildStarted, Some(&detail));
+        rebuild::set_rebuild_row(&mut state.config, slot, 0);
+        if let Err(error) = self.persist(state) {
+            self.undo_transition(state, &transition);
+            return Err(error);
+        }
+        vd.start_rebuild(member, vd.member(member).drive());
+        self.spawn_rebuild_of(vd, vd_id, member, slot, 0, state.config.settings.rebuild_rate_percent, Some(dirty));
+        Ok(())
+    }
+}
+
+/// The drives of `vd`'s members that are written now (online or being rebuilt).
+pub(super) fn in_service_drives(vd: &VirtualDrive) -> Vec<Arc<dyn Drive>> {
+    vd.members().iter().filter(|m| matches!(m.state(), MemberState::Online | MemberState::Rebuilding)).map(|m| m.drive()).collect()
+}
+
+fn all_online(vd: &VirtualDrive) -> bool {
+    vd.members().iter().all(|m| m.state() == MemberState::Online)
+}
+
+/// The rows of `regions` set in `dirty`, for a re-add: `None` keeps every row.
+pub(super) fn row_in(regions: &RegionMap, dirty: &Option<Bits>, row: u64) -> bool {
+    dirty.as_ref().is_none_or(|bits| bits.get(regions.region_of(row)))
+}
