@@ -68,6 +68,46 @@ mod tests {
         text.split_whitespace().map(String::from).collect()
     }
 
+    /// `expected` is the requests, one per line as `METHOD PATH [BODY]`, or `usage: MESSAGE`.
+    #[track_caller]
+    fn check(args: &str, expected: &str) {
+        let args: Vec<String> = args.split_whitespace().map(String::from).collect();
+        let actual = match super::super::parse::parse(&args) {
+            Ok(invocation) => invocation.action.requests().iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+            Err(UsageError(message)) => format!("usage: {message}"),
+        };
+        assert_eq!(actual, expected, "for {args:?}");
+    }
+
+    #[test]
+    fn copyback_commands() {
+        check("/c0 set copyback=off", r#"PATCH /api/v1/controller {"auto_rebuild":null,"rebuild_rate_percent":null,"copyback":false}"#);
+        check(
+            "/c0 set copyback=ON rebuildrate=50",
+            r#"PATCH /api/v1/controller {"auto_rebuild":null,"rebuild_rate_percent":50,"copyback":true}"#,
+        );
+        check("/c0 set copyback=maybe", "usage: copyback=\"maybe\" is not allowed; allowed: on, off");
+        check("/c0 set rebuildrate=101", "usage: rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
+        check("/c0/s3 start copyback target=8", r#"POST /api/v1/drives/3/copyback {"action":"start","target":8}"#);
+        check("/c0/s3 Start CopyBack Target=8", r#"POST /api/v1/drives/3/copyback {"action":"start","target":8}"#);
+        check("/c0/s8 stop copyback", r#"POST /api/v1/drives/8/copyback {"action":"stop"}"#);
+        check("/c0/s8 pause copyback", r#"POST /api/v1/drives/8/copyback {"action":"pause"}"#);
+        check("/c0/s8 resume copyback", r#"POST /api/v1/drives/8/copyback {"action":"resume"}"#);
+        check("/c0/s8 show copyback", "GET /api/v1/copybacks");
+        check("/c0/sall show copyback", "GET /api/v1/copybacks");
+        check(
+            "/c0/s3 start copyback",
+            "usage: start copyback needs target=M, the slot that receives the copy (e.g. /c0/s3 start copyback target=8)",
+        );
+        check("/c0/s3 start copyback target=s8", "usage: target=s8: \"s8\" is not a slot number");
+        check("/c0/s8 stop copyback target=3", "usage: stop copyback takes no options; target= goes with start only");
+        let allowed = "show, show all, show rebuild, show copyback (add, delete, set, rebuild and copyback commands need one slot: /c0/sN)";
+        check(
+            "/c0/sall start copyback target=8",
+            &format!("usage: unknown command \"/c0/sall start copyback target=8\"; allowed after /c0/sall: {allowed}"),
+        );
+    }
+
     #[test]
     fn actions_and_their_errors() {
         let start = parse_action("start", &words("target=8")).unwrap();

@@ -728,35 +728,6 @@ mod tests {
     }
 
     #[test]
-    fn copyback_commands() {
-        check("/c0 set copyback=off", r#"PATCH /api/v1/controller {"auto_rebuild":null,"rebuild_rate_percent":null,"copyback":false}"#);
-        check(
-            "/c0 set copyback=ON rebuildrate=50",
-            r#"PATCH /api/v1/controller {"auto_rebuild":null,"rebuild_rate_percent":50,"copyback":true}"#,
-        );
-        check("/c0 set copyback=maybe", "usage: copyback=\"maybe\" is not allowed; allowed: on, off");
-        check("/c0 set rebuildrate=101", "usage: rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
-        check("/c0/s3 start copyback target=8", r#"POST /api/v1/drives/3/copyback {"action":"start","target":8}"#);
-        check("/c0/s3 Start CopyBack Target=8", r#"POST /api/v1/drives/3/copyback {"action":"start","target":8}"#);
-        check("/c0/s8 stop copyback", r#"POST /api/v1/drives/8/copyback {"action":"stop"}"#);
-        check("/c0/s8 pause copyback", r#"POST /api/v1/drives/8/copyback {"action":"pause"}"#);
-        check("/c0/s8 resume copyback", r#"POST /api/v1/drives/8/copyback {"action":"resume"}"#);
-        check("/c0/s8 show copyback", "GET /api/v1/copybacks");
-        check("/c0/sall show copyback", "GET /api/v1/copybacks");
-        check(
-            "/c0/s3 start copyback",
-            "usage: start copyback needs target=M, the slot that receives the copy (e.g. /c0/s3 start copyback target=8)",
-        );
-        check("/c0/s3 start copyback target=s8", "usage: target=s8: \"s8\" is not a slot number");
-        check("/c0/s8 stop copyback target=3", "usage: stop copyback takes no options; target= goes with start only");
-        let allowed = "show, show all, show rebuild, show copyback (add, delete, set, rebuild and copyback commands need one slot: /c0/sN)";
-        check(
-            "/c0/sall start copyback target=8",
-            &format!("usage: unknown command \"/c0/sall start copyback target=8\"; allowed after /c0/sall: {allowed}"),
-        );
-    }
-
-    #[test]
     fn a_trailing_j_asks_for_json() {
         let args = |text: &str| text.split_whitespace().map(String::from).collect::<Vec<_>>();
         let invocation = parse(&args("/c0/v0 set wrcache=wb J")).unwrap();
