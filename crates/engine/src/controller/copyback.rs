@@ -10,6 +10,9 @@
 //!   `copyback=on` (the default); by hand at any time with `start copyback`.
 //! - **proactive replacement** (md's `want_replacement`): `/c0/sN start copyback target=M` on
 //!   a member N copies it to M while it keeps serving; then M replaces N and N becomes UGood.
+//!   It may start on a degraded VD (replacing a failing member early is the point; a strip the
+//!   member cannot read is then lost if nothing else holds it, and the copy is abandoned), never
+//!   on an offline one. M is a UGood drive or a hot spare that serves the VD's drive group.
 //!
 //! The order of things, each step recorded before the next one depends on it: the target is
 //! recorded `Cpybck` (with `copy_slot` = the source) before the engine sends it writes; the
