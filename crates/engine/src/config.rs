@@ -139,9 +139,14 @@ pub struct DriveRecord {
     /// last checkpoint); a restart resumes here. Also the watermark of a copy (`Cpybck`). 0
     /// otherwise.
     pub rebuild_row: u64,
-    /// While `Cpybck`: the slot of the member this drive receives a copy of, and whose place it
-    /// takes when the copy is done (copyback to a replaced slot, or a proactive replace).
-    pub copy_source_slot: Option<u32>,
+    /// The other end of a copy, by state:
+    /// - `Cpybck`: the slot of the member this drive receives a copy of, and whose place it
+    ///   takes when the copy is done (copyback to a replaced slot, or a proactive replace);
+    /// - `Rbld` or `Onln`, for a hot spare serving as a member (it keeps its hot spare record:
+    ///   a revertible spare): the slot whose place it took, where a copyback returns the data
+    ///   once that slot holds a good drive again;
+    /// - `None` otherwise.
+    pub copy_slot: Option<u32>,
 }
 
 /// Settings of the whole controller (storcli's `/c0 set ...`).

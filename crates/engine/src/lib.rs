@@ -82,6 +82,7 @@ pub type CleanDone = Box<dyn FnOnce(Result<(), VdError>) + Send>;
 enum RowJob {
     Rebuild { targets: MemberSet, done: RebuildDone },
     Check { mode: CheckMode, done: CheckDone },
+    Copy { member: usize, done: RebuildDone },
 }
 
 struct ShardHandle {
@@ -208,6 +209,16 @@ impl Engine {
             return done(Err(error));
         }
         self.send_row(vd, row, RowJob::Check { mode, done });
+    }
+
+    /// Copies member `member`'s strips of row `row` to its copy target (see
+    /// [`VirtualDrive::start_copy`]) on the shard that owns the row, under its lock: what a
+    /// copyback or a proactive replacement does row by row. `done` runs on a shard thread.
+    pub fn copy_row(&self, vd: &Arc<VirtualDrive>, row: u64, member: usize, done: RebuildDone) {
+        if let Err(error) = validate_row(vd, row, MemberSet::of(&[member])) {
+            return done(Err(error));
+        }
+        self.send_row(vd, row, RowJob::Copy { member, done });
     }
 
     /// Runs a clean pass of `vd`'s write-intent bitmap on every shard (each clears its own idle
@@ -412,6 +423,7 @@ async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job
     match job {
         RowJob::Rebuild { targets, done } => done(io::rebuild_row(reactor, Arc::clone(vd), row, targets).await),
         RowJob::Check { mode, done } => done(io::check_row(reactor, Arc::clone(vd), row, mode).await),
+        RowJob::Copy { member, done } => done(io::copy_row(reactor, Arc::clone(vd), row, member).await),
     }
 }
 

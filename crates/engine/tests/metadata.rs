@@ -72,7 +72,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             state: DriveState::ALL[slot as usize % DriveState::ALL.len()],
             capacity_bytes: (1 << 40) + u64::from(slot) * 4096,
             rebuild_row: u64::from(slot) * 977,
-            copy_source_slot: (slot % 3 == 1).then_some(slot / 2),
+            copy_slot: (slot % 3 == 1).then_some(slot / 2),
         })
         .collect();
     let settings = ControllerSettings { auto_rebuild: false, rebuild_rate_percent: 77, copyback: false };
@@ -89,7 +89,7 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
             state: DriveState::Online,
             capacity_bytes: 1 << 30,
             rebuild_row: 0,
-            copy_source_slot: None,
+            copy_slot: None,
         })
         .collect();
     let vd = VdRecord {
@@ -137,7 +137,7 @@ const VD0: usize = DRIVE_RECORDS + 4 * DRIVE_RECORD_BYTES;
 const DRIVE_RECORD_BYTES: usize = 48;
 /// Versions 1 and 2: drive records end before `rebuild_row`.
 const DRIVE_RECORD_BYTES_V2: usize = 32;
-/// Version 3: drive records end before `copy_source_slot`.
+/// Version 3: drive records end before `copy_slot`.
 const DRIVE_RECORD_BYTES_V3: usize = 40;
 
 fn u32_at(bytes: &[u8], offset: usize) -> u32 {
@@ -194,7 +194,7 @@ fn the_two_copies_differ_only_in_copy_index_and_header_checksum() {
 
 /// The bytes a version-1, -2 or -3 storc wrote for `sb`, whose settings must be the defaults,
 /// with no rebuild or copy in progress and one VD without bad blocks: drive records without
-/// `copy_source_slot` (and, before version 3, `rebuild_row`), VD records without
+/// `copy_slot` (and, before version 3, `rebuild_row`), VD records without
 /// `bad_block_count` (and, in version 1, `member_size_bytes`), and before version 3 no settings
 /// in the counts.
 fn encode_old(sb: &Superblock, version: u32) -> Vec<u8> {
@@ -324,7 +324,7 @@ fn encoding_matches_the_documented_bytes() {
         payload.extend_from_slice(&(100 + u128::from(slot)).to_le_bytes());
         payload.extend_from_slice(&(1u64 << 30).to_le_bytes());
         payload.extend_from_slice(&0u64.to_le_bytes()); // rebuild_row
-        payload.extend_from_slice(&u32::MAX.to_le_bytes()); // copy_source_slot: none
+        payload.extend_from_slice(&u32::MAX.to_le_bytes()); // copy_slot: none
         payload.extend_from_slice(&[0; 4]); // reserved
     }
     payload.extend_from_slice(&7u32.to_le_bytes()); // vd_id
@@ -538,7 +538,7 @@ fn the_largest_configuration_fits_and_one_drive_more_does_not() {
                 state: DriveState::Online,
                 capacity_bytes: 1,
                 rebuild_row: 0,
-                copy_source_slot: None,
+                copy_slot: None,
             })
             .collect();
         superblock(config, 0)

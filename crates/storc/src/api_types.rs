@@ -20,6 +20,8 @@
 //! | GET | /api/v1/rebuilds | | `Vec<RebuildView>` |
 //! | POST | /api/v1/drives/{slot}/rebuild | `RebuildAction` | `RebuildView` |
 //! | POST | /api/v1/drives/{slot}/insert | `InsertDrive` | `DriveView` |
+//! | GET | /api/v1/copybacks | | `Vec<CopybackView>` |
+//! | POST | /api/v1/drives/{slot}/copyback | `CopybackAction` | `CopybackView` |
 //! | GET | /api/v1/events | | `Vec<EventView>` |
 //! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
 //! | POST | /api/v1/foreign/import | | `Message` |
@@ -66,14 +68,48 @@ pub struct ControllerView {
     pub auto_rebuild: bool,
     /// Share of member bandwidth a rebuild takes while clients are busy (`rebuildrate`).
     pub rebuild_rate_percent: u8,
+    /// A spare that took a member's place is copied back to that slot once it holds a good
+    /// drive again, and returns to the spares (`copyback`).
+    pub copyback: bool,
 }
 
-/// `/c0 set autorebuild=on|off rebuildrate=N`; absent fields keep their value.
+/// `/c0 set autorebuild=on|off rebuildrate=N copyback=on|off`; absent fields keep their value.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SetController {
     pub auto_rebuild: Option<bool>,
     pub rebuild_rate_percent: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copyback: Option<bool>,
+}
+
+/// One copy (copyback or proactive replacement; storcli's `show copyback` table).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CopybackView {
+    /// The slot receiving the copy (Cpybck).
+    pub slot: u32,
+    /// The member being copied.
+    pub source_slot: u32,
+    pub vd: u32,
+    pub progress_percent: f64,
+    /// "In progress", "Paused" or "Stopped".
+    pub status: String,
+    /// At the speed so far; absent until there is one.
+    pub estimated_seconds_left: Option<u64>,
+    /// The rebuild rate, which copies share.
+    pub rate_percent: u8,
+}
+
+/// `/c0/sN start copyback target=M` (N the member to copy, M the drive receiving it), or
+/// `/c0/sN stop|pause|resume copyback` (N the source or the target of a copy).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CopybackAction {
+    /// start, stop, pause or resume.
+    pub action: String,
+    /// With start only: the slot receiving the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<u32>,
 }
 
 /// One rebuild (storcli's `show rebuild` table).

@@ -49,7 +49,7 @@ fn set_drive(daemon: &Daemon, slot: u32, state: &str) {
 }
 
 fn set_rate(daemon: &Daemon, rebuild_rate_percent: u8) {
-    let body = SetController { auto_rebuild: None, rebuild_rate_percent: Some(rebuild_rate_percent) };
+    let body = SetController { rebuild_rate_percent: Some(rebuild_rate_percent), ..SetController::default() };
     daemon.api("PATCH", "/api/v1/controller", Some(&body)).expect::<serde_json::Value>(200, "set the rebuild rate");
 }
 

@@ -42,10 +42,15 @@ impl Controller {
         // Foreign drives and blank drives take the lowest free slots.
         for (index, offer) in offered.into_iter().enumerate() {
             let Some(offer) = offer else { continue };
-            let slot =
-                (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot");
             // A drive that carries our id but left our configuration is blank to us.
-            match superblock_of(index).filter(|sb| sb.controller_id != ours_id) {
+            let foreign = superblock_of(index).filter(|sb| sb.controller_id != ours_id);
+            let slot = match &foreign {
+                Some(_) => {
+                    (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot")
+                }
+                None => self.blank_drive_slot(&mut state, index),
+            };
+            match foreign {
                 Some(sb) => {
                     state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id: sb.drive_id, foreign: true });
                     add_foreign(&mut state.foreign, sb, slot);
@@ -59,7 +64,7 @@ impl Controller {
                         state: DriveState::UnconfiguredGood,
                         capacity_bytes,
                         rebuild_row: 0,
-                        copy_source_slot: None,
+                        copy_slot: None,
                     });
                     state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id, foreign: false });
                 }
@@ -93,6 +98,9 @@ impl Controller {
             ),
         );
         self.resume_rebuilds(&state);
+        // Before the resyncs: a copy resumes below the regions they are about to resync.
+        let known_ids: Vec<DriveId> = found.iter().map(|(_, sb)| sb.drive_id).collect();
+        self.resume_copies(&mut state, &known_ids);
         self.start_resyncs(&state);
         // Members out of service at start (a drive that vanished) get a spare, as at run time.
         for vd_id in state.config.vds.iter().map(|v| v.vd_id).collect::<Vec<_>>() {

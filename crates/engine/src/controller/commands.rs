@@ -107,6 +107,7 @@ impl Controller {
                 self.transition(&mut state, *slot, to, state::Cause::VdDeleted, Some(&detail));
             }
         }
+        self.release_copy_targets(&mut state, &record);
         // A spare dedicated only to this drive group has nothing left to serve: it becomes
         // unconfigured good (as on a MegaRAID), never silently global.
         let dg = record.drive_group;
@@ -192,14 +193,22 @@ impl Controller {
         let settings = &mut state.config.settings;
         settings.auto_rebuild = changes.auto_rebuild.unwrap_or(settings.auto_rebuild);
         settings.rebuild_rate_percent = changes.rebuild_rate_percent.unwrap_or(settings.rebuild_rate_percent);
+        settings.copyback = changes.copyback.unwrap_or(settings.copyback);
         let settings = *settings;
         self.persist(&mut state)?;
         drop(state);
         for rebuild in self.rebuilds() {
             rebuild.progress.set_rate_percent(settings.rebuild_rate_percent);
         }
-        let auto = if settings.auto_rebuild { "on" } else { "off" };
-        self.log(Severity::Info, format!("controller settings: autorebuild={auto} rebuildrate={}", settings.rebuild_rate_percent));
+        for copy in self.copybacks() {
+            copy.progress.set_rate_percent(settings.rebuild_rate_percent);
+        }
+        let on_off = |on: bool| if on { "on" } else { "off" };
+        let (auto, copyback) = (on_off(settings.auto_rebuild), on_off(settings.copyback));
+        self.log(
+            Severity::Info,
+            format!("controller settings: autorebuild={auto} rebuildrate={} copyback={copyback}", settings.rebuild_rate_percent),
+        );
         Ok(settings)
     }
 
@@ -277,6 +286,8 @@ impl Controller {
                 // Back within its tolerance, the VD gets spares for the members still out.
                 self.take_over(&mut state, *vd_id);
             }
+            // A drive made good in a slot a spare replaced: the spare may copy back to it.
+            (None, false, Ok(())) if new_state == DriveState::UnconfiguredGood => self.offer_copyback(&mut state, slot, "set good"),
             _ => {}
         }
         drop(state);
@@ -332,6 +343,11 @@ impl Controller {
         // A missing spare stays missing; found again it is in no VD, so UGood.
         if state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::HotSpare) {
             self.transition(&mut state, slot, DriveState::UnconfiguredGood, state::Cause::SpareRemoved, None);
+        }
+        if let Some((vd_id, _)) = member_of(&state, slot) {
+            // A spare serving as a member: it stays a member, no longer revertible.
+            rebuild::set_copy_slot(&mut state.config, slot, None);
+            self.log(Severity::Info, format!("slot {slot} stays a member of v{vd_id}; it is no longer a hot spare (no copyback)"));
         }
         self.persist(&mut state)
     }
@@ -389,7 +405,7 @@ impl Controller {
                 state: DriveState::UnconfiguredGood,
                 capacity_bytes: present.drive.info().capacity_bytes,
                 rebuild_row: 0,
-                copy_source_slot: None,
+                copy_slot: None,
             };
             state.config.drives.push(record);
         }
@@ -477,7 +493,7 @@ fn import_one(state: &mut State, foreign: &ForeignConfig) -> Result<usize, Strin
             state: their_state,
             capacity_bytes: present.drive.info().capacity_bytes,
             rebuild_row: 0,
-            copy_source_slot: None,
+            copy_slot: None,
         };
         state.config.drives.push(record);
     }

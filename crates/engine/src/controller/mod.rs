@@ -15,7 +15,9 @@ use crate::metadata::{self, Superblock};
 
 mod assemble;
 mod bad_blocks;
+mod bays;
 mod commands;
+mod copyback;
 mod events;
 mod rebuild;
 mod resync;
@@ -23,6 +25,7 @@ mod spares;
 pub mod state;
 
 pub use bad_blocks::ranges_text;
+pub use copyback::{CopyView, CopybackCommand};
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
 
@@ -122,6 +125,7 @@ pub struct VdChanges {
 pub struct ControllerChanges {
     pub auto_rebuild: Option<bool>,
     pub rebuild_rate_percent: Option<u8>,
+    pub copyback: Option<bool>,
 }
 
 /// What `/c0/sN set` asks for. What each may change is `state::TRANSITIONS`.
@@ -184,6 +188,12 @@ pub struct Controller {
     on_vds_changed: Mutex<Option<Box<dyn Fn() + Send>>>,
     /// Rebuilds running or stopped, by the slot being rebuilt.
     rebuilds: Mutex<BTreeMap<u32, RebuildView>>,
+    /// Copies (copyback, proactive replacement) running, by the target slot.
+    copies: Mutex<BTreeMap<u32, CopyView>>,
+    /// Spares whose copyback waits for the end of their rebuild (the slot they replaced got a
+    /// good drive meanwhile).
+    copyback_pending: Mutex<std::collections::BTreeSet<u32>>,
+    /// The threads of rebuilds, resyncs and copies, joined at shutdown.
     rebuild_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Resyncs after an unclean stop, by VD (their threads are in `rebuild_threads`).
     resyncs: Mutex<BTreeMap<u32, ResyncView>>,
@@ -209,9 +219,9 @@ fn random_id() -> u128 {
     u128::from_le_bytes(bytes)
 }
 
-/// The engine's view of a member in `state`: only Onln is read and written. Rbld and Cpybck are
-/// out of service until rebuild and copyback exist; a state of a drive in no VD on a member slot
-/// (only a foreign configuration could record one) keeps the member out of service too.
+/// The engine's view of a member in `state`: Onln is read and written, Rbld written only. A
+/// copy target (Cpybck) is in no VD until its copy is done; a state of a drive in no VD on a
+/// member slot (only a foreign configuration could record one) keeps the member out of service.
 fn member_state_of(state: DriveState) -> MemberState {
     match state {
         DriveState::Online => MemberState::Online,
@@ -299,6 +309,8 @@ impl Controller {
             bad_block_events: bad_block_sender,
             on_vds_changed: Mutex::new(None),
             rebuilds: Mutex::new(BTreeMap::new()),
+            copies: Mutex::new(BTreeMap::new()),
+            copyback_pending: Mutex::new(std::collections::BTreeSet::new()),
             rebuild_threads: Mutex::new(Vec::new()),
             resyncs: Mutex::new(BTreeMap::new()),
             bitmap_daemon: Mutex::new(None),
@@ -491,7 +503,7 @@ impl Controller {
 
     /// Flushes every VD and writes the configuration once more (clean shutdown).
     pub fn shutdown(&self) {
-        // Rebuilds stop at their watermark, checkpointed, and resume at the next start.
+        // Rebuilds and copies stop at their watermark, checkpointed, and resume at the next start.
         self.stop_resyncs();
         self.stop_rebuilds();
         for (record, vd) in self.vds() {
@@ -515,6 +527,9 @@ impl Controller {
     /// Books a member failure the engine found: records it in the metadata, then lets the VD
     /// acknowledge the writes it held meanwhile (or fail them if it could not be recorded).
     fn member_changed(&self, event: MemberEvent) {
+        if event.copy_target {
+            return self.copy_target_failed(event);
+        }
         let mut state = self.state.lock().expect("controller lock");
         // Matched by instance: a VD deleted meanwhile, or another created under its number,
         // must not settle this failure.

@@ -29,23 +29,34 @@ pub struct RebuildView {
 impl RebuildView {
     /// storcli's words: "In progress", "Paused", "Stopped".
     pub fn status(&self) -> &'static str {
-        match self.progress.control() {
-            background::Control::Run => "In progress",
-            background::Control::Pause => "Paused",
-            background::Control::Stop => "Stopped",
-        }
+        status_words(&self.progress)
     }
 
     /// At the speed so far since this run began; `None` before there is a speed to go by.
     pub fn estimated_time_left(&self) -> Option<Duration> {
-        let done_rows = self.progress.watermark_row().saturating_sub(self.start_row);
-        let elapsed = self.started.elapsed();
-        if done_rows == 0 || elapsed.is_zero() {
-            return None;
-        }
-        let left_rows = self.progress.total_rows - self.progress.watermark_row();
-        Some(elapsed.mul_f64(left_rows as f64 / done_rows as f64))
+        time_left(&self.progress, self.started, self.start_row)
     }
+}
+
+/// storcli's words for where a background operation stands: "In progress", "Paused", "Stopped".
+pub(super) fn status_words(progress: &Progress) -> &'static str {
+    match progress.control() {
+        background::Control::Run => "In progress",
+        background::Control::Pause => "Paused",
+        background::Control::Stop => "Stopped",
+    }
+}
+
+/// The time a background operation needs for its remaining rows at its speed since `started`
+/// (at `start_row`); `None` before there is a speed to go by.
+pub(super) fn time_left(progress: &Progress, started: Instant, start_row: u64) -> Option<Duration> {
+    let done_rows = progress.watermark_row().saturating_sub(start_row);
+    let elapsed = started.elapsed();
+    if done_rows == 0 || elapsed.is_zero() {
+        return None;
+    }
+    let left_rows = progress.total_rows - progress.watermark_row();
+    Some(elapsed.mul_f64(left_rows as f64 / done_rows as f64))
 }
 
 /// `/c0/sN start|stop|pause|resume rebuild`.
@@ -69,6 +80,9 @@ impl Controller {
         if let Some(vd) = state.vds.get(&vd_id) {
             self.settle_write_intent(&Arc::clone(vd), vd_id);
         }
+        // A member that was being copied has a target that holds part of it already: the
+        // target takes its place, whatever autorebuild says (copyback.rs).
+        self.rebuild_onto_copy_targets(state, vd_id);
         if !state.config.settings.auto_rebuild {
             return self.log(Severity::Warning, format!("v{vd_id} stays degraded: automatic rebuild is off (/c0 set autorebuild=on)"));
         }
@@ -92,16 +106,19 @@ impl Controller {
     }
 
     /// Makes `spare` member `member` of `vd_id` in the metadata, then starts rebuilding it.
-    fn swap_in(&self, state: &mut State, vd_id: u32, member: usize, spare: u32) {
+    pub(super) fn swap_in(&self, state: &mut State, vd_id: u32, member: usize, spare: u32) {
         let before = state.config.clone();
         let old_slot = state.config.vds.iter().find(|v| v.vd_id == vd_id).expect("checked").member_slots[member];
         let detail = format!("takes the place of slot {old_slot} in v{vd_id}");
         self.transition(state, spare, DriveState::Rebuild, state::Cause::RebuildStarted, Some(&detail));
-        state.config.hot_spares.retain(|h| h.slot != spare);
+        // A hot spare keeps its record while it serves (a revertible spare) and remembers whose
+        // place it took: a copyback returns the data there and the spare to the pool.
+        let revertible = state.config.hot_spares.iter().any(|h| h.slot == spare);
         self.retire_replaced(state, old_slot, spare);
         let record = state.config.vds.iter_mut().find(|v| v.vd_id == vd_id).expect("checked");
         record.member_slots[member] = spare;
         set_rebuild_row(&mut state.config, spare, 0);
+        set_copy_slot(&mut state.config, spare, revertible.then_some(old_slot));
         if let Err(error) = self.persist(state) {
             state.config = before;
             return self
@@ -118,6 +135,12 @@ impl Controller {
     /// UGood, a missing one is forgotten (if it returns it is a blank drive to us).
     fn retire_replaced(&self, state: &mut State, old_slot: u32, spare: u32) {
         let detail = format!("replaced by slot {spare}");
+        // A spare that served here and is replaced in turn is no spare any more.
+        state.config.hot_spares.retain(|h| h.slot != old_slot);
+        if let Some(record) = state.config.drives.iter_mut().find(|d| d.slot == old_slot) {
+            record.copy_slot = None;
+            record.rebuild_row = 0;
+        }
         match state.config.drives.iter().find(|d| d.slot == old_slot).map(|d| d.state) {
             Some(DriveState::Failed) => {
                 drop(self.transition(state, old_slot, DriveState::UnconfiguredBad, state::Cause::Replaced, Some(&detail)))
@@ -187,10 +210,14 @@ impl Controller {
         }
     }
 
-    /// Stops every rebuild at its watermark (checkpointed) and waits for the threads: shutdown.
+    /// Stops every rebuild and copy at its watermark (checkpointed) and waits for the threads:
+    /// shutdown. They resume at the next start.
     pub(super) fn stop_rebuilds(&self) {
         for rebuild in self.rebuilds() {
             rebuild.progress.set_control(background::Control::Stop);
+        }
+        for copy in self.copybacks() {
+            copy.progress.set_control(background::Control::Stop);
         }
         let threads = std::mem::take(&mut *self.rebuild_threads.lock().expect("rebuild threads lock"));
         for thread in threads {
@@ -288,6 +315,8 @@ impl Controller {
         }
         state.vds[&vd_id].finish_rebuild(member);
         self.start_resyncs(&state);
+        // A copyback asked for while the spare was being rebuilt can start now.
+        self.start_pending_copyback(&mut state, slot);
     }
 
     /// Steers the rebuild of `slot`.
@@ -340,6 +369,11 @@ impl Controller {
             drop(state);
             return Err(self.no_vd(vd_id));
         };
+        if record.member_slots.get(member).is_some_and(|&old| in_service(&state, vd_id, member, old) && revertible(&state, old)) {
+            // The place is held by a spare that took over: the new drive receives a copy of it
+            // and the spare returns to the spares (a copyback).
+            return self.copy_into_place(&mut state, slot, vd_id, member);
+        }
         check_replacement(&state, slot, &record, member)?;
         let vd = Arc::clone(&state.vds[&vd_id]);
         if vd.state() == crate::VdState::Offline {
@@ -436,8 +470,24 @@ fn check_replacement(state: &State, slot: u32, record: &VdRecord, member: usize)
     Ok(())
 }
 
+/// Whether member `member` of `vd_id` (slot `slot`) is online, in the configuration and the engine.
+fn in_service(state: &State, vd_id: u32, member: usize, slot: u32) -> bool {
+    let online = state.config.drives.iter().any(|d| d.slot == slot && d.state == DriveState::Online);
+    online && state.vds[&vd_id].member(member).state() == MemberState::Online
+}
+
+/// Whether `slot` is a hot spare serving as a member (it kept its hot spare record).
+fn revertible(state: &State, slot: u32) -> bool {
+    state.config.hot_spares.iter().any(|h| h.slot == slot) && member_of(state, slot).is_some()
+}
+
 fn finish_removes(finish: &Finish) -> bool {
     !matches!(finish, Finish::Stopped)
+}
+
+pub(super) fn set_copy_slot(config: &mut ControllerConfig, slot: u32, copy_slot: Option<u32>) {
+    let record = config.drives.iter_mut().find(|d| d.slot == slot).expect("a recorded drive");
+    record.copy_slot = copy_slot;
 }
 
 pub(super) fn set_rebuild_row(config: &mut ControllerConfig, slot: u32, row: u64) {
@@ -447,7 +497,7 @@ pub(super) fn set_rebuild_row(config: &mut ControllerConfig, slot: u32, row: u64
 
 /// A row that lost data that could not be recorded as bad blocks is skipped (the member then
 /// stays Rbld); anything else ends the run. Losses that were recorded come back as `Ok`.
-fn row_outcome(result: Result<(), crate::VdError>) -> RowOutcome {
+pub(super) fn row_outcome(result: Result<(), crate::VdError>) -> RowOutcome {
     match result {
         Ok(()) => RowOutcome::Done,
         Err(error @ crate::VdError::RowUnrecoverable { .. }) => RowOutcome::Unrecoverable(error.to_string()),

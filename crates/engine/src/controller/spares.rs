@@ -64,7 +64,7 @@ mod tests {
                 state: DriveState::Online,
                 capacity_bytes: 8 * GIB,
                 rebuild_row: 0,
-                copy_source_slot: None,
+                copy_slot: None,
             })
             .collect();
         let mut hot_spares = Vec::new();
@@ -76,7 +76,7 @@ mod tests {
                 state: DriveState::HotSpare,
                 capacity_bytes: bytes,
                 rebuild_row: 0,
-                copy_source_slot: None,
+                copy_slot: None,
             });
             hot_spares.push(HotSpareRecord { slot, dedicated_drive_groups: groups.to_vec() });
             capacities.push((slot, bytes));

@@ -56,14 +56,17 @@
 //! | Rbld | Msng | not found at start |
 //! | Rbld | UGood | its VD deleted |
 //! | Cpybck | Onln | copyback done |
-//! | Cpybck | Failed | I/O failure |
+//! | Cpybck | UBad | I/O failure |
 //! | Cpybck | Msng | not found at start |
 //! | Cpybck | UGood | its VD deleted |
+//! | Cpybck | HSP | its VD deleted |
+//! | Cpybck | UGood | copyback stopped |
+//! | Cpybck | HSP | copyback stopped |
+//! | Cpybck | Rbld | rebuild started |
 //! | UBad | UGood | set good |
 //!
 //! `HSP` is one state; whether the spare is global (GHS) or dedicated (DHS) is whether its hot
-//! spare record lists drive groups, and the CLI and API show it so. Rebuild and copyback are not
-//! built yet: their rows are DESIGN.md's, so that the code that starts them finds them here.
+//! spare record lists drive groups, and the CLI and API show it so.
 //!
 //! Choices beyond DESIGN.md's table, following what a MegaRAID does:
 //! - A member recorded missing that is found again comes back Failed: it missed the writes made
@@ -78,6 +81,12 @@
 //!   it would come back UGood.
 //! - Failed and UBad drives get no metadata writes: a failing drive may not take writes, and the
 //!   configuration on the others already says what it is.
+//! - A copy target (`Cpybck`) is in no VD until the copy is done, so when it fails it becomes
+//!   UBad, and when the copy is stopped, or its VD deleted, it returns to what it was: UGood, or
+//!   HSP when it was a hot spare (it keeps its hot spare record while it copies). When the
+//!   member it copies leaves service, the target takes the member's place and is rebuilt (Rbld).
+//! - At the end of a copy the source leaves the VD: a spare serving as a member (it kept its hot
+//!   spare record: a revertible spare) returns to HSP, any other member becomes UGood.
 
 use super::DriveCommand;
 use crate::config::{ControllerConfig, DriveState};
@@ -117,12 +126,15 @@ pub enum Cause {
     CopybackStarted,
     /// A copy finished: the target is a member, the source leaves the VD.
     CopybackDone,
+    /// A copy ended before its end (the administrator stopped it, or it could not go on): the
+    /// target returns to what it was.
+    CopybackStopped,
     /// Another drive took the member's place in its VD.
     Replaced,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 17] = [
+    pub const ALL: [Cause; 18] = [
         Cause::VdCreated,
         Cause::VdDeleted,
         Cause::SpareAdded,
@@ -139,6 +151,7 @@ impl Cause {
         Cause::RebuildDone,
         Cause::CopybackStarted,
         Cause::CopybackDone,
+        Cause::CopybackStopped,
         Cause::Replaced,
     ];
 
@@ -158,6 +171,7 @@ impl Cause {
             Cause::RebuildDone => "rebuild done",
             Cause::CopybackStarted => "copyback started",
             Cause::CopybackDone => "copyback done",
+            Cause::CopybackStopped => "copyback stopped",
             Cause::Replaced => "replaced",
         }
     }
@@ -247,9 +261,13 @@ pub const TRANSITIONS: &[(DriveState, DriveState, Cause)] = &[
     (Rbld, Msng, Cause::Absent),
     (Rbld, UGood, Cause::VdDeleted),
     (Cpybck, Onln, Cause::CopybackDone),
-    (Cpybck, Failed, Cause::IoFailure),
+    (Cpybck, UBad, Cause::IoFailure),
     (Cpybck, Msng, Cause::Absent),
     (Cpybck, UGood, Cause::VdDeleted),
+    (Cpybck, Hsp, Cause::VdDeleted),
+    (Cpybck, UGood, Cause::CopybackStopped),
+    (Cpybck, Hsp, Cause::CopybackStopped),
+    (Cpybck, Rbld, Cause::RebuildStarted),
     (UBad, UGood, Cause::Command(DriveCommand::Good)),
 ];
 

@@ -27,6 +27,7 @@
 //! check) exists for every kind. The trait's functions are `async` and chosen statically
 //! (generics, no `dyn`, no boxed futures), so the data path pays nothing for it.
 
+mod copy;
 pub(crate) mod intent;
 mod lost;
 mod merged;
@@ -131,6 +132,8 @@ pub(crate) async fn rebuild_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row
     let whole = Row::whole(env.vd.geometry(), row);
     on_span(&env, &whole, RebuildTask(targets)).await
 }
+
+pub(crate) use copy::copy_row;
 
 /// Checks row `row`, a row this shard owns (see [`SpanIo::check_row`]).
 pub(crate) async fn check_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {

@@ -129,8 +129,14 @@ pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> Drive
     let member = env.vd.member(index);
     let end_bytes = op.range_bytes().map(|(offset, len)| offset + len);
     member.outstanding.fetch_add(1, Ordering::Relaxed);
+    // The copy before the drive, and held until the operation is done (see `vd::copy`).
+    let copy = member.copy_target();
     let drive = member.drive();
-    let done = env.reactor.submit(&*drive, op).await;
+    let done = match &copy {
+        Some(copy) => super::copy::tee(env, index, copy, &drive, op).await,
+        None => env.reactor.submit(&*drive, op).await,
+    };
+    drop(copy);
     member.outstanding.fetch_sub(1, Ordering::Relaxed);
     if let Some(end) = end_bytes {
         member.last_end_bytes.store(end, Ordering::Relaxed);

@@ -129,7 +129,7 @@ pub(crate) mod drive_record {
     pub const BYTES: usize = 48;
     /// Versions 1 and 2 end before `rebuild_row`.
     pub const BYTES_V2: usize = 32;
-    /// Version 3 ends before `copy_source_slot`.
+    /// Version 3 ends before `copy_slot`.
     pub const BYTES_V3: usize = 40;
     pub const SLOT: Field = Field::new("slot", 0, 4);
     pub const STATE: Field = Field::new("state", 4, 1);
@@ -137,12 +137,12 @@ pub(crate) mod drive_record {
     pub const DRIVE_ID: Field = Field::new("drive_id", 8, 16);
     pub const CAPACITY_BYTES: Field = Field::new("capacity_bytes", 24, 8);
     pub const REBUILD_ROW: Field = Field::new("rebuild_row", 32, 8);
-    pub const COPY_SOURCE_SLOT: Field = Field::new("copy_source_slot", 40, 4);
+    pub const COPY_SLOT: Field = Field::new("copy_slot", 40, 4);
     pub const RESERVED_TAIL: Field = Field::new("reserved", 44, 4);
-    pub const ALL: [Field; 8] = [SLOT, STATE, RESERVED, DRIVE_ID, CAPACITY_BYTES, REBUILD_ROW, COPY_SOURCE_SLOT, RESERVED_TAIL];
-    /// `copy_source_slot` of a drive that copies no member.
+    pub const ALL: [Field; 8] = [SLOT, STATE, RESERVED, DRIVE_ID, CAPACITY_BYTES, REBUILD_ROW, COPY_SLOT, RESERVED_TAIL];
+    /// `copy_slot` of a drive with no other end of a copy.
     pub const NO_SLOT: u32 = u32::MAX;
-    const _: () = assert!(BYTES == 48 && BYTES_V2 == REBUILD_ROW.offset && BYTES_V3 == COPY_SOURCE_SLOT.offset);
+    const _: () = assert!(BYTES == 48 && BYTES_V2 == REBUILD_ROW.offset && BYTES_V3 == COPY_SLOT.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
@@ -315,8 +315,8 @@ fn encode_drive(drive: &DriveRecord, out: &mut Vec<u8>) {
     put(&mut fixed, drive_record::DRIVE_ID, &drive.drive_id.0.to_le_bytes());
     put(&mut fixed, drive_record::CAPACITY_BYTES, &drive.capacity_bytes.to_le_bytes());
     put(&mut fixed, drive_record::REBUILD_ROW, &drive.rebuild_row.to_le_bytes());
-    let copy_source_slot = drive.copy_source_slot.unwrap_or(drive_record::NO_SLOT);
-    put(&mut fixed, drive_record::COPY_SOURCE_SLOT, &copy_source_slot.to_le_bytes());
+    let copy_slot = drive.copy_slot.unwrap_or(drive_record::NO_SLOT);
+    put(&mut fixed, drive_record::COPY_SLOT, &copy_slot.to_le_bytes());
     out.extend_from_slice(&fixed);
 }
 
@@ -527,11 +527,11 @@ fn decode_drive(reader: &mut Reader, index: u32, count: u32, version: u32) -> Re
     };
     let fixed = reader.take(fixed_bytes, || format!("drive record {index} of {count}"))?;
     check_zero(fixed, drive_record::RESERVED, record)?;
-    let copy_source_slot = match version {
+    let copy_slot = match version {
         ..FORMAT_VERSION_BITMAP => None,
         _ => {
             check_zero(fixed, drive_record::RESERVED_TAIL, record)?;
-            Some(get_u32(fixed, drive_record::COPY_SOURCE_SLOT)).filter(|&slot| slot != drive_record::NO_SLOT)
+            Some(get_u32(fixed, drive_record::COPY_SLOT)).filter(|&slot| slot != drive_record::NO_SLOT)
         }
     };
     let state = decode_code(fixed, drive_record::STATE, record)?;
@@ -542,7 +542,7 @@ fn decode_drive(reader: &mut Reader, index: u32, count: u32, version: u32) -> Re
         state,
         capacity_bytes: get_u64(fixed, drive_record::CAPACITY_BYTES),
         rebuild_row: if version < 3 { 0 } else { get_u64(fixed, drive_record::REBUILD_ROW) },
-        copy_source_slot,
+        copy_slot,
     })
 }
 

@@ -2,9 +2,12 @@
 //! `io` read this state at the start of every attempt.
 
 mod bad_blocks;
+mod copy;
 mod request;
 
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
+pub(crate) use copy::same_drive;
+pub use copy::CopyTarget;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 
 use crate::Done;
@@ -88,6 +91,8 @@ pub struct Member {
     /// Set when a write reached the VD while this member was out of service: its contents are
     /// stale and it must not be brought back online without a rebuild.
     missed_writes: std::sync::atomic::AtomicBool,
+    /// The copy of this member to another drive, while one runs (see `copy`).
+    copy: RwLock<Option<Arc<CopyTarget>>>,
 }
 
 impl Member {
@@ -99,7 +104,14 @@ impl Member {
             last_end_bytes: AtomicU64::new(0),
             read_errors: AtomicU32::new(0),
             missed_writes: std::sync::atomic::AtomicBool::new(false),
+            copy: RwLock::new(None),
         }
+    }
+
+    /// The copy of this member to another drive, if one runs. The I/O path reads it before
+    /// [`Member::drive`] (see `copy`).
+    pub fn copy_target(&self) -> Option<Arc<CopyTarget>> {
+        self.copy.read().expect("member copy lock poisoned").clone()
     }
 
     pub fn has_missed_writes(&self) -> bool {
@@ -196,6 +208,8 @@ pub struct MemberEvent {
     pub member: usize,
     pub state: MemberState,
     pub reason: String,
+    /// The member's copy target failed, not the member (see `copy`).
+    pub copy_target: bool,
 }
 
 impl VirtualDrive {
@@ -381,8 +395,14 @@ impl VirtualDrive {
             self.set_member_state(index, MemberState::Failed);
             if let Some(notifier) = notifier {
                 let reason = format!("{kind:?} error: {error}");
-                let event =
-                    MemberEvent { vd_id: self.id, instance_id: self.instance_id, member: index, state: MemberState::Failed, reason };
+                let event = MemberEvent {
+                    vd_id: self.id,
+                    instance_id: self.instance_id,
+                    member: index,
+                    state: MemberState::Failed,
+                    reason,
+                    copy_target: false,
+                };
                 if notifier.send(event).is_err() {
                     // No controller is listening, so there is no metadata to record it in.
                     self.failure_recorded(Ok(()));

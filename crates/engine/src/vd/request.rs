@@ -40,6 +40,8 @@ pub enum VdError {
     RowNotResynced { vd: String, row: u64 },
     #[error("virtual drive {vd}: row {row}: {action} member {member} failed: {error}")]
     RowMemberIo { vd: String, row: u64, member: usize, action: &'static str, error: DriveError },
+    #[error("virtual drive {vd}: member {member} is no longer being copied (its copy target failed or left, or the member left service)")]
+    CopyEnded { vd: String, member: usize },
 }
 
 /// Whether a consistency check rewrites what it finds wrong, as MegaRAID's check does by

@@ -6,7 +6,7 @@
 //! enforce them, so the CLI cannot drift from the controller.
 
 use super::http::{Method, Request};
-use crate::api_types::{AddHotSpare, CreateVd, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd};
+use crate::api_types::{AddHotSpare, CopybackAction, CreateVd, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
 
@@ -60,6 +60,8 @@ pub enum Action {
     Rebuild { slot: u32, action: RebuildAction },
     Insert { slot: u32, insert: InsertDrive },
     ShowBadBlocks { vd: u32 },
+    ShowCopyback { target: Target },
+    Copyback { slot: u32, action: CopybackAction },
 }
 
 /// What the first argument names.
@@ -144,6 +146,10 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Controller, ["add", "vd", ..]) => Action::AddVd(parse_add_vd(&tokens[2..])?),
         (Object::Controller, ["set", ..]) => Action::SetController(parse_set_controller(&tokens[1..])?),
         (Object::Slots(target), ["show", "rebuild"]) => Action::ShowRebuild { target },
+        (Object::Slots(target), ["show", "copyback"]) => Action::ShowCopyback { target },
+        (Object::Slots(Target::One(slot)), [verb @ ("start" | "stop" | "pause" | "resume"), "copyback", ..]) => {
+            Action::Copyback { slot, action: super::copyback::parse_action(verb, &tokens[2..])? }
+        }
         (Object::Slots(Target::One(slot)), ["insert", ..]) => Action::Insert { slot, insert: parse_insert(&tokens[1..])? },
         (Object::Slots(Target::One(slot)), [verb @ ("start" | "stop" | "pause" | "resume"), "rebuild"]) => {
             Action::Rebuild { slot, action: RebuildAction { action: verb.to_string() } }
@@ -171,12 +177,16 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
 
 fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
-        Object::Controller => "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100",
+        Object::Controller => {
+            "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off"
+        }
         Object::Vds(Target::All) => "show, show all (show badblocks, del and set need one VD: /c0/vN)",
         Object::Vds(Target::One(_)) => "show, show all, show badblocks, del [force], set wrcache=|rdcache=|iopolicy=|name=",
-        Object::Slots(Target::All) => "show, show all, show rebuild (add, delete, set and rebuild commands need one slot: /c0/sN)",
+        Object::Slots(Target::All) => {
+            "show, show all, show rebuild, show copyback (add, delete, set, rebuild and copyback commands need one slot: /c0/sN)"
+        }
         Object::Slots(Target::One(_)) => {
-            "show, show all, show rebuild, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild, insert dg=D array=A row=R"
+            "show, show all, show rebuild, show copyback, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild, insert dg=D array=A row=R, start copyback target=M, stop|pause|resume copyback"
         }
         Object::Foreign => "show, import, del",
     };
@@ -418,7 +428,7 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
 }
 
 fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> {
-    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100";
+    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
@@ -428,14 +438,8 @@ fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> 
             return usage(format!("set: \"{token}\" is not KEY=VALUE; allowed: {ALLOWED}"));
         };
         match key.to_ascii_lowercase().as_str() {
-            "autorebuild" => {
-                let on = match value.to_ascii_lowercase().as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => return usage(format!("autorebuild=\"{value}\" is not allowed; allowed: on, off")),
-                };
-                set_once(&mut changes.auto_rebuild, on, "autorebuild=", token)?;
-            }
+            "autorebuild" => set_once(&mut changes.auto_rebuild, on_off("autorebuild", value)?, "autorebuild=", token)?,
+            "copyback" => set_once(&mut changes.copyback, on_off("copyback", value)?, "copyback=", token)?,
             "rebuildrate" => {
                 let rate = value.parse::<u8>().ok().filter(|rate| *rate <= 100);
                 let Some(rate) = rate else { return usage(format!("rebuildrate=\"{value}\" is not allowed; allowed: 0 to 100 (percent)")) };
@@ -445,6 +449,14 @@ fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> 
         }
     }
     Ok(changes)
+}
+
+fn on_off(key: &str, value: &str) -> Result<bool, UsageError> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => usage(format!("{key}=\"{value}\" is not allowed; allowed: on, off")),
+    }
 }
 
 fn parse_insert(tokens: &[String]) -> Result<InsertDrive, UsageError> {
@@ -529,6 +541,8 @@ impl Action {
             Action::Insert { slot, insert } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/insert"), insert)],
             Action::Rebuild { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/rebuild"), action)],
             Action::ShowBadBlocks { vd } => vec![Request::get(&format!("{VDS}/{vd}/badblocks"))],
+            Action::ShowCopyback { .. } => vec![Request::get("/api/v1/copybacks")],
+            Action::Copyback { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/copyback"), action)],
         }
     }
 }
@@ -691,11 +705,11 @@ mod tests {
         );
         check(
             "/c0",
-            "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100",
+            "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off",
         );
         check("/c0 set rebuildrate=101", "usage: rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
         check("/c0 set autorebuild=maybe", "usage: autorebuild=\"maybe\" is not allowed; allowed: on, off");
-        check("/c0 set speed=1", "usage: set: unknown property \"speed\"; allowed: autorebuild=on|off, rebuildrate=0-100");
+        check("/c0 set speed=1", "usage: set: unknown property \"speed\"; allowed: autorebuild=on|off, rebuildrate=0-100, copyback=on|off");
         check("/c0/fall show import", "usage: unknown command \"/c0/fall show import\"; allowed after /c0/fall: show, import, del");
     }
 

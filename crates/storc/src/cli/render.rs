@@ -106,6 +106,11 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
             rebuild_report(&description, Target::One(*slot), &[decode(first)?], first)
         }
         Action::ShowBadBlocks { .. } => super::bad_blocks::report(&decode(first)?, first),
+        Action::ShowCopyback { target } => super::copyback::report("Show Copyback Succeeded", *target, &decode::<Vec<_>>(first)?, first),
+        Action::Copyback { slot, action } => {
+            let description = format!("{} Copyback Succeeded", capitalized(&action.action));
+            super::copyback::report(&description, Target::One(*slot), &[decode(first)?], first)
+        }
     };
     Ok(report)
 }
@@ -141,6 +146,7 @@ fn controller_report(controller: &ControllerView, all: bool, answer: &Value) -> 
         facts.push(("Parity Kernels", controller.parity_kernels.clone()));
         facts.push(("Auto Rebuild", if controller.auto_rebuild { "On" } else { "Off" }.to_string()));
         facts.push(("Rebuild Rate", format!("{}%", controller.rebuild_rate_percent)));
+        facts.push(("Copyback", on_off(controller.copyback)));
     }
     let mut text = section("Basics", &key_values(&facts));
     text += &section("VD LIST", &vd_table_or_none(&controller.vds));
@@ -223,6 +229,7 @@ fn settings_report(controller: &ControllerView, answer: &Value) -> Report {
     let facts = [
         ("Auto Rebuild", if controller.auto_rebuild { "On" } else { "Off" }.to_string()),
         ("Rebuild Rate", format!("{}%", controller.rebuild_rate_percent)),
+        ("Copyback", on_off(controller.copyback)),
     ];
     Report { description: "Set Controller Properties Succeeded".to_string(), text: key_values(&facts), data: answer.clone() }
 }
@@ -249,6 +256,10 @@ fn rebuild_report(description: &str, target: Target, rebuilds: &[RebuildView], a
         (false, _) => table.render(),
     };
     Report { description: description.to_string(), text: section("Rebuild", &body), data: answer.clone() }
+}
+
+fn on_off(on: bool) -> String {
+    if on { "On" } else { "Off" }.to_string()
 }
 
 fn capitalized(word: &str) -> String {
@@ -530,6 +541,7 @@ pub mod tests {
             parity_kernels: "avx2".into(),
             auto_rebuild: true,
             rebuild_rate_percent: 30,
+            copyback: true,
         };
         let answer = serde_json::to_value(&controller).unwrap();
         let summary = report(&Action::ShowController { all: false }, std::slice::from_ref(&answer)).unwrap();

@@ -24,8 +24,8 @@ pub struct AppState {
     pub pool: drive::BufPool,
 }
 
-type Shared = Arc<AppState>;
-type Reply<T> = Result<(StatusCode, Json<T>), (StatusCode, Json<ApiError>)>;
+pub(super) type Shared = Arc<AppState>;
+pub(super) type Reply<T> = Result<(StatusCode, Json<T>), (StatusCode, Json<ApiError>)>;
 
 pub fn router(state: Shared) -> Router {
     Router::new()
@@ -33,6 +33,8 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/rebuilds", get(rebuilds))
         .route("/api/v1/drives/{slot}/rebuild", post(rebuild_action))
         .route("/api/v1/drives/{slot}/insert", post(insert_drive))
+        .route("/api/v1/copybacks", get(super::api_copyback::copybacks))
+        .route("/api/v1/drives/{slot}/copyback", post(super::api_copyback::copyback_action))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
         .route("/api/v1/vds/{id}/badblocks", get(bad_blocks))
@@ -46,7 +48,7 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-fn fail(error: ControlError) -> (StatusCode, Json<ApiError>) {
+pub(super) fn fail(error: ControlError) -> (StatusCode, Json<ApiError>) {
     let status = match error {
         ControlError::BadInput(_) => StatusCode::BAD_REQUEST,
         ControlError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -56,12 +58,12 @@ fn fail(error: ControlError) -> (StatusCode, Json<ApiError>) {
     (status, Json(ApiError { error: error.to_string() }))
 }
 
-fn bad(message: String) -> (StatusCode, Json<ApiError>) {
+pub(super) fn bad(message: String) -> (StatusCode, Json<ApiError>) {
     fail(ControlError::BadInput(message))
 }
 
 /// Runs a controller call on the blocking pool (it may write metadata to every drive).
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     call: impl FnOnce() -> Result<T, ControlError> + Send + 'static,
 ) -> Result<T, (StatusCode, Json<ApiError>)> {
     match tokio::task::spawn_blocking(call).await {
@@ -121,7 +123,7 @@ fn innermost_cause(error: &dyn std::error::Error) -> String {
     cause.to_string()
 }
 
-fn ok<T>(value: T) -> Reply<T> {
+pub(super) fn ok<T>(value: T) -> Reply<T> {
     Ok((StatusCode::OK, Json(value)))
 }
 
@@ -221,11 +223,13 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
         parity_kernels: parity::active_kernel_name().into(),
         auto_rebuild: config.settings.auto_rebuild,
         rebuild_rate_percent: config.settings.rebuild_rate_percent,
+        copyback: config.settings.copyback,
     })
 }
 
 async fn set_controller(State(state): State<Shared>, ApiJson(body): ApiJson<SetController>) -> Reply<ControllerView> {
-    let changes = ControllerChanges { auto_rebuild: body.auto_rebuild, rebuild_rate_percent: body.rebuild_rate_percent };
+    let changes =
+        ControllerChanges { auto_rebuild: body.auto_rebuild, rebuild_rate_percent: body.rebuild_rate_percent, copyback: body.copyback };
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.set_controller(changes)).await?;
     self::controller(State(state)).await

@@ -31,7 +31,8 @@ fn io_error(error: &VdError) -> IoError {
         | VdError::MemberOutOfRange { .. }
         | VdError::RowUnrecoverable { .. }
         | VdError::RowMemberOut { .. }
-        | VdError::RowMemberIo { .. } => IoError::Io,
+        | VdError::RowMemberIo { .. }
+        | VdError::CopyEnded { .. } => IoError::Io,
         VdError::Stopped => IoError::ShuttingDown,
     }
 }

@@ -23,6 +23,7 @@ fn letter(cause: Cause) -> char {
         Cause::RebuildDone => 'D',
         Cause::CopybackStarted => 'C',
         Cause::CopybackDone => 'K',
+        Cause::CopybackStopped => 'T',
         Cause::Replaced => 'p',
     }
 }
@@ -41,7 +42,7 @@ const MATRIX: [(DriveState, [&str; 9]); 9] = [
     (Msng,   ["b",   "n",  ".",   "b",    ".",   "b", "R",  ".",    "."]),
     (Hsp,    ["rd",  ".",  ".",   ".",    "x",   ".", "R",  "C",    "."]),
     (Rbld,   ["d",   "D",  ".",   "i",    "x",   ".", ".",  ".",    "."]),
-    (Cpybck, ["d",   "K",  ".",   "i",    "x",   ".", ".",  ".",    "."]),
+    (Cpybck, ["dT",  "K",  ".",   ".",    "x",   "dT", "R", ".",    "i"]),
     (UBad,   ["g",   ".",  ".",   ".",    ".",   ".", ".",  ".",    "."]),
 ];
 
@@ -131,8 +132,7 @@ fn a_deleted_vds_members_leave_by_the_table() {
 }
 
 fn config_with(state: DriveState) -> ControllerConfig {
-    let drives =
-        vec![DriveRecord { slot: 4, drive_id: DriveId(1), state, capacity_bytes: 1 << 30, rebuild_row: 0, copy_source_slot: None }];
+    let drives = vec![DriveRecord { slot: 4, drive_id: DriveId(1), state, capacity_bytes: 1 << 30, rebuild_row: 0, copy_slot: None }];
     ControllerConfig {
         controller_id: ControllerId(1),
         generation: 1,
