@@ -188,6 +188,13 @@ fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() 
     assert_eq!(drive_state(&daemon, 2), "UGood");
     assert_image(&array, &daemon, "after the resumed replacement");
     cli(&daemon, &["/c0", "set", "autorebuild=off"]);
+    // kill -9 with writes in flight: the dirty regions are resynced first; until then a read
+    // through their parity would fail (EIO) rather than trust it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while daemon.vd_named("db").resync.is_some() {
+        assert!(std::time::Instant::now() < deadline, "the resync after kill -9 never finished");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     cli(&daemon, &["/c0/s6", "set", "offline"]);
     assert_image(&array, &daemon, "after the resumed replacement, with slot 6 offline");
     daemon.stop();

@@ -329,7 +329,7 @@ fn unknown_fields_in_a_request_are_refused_by_name() {
             "PATCH",
             "/api/v1/controller",
             r#"{"rebuild_rate":50}"#,
-            "unknown field `rebuild_rate`, expected `auto_rebuild` or `rebuild_rate_percent`",
+            "unknown field `rebuild_rate`, expected one of `auto_rebuild`, `rebuild_rate_percent`, `copyback`",
         ),
         ("POST", "/api/v1/drives/2/hotspare", r#"{"drive_groups":[],"slot":2}"#, "unknown field `slot`, expected `drive_groups`"),
         ("DELETE", "/api/v1/vds/0?forse=true", "", "unknown field `forse`, expected `force`"),
