@@ -102,23 +102,32 @@ fn a_member_that_comes_back_is_resynced_only_where_it_missed_writes() {
     }
 }
 
-/// An unclean stop: the controller is dropped without `shutdown`, and one dirty row's parity is
-/// made stale behind its back, as a write torn by a power cut leaves it.
-#[test]
-fn an_unclean_stop_is_resynced_in_its_dirty_regions() {
+/// A RAID5 of four drives whose controller writes `chunks(starts)` (at VD byte offsets, given
+/// the region starts) and is then dropped without `shutdown`: an unclean stop. Returns the
+/// engine, the drives, the controller id, the region starts and the VD's geometry.
+fn raid5_stopped_uncleanly(
+    chunks: impl Fn(&[u64]) -> Vec<(u64, Vec<u8>)>,
+) -> (Arc<Engine>, Vec<Arc<dyn Drive>>, ControllerId, Vec<u64>, layout::Geometry) {
     let engine = engine();
     let drives = mem_drives(4, DRIVE_BYTES);
     let first = open(&engine, &drives, None);
     first.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
     let (_, vd) = first.vd(0).unwrap();
     let starts = region_starts(&vd);
-    let chunks: Vec<(u64, Vec<u8>)> = vec![(starts[0], pattern(CHUNK_BYTES, 1)), (starts[2], pattern(CHUNK_BYTES, 2))];
-    chunks.iter().for_each(|(offset, data)| engine.write_at(&vd, *offset, data).unwrap());
-    let id = first.config().controller_id;
-    let row = starts[2] / vd.geometry().row_data_bytes();
-    let parity_place = vd.geometry().row_map(row).p_place().unwrap();
-    drop(vd);
-    drop(first);
+    chunks(&starts).iter().for_each(|(offset, data)| engine.write_at(&vd, *offset, data).unwrap());
+    let (id, geometry) = (first.config().controller_id, *vd.geometry());
+    (engine, drives, id, starts, geometry)
+}
+
+/// An unclean stop: the controller is dropped without `shutdown`, and one dirty row's parity is
+/// made stale behind its back, as a write torn by a power cut leaves it.
+#[test]
+fn an_unclean_stop_is_resynced_in_its_dirty_regions() {
+    let chunks_at = |starts: &[u64]| vec![(starts[0], pattern(CHUNK_BYTES, 1)), (starts[2], pattern(CHUNK_BYTES, 2))];
+    let (engine, drives, id, starts, geometry) = raid5_stopped_uncleanly(chunks_at);
+    let chunks = chunks_at(&starts);
+    let row = starts[2] / geometry.row_data_bytes();
+    let parity_place = geometry.row_map(row).p_place().unwrap();
     let stale = IoBuf::from_slice(&vec![0xEE; 4096]);
     run(&*drives[parity_place.drive], DriveOp::Write { offset_bytes: parity_place.drive_offset_bytes, buf: stale });
 
@@ -139,17 +148,7 @@ fn an_unclean_stop_is_resynced_in_its_dirty_regions() {
 /// run, since a member is missing after the unclean stop.
 #[test]
 fn a_degraded_read_of_an_unsynced_region_fails_instead_of_trusting_its_parity() {
-    let engine = engine();
-    let drives = mem_drives(4, DRIVE_BYTES);
-    let first = open(&engine, &drives, None);
-    first.create_vd(spec(Level::Raid5, &[0, 1, 2, 3], "db")).unwrap();
-    let (_, vd) = first.vd(0).unwrap();
-    let starts = region_starts(&vd);
-    engine.write_at(&vd, starts[1], &pattern(CHUNK_BYTES, 3)).unwrap();
-    let id = first.config().controller_id;
-    drop(vd);
-    drop(first);
-
+    let (engine, drives, id, starts, _) = raid5_stopped_uncleanly(|starts| vec![(starts[1], pattern(CHUNK_BYTES, 3))]);
     let without_slot_3 = &drives[..3];
     let second = open(&engine, without_slot_3, Some(id));
     let (_, vd) = second.vd(0).unwrap();

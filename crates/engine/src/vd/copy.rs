@@ -12,7 +12,7 @@
 //! source, and every operation that may still reach the source holds the ended copy:
 //! [`VirtualDrive::wait_copy_released`] waits for those before the source is used elsewhere.
 
-use super::{MemberEvent, MemberState, VirtualDrive};
+use super::{MemberState, VirtualDrive};
 use drive::{Drive, DriveError, OpKind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -130,16 +130,6 @@ impl VirtualDrive {
         }
         let Some(notifier) = notifier else { return };
         let reason = format!("{kind:?} error on the copy target {}: {error}", copy.target.info().name);
-        let event = MemberEvent {
-            vd_id: self.id,
-            instance_id: self.instance_id,
-            member: index,
-            state: MemberState::Failed,
-            reason,
-            copy_target: true,
-        };
-        if notifier.send(event).is_err() {
-            self.failure_recorded(Ok(()));
-        }
+        self.report_failure(notifier, index, reason, true);
     }
 }

@@ -253,6 +253,22 @@ impl VirtualDrive {
         self.acks.lock().expect("ack gate poisoned").failures_unrecorded
     }
 
+    /// Sends a member (or copy target) failure to the controller's watcher, whose record opens
+    /// the ack gate again.
+    pub(crate) fn report_failure(
+        &self,
+        notifier: &crossbeam_channel::Sender<MemberEvent>,
+        member: usize,
+        reason: String,
+        copy_target: bool,
+    ) {
+        let event = MemberEvent { vd_id: self.id, instance_id: self.instance_id, member, state: MemberState::Failed, reason, copy_target };
+        if notifier.send(event).is_err() {
+            // No controller is listening, so there is no metadata to record it in.
+            self.failure_recorded(Ok(()));
+        }
+    }
+
     /// Gives the VD its write-intent bitmap, before it serves.
     ///
     /// # Panics
@@ -394,19 +410,7 @@ impl VirtualDrive {
             }
             self.set_member_state(index, MemberState::Failed);
             if let Some(notifier) = notifier {
-                let reason = format!("{kind:?} error: {error}");
-                let event = MemberEvent {
-                    vd_id: self.id,
-                    instance_id: self.instance_id,
-                    member: index,
-                    state: MemberState::Failed,
-                    reason,
-                    copy_target: false,
-                };
-                if notifier.send(event).is_err() {
-                    // No controller is listening, so there is no metadata to record it in.
-                    self.failure_recorded(Ok(()));
-                }
+                self.report_failure(notifier, index, format!("{kind:?} error: {error}"), false);
             }
         }
         fail
