@@ -23,10 +23,12 @@ pub mod bitmap;
 pub mod config;
 pub mod controller;
 pub mod io;
+mod local;
 pub mod metadata;
 pub mod runtime;
 pub mod vd;
 
+pub use local::LocalEngine;
 pub use runtime::CompletionOrder;
 pub use vd::{
     CheckMode, CheckOutcome, Member, MemberEvent, MemberSet, MemberState, Mismatch, VdCompletion, VdError, VdLayout, VdRequest, VdState,
@@ -47,6 +49,9 @@ pub type Done = Box<dyn FnOnce(VdCompletion) + Send>;
 pub type RawDone = Box<dyn FnOnce(Completion) + Send>;
 /// Called once with the outcome of a row rebuild, on a shard thread.
 pub type RebuildDone = Box<dyn FnOnce(Result<(), VdError>) + Send>;
+/// Called once with the outcome of each row of a run of rebuilt rows, in row order, on a shard
+/// thread.
+pub type RebuildRunDone = Box<dyn FnOnce(Vec<Result<(), VdError>>) + Send>;
 /// Called once with the outcome of a row check, on a shard thread.
 pub type CheckDone = Box<dyn FnOnce(Result<CheckOutcome, VdError>) + Send>;
 
@@ -78,11 +83,22 @@ enum ShardMsg {
 /// Called on a shard thread with the outcome of a bitmap clean pass.
 pub type CleanDone = Box<dyn FnOnce(Result<(), VdError>) + Send>;
 
-/// A whole-row job of a background process, run on the shard that owns the row.
+/// A whole-row job of a background process, run on the shard that owns the row (or the run).
 enum RowJob {
-    Rebuild { targets: MemberSet, done: RebuildDone },
-    Check { mode: CheckMode, done: CheckDone },
-    Copy { member: usize, done: RebuildDone },
+    /// Rows `row..row + row_count`, all owned by the shard.
+    Rebuild {
+        row_count: u64,
+        targets: MemberSet,
+        done: RebuildRunDone,
+    },
+    Check {
+        mode: CheckMode,
+        done: CheckDone,
+    },
+    Copy {
+        member: usize,
+        done: RebuildDone,
+    },
 }
 
 struct ShardHandle {
@@ -193,13 +209,45 @@ impl Engine {
     }
 
     /// Rebuilds the strips that the `targets` members hold in row `row`, on the shard that owns
-    /// the row, under its lock: what a rebuild process does row by row. `done` runs on a shard
-    /// thread (at once for a bad row or member number).
+    /// the row, under its lock. `done` runs on a shard thread (at once for a bad row or member
+    /// number). See [`Engine::rebuild_rows`].
     pub fn rebuild_row(&self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet, done: RebuildDone) {
-        if let Err(error) = validate_row(vd, row, targets) {
-            return done(Err(error));
+        self.rebuild_rows(vd, row, 1, targets, Box::new(move |mut results| done(results.pop().expect("one row, one result"))));
+    }
+
+    /// Rebuilds the strips that the `targets` members hold in the `row_count` rows from
+    /// `first_row`, under their locks: what a rebuild process does. Each shard gets its part of
+    /// the run ([`run_rows_for`] rows at most) and reads and writes each member's part of it in
+    /// as few I/Os as the layout allows. `done` gets one result per row, in order, on a shard
+    /// thread (at once for a bad row or member number).
+    pub fn rebuild_rows(&self, vd: &Arc<VirtualDrive>, first_row: u64, row_count: u64, targets: MemberSet, done: RebuildRunDone) {
+        if row_count == 0 {
+            return done(Vec::new());
         }
-        self.send_row(vd, row, RowJob::Rebuild { targets, done });
+        let last_row = first_row.saturating_add(row_count - 1);
+        if let Err(error) = validate_row(vd, first_row, targets).and_then(|()| validate_row(vd, last_row, targets)) {
+            return done(vec![Err(error); row_count as usize]);
+        }
+        let parts = run_parts(vd.geometry(), first_row, row_count);
+        let joined = Arc::new(Mutex::new(RunJoin { remaining: parts.len(), results: vec![None; row_count as usize], done: Some(done) }));
+        for (part_first, part_count) in parts {
+            let joined = Arc::clone(&joined);
+            let done: RebuildRunDone = Box::new(move |results| {
+                let mut join = joined.lock().expect("run join lock");
+                let at = (part_first - first_row) as usize;
+                for (slot, result) in join.results[at..at + results.len()].iter_mut().zip(results) {
+                    *slot = Some(result);
+                }
+                join.remaining -= 1;
+                if join.remaining == 0 {
+                    let results = join.results.drain(..).map(|r| r.expect("every part reports its rows")).collect();
+                    let done = join.done.take().expect("a run completes once");
+                    drop(join);
+                    done(results);
+                }
+            });
+            self.send_row(vd, part_first, RowJob::Rebuild { row_count: part_count, targets, done });
+        }
     }
 
     /// Checks row `row` (and repairs it if `mode` says so) on the shard that owns it, under its
@@ -314,6 +362,33 @@ fn shard_stride_rows(geometry: &layout::Geometry) -> u64 {
     SHARD_STRIDE_BYTES.div_ceil(geometry.row_data_bytes()).max(1)
 }
 
+/// The rows a background run may cover on one shard: runs aligned to this many rows are served
+/// by one shard, with member I/Os of up to this many strips.
+pub fn run_rows_for(geometry: &layout::Geometry) -> u64 {
+    shard_stride_rows(geometry)
+}
+
+/// A run of rows cut where the shard that owns them changes: (first row, row count) each.
+fn run_parts(geometry: &layout::Geometry, first_row: u64, row_count: u64) -> Vec<(u64, u64)> {
+    let stride_rows = shard_stride_rows(geometry);
+    let end_row = first_row + row_count;
+    let mut parts = Vec::new();
+    let mut row = first_row;
+    while row < end_row {
+        let part_end = ((row / stride_rows + 1) * stride_rows).min(end_row);
+        parts.push((row, part_end - row));
+        row = part_end;
+    }
+    parts
+}
+
+/// Gathers the parts of a run of rebuilt rows served by several shards.
+struct RunJoin {
+    remaining: usize,
+    results: Vec<Option<Result<(), VdError>>>,
+    done: Option<RebuildRunDone>,
+}
+
 /// Checks a row job's row and members against the VD before anything is queued.
 fn validate_row(vd: &VirtualDrive, row: u64, targets: MemberSet) -> Result<(), VdError> {
     if vd.is_retired() {
@@ -421,7 +496,7 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
 
 async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
     match job {
-        RowJob::Rebuild { targets, done } => done(io::rebuild_row(reactor, Arc::clone(vd), row, targets).await),
+        RowJob::Rebuild { row_count, targets, done } => done(io::rebuild_rows(reactor, Arc::clone(vd), row, row_count, targets).await),
         RowJob::Check { mode, done } => done(io::check_row(reactor, Arc::clone(vd), row, mode).await),
         RowJob::Copy { member, done } => done(io::copy_row(reactor, Arc::clone(vd), row, member).await),
     }
@@ -459,115 +534,6 @@ impl Joiner {
         let done = state.done.take().expect("completed once");
         drop(state);
         done(VdCompletion { result, buf: Some(buf) });
-    }
-}
-
-/// One shard on the caller's thread, with completion order chosen by the caller: the
-/// deterministic simulator and unit tests drive the real I/O paths through it.
-pub struct LocalEngine {
-    executor: Executor,
-}
-
-impl LocalEngine {
-    pub fn new(order: CompletionOrder) -> LocalEngine {
-        let reactor = Reactor::new(IoCtx::without_ring(), order);
-        LocalEngine { executor: Executor::new(reactor) }
-    }
-
-    /// Queues a request; `done` runs during a later [`LocalEngine::step`].
-    pub fn submit(&mut self, vd: &Arc<VirtualDrive>, request: VdRequest, done: impl FnOnce(VdCompletion) + 'static) {
-        if let Err(error) = validate(vd, &request) {
-            return done(VdCompletion { result: Err(error), buf: request.into_buf() });
-        }
-        let reactor = Rc::clone(self.executor.reactor());
-        let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::serve(reactor, vd, request).await) });
-    }
-
-    /// Queues a rebuild of the strips `targets` hold in row `row` (see [`Engine::rebuild_row`]);
-    /// `done` runs during a later [`LocalEngine::step`], or at once for a bad row or member.
-    pub fn rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet, done: impl FnOnce(Result<(), VdError>) + 'static) {
-        if let Err(error) = validate_row(vd, row, targets) {
-            return done(Err(error));
-        }
-        let reactor = Rc::clone(self.executor.reactor());
-        let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::rebuild_row(reactor, vd, row, targets).await) });
-    }
-
-    /// Queues a check of row `row` (see [`Engine::check_row`]).
-    pub fn check_row(
-        &mut self,
-        vd: &Arc<VirtualDrive>,
-        row: u64,
-        mode: CheckMode,
-        done: impl FnOnce(Result<CheckOutcome, VdError>) + 'static,
-    ) {
-        if let Err(error) = validate_row(vd, row, MemberSet::default()) {
-            return done(Err(error));
-        }
-        let reactor = Rc::clone(self.executor.reactor());
-        let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::check_row(reactor, vd, row, mode).await) });
-    }
-
-    /// Queues a clean pass of `vd`'s bitmap (see [`Engine::clean_write_intent`]).
-    pub fn clean_write_intent(&mut self, vd: &Arc<VirtualDrive>, stopping: bool, done: impl FnOnce(Result<(), VdError>) + 'static) {
-        let reactor = Rc::clone(self.executor.reactor());
-        let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::clean_write_intent(reactor, vd, stopping).await) });
-    }
-
-    /// Rebuilds one row and waits for the outcome: for tests and tools.
-    ///
-    /// # Errors
-    /// What the rebuild reported.
-    pub fn run_rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet) -> Result<(), VdError> {
-        let slot = Rc::new(std::cell::RefCell::new(None));
-        let out = Rc::clone(&slot);
-        self.rebuild_row(vd, row, targets, move |result| *out.borrow_mut() = Some(result));
-        self.run_until_idle();
-        let result = slot.borrow_mut().take();
-        result.expect("rebuild completed")
-    }
-
-    /// Checks one row and waits for the outcome: for tests and tools.
-    ///
-    /// # Errors
-    /// What the check reported.
-    pub fn run_check_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {
-        let slot = Rc::new(std::cell::RefCell::new(None));
-        let out = Rc::clone(&slot);
-        self.check_row(vd, row, mode, move |result| *out.borrow_mut() = Some(result));
-        self.run_until_idle();
-        let result = slot.borrow_mut().take();
-        result.expect("check completed")
-    }
-
-    /// One turn of the loop. Returns whether anything happened.
-    pub fn step(&mut self) -> bool {
-        self.executor.turn(false)
-    }
-
-    /// Turns until every request has completed.
-    pub fn run_until_idle(&mut self) {
-        while self.executor.live_tasks() > 0 || self.executor.reactor().in_flight() > 0 {
-            self.step();
-        }
-    }
-
-    pub fn requests_in_flight(&self) -> usize {
-        self.executor.live_tasks()
-    }
-
-    /// Runs one request to completion and returns its outcome.
-    pub fn run(&mut self, vd: &Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
-        let slot = Rc::new(std::cell::RefCell::new(None));
-        let out = Rc::clone(&slot);
-        self.submit(vd, request, move |completion| *out.borrow_mut() = Some(completion));
-        self.run_until_idle();
-        let completion = slot.borrow_mut().take();
-        completion.expect("request completed")
     }
 }
 

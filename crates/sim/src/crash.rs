@@ -266,7 +266,7 @@ fn resync_row(engine: &mut LocalEngine, vd: &Arc<VirtualDrive>, row: u64, report
         let outcome = match plan(vd, row) {
             RowResync::Check => {
                 report.checked_row_count += 1;
-                let checked = engine.run_check_row(vd, row, CheckMode::Repair);
+                let checked = engine.run_check_row(vd, row, CheckMode::Resync);
                 if checked.as_ref().is_ok_and(|outcome| outcome.repaired) {
                     report.rows_repaired.push(row);
                 }

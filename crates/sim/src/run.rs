@@ -41,6 +41,10 @@ impl SimDrive {
     }
 }
 
+/// The longest run of rows one rebuild job covers here (the controller's runs are a shard's
+/// stride of rows; a few rows already make member I/Os merge across rows).
+const RUN_ROWS_MAX: u64 = 4;
+
 /// A member being rebuilt onto a blank drive while the workload runs.
 pub(crate) struct Rebuild {
     pub member: usize,
@@ -48,9 +52,10 @@ pub(crate) struct Rebuild {
     pub next_row: u64,
     /// Rows below it are done and were flushed before it was recorded: a restart resumes here.
     pub checkpoint_row: u64,
-    /// A row job in flight (one at a time), and its outcome once it arrived.
+    /// A job over a run of rows in flight (one at a time), and the outcome of each of its rows
+    /// once it arrived.
     pub in_flight: bool,
-    pub outcome: Rc<RefCell<Option<Result<(), VdError>>>>,
+    pub outcome: Rc<RefCell<Option<Vec<Result<(), VdError>>>>>,
     /// A row that could not be rebuilt (its sources hit injected read errors): the member then
     /// never returns to service.
     pub unrecoverable: bool,
@@ -172,9 +177,9 @@ impl Sim {
     fn rebuild_some(&mut self) -> Result<(), String> {
         let Some(rebuild) = &mut self.rebuild else { return Ok(()) };
         let arrived = rebuild.outcome.borrow_mut().take();
-        if let Some(result) = arrived {
+        if let Some(results) = arrived {
             rebuild.in_flight = false;
-            self.settle_rebuilt_row(result)?;
+            self.settle_rebuilt_rows(results)?;
             if self.rng.gen_bool(0.5) {
                 self.checkpoint_rebuild();
             }
@@ -189,7 +194,9 @@ impl Sim {
         }
         let (row, targets, outcome) = (rebuild.next_row, MemberSet::of(&[rebuild.member]), Rc::clone(&rebuild.outcome));
         rebuild.in_flight = true;
-        self.engine.rebuild_row(&self.vd, row, targets, move |result| *outcome.borrow_mut() = Some(result));
+        // Runs of several rows, as the controller submits them, where member I/Os merge.
+        let run_rows = self.rng.gen_range(1..=RUN_ROWS_MAX).min(row_count - row);
+        self.engine.rebuild_rows(&self.vd, row, run_rows, targets, move |results| *outcome.borrow_mut() = Some(results));
         Ok(())
     }
 
@@ -210,21 +217,30 @@ impl Sim {
         self.engine.run_until_idle();
         let rebuild = self.rebuild.as_ref().expect("checked above");
         let (member, arrived) = (rebuild.member, rebuild.outcome.borrow_mut().take());
-        if let Some(result) = arrived {
-            self.settle_rebuilt_row(result)?;
+        if let Some(results) = arrived {
+            self.settle_rebuilt_rows(results)?;
         }
         let targets = MemberSet::of(&[member]);
-        while let Some(row) = self.rebuild.as_ref().map(|r| r.next_row).filter(|&row| row < self.vd.geometry().row_count()) {
-            let result = self.engine.run_rebuild_row(&self.vd, row, targets);
-            self.settle_rebuilt_row(result)?;
+        let row_count = self.vd.geometry().row_count();
+        while let Some(row) = self.rebuild.as_ref().map(|r| r.next_row).filter(|&row| row < row_count) {
+            let results = Rc::new(RefCell::new(None));
+            let out = Rc::clone(&results);
+            self.engine.rebuild_rows(&self.vd, row, RUN_ROWS_MAX.min(row_count - row), targets, move |r| *out.borrow_mut() = Some(r));
+            self.engine.run_until_idle();
+            let results = results.borrow_mut().take().expect("a run of rows completes");
+            self.settle_rebuilt_rows(results)?;
         }
         self.end_rebuild()
     }
 
-    fn settle_rebuilt_row(&mut self, result: Result<(), VdError>) -> Result<(), String> {
-        let unsynced = self.rebuild.as_ref().is_some_and(|r| self.row_unsynced(r.next_row));
-        let rebuild = self.rebuild.as_mut().expect("a rebuild runs");
-        settle_row(rebuild, result, &self.faults, unsynced)
+    /// Books the rows of a run, in order, from the rebuild's next row.
+    fn settle_rebuilt_rows(&mut self, results: Vec<Result<(), VdError>>) -> Result<(), String> {
+        for result in results {
+            let unsynced = self.rebuild.as_ref().is_some_and(|r| self.row_unsynced(r.next_row));
+            let rebuild = self.rebuild.as_mut().expect("a rebuild runs");
+            settle_row(rebuild, result, &self.faults, unsynced)?;
+        }
+        Ok(())
     }
 
     /// Every row is rebuilt: flushed, then in service (as the controller records `Onln` only

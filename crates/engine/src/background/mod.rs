@@ -55,6 +55,8 @@ pub struct Progress {
     control: AtomicU8,
     rate_percent: AtomicU8,
     window_rows: std::sync::atomic::AtomicUsize,
+    /// Rows are submitted in runs aligned to this many rows (see [`Progress::set_run_rows`]).
+    run_rows: AtomicU64,
     /// Rows whose data could not be produced (no other copy): recorded, then skipped.
     bad_rows: std::sync::Mutex<Vec<u64>>,
 }
@@ -77,6 +79,7 @@ impl Progress {
             control: AtomicU8::new(Control::Run as u8),
             rate_percent: AtomicU8::new(rate_percent.min(100)),
             window_rows: std::sync::atomic::AtomicUsize::new(WINDOW_ROWS),
+            run_rows: AtomicU64::new(1),
             bad_rows: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -88,6 +91,17 @@ impl Progress {
 
     pub fn window_rows(&self) -> usize {
         self.window_rows.load(Ordering::Relaxed)
+    }
+
+    /// Submits rows in runs of up to `rows` consecutive rows, aligned to multiples of `rows`
+    /// (set before it starts): an operation whose row function can serve a run with larger
+    /// member I/Os (`crate::run_rows_for`) gets whole runs; 1 (the default) submits row by row.
+    pub fn set_run_rows(&self, rows: u64) {
+        self.run_rows.store(rows.max(1), Ordering::Relaxed);
+    }
+
+    pub fn run_rows(&self) -> u64 {
+        self.run_rows.load(Ordering::Relaxed)
     }
 
     /// Every row below this one is done.
@@ -151,10 +165,43 @@ pub enum Finish {
 
 /// Called with the row and a completion to call once the row is done (from any thread).
 pub type SubmitRow<'a> = dyn Fn(u64, Box<dyn FnOnce(RowOutcome) + Send>) + 'a;
+/// Called with a run of rows (first row, row count) and a completion to call once with the
+/// outcome of each row, in order (from any thread).
+pub type SubmitRows<'a> = dyn Fn(u64, u64, RunDone) + 'a;
+/// Called once with the outcome of each row of a run, in order.
+pub type RunDone = Box<dyn FnOnce(Vec<RowOutcome>) + Send>;
 
-/// The hooks of one run: submit a row, record a checkpoint, tell whether clients are busy.
+/// A [`SubmitRows`] for row functions that take one row at a time: each row of the run is
+/// submitted alone, and the run completes when the last of them does.
+pub fn row_by_row<'a>(submit_row: &'a SubmitRow<'a>) -> impl Fn(u64, u64, RunDone) + 'a {
+    move |first_row, row_count, done| {
+        type Join = (Vec<Option<RowOutcome>>, usize, Option<RunDone>);
+        let join: Arc<std::sync::Mutex<Join>> =
+            Arc::new(std::sync::Mutex::new((vec![None; row_count as usize], row_count as usize, Some(done))));
+        for i in 0..row_count {
+            let join = Arc::clone(&join);
+            submit_row(
+                first_row + i,
+                Box::new(move |outcome| {
+                    let mut join = join.lock().expect("row join lock");
+                    join.0[i as usize] = Some(outcome);
+                    join.1 -= 1;
+                    if join.1 == 0 {
+                        let outcomes = join.0.drain(..).map(|o| o.expect("every row reported")).collect();
+                        let done = join.2.take().expect("a run completes once");
+                        drop(join);
+                        done(outcomes);
+                    }
+                }),
+            );
+        }
+    }
+}
+
+/// The hooks of one run: submit a run of rows, record a checkpoint, tell whether clients are
+/// busy.
 pub struct Hooks<'a> {
-    pub submit_row: &'a SubmitRow<'a>,
+    pub submit_rows: &'a SubmitRows<'a>,
     pub checkpoint: &'a mut dyn FnMut(u64),
     pub clients_busy: &'a dyn Fn() -> bool,
 }
@@ -162,22 +209,22 @@ pub struct Hooks<'a> {
 /// Runs the operation from the progress's watermark to the end (or a stop or a failure).
 /// Blocks: call it on a thread of its own.
 pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
-    let (done_tx, done_rx) = mpsc::channel::<(u64, RowOutcome)>();
+    let (done_tx, done_rx) = mpsc::channel::<(u64, Vec<RowOutcome>)>();
     let mut next_row = progress.watermark_row();
-    let mut in_flight = 0usize;
+    let mut runs_in_flight = 0usize;
     let mut finished_above: BTreeSet<u64> = BTreeSet::new();
     let mut last_checkpoint = (Instant::now(), progress.watermark_row());
     let checkpoint_rows = (progress.total_rows / CHECKPOINT_FRACTION).max(1);
     let mut failure = None;
     let mut batch_started = Instant::now();
     loop {
-        let control = wait_while_paused(progress, in_flight);
+        let control = wait_while_paused(progress, runs_in_flight);
         // While clients are busy the operation works in bursts: a whole window, drained, then a
         // pause that holds its share of the time to the rate. A burst runs near idle speed and
         // the pause leaves the members to the clients, which serves both better than a trickle.
         let throttled = progress.rate_percent() < 100 && (hooks.clients_busy)();
-        let may_submit = control == Control::Run && failure.is_none() && (!throttled || in_flight == 0);
-        if may_submit && in_flight == 0 {
+        let may_submit = control == Control::Run && failure.is_none() && (!throttled || runs_in_flight == 0);
+        if may_submit && runs_in_flight == 0 {
             batch_started = Instant::now();
         }
         // The window bounds the distance from the watermark, not only the rows in flight: a
@@ -185,24 +232,27 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
         let window_end_row = progress.watermark_row().saturating_add(progress.window_rows() as u64).min(progress.total_rows);
         while may_submit && next_row < window_end_row {
             let done_tx = done_tx.clone();
-            let row = next_row;
-            (hooks.submit_row)(row, Box::new(move |outcome| drop(done_tx.send((row, outcome)))));
-            next_row += 1;
-            in_flight += 1;
+            let first_row = next_row;
+            let run_end_row = ((first_row / progress.run_rows() + 1) * progress.run_rows()).min(progress.total_rows);
+            (hooks.submit_rows)(first_row, run_end_row - first_row, Box::new(move |outcomes| drop(done_tx.send((first_row, outcomes)))));
+            next_row = run_end_row;
+            runs_in_flight += 1;
         }
-        if in_flight == 0 {
+        if runs_in_flight == 0 {
             break;
         }
-        let (row, outcome) = done_rx.recv().expect("a submitted row always completes");
-        in_flight -= 1;
-        match outcome {
-            RowOutcome::Done => drop(finished_above.insert(row)),
-            RowOutcome::Unrecoverable(_) => {
-                progress.bad_rows.lock().expect("bad rows lock").push(row);
-                finished_above.insert(row);
+        let (first_row, outcomes) = done_rx.recv().expect("a submitted run always completes");
+        runs_in_flight -= 1;
+        for (row, outcome) in (first_row..).zip(outcomes) {
+            match outcome {
+                RowOutcome::Done => drop(finished_above.insert(row)),
+                RowOutcome::Unrecoverable(_) => {
+                    progress.bad_rows.lock().expect("bad rows lock").push(row);
+                    finished_above.insert(row);
+                }
+                // Not done: the watermark must stay below it, so a resumed run does it again.
+                RowOutcome::Fatal(reason) => failure = failure.or(Some(reason)),
             }
-            // Not done: the watermark must stay below it, so a resumed run does it again.
-            RowOutcome::Fatal(reason) => failure = failure.or(Some(reason)),
         }
         advance_watermark(progress, &mut finished_above);
         let watermark = progress.watermark_row();
@@ -210,7 +260,7 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
             (hooks.checkpoint)(watermark);
             last_checkpoint = (Instant::now(), watermark);
         }
-        if in_flight == 0 {
+        if runs_in_flight == 0 {
             throttle(progress, batch_started.elapsed(), hooks.clients_busy);
         }
     }

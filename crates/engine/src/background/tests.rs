@@ -29,7 +29,8 @@ impl FakeRows {
 fn run_all(progress: &Progress, rows: &FakeRows, checkpoints: &mut Vec<u64>) -> Finish {
     let submit = rows.submit();
     let mut record = |watermark| checkpoints.push(watermark);
-    run(progress, Hooks { submit_row: &submit, checkpoint: &mut record, clients_busy: &|| false })
+    let submit = row_by_row(&submit);
+    run(progress, Hooks { submit_rows: &submit, checkpoint: &mut record, clients_busy: &|| false })
 }
 
 #[test]
@@ -64,7 +65,8 @@ fn a_stopped_operation_checkpoints_its_watermark_and_resumes_from_it() {
     };
     let mut checkpoints = Vec::new();
     let mut record = |watermark| checkpoints.push(watermark);
-    let finish = run(&progress, Hooks { submit_row: &submit, checkpoint: &mut record, clients_busy: &|| false });
+    let submit = row_by_row(&submit);
+    let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut record, clients_busy: &|| false });
     assert_eq!(finish, Finish::Stopped);
     let watermark = progress.watermark_row();
     assert!((100..=100 + WINDOW_ROWS as u64).contains(&watermark), "{watermark}");
@@ -121,7 +123,8 @@ fn with_busy_clients_the_rate_sets_the_share_of_time_taken() {
     let timed = |busy: bool| {
         let progress = Progress::new(rows, 0, 25);
         let started = Instant::now();
-        let finish = run(&progress, Hooks { submit_row: &submit, checkpoint: &mut |_| {}, clients_busy: &|| busy });
+        let submit = row_by_row(&submit);
+        let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut |_| {}, clients_busy: &|| busy });
         assert_eq!(finish, Finish::Complete);
         started.elapsed()
     };
@@ -130,4 +133,29 @@ fn with_busy_clients_the_rate_sets_the_share_of_time_taken() {
     // Lower bounds only: timing here is noisy, and a slow machine only makes both longer.
     assert!(busy >= Duration::from_millis(150), "busy {busy:?}");
     assert!(idle < busy, "idle {idle:?} is full speed, busy {busy:?} is throttled");
+}
+
+#[test]
+fn runs_are_aligned_cover_every_row_once_and_report_each_row() {
+    // 7-row runs over 100 rows from row 10: the first run ends at 14, the last is 2 rows long.
+    let progress = Progress::new(100, 10, RATE_PERCENT_DEFAULT);
+    progress.set_run_rows(7);
+    let runs = Mutex::new(Vec::new());
+    let submit = |first_row: u64, row_count: u64, done: Box<dyn FnOnce(Vec<RowOutcome>) + Send>| {
+        runs.lock().unwrap().push((first_row, row_count));
+        let outcomes = (first_row..first_row + row_count)
+            .map(|row| if row == 50 { RowOutcome::Unrecoverable("row 50".into()) } else { RowOutcome::Done })
+            .collect();
+        std::thread::spawn(move || done(outcomes));
+    };
+    let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut |_| {}, clients_busy: &|| false });
+    assert_eq!(finish, Finish::Complete);
+    let mut runs = runs.into_inner().unwrap();
+    runs.sort_unstable();
+    assert_eq!(runs.first(), Some(&(10, 4)), "the first run ends where the alignment says");
+    assert_eq!(runs.last(), Some(&(98, 2)), "the last run ends at the last row");
+    assert!(runs.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "runs follow each other without gaps or overlaps: {runs:?}");
+    assert!(runs[1..].iter().all(|&(first, _)| first % 7 == 0), "later runs start on the alignment: {runs:?}");
+    assert_eq!(progress.bad_rows(), vec![50], "a row's outcome inside a run is its own");
+    assert_eq!(progress.watermark_row(), 100);
 }

@@ -211,7 +211,8 @@ impl Controller {
             }
         };
         let clients_busy = || vd.last_client_request().elapsed() < CLIENTS_BUSY_WINDOW;
-        background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy })
+        let submit_rows = background::row_by_row(&submit_row);
+        background::run(progress, Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy })
     }
 
     /// Records the watermark in the target's drive record, so that a restart resumes there;

@@ -189,6 +189,7 @@ impl Controller {
     ) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
         progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
+        progress.set_run_rows(crate::run_rows_for(vd.geometry()));
         let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now(), start_row };
         self.rebuilds.lock().expect("rebuilds lock").insert(slot, view);
         let controller = self.myself();
@@ -246,9 +247,29 @@ impl Controller {
                 }),
             );
         };
+        let row_by_row = background::row_by_row(&submit_row);
+        // Whole runs go to the engine as one job (large member I/Os); a run that a re-add's
+        // regions cut goes row by row (only at a region's edge).
+        let submit_rows = |first_row: u64, row_count: u64, done: background::RunDone| {
+            if !(first_row..first_row + row_count).all(|row| resync::row_in(&regions, only, row)) {
+                return row_by_row(first_row, row_count, done);
+            }
+            let rows_rebuilt = Arc::clone(&rows_rebuilt);
+            engine.rebuild_rows(
+                vd,
+                first_row,
+                row_count,
+                targets,
+                Box::new(move |results| {
+                    rows_rebuilt.fetch_add(results.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    done(results.into_iter().map(row_outcome).collect())
+                }),
+            );
+        };
         let mut checkpoint = |row: u64| self.checkpoint_rebuild(vd, member, slot, row);
         let clients_busy = || vd.last_client_request().elapsed() < CLIENTS_BUSY_WINDOW;
-        let finish = background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy });
+        let finish =
+            background::run(progress, Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy });
         (finish, rows_rebuilt.load(std::sync::atomic::Ordering::Relaxed))
     }
 

@@ -175,11 +175,14 @@ impl Controller {
                 }
                 Err(error) => done(RowOutcome::Fatal(error.to_string())),
             });
-            engine.check_row(vd, row, CheckMode::Repair, finished);
+            engine.check_row(vd, row, CheckMode::Resync, finished);
         };
         let mut checkpoint = |_row: u64| {};
         let clients_busy = || vd.last_client_request().elapsed() < rebuild::CLIENTS_BUSY_WINDOW;
-        let finish = background::run(progress, Hooks { submit_row: &submit_row, checkpoint: &mut checkpoint, clients_busy: &clients_busy });
+        let finish = background::run(
+            progress,
+            Hooks { submit_rows: &background::row_by_row(&submit_row), checkpoint: &mut checkpoint, clients_busy: &clients_busy },
+        );
         (finish, rows_resynced.load(Ordering::Relaxed))
     }
 

@@ -81,7 +81,9 @@ pub(crate) async fn copy_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u
             return Err(ended());
         }
         let whole = Row::whole(&geometry, row);
-        return on_span(&env, &whole, RebuildTask(MemberSet::of(&[member]))).await;
+        let rows = [whole];
+        let mut results = on_span(&env, RebuildTask(&rows, MemberSet::of(&[member]))).await;
+        return results.pop().expect("a run of one row reports it");
     }
     let writes = offsets.iter().zip(bufs).map(|(&offset_bytes, buf)| {
         let buf = buf.expect("a read returns its buffer");

@@ -3,7 +3,7 @@
 
 use super::lost::{self, StripRead, StripState, PROBE_BYTES};
 use super::row::{book, member_io, read_strips, repair_copies, require_online, retry_limit, write_strips, AttemptError, Env, Row};
-use super::SpanIo;
+use super::{run, SpanIo};
 use crate::config::BadBlock;
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
 use drive::{DriveOp, IoBuf, OpKind};
@@ -24,6 +24,9 @@ impl SpanIo for Mirror {
     async fn rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError> {
         let strips = (0..row.map.data_strip_count()).map(|k| rebuild_strip(env, row, k, targets));
         join_all(strips).await.into_iter().collect()
+    }
+    async fn rebuild_rows(env: &Env, rows: &[Row], targets: MemberSet) -> Vec<Result<(), VdError>> {
+        mirror_rebuild_rows(env, rows, targets).await
     }
     async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
         mirror_check_row(env, row, mode).await
@@ -129,12 +132,65 @@ async fn mirror_write_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut 
 /// over a source copy that failed its read (read repair). Chunks that no copy can give become
 /// bad blocks (recorded durably first) and zeros on every copy written.
 async fn rebuild_strip(env: &Env, row: &Row, k: usize, targets: MemberSet) -> Result<(), VdError> {
-    let places: Vec<(usize, u64)> =
-        (0..row.map.copy_count()).map(|copy| row.map.data_copy(k, copy)).map(|place| (place.drive, place.drive_offset_bytes)).collect();
-    let Some(&(first_target, _)) = places.iter().find(|&&(member, _)| targets.contains(member)) else { return Ok(()) };
+    let places = copy_places(row, k);
+    if !places.iter().any(|&(member, _)| targets.contains(member)) {
+        return Ok(());
+    }
+    let copies = lost::read_strips(env, &places, env.vd.unavailable().union(targets)).await;
+    let writes = rebuilt_copies(env, row, k, targets, copies).await?;
+    write_strips(env, row.map.row, writes, "writing the rebuilt strip to").await
+}
+
+/// [`rebuild_strip`] of every strip of a run of locked rows, with each member's part of the run
+/// read and written in as few I/Os as the layout allows (see `run`). A failed read sends the
+/// rows down the row path one by one.
+async fn mirror_rebuild_rows(env: &Env, rows: &[Row], targets: MemberSet) -> Vec<Result<(), VdError>> {
+    // (row index, strip) of every strip with a copy on a target: only those are read.
+    let strips: Vec<(usize, usize)> = (0..rows.len())
+        .flat_map(|i| (0..rows[i].map.data_strip_count()).map(move |k| (i, k)))
+        .filter(|&(i, k)| copy_places(&rows[i], k).iter().any(|&(member, _)| targets.contains(member)))
+        .collect();
+    let places: Vec<Vec<(usize, u64)>> = strips.iter().map(|&(i, k)| copy_places(&rows[i], k)).collect();
+    let flat: Vec<(usize, u64)> = places.iter().flatten().copied().collect();
+    let mut results: Vec<Result<(), VdError>> = rows.iter().map(|_| Ok(())).collect();
+    let Some(read) = run::read_strips(env, &flat, env.vd.unavailable().union(targets)).await else {
+        for (i, row) in rows.iter().enumerate() {
+            results[i] = Mirror::rebuild_row(env, row, targets).await;
+        }
+        return results;
+    };
+    let mut read = read.into_iter();
+    let mut writes = Vec::new();
+    for (&(i, k), strip_places) in strips.iter().zip(&places) {
+        let copies: Vec<StripRead> = read.by_ref().take(strip_places.len()).collect();
+        match rebuilt_copies(env, &rows[i], k, targets, copies).await {
+            Ok(strip_writes) => writes.extend(strip_writes.into_iter().map(|(member, offset_bytes, buf)| (i, member, offset_bytes, buf))),
+            Err(error) => results[i] = results[i].clone().and(Err(error)),
+        }
+    }
+    let row_numbers: Vec<u64> = rows.iter().map(|row| row.map.row).collect();
+    let written = run::write_strips(env, &row_numbers, writes, "writing the rebuilt strip to").await;
+    results.into_iter().zip(written).map(|(planned, written)| planned.and(written)).collect()
+}
+
+/// Where the copies of strip `k` of a row are: (member, drive offset), copy 0 first.
+fn copy_places(row: &Row, k: usize) -> Vec<(usize, u64)> {
+    (0..row.map.copy_count()).map(|copy| row.map.data_copy(k, copy)).map(|place| (place.drive, place.drive_offset_bytes)).collect()
+}
+
+/// From the copies of strip `k` as read (targets not read), the copies to write, each in its own
+/// buffer: the targets', and read repairs. Chunks no copy gives are recorded as bad blocks
+/// (durably) first and written as zeros.
+async fn rebuilt_copies(
+    env: &Env,
+    row: &Row,
+    k: usize,
+    targets: MemberSet,
+    mut copies: Vec<StripRead>,
+) -> Result<Vec<(usize, u64, IoBuf)>, VdError> {
+    let first_target = copies.iter().map(|copy| copy.member).find(|&member| targets.contains(member)).expect("a strip with a target");
     let piece = &row.pieces[k];
     assert!(piece.strip_index == k && piece.offset_in_strip_bytes == 0, "a rebuild reads whole strips");
-    let mut copies = lost::read_strips(env, &places, env.vd.unavailable().union(targets)).await;
     let good = match copies.iter().position(|copy| copy.state == StripState::Read) {
         Some(read) => IoBuf::from_slice(copies[read].buf.as_slice()),
         None => {
@@ -148,12 +204,12 @@ async fn rebuild_strip(env: &Env, row: &Row, k: usize, targets: MemberSet) -> Re
         }
     };
     let unwritable = env.vd.unwritable();
-    let writes = copies
-        .iter()
-        .filter(|copy| targets.contains(copy.member) || (copy.is_unreadable() && !unwritable.contains(copy.member)))
-        .map(|copy| (copy.member, copy.offset_bytes, IoBuf::from_slice(good.as_slice())))
-        .collect();
-    write_strips(env, row.map.row, writes, "writing the rebuilt strip to").await
+    let rewrite = |copy: &StripRead| targets.contains(copy.member) || (copy.is_unreadable() && !unwritable.contains(copy.member));
+    let writes = copies.into_iter().filter(rewrite).map(|mut copy| {
+        copy.buf.as_mut_slice().copy_from_slice(good.as_slice());
+        (copy.member, copy.offset_bytes, copy.buf)
+    });
+    Ok(writes.collect())
 }
 
 /// Strip `k` from whatever copy can give each chunk, zeros where none can; and the lost ranges.
@@ -195,7 +251,7 @@ async fn mirror_check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<Check
             repairs.push((strip_places[c].0, strip_places[c].1, IoBuf::from_slice(strip_copies[0].as_slice())));
         }
     }
-    let repaired = mode == CheckMode::Repair && !repairs.is_empty();
+    let repaired = mode.writes() && !repairs.is_empty();
     if repaired {
         write_strips(env, row.map.row, repairs, "writing copy 0 over").await?;
     }

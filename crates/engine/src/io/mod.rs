@@ -34,8 +34,9 @@ mod merged;
 mod mirror;
 mod parity;
 mod row;
+mod run;
 
-use crate::runtime::{LockKey, Reactor};
+use crate::runtime::{LockKey, Reactor, RowLock};
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, VdCompletion, VdError, VdRequest, VirtualDrive};
 use drive::IoBuf;
 use futures::future::join_all;
@@ -60,6 +61,16 @@ pub(crate) trait SpanIo {
     /// (nothing is made up), [`VdError::RowMemberIo`] when a target fails its write (the target
     /// is failed), [`VdError::NoRedundancy`] for levels without redundancy.
     async fn rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError>;
+    /// [`SpanIo::rebuild_row`] of consecutive rows, all locked: one result per row, in order.
+    /// Kinds with redundancy read and write each member's part of the run in as few I/Os as
+    /// its layout allows (large I/Os are what lets a rebuild run at the members' speed).
+    async fn rebuild_rows(env: &Env, rows: &[Row], targets: MemberSet) -> Vec<Result<(), VdError>> {
+        let mut results = Vec::with_capacity(rows.len());
+        for row in rows {
+            results.push(Self::rebuild_row(env, row, targets).await);
+        }
+        results
+    }
     /// Reads the whole row `row` from every member and verifies its redundancy, rewriting what
     /// disagrees when `mode` says so. The row lock is held.
     ///
@@ -70,67 +81,83 @@ pub(crate) trait SpanIo {
     async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError>;
 }
 
-/// One call of a [`SpanIo`] function, so that [`on_span`] can make it for any span kind.
+/// One call of a [`SpanIo`] function with its arguments, so that [`on_span`] can make it for any
+/// span kind.
 trait RowTask {
     type Output;
-    async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output;
+    async fn run<S: SpanIo>(self, env: &Env) -> Self::Output;
 }
 
 /// Runs `task` with the span kind of the VD: the one place that picks the implementation.
-async fn on_span<T: RowTask>(env: &Env, row: &Row, task: T) -> T::Output {
+async fn on_span<T: RowTask>(env: &Env, task: T) -> T::Output {
     match env.vd.geometry().span_kind() {
-        SpanKind::Stripe => task.run::<merged::Stripe>(env, row).await,
-        SpanKind::Mirror | SpanKind::OffsetMirror => task.run::<mirror::Mirror>(env, row).await,
-        SpanKind::Parity | SpanKind::DoubleParity => task.run::<parity::Parity>(env, row).await,
+        SpanKind::Stripe => task.run::<merged::Stripe>(env).await,
+        SpanKind::Mirror | SpanKind::OffsetMirror => task.run::<mirror::Mirror>(env).await,
+        SpanKind::Parity | SpanKind::DoubleParity => task.run::<parity::Parity>(env).await,
     }
 }
 
-struct ReadTask<'a>(&'a mut [IoBuf]);
+struct ReadTask<'a>(&'a Row, &'a mut [IoBuf]);
 
 impl RowTask for ReadTask<'_> {
     type Output = Result<(), VdError>;
-    async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output {
-        S::read(env, row, self.0).await
+    async fn run<S: SpanIo>(self, env: &Env) -> Self::Output {
+        S::read(env, self.0, self.1).await
     }
 }
 
-struct WriteTask<'a>(&'a mut Vec<IoBuf>);
+struct WriteTask<'a>(&'a Row, &'a mut Vec<IoBuf>);
 
 impl RowTask for WriteTask<'_> {
     type Output = Result<(), VdError>;
-    async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output {
-        S::write(env, row, self.0).await
+    async fn run<S: SpanIo>(self, env: &Env) -> Self::Output {
+        S::write(env, self.0, self.1).await
     }
 }
 
-struct RebuildTask(MemberSet);
+struct RebuildTask<'a>(&'a [Row], MemberSet);
 
-impl RowTask for RebuildTask {
-    type Output = Result<(), VdError>;
-    async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output {
-        S::rebuild_row(env, row, self.0).await
+impl RowTask for RebuildTask<'_> {
+    type Output = Vec<Result<(), VdError>>;
+    async fn run<S: SpanIo>(self, env: &Env) -> Self::Output {
+        S::rebuild_rows(env, self.0, self.1).await
     }
 }
 
-struct CheckTask(CheckMode);
+struct CheckTask<'a>(&'a Row, CheckMode);
 
-impl RowTask for CheckTask {
+impl RowTask for CheckTask<'_> {
     type Output = Result<CheckOutcome, VdError>;
-    async fn run<S: SpanIo>(self, env: &Env, row: &Row) -> Self::Output {
-        S::check_row(env, row, self.0).await
+    async fn run<S: SpanIo>(self, env: &Env) -> Self::Output {
+        S::check_row(env, self.0, self.1).await
     }
 }
 
-/// Rebuilds the strips of `targets` in row `row`, a row this shard owns (see
-/// [`SpanIo::rebuild_row`]).
-pub(crate) async fn rebuild_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u64, targets: MemberSet) -> Result<(), VdError> {
+/// Rebuilds the strips of `targets` in the `row_count` rows from `first_row`, rows this shard
+/// owns (see [`SpanIo::rebuild_rows`]): one result per row, in order.
+pub(crate) async fn rebuild_rows(
+    reactor: Rc<Reactor>,
+    vd: Arc<VirtualDrive>,
+    first_row: u64,
+    row_count: u64,
+    targets: MemberSet,
+) -> Vec<Result<(), VdError>> {
+    assert!(row_count > 0, "a run of rows holds a row");
     let env = Env { reactor, vd };
     if env.vd.is_retired() {
-        return Err(VdError::Deleted { vd: env.vd.name() });
+        return vec![Err(VdError::Deleted { vd: env.vd.name() }); row_count as usize];
     }
-    let _lock = env.lock_row(row).await;
-    let whole = Row::whole(env.vd.geometry(), row);
-    on_span(&env, &whole, RebuildTask(targets)).await
+    let row_numbers = first_row..first_row + row_count;
+    // Every ticket first, in one step, then the waits in row order: the order in which a client
+    // request over several rows takes them, so that a run and a request never wait for each other.
+    let locks: Vec<RowLock> = row_numbers.clone().map(|row| env.reactor.lock(LockKey { vd_id: env.vd.id(), row })).collect();
+    for lock in &locks {
+        lock.acquired().await;
+    }
+    let rows: Vec<Row> = row_numbers.map(|row| Row::whole(env.vd.geometry(), row)).collect();
+    let results = on_span(&env, RebuildTask(&rows, targets)).await;
+    assert_eq!(results.len(), rows.len(), "a run reports every row");
+    results
 }
 
 pub(crate) use copy::copy_row;
@@ -144,13 +171,13 @@ pub(crate) async fn check_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: 
     let _lock = env.lock_row(row).await;
     // A repair writes members like a client does: its region must be marked first.
     let _intent = match mode {
-        CheckMode::Repair => intent::begin_write(&env, row).await?,
+        CheckMode::Repair | CheckMode::Resync => intent::begin_write(&env, row).await?,
         CheckMode::Report => None,
     };
     let whole = Row::whole(env.vd.geometry(), row);
-    let outcome = on_span(&env, &whole, CheckTask(mode)).await?;
+    let outcome = on_span(&env, CheckTask(&whole, mode)).await?;
     assert!(outcome.row == row, "a check reports the row it checked");
-    assert!(!outcome.repaired || (mode == CheckMode::Repair && !outcome.is_consistent()), "repaired only what a repair found");
+    assert!(!outcome.repaired || (mode.writes() && !outcome.is_consistent()), "repaired only what a repair found");
     Ok(outcome)
 }
 
@@ -236,8 +263,8 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
     let row = Row { map, pieces, lo: 0, hi: 0 }.with_columns(piece);
     // RAID0/JBOD never come here: serve_rows sends them through merged_io.
     let result = match write {
-        false => on_span(env, &row, ReadTask(&mut views)).await,
-        true => on_span(env, &row, WriteTask(&mut views)).await,
+        false => on_span(env, ReadTask(&row, &mut views)).await,
+        true => on_span(env, WriteTask(&row, &mut views)).await,
     };
     if write && result.is_ok() {
         // Under the row lock, so that no row job can find the bytes lost again in between.

@@ -7,7 +7,7 @@ use super::row::{
     book, member_io, read_op, read_strips, repair_copies, require_online, retry_limit, run_all, write_strips, Attempt, AttemptError, Env,
     Row,
 };
-use super::SpanIo;
+use super::{run, SpanIo};
 use crate::config::BadBlock;
 use crate::runtime::LockKey;
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
@@ -27,6 +27,9 @@ impl SpanIo for Parity {
     }
     async fn rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError> {
         parity_rebuild_row(env, row, targets).await
+    }
+    async fn rebuild_rows(env: &Env, rows: &[Row], targets: MemberSet) -> Vec<Result<(), VdError>> {
+        parity_rebuild_rows(env, rows, targets).await
     }
     async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
         parity_check_row(env, row, mode).await
@@ -371,17 +374,73 @@ async fn reconstruct_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
 /// the lost chunks of data strips become bad blocks (recorded durably first) holding zeros, and
 /// P and Q are recomputed with them, so that the row stays consistent for later writes.
 async fn parity_rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError> {
+    if !row.span_members().iter().any(|&(member, _)| targets.contains(member)) {
+        return Ok(());
+    }
+    refuse_unsynced(env, row, targets)?;
+    let strips = lost::read_strips(env, &strip_places(row), env.vd.unavailable().union(targets)).await;
+    let writes = rebuilt_strips(env, row, targets, strips).await?;
+    write_strips(env, row.map.row, writes, "writing the rebuilt strip to").await
+}
+
+/// [`parity_rebuild_row`] of a run of locked rows, with each member's part of the run read and
+/// written in as few I/Os as the layout allows (see `run`). A failed read sends the rows down
+/// the row path one by one.
+async fn parity_rebuild_rows(env: &Env, rows: &[Row], targets: MemberSet) -> Vec<Result<(), VdError>> {
+    // Rows of other spans (RAID50/60) hold nothing of the targets: nothing to read or write.
+    let wanted: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].span_members().iter().any(|&(m, _)| targets.contains(m))).collect();
+    let places: Vec<Vec<(usize, u64)>> = wanted.iter().map(|&i| strip_places(&rows[i])).collect();
+    let flat: Vec<(usize, u64)> = places.iter().flatten().copied().collect();
+    let mut results: Vec<Result<(), VdError>> = rows.iter().map(|_| Ok(())).collect();
+    let Some(strips) = run::read_strips(env, &flat, env.vd.unavailable().union(targets)).await else {
+        for &i in &wanted {
+            results[i] = parity_rebuild_row(env, &rows[i], targets).await;
+        }
+        return results;
+    };
+    let mut strips = strips.into_iter();
+    let mut writes = Vec::new();
+    for (&i, row_places) in wanted.iter().zip(&places) {
+        let row_strips: Vec<StripRead> = strips.by_ref().take(row_places.len()).collect();
+        let planned = match refuse_unsynced(env, &rows[i], targets) {
+            Ok(()) => rebuilt_strips(env, &rows[i], targets, row_strips).await,
+            Err(error) => Err(error),
+        };
+        match planned {
+            Ok(row_writes) => writes.extend(row_writes.into_iter().map(|(member, offset_bytes, buf)| (i, member, offset_bytes, buf))),
+            Err(error) => results[i] = Err(error),
+        }
+    }
+    let row_numbers: Vec<u64> = rows.iter().map(|row| row.map.row).collect();
+    let written = run::write_strips(env, &row_numbers, writes, "writing the rebuilt strip to").await;
+    results.into_iter().zip(written).map(|(planned, written)| planned.and(written)).collect()
+}
+
+/// Where a row's strips are: (member, drive offset) of `[D0.., P, (Q)]`.
+fn strip_places(row: &Row) -> Vec<(usize, u64)> {
+    row.span_members().iter().map(|&(member, offset_bytes)| (member, offset_bytes + row.lo)).collect()
+}
+
+/// A row whose parity may be stale after an unclean stop is not rebuilt: what it would give is
+/// not known to be the data, and not known to be lost either. Left for the resync (the member
+/// stays Rbld).
+fn refuse_unsynced(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdError> {
+    if !env.vd.write_intent().is_some_and(|intent| intent.row_unsynced(row.map.row)) {
+        return Ok(());
+    }
+    let member =
+        row.span_members().iter().map(|&(member, _)| member).find(|&member| targets.contains(member)).expect("a row with a target");
+    let detail = "its region is not yet resynced after an unclean stop (the parity may be stale)".to_string();
+    Err(VdError::RowUnrecoverable { vd: env.vd.name(), row: row.map.row, member, detail })
+}
+
+/// From a row's strips as read (`[D0.., P, (Q)]`, targets not read), the strips to write: the
+/// targets' rebuilt, and read repairs. Data nothing holds is recorded as bad blocks (durably)
+/// first and written as zeros, with parity recomputed over them.
+async fn rebuilt_strips(env: &Env, row: &Row, targets: MemberSet, mut strips: Vec<StripRead>) -> Result<Vec<(usize, u64, IoBuf)>, VdError> {
     let members = row.span_members();
     let target_roles: Vec<usize> = (0..members.len()).filter(|&i| targets.contains(members[i].0)).collect();
-    let Some(&first_target) = target_roles.first() else { return Ok(()) };
-    if env.vd.write_intent().is_some_and(|intent| intent.row_unsynced(row.map.row)) {
-        // Its parity may be stale after an unclean stop: what it would rebuild is not known to
-        // be the data, and not known to be lost either. Left for the resync (the member stays Rbld).
-        let detail = "its region is not yet resynced after an unclean stop (the parity may be stale)".to_string();
-        return Err(VdError::RowUnrecoverable { vd: env.vd.name(), row: row.map.row, member: members[first_target].0, detail });
-    }
-    let places: Vec<(usize, u64)> = members.iter().map(|&(member, offset_bytes)| (member, offset_bytes + row.lo)).collect();
-    let mut strips = lost::read_strips(env, &places, env.vd.unavailable().union(targets)).await;
+    let first_target = members[*target_roles.first().expect("a row with a target")].0;
     let kind = env.vd.geometry().span_kind();
     if strips.iter().filter(|strip| strip.state != StripState::Read).count() > kind.failures_tolerated() {
         lost::probe(env, &mut strips).await;
@@ -391,20 +450,19 @@ async fn parity_rebuild_row(env: &Env, row: &Row, targets: MemberSet) -> Result<
     if !lost_ranges.is_empty() {
         let data: Vec<&[u8]> = strips[..m].iter().map(|strip| strip.buf.as_slice()).collect();
         let (p, q) = new_parity(env, row, &data);
-        strips[m].buf = p;
+        strips[m].buf.as_mut_slice().copy_from_slice(p.as_slice());
         if let Some(q) = q {
-            strips[m + 1].buf = q;
+            strips[m + 1].buf.as_mut_slice().copy_from_slice(q.as_slice());
         }
         let cause = lost::cause(row.map.row, targets, &strips);
-        lost::record_lost(env, row.map.row, members[first_target].0, &lost_ranges, &cause).await?;
+        lost::record_lost(env, row.map.row, first_target, &lost_ranges, &cause).await?;
     }
     let unwritable = env.vd.unwritable();
     let rewrite = |i: usize, strip: &StripRead| {
         let repair = strip.is_unreadable() || (!lost_ranges.is_empty() && i >= m);
         target_roles.contains(&i) || (repair && !unwritable.contains(strip.member))
     };
-    let writes = strips.into_iter().enumerate().filter(|(i, strip)| rewrite(*i, strip)).map(|(_, s)| (s.member, s.offset_bytes, s.buf));
-    write_strips(env, row.map.row, writes.collect(), "writing the rebuilt strip to").await
+    Ok(strips.into_iter().enumerate().filter(|(i, strip)| rewrite(*i, strip)).map(|(_, s)| (s.member, s.offset_bytes, s.buf)).collect())
 }
 
 /// Fills in the chunks of `strips` (`[D0.., P, (Q)]`) that were not read: recovered where the
@@ -435,7 +493,7 @@ fn recover_segments(env: &Env, row: &Row, kind: SpanKind, strips: &mut [StripRea
 }
 
 /// What the stored parity of a row says about its strips.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Finding {
     Consistent,
     /// Exactly one of the strips at these column indices (P = m, Q = m + 1) is wrong, or, for
@@ -461,9 +519,14 @@ async fn parity_check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<Check
         Finding::Strip(i) => vec![Mismatch::Member { member: members[i].0, role: role_of(i, m) }],
         Finding::Unlocated => vec![Mismatch::Unlocated { p_member: members[m].0, q_member: Some(members[m + 1].0) }],
     };
-    let repaired = mode == CheckMode::Repair && finding != Finding::Consistent;
+    let repaired = mode.writes() && finding != Finding::Consistent;
     if repaired {
-        let repairs = repairs_for(finding, &mut columns, m, p, q);
+        // A resync trusts the data: whatever the syndromes locate, only parity is rewritten.
+        let rewritten = match (mode, finding) {
+            (CheckMode::Resync, Finding::Strip(z)) if z < m => Finding::Unlocated,
+            _ => finding,
+        };
+        let repairs = repairs_for(rewritten, &mut columns, m, p, q);
         let writes = repairs.into_iter().map(|(i, buf)| (places[i].0, places[i].1, buf)).collect();
         write_strips(env, row.map.row, writes, "writing the repaired strip to").await?;
     }

@@ -49,7 +49,21 @@ pub enum VdError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckMode {
     Report,
+    /// Rewrites what disagrees. A RAID6 row whose P and Q both name one data strip as wrong gets
+    /// that strip corrected (silent corruption of one strip).
     Repair,
+    /// Makes the redundancy agree with the data as it stands: parity recomputed, copies made
+    /// equal to copy 0; data strips are never rewritten. What a resync after an unclean stop
+    /// needs: there a write dropped on one data strip looks exactly like a corrupt strip to
+    /// RAID6's syndromes, yet clients may already have read what that strip holds.
+    Resync,
+}
+
+impl CheckMode {
+    /// Whether the check writes what it finds wrong.
+    pub fn writes(self) -> bool {
+        self != CheckMode::Report
+    }
 }
 
 /// What a consistency check found in one row.

@@ -1,0 +1,150 @@
+//! [`LocalEngine`]: one shard on the caller's thread, for the simulator and unit tests.
+
+use crate::runtime::{CompletionOrder, Executor, Reactor};
+use crate::vd::{CheckMode, CheckOutcome, MemberSet, VdCompletion, VdError, VdRequest, VirtualDrive};
+use crate::{io, validate, validate_row};
+use drive::IoCtx;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// One shard on the caller's thread, with completion order chosen by the caller: the
+/// deterministic simulator and unit tests drive the real I/O paths through it.
+pub struct LocalEngine {
+    executor: Executor,
+}
+
+impl LocalEngine {
+    pub fn new(order: CompletionOrder) -> LocalEngine {
+        let reactor = Reactor::new(IoCtx::without_ring(), order);
+        LocalEngine { executor: Executor::new(reactor) }
+    }
+
+    /// Queues a request; `done` runs during a later [`LocalEngine::step`].
+    pub fn submit(&mut self, vd: &Arc<VirtualDrive>, request: VdRequest, done: impl FnOnce(VdCompletion) + 'static) {
+        if let Err(error) = validate(vd, &request) {
+            return done(VdCompletion { result: Err(error), buf: request.into_buf() });
+        }
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::serve(reactor, vd, request).await) });
+    }
+
+    /// Queues a rebuild of the strips `targets` hold in row `row` (see [`crate::Engine::rebuild_row`]);
+    /// `done` runs during a later [`LocalEngine::step`], or at once for a bad row or member.
+    pub fn rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet, done: impl FnOnce(Result<(), VdError>) + 'static) {
+        self.rebuild_rows(vd, row, 1, targets, move |mut results| done(results.pop().expect("one row, one result")));
+    }
+
+    /// Queues a rebuild of a run of rows (see [`crate::Engine::rebuild_rows`]): one shard owns
+    /// every row here, so the run is one job whatever its length.
+    pub fn rebuild_rows(
+        &mut self,
+        vd: &Arc<VirtualDrive>,
+        first_row: u64,
+        row_count: u64,
+        targets: MemberSet,
+        done: impl FnOnce(Vec<Result<(), VdError>>) + 'static,
+    ) {
+        if row_count == 0 {
+            return done(Vec::new());
+        }
+        let last_row = first_row.saturating_add(row_count - 1);
+        if let Err(error) = validate_row(vd, first_row, targets).and_then(|()| validate_row(vd, last_row, targets)) {
+            return done(vec![Err(error); row_count as usize]);
+        }
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::rebuild_rows(reactor, vd, first_row, row_count, targets).await) });
+    }
+
+    /// Queues a check of row `row` (see [`Engine::check_row`]).
+    pub fn check_row(
+        &mut self,
+        vd: &Arc<VirtualDrive>,
+        row: u64,
+        mode: CheckMode,
+        done: impl FnOnce(Result<CheckOutcome, VdError>) + 'static,
+    ) {
+        if let Err(error) = validate_row(vd, row, MemberSet::default()) {
+            return done(Err(error));
+        }
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::check_row(reactor, vd, row, mode).await) });
+    }
+
+    /// Queues a clean pass of `vd`'s bitmap (see [`Engine::clean_write_intent`]).
+    pub fn clean_write_intent(&mut self, vd: &Arc<VirtualDrive>, stopping: bool, done: impl FnOnce(Result<(), VdError>) + 'static) {
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::clean_write_intent(reactor, vd, stopping).await) });
+    }
+
+    /// Rebuilds one row and waits for the outcome: for tests and tools.
+    ///
+    /// # Errors
+    /// What the rebuild reported.
+    pub fn run_rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet) -> Result<(), VdError> {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        self.rebuild_row(vd, row, targets, move |result| *out.borrow_mut() = Some(result));
+        self.run_until_idle();
+        let result = slot.borrow_mut().take();
+        result.expect("rebuild completed")
+    }
+
+    /// Rebuilds a run of rows and waits for the outcome of each: for tests and tools.
+    pub fn run_rebuild_rows(
+        &mut self,
+        vd: &Arc<VirtualDrive>,
+        first_row: u64,
+        row_count: u64,
+        targets: MemberSet,
+    ) -> Vec<Result<(), VdError>> {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        self.rebuild_rows(vd, first_row, row_count, targets, move |results| *out.borrow_mut() = Some(results));
+        self.run_until_idle();
+        let results = slot.borrow_mut().take();
+        results.expect("rebuild completed")
+    }
+
+    /// Checks one row and waits for the outcome: for tests and tools.
+    ///
+    /// # Errors
+    /// What the check reported.
+    pub fn run_check_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        self.check_row(vd, row, mode, move |result| *out.borrow_mut() = Some(result));
+        self.run_until_idle();
+        let result = slot.borrow_mut().take();
+        result.expect("check completed")
+    }
+
+    /// One turn of the loop. Returns whether anything happened.
+    pub fn step(&mut self) -> bool {
+        self.executor.turn(false)
+    }
+
+    /// Turns until every request has completed.
+    pub fn run_until_idle(&mut self) {
+        while self.executor.live_tasks() > 0 || self.executor.reactor().in_flight() > 0 {
+            self.step();
+        }
+    }
+
+    pub fn requests_in_flight(&self) -> usize {
+        self.executor.live_tasks()
+    }
+
+    /// Runs one request to completion and returns its outcome.
+    pub fn run(&mut self, vd: &Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        self.submit(vd, request, move |completion| *out.borrow_mut() = Some(completion));
+        self.run_until_idle();
+        let completion = slot.borrow_mut().take();
+        completion.expect("request completed")
+    }
+}
