@@ -30,6 +30,10 @@ pub struct RunConfig {
     pub rows_per_region: u64,
     /// Chance per operation that a clean pass of the bitmap starts (clearing idle regions).
     pub clean_per_mille: u32,
+    /// The operations at which a member is taken out of service (as `set offline` does) and
+    /// at which it is re-added: only the regions written meanwhile are rebuilt on it (every row
+    /// if a crash came in between). Redundant levels, in runs that rebuild no blank drive.
+    pub re_add_at_operations: Option<(usize, usize)>,
 }
 
 impl RunConfig {
@@ -63,6 +67,7 @@ impl RunConfig {
             // Drawn last, so that the fields above stay what they were for each seed.
             rows_per_region: rng.gen_range(1..=3),
             clean_per_mille: [20, 60, 150][rng.gen_range(0..3)],
+            re_add_at_operations: re_add_points(&mut rng, operation_count, redundant && rebuild_at_operation.is_none()),
         }
     }
 }
@@ -86,6 +91,15 @@ fn crash_points(rng: &mut SmallRng, operation_count: usize, rebuild_at_operation
     points.sort_unstable();
     points.dedup();
     points
+}
+
+/// In most runs that may have one: out in the first half, back some operations later.
+fn re_add_points(rng: &mut SmallRng, operation_count: usize, eligible: bool) -> Option<(usize, usize)> {
+    if !eligible || !rng.gen_bool(0.8) {
+        return None;
+    }
+    let out = rng.gen_range(0..operation_count / 2);
+    Some((out, rng.gen_range(out + 1..operation_count)))
 }
 
 fn drive_count_for(level: Level, rng: &mut SmallRng) -> (usize, Option<usize>) {

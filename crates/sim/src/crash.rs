@@ -136,6 +136,11 @@ impl Sim {
         let undecided_sector_count = self.model.crash();
         self.restart(&recorded);
         let opened = intent::open(&self.vd, self.config.seed, self.config.rows_per_region, false);
+        if let Some(intent) = self.vd.write_intent() {
+            // As the controller's assembly says which members were out when the VD opened.
+            let out = recorded.iter().enumerate().filter(|(_, r)| matches!(r, Recorded::OutOfService(_))).map(|(m, _)| m).collect();
+            intent.set_out_at_open(out);
+        }
         let mut resync = resync(&mut self.engine, &self.vd);
         resync.dirty_region_count = opened.map_or(0, |o| o.dirty_region_count);
         if opened.is_some_and(|o| !o.unclean) {
@@ -230,6 +235,9 @@ impl Sim {
             rebuild.next_row = rebuild.checkpoint_row;
             rebuild.in_flight = false;
             rebuild.outcome = Rc::new(RefCell::new(None));
+            // As the controller resumes a re-add: whole from its checkpoint (the regions it
+            // was to rebuild were noted in memory).
+            rebuild.only_regions = None;
         }
     }
 

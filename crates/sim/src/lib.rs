@@ -38,6 +38,7 @@ mod crash;
 pub mod drive;
 mod intent;
 pub mod model;
+mod readd;
 mod run;
 
 pub use config::RunConfig;
@@ -56,6 +57,8 @@ pub struct RunReport {
     pub faults: Vec<String>,
     /// Members rebuilt onto a blank drive and returned to service.
     pub members_rebuilt: usize,
+    /// Members re-added (their own drive, the regions they missed rebuilt) and in service again.
+    pub members_re_added: usize,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -71,7 +74,7 @@ impl fmt::Display for RunReport {
         let c = &self.config;
         write!(
             f,
-            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, crashes: {}",
+            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, re-added: {}, crashes: {}",
             c.seed,
             c.level,
             c.drive_count,
@@ -81,6 +84,7 @@ impl fmt::Display for RunReport {
             self.flushes,
             self.faults.join(", "),
             self.members_rebuilt,
+            self.members_re_added,
             self.crashes.len()
         )?;
         for crash in &self.crashes {
@@ -140,6 +144,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             flushes: sim.flushes,
             faults: sim.faults,
             members_rebuilt: sim.members_rebuilt,
+            members_re_added: sim.members_re_added,
             crashes: sim.crashes,
         }),
         Err(problem) => Err(RunFailure { config, problem, faults: sim.faults, crashes: sim.crashes }),
@@ -166,6 +171,8 @@ pub struct LevelCoverage {
     pub crashed_in_rebuild: usize,
     /// Runs whose resync repaired a row.
     pub resync_repaired: usize,
+    /// Runs that re-added a member and returned it to service.
+    pub re_added: usize,
 }
 
 impl Coverage {
@@ -182,6 +189,7 @@ impl Coverage {
         level.tore_writes += usize::from(report.tore_writes());
         level.crashed_in_rebuild += usize::from(report.crashes.iter().any(|c| c.rebuild_resumed.is_some()));
         level.resync_repaired += usize::from(report.crashes.iter().any(|c| !c.resync.rows_repaired.is_empty()));
+        level.re_added += usize::from(report.members_re_added > 0);
     }
 
     pub fn of(&self, level: layout::Level) -> LevelCoverage {
@@ -191,14 +199,15 @@ impl Coverage {
 
 impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "level    runs  rebuilt  crashed  tore-writes  crashed-in-rebuild  resync-repaired")?;
+        writeln!(f, "level    runs  rebuilt  re-added  crashed  tore-writes  crashed-in-rebuild  resync-repaired")?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>8} {:>12} {:>19} {:>16}",
+                "{:<7} {:>5} {:>8} {:>9} {:>8} {:>12} {:>19} {:>16}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
+                c.re_added,
                 c.crashed,
                 c.tore_writes,
                 c.crashed_in_rebuild,

@@ -7,6 +7,7 @@ use crate::drive::{flush_now, VolatileDrive};
 use crate::intent::{self, CleanOutcome};
 use crate::model::{FlushCovers, Model, WriteId};
 use drive::{Drive, FaultyDrive, IoBuf};
+use engine::bitmap::Bits;
 use engine::{
     CheckMode, CompletionOrder, LocalEngine, MemberSet, MemberState, VdCompletion, VdError, VdLayout, VdRequest, VirtualDrive,
     MEMBER_RESERVED_BYTES,
@@ -59,6 +60,10 @@ pub(crate) struct Rebuild {
     /// A row that could not be rebuilt (its sources hit injected read errors): the member then
     /// never returns to service.
     pub unrecoverable: bool,
+    /// A re-add: the member's own drive came back, and only the rows of these bitmap regions
+    /// are rebuilt (`None`: every row).
+    pub only_regions: Option<Bits>,
+    pub re_add: bool,
 }
 
 pub(crate) struct Sim {
@@ -81,6 +86,10 @@ pub(crate) struct Sim {
     pub rebuild: Option<Rebuild>,
     /// Members rebuilt onto a blank drive and returned to service.
     pub members_rebuilt: usize,
+    /// Members re-added (their own drive) and returned to service.
+    pub members_re_added: usize,
+    /// A member taken out of service, to be re-added.
+    pub out_for_re_add: Option<usize>,
     pub crashes: Vec<CrashReport>,
     /// The bitmap's clean pass in flight, if any.
     pub clean: Option<CleanOutcome>,
@@ -120,6 +129,8 @@ impl Sim {
             flushes: 0,
             rebuild: None,
             members_rebuilt: 0,
+            members_re_added: 0,
+            out_for_re_add: None,
             crashes: Vec::new(),
             clean: None,
             clean_passes: 0,
@@ -140,6 +151,11 @@ impl Sim {
             if self.config.rebuild_at_operation == Some(operation) {
                 self.start_rebuild();
             }
+            match self.config.re_add_at_operations {
+                Some((out, _)) if out == operation => self.take_out_for_re_add(),
+                Some((_, back)) if back == operation => self.re_add(),
+                _ => {}
+            }
             self.rebuild_some()?;
             self.clean_some()?;
             self.submit_random();
@@ -156,20 +172,23 @@ impl Sim {
 
     /// Replaces a member that the VD can spare by a blank drive and starts rebuilding it.
     fn start_rebuild(&mut self) {
-        let spare = (0..self.config.drive_count).filter(|&m| !self.at_risk[m]).find(|&m| {
-            let mut with = self.at_risk.clone();
-            with[m] = true;
-            self.vd.geometry().survives(&with)
-        });
-        let Some(member) = spare else { return };
+        let Some(member) = self.member_to_spare() else { return };
         self.at_risk[member] = true;
         self.drives[member] = SimDrive::blank(self.drives[member].cache.info().capacity_bytes);
         // Out of service first (no I/O may be on its way to the old drive), then the new one.
         self.vd.set_member_state(member, MemberState::Failed);
         self.vd.start_rebuild(member, Arc::clone(&self.drives[member].faulty) as Arc<dyn Drive>);
         self.faults.push(format!("member {member} replaced by a blank drive and rebuilt"));
-        let outcome = Rc::new(RefCell::new(None));
-        self.rebuild = Some(Rebuild { member, next_row: 0, checkpoint_row: 0, in_flight: false, outcome, unrecoverable: false });
+        self.rebuild = Some(Rebuild::new(member, None, false));
+    }
+
+    /// A member without faults that the VD can spare on top of those at risk.
+    pub(crate) fn member_to_spare(&self) -> Option<usize> {
+        (0..self.config.drive_count).filter(|&m| !self.at_risk[m]).find(|&m| {
+            let mut with = self.at_risk.clone();
+            with[m] = true;
+            self.vd.geometry().survives(&with)
+        })
     }
 
     /// Settles the rebuild's row job if it finished, sometimes checkpoints, and sometimes
@@ -185,17 +204,15 @@ impl Sim {
             }
         }
         let rebuild = self.rebuild.as_mut().expect("checked above");
-        let row_count = self.vd.geometry().row_count();
         if rebuild.in_flight || !self.rng.gen_bool(0.5) {
             return Ok(());
         }
-        if rebuild.next_row >= row_count {
-            return self.end_rebuild();
-        }
-        let (row, targets, outcome) = (rebuild.next_row, MemberSet::of(&[rebuild.member]), Rc::clone(&rebuild.outcome));
+        let run_rows_max = self.rng.gen_range(1..=RUN_ROWS_MAX);
+        let Some((row, run_rows)) = self.next_run(run_rows_max) else { return self.end_rebuild() };
+        let rebuild = self.rebuild.as_mut().expect("checked above");
+        let (targets, outcome) = (MemberSet::of(&[rebuild.member]), Rc::clone(&rebuild.outcome));
         rebuild.in_flight = true;
         // Runs of several rows, as the controller submits them, where member I/Os merge.
-        let run_rows = self.rng.gen_range(1..=RUN_ROWS_MAX).min(row_count - row);
         self.engine.rebuild_rows(&self.vd, row, run_rows, targets, move |results| *outcome.borrow_mut() = Some(results));
         Ok(())
     }
@@ -221,11 +238,10 @@ impl Sim {
             self.settle_rebuilt_rows(results)?;
         }
         let targets = MemberSet::of(&[member]);
-        let row_count = self.vd.geometry().row_count();
-        while let Some(row) = self.rebuild.as_ref().map(|r| r.next_row).filter(|&row| row < row_count) {
+        while let Some((row, run_rows)) = self.next_run(RUN_ROWS_MAX) {
             let results = Rc::new(RefCell::new(None));
             let out = Rc::clone(&results);
-            self.engine.rebuild_rows(&self.vd, row, RUN_ROWS_MAX.min(row_count - row), targets, move |r| *out.borrow_mut() = Some(r));
+            self.engine.rebuild_rows(&self.vd, row, run_rows, targets, move |r| *out.borrow_mut() = Some(r));
             self.engine.run_until_idle();
             let results = results.borrow_mut().take().expect("a run of rows completes");
             self.settle_rebuilt_rows(results)?;
@@ -253,7 +269,10 @@ impl Sim {
         }
         flush_now(&*self.drives[member].faulty).map_err(|e| format!("flushing rebuilt member {member}: {e}"))?;
         self.vd.finish_rebuild(member);
-        self.members_rebuilt += 1;
+        match rebuild.re_add {
+            true => self.members_re_added += 1,
+            false => self.members_rebuilt += 1,
+        }
         // The blank drive has no injected faults: it is as good as new.
         self.at_risk[member] = false;
         // As the controller does once every member is in service again: regions a crash left
