@@ -187,6 +187,10 @@ impl Controller {
         let spawned = std::thread::Builder::new().name(format!("storc-copy-s{}", copy.target)).spawn(move || {
             let Some(controller) = controller.upgrade() else { return };
             let finish = controller.run_copy(&vd, copy, &progress);
+            let finish = match vd.copy_target(copy.member) {
+                Some(target) => super::rebuild::durable(finish, &**target.target()),
+                None => finish,
+            };
             controller.copy_ended(copy, &progress, finish, abandon.load(Ordering::SeqCst));
         });
         match spawned {

@@ -59,6 +59,20 @@ pub(super) fn time_left(progress: &Progress, started: Instant, start_row: u64) -
     Some(elapsed.mul_f64(left_rows as f64 / done_rows as f64))
 }
 
+/// A background operation that wrote every row of a drive is complete only once the drive has
+/// made them durable: the drive is then recorded `Onln`, and nothing else covers those rows (the
+/// write-intent bitmap covers client writes; a checkpoint only the rows below it). A power cut
+/// right after the record would otherwise drop rows the metadata says the drive holds.
+pub(super) fn durable(finish: Finish, drive: &dyn drive::Drive) -> Finish {
+    if finish != Finish::Complete {
+        return finish;
+    }
+    match bitmap::ondisk::flush(drive) {
+        Ok(()) => Finish::Complete,
+        Err(error) => Finish::Failed(format!("the rows written could not be made durable (flush: {error})")),
+    }
+}
+
 /// `/c0/sN start|stop|pause|resume rebuild`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RebuildCommand {
@@ -196,6 +210,7 @@ impl Controller {
         let spawned = std::thread::Builder::new().name(format!("storc-rebuild-s{slot}")).spawn(move || {
             let Some(controller) = controller.upgrade() else { return };
             let (finish, rows) = controller.run_rebuild(&vd, member, slot, &progress, &only_regions);
+            let finish = durable(finish, &*vd.member(member).drive());
             if let (Some(dirty), Finish::Complete) = (&only_regions, &finish) {
                 let bytes = rows * vd.geometry().strip_size_bytes();
                 controller.log(
