@@ -57,6 +57,18 @@ impl LocalEngine {
         self.executor.spawn(async move { done(io::rebuild_rows(reactor, vd, first_row, row_count, targets).await) });
     }
 
+    /// Queues a copy of member `member`'s strips of row `row` to its copy target (see
+    /// [`crate::Engine::copy_row`]); `done` runs during a later [`LocalEngine::step`], or at once for
+    /// a bad row or member.
+    pub fn copy_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, member: usize, done: impl FnOnce(Result<(), VdError>) + 'static) {
+        if let Err(error) = validate_row(vd, row, MemberSet::of(&[member])) {
+            return done(Err(error));
+        }
+        let reactor = Rc::clone(self.executor.reactor());
+        let vd = Arc::clone(vd);
+        self.executor.spawn(async move { done(io::copy_row(reactor, vd, row, member).await) });
+    }
+
     /// Queues a check of row `row` (see [`Engine::check_row`]).
     pub fn check_row(
         &mut self,

@@ -34,6 +34,9 @@ pub struct RunConfig {
     /// at which it is re-added: only the regions written meanwhile are rebuilt on it (every row
     /// if a crash came in between). Redundant levels, in runs that rebuild no blank drive.
     pub re_add_at_operations: Option<(usize, usize)>,
+    /// The operation at which a member is copied to a new drive that then takes its place
+    /// (copyback, proactive replacement), if nothing else is rebuilt then. Redundant levels.
+    pub copy_at_operation: Option<usize>,
 }
 
 impl RunConfig {
@@ -68,6 +71,7 @@ impl RunConfig {
             rows_per_region: rng.gen_range(1..=3),
             clean_per_mille: [20, 60, 150][rng.gen_range(0..3)],
             re_add_at_operations: re_add_points(&mut rng, operation_count, redundant && rebuild_at_operation.is_none()),
+            copy_at_operation: (redundant && rng.gen_bool(0.5)).then(|| rng.gen_range(0..operation_count)),
         }
     }
 }

@@ -130,7 +130,7 @@ impl Sim {
         let unflushed_rows = self.model.unflushed_rows(self.vd.geometry().row_data_bytes());
         let recorded = self.recorded_members();
         let mut tally = CrashTally::default();
-        for drive in &self.drives {
+        for drive in self.drives.iter().chain(self.copy.as_ref().map(|copy| &copy.target)) {
             tally.add(drive.cache.crash(&mut self.rng));
         }
         let undecided_sector_count = self.model.crash();
@@ -141,6 +141,8 @@ impl Sim {
             let out = recorded.iter().enumerate().filter(|(_, r)| matches!(r, Recorded::OutOfService(_))).map(|(m, _)| m).collect();
             intent.set_out_at_open(out);
         }
+        // Before the resync, as the controller resumes copies before it starts resyncs.
+        self.resume_copy();
         let mut resync = resync(&mut self.engine, &self.vd);
         resync.dirty_region_count = opened.map_or(0, |o| o.dirty_region_count);
         if opened.is_some_and(|o| !o.unclean) {

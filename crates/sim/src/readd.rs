@@ -25,7 +25,7 @@ impl Rebuild {
 impl Sim {
     /// Takes a member that the VD can spare out of service, keeping its drive for the re-add.
     pub(crate) fn take_out_for_re_add(&mut self) {
-        if self.rebuild.is_some() || self.out_for_re_add.is_some() {
+        if self.rebuild.is_some() || self.out_for_re_add.is_some() || self.copy.is_some() {
             return;
         }
         let Some(member) = self.member_to_spare() else { return };

@@ -36,7 +36,7 @@ pub(crate) struct SimDrive {
 }
 
 impl SimDrive {
-    fn blank(capacity_bytes: u64) -> SimDrive {
+    pub(crate) fn blank(capacity_bytes: u64) -> SimDrive {
         let cache = Arc::new(VolatileDrive::new(capacity_bytes));
         SimDrive { faulty: Arc::new(FaultyDrive::new(Arc::clone(&cache) as Arc<dyn Drive>)), cache }
     }
@@ -90,6 +90,10 @@ pub(crate) struct Sim {
     pub members_re_added: usize,
     /// A member taken out of service, to be re-added.
     pub out_for_re_add: Option<usize>,
+    /// A member being copied to a new drive (copyback, proactive replacement).
+    pub copy: Option<crate::copy::Copy>,
+    /// Members switched to their copy.
+    pub members_copied: usize,
     pub crashes: Vec<CrashReport>,
     /// The bitmap's clean pass in flight, if any.
     pub clean: Option<CleanOutcome>,
@@ -131,6 +135,8 @@ impl Sim {
             members_rebuilt: 0,
             members_re_added: 0,
             out_for_re_add: None,
+            copy: None,
+            members_copied: 0,
             crashes: Vec::new(),
             clean: None,
             clean_passes: 0,
@@ -151,12 +157,16 @@ impl Sim {
             if self.config.rebuild_at_operation == Some(operation) {
                 self.start_rebuild();
             }
+            if self.config.copy_at_operation == Some(operation) {
+                self.start_copy();
+            }
             match self.config.re_add_at_operations {
                 Some((out, _)) if out == operation => self.take_out_for_re_add(),
                 Some((_, back)) if back == operation => self.re_add(),
                 _ => {}
             }
             self.rebuild_some()?;
+            self.copy_some()?;
             self.clean_some()?;
             self.submit_random();
             // Let the engine make some progress between submissions, sometimes none.
@@ -167,11 +177,15 @@ impl Sim {
         while self.in_flight_count() > 0 {
             self.step()?;
         }
-        self.finish_rebuild()
+        self.finish_rebuild()?;
+        self.finish_copy()
     }
 
     /// Replaces a member that the VD can spare by a blank drive and starts rebuilding it.
     fn start_rebuild(&mut self) {
+        if self.copy.is_some() {
+            return;
+        }
         let Some(member) = self.member_to_spare() else { return };
         self.at_risk[member] = true;
         self.drives[member] = SimDrive::blank(self.drives[member].cache.info().capacity_bytes);
@@ -474,7 +488,7 @@ impl Sim {
 
     /// A consistency check of every row in report mode: rows that cannot be checked (a member
     /// out of service, an injected read error, no redundancy) are skipped.
-    fn check_every_row(&mut self) -> Result<(), String> {
+    pub(crate) fn check_every_row(&mut self) -> Result<(), String> {
         for row in 0..self.vd.geometry().row_count() {
             match self.engine.run_check_row(&self.vd, row, CheckMode::Report) {
                 Ok(outcome) if outcome.is_consistent() => {}

@@ -1,5 +1,5 @@
 //! Thousands of seeded simulator runs across every level, with faults, member replacement and
-//! rebuild, re-add, flushes and power cuts. A failure names its seed; replay it with
+//! rebuild, re-add, copyback, flushes and power cuts. A failure names its seed; replay it with
 //! `cargo run -p sim -- --seed N`. `STORC_SIM_RUNS` changes the count (default 10,000).
 
 use layout::Level;
@@ -41,7 +41,7 @@ fn seeded_runs_across_every_level_match_the_model() {
     }
 }
 
-/// The seeds must keep exercising what they are for: rebuilds, re-adds, power cuts at every
+/// The seeds must keep exercising what they are for: rebuilds, re-adds, copies, power cuts at every
 /// level, most of them tearing writes, some in the middle of a rebuild, and resyncs that had
 /// something to repair.
 /// (Fractions of each level's runs, so that any `STORC_SIM_RUNS` of a few hundred per level
@@ -60,6 +60,7 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
             assert!(percent(c.crashed_in_rebuild) >= 10, "{level}: only {} runs crashed during a rebuild", c.crashed_in_rebuild);
             assert!(percent(c.resync_repaired) >= 25, "{level}: only {} runs had a resync repair a row", c.resync_repaired);
             assert!(percent(c.re_added) >= 10, "{level}: only {} of {} runs re-added a member", c.re_added, c.runs);
+            assert!(percent(c.copied) >= 10, "{level}: only {} of {} runs switched a member to its copy", c.copied, c.runs);
         }
     }
 }
