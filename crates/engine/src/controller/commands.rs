@@ -203,6 +203,10 @@ impl Controller {
         for copy in self.copybacks() {
             copy.progress.set_rate_percent(settings.rebuild_rate_percent);
         }
+        // A resync runs at the rebuild rate too (MegaRAID has no separate one for it).
+        for resync in self.resyncs.lock().expect("resyncs lock").values() {
+            resync.progress.set_rate_percent(settings.rebuild_rate_percent);
+        }
         let on_off = |on: bool| if on { "on" } else { "off" };
         let (auto, copyback) = (on_off(settings.auto_rebuild), on_off(settings.copyback));
         self.log(
