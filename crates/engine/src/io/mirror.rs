@@ -192,7 +192,9 @@ async fn rebuilt_copies(
     let piece = &row.pieces[k];
     assert!(piece.strip_index == k && piece.offset_in_strip_bytes == 0, "a rebuild reads whole strips");
     let good = match copies.iter().position(|copy| copy.state == StripState::Read) {
-        Some(read) => IoBuf::from_slice(copies[read].buf.as_slice()),
+        // The copy read is never written back (not a target, not unreadable): its buffer is
+        // taken, not copied.
+        Some(read) => std::mem::replace(&mut copies[read].buf, IoBuf::zeroed(0)),
         None => {
             lost::probe(env, &mut copies).await;
             let (good, lost_ranges) = assemble_strip(env, row, k, &copies);
