@@ -92,17 +92,23 @@ impl LocalEngine {
         self.executor.spawn(async move { done(io::clean_write_intent(reactor, vd, stopping).await) });
     }
 
+    /// Starts a job with `start` (given the completion to call) and runs the loop until it is
+    /// done: the waiting half of every `run_*` below.
+    fn wait_for<T: 'static>(&mut self, start: impl FnOnce(&mut LocalEngine, Box<dyn FnOnce(T)>)) -> T {
+        let slot = Rc::new(std::cell::RefCell::new(None));
+        let out = Rc::clone(&slot);
+        start(self, Box::new(move |value| *out.borrow_mut() = Some(value)));
+        self.run_until_idle();
+        let value = slot.borrow_mut().take();
+        value.expect("the job completed")
+    }
+
     /// Rebuilds one row and waits for the outcome: for tests and tools.
     ///
     /// # Errors
     /// What the rebuild reported.
     pub fn run_rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet) -> Result<(), VdError> {
-        let slot = Rc::new(std::cell::RefCell::new(None));
-        let out = Rc::clone(&slot);
-        self.rebuild_row(vd, row, targets, move |result| *out.borrow_mut() = Some(result));
-        self.run_until_idle();
-        let result = slot.borrow_mut().take();
-        result.expect("rebuild completed")
+        self.wait_for(|engine, done| engine.rebuild_row(vd, row, targets, done))
     }
 
     /// Rebuilds a run of rows and waits for the outcome of each: for tests and tools.
@@ -113,12 +119,15 @@ impl LocalEngine {
         row_count: u64,
         targets: MemberSet,
     ) -> Vec<Result<(), VdError>> {
-        let slot = Rc::new(std::cell::RefCell::new(None));
-        let out = Rc::clone(&slot);
-        self.rebuild_rows(vd, first_row, row_count, targets, move |results| *out.borrow_mut() = Some(results));
-        self.run_until_idle();
-        let results = slot.borrow_mut().take();
-        results.expect("rebuild completed")
+        self.wait_for(|engine, done| engine.rebuild_rows(vd, first_row, row_count, targets, done))
+    }
+
+    /// Copies one row to member `member`'s copy target and waits for the outcome.
+    ///
+    /// # Errors
+    /// What the copy reported.
+    pub fn run_copy_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, member: usize) -> Result<(), VdError> {
+        self.wait_for(|engine, done| engine.copy_row(vd, row, member, done))
     }
 
     /// Checks one row and waits for the outcome: for tests and tools.
@@ -126,12 +135,7 @@ impl LocalEngine {
     /// # Errors
     /// What the check reported.
     pub fn run_check_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {
-        let slot = Rc::new(std::cell::RefCell::new(None));
-        let out = Rc::clone(&slot);
-        self.check_row(vd, row, mode, move |result| *out.borrow_mut() = Some(result));
-        self.run_until_idle();
-        let result = slot.borrow_mut().take();
-        result.expect("check completed")
+        self.wait_for(|engine, done| engine.check_row(vd, row, mode, done))
     }
 
     /// One turn of the loop. Returns whether anything happened.
@@ -152,11 +156,6 @@ impl LocalEngine {
 
     /// Runs one request to completion and returns its outcome.
     pub fn run(&mut self, vd: &Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
-        let slot = Rc::new(std::cell::RefCell::new(None));
-        let out = Rc::clone(&slot);
-        self.submit(vd, request, move |completion| *out.borrow_mut() = Some(completion));
-        self.run_until_idle();
-        let completion = slot.borrow_mut().take();
-        completion.expect("request completed")
+        self.wait_for(|engine, done| engine.submit(vd, request, done))
     }
 }

@@ -204,6 +204,50 @@ fn a_source_read_error_is_booked_and_the_row_rebuilt_from_the_rest() {
     rig.verify().unwrap();
 }
 
+/// Counts the reads that reach a drive.
+struct CountingDrive {
+    inner: Arc<dyn Drive>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Drive for CountingDrive {
+    fn info(&self) -> &drive::DriveInfo {
+        self.inner.info()
+    }
+    fn submit(&self, ctx: &mut IoCtx, token: drive::Token, op: DriveOp) {
+        if matches!(op, DriveOp::Read { .. } | DriveOp::ReadV { .. }) {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.submit(ctx, token, op)
+    }
+}
+
+#[test]
+fn a_run_reads_each_source_once_where_row_by_row_reads_it_once_per_row() {
+    // What runs are for: one member I/O per drive-contiguous range, not one per strip.
+    for (level, drive_count, per_span, rows_per_job) in
+        [(Level::Raid5, 4, None, 8), (Level::Raid10, 4, Some(2), 8), (Level::Raid5, 4, None, 1)]
+    {
+        let counting: Vec<Arc<CountingDrive>> = (0..drive_count)
+            .map(|_| Arc::new(CountingDrive { inner: Arc::new(MemDrive::new(MEMBER_BYTES)), reads: Default::default() }))
+            .collect();
+        let layout = VdLayout { level, strip_size_bytes: STRIP_BYTES, drives_per_span: per_span, member_size_bytes: None };
+        let vd = Arc::new(VirtualDrive::new(1, "v0", layout, counting.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect()).unwrap());
+        let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+        vd.set_member_state(0, MemberState::Failed);
+        let before: Vec<usize> = counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).collect();
+        for first_row in (0..8).step_by(rows_per_job) {
+            let results = engine.run_rebuild_rows(&vd, first_row, rows_per_job as u64, MemberSet::of(&[0]));
+            assert!(results.iter().all(Result::is_ok), "{level}: {results:?}");
+        }
+        let reads: Vec<usize> = counting.iter().zip(&before).map(|(d, b)| d.reads.load(std::sync::atomic::Ordering::Relaxed) - b).collect();
+        let source = if level == Level::Raid10 { 1 } else { 2 };
+        let expected = 8 / rows_per_job;
+        assert_eq!(reads[source], expected, "{level}, jobs of {rows_per_job} rows: reads per source member {reads:?}");
+        assert_eq!(reads[0], 0, "{level}: the target is never read");
+    }
+}
+
 #[test]
 fn a_source_read_error_inside_a_run_sends_its_rows_down_the_row_path() {
     // The merged read of a source fails: the run's rows are redone one by one, which books the

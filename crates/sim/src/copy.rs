@@ -89,11 +89,7 @@ impl Sim {
         }
         while let Some(copy) = self.copy.as_ref().filter(|copy| copy.next_row < self.vd.geometry().row_count()) {
             let (row, member) = (copy.next_row, copy.member);
-            let outcome = Rc::new(RefCell::new(None));
-            let out = Rc::clone(&outcome);
-            self.engine.copy_row(&self.vd, row, member, move |result| *out.borrow_mut() = Some(result));
-            self.engine.run_until_idle();
-            let result = outcome.borrow_mut().take().expect("a copied row completes");
+            let result = self.engine.run_copy_row(&self.vd, row, member);
             if !self.settle_copied_row(result)? {
                 return Ok(());
             }

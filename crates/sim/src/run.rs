@@ -253,11 +253,7 @@ impl Sim {
         }
         let targets = MemberSet::of(&[member]);
         while let Some((row, run_rows)) = self.next_run(RUN_ROWS_MAX) {
-            let results = Rc::new(RefCell::new(None));
-            let out = Rc::clone(&results);
-            self.engine.rebuild_rows(&self.vd, row, run_rows, targets, move |r| *out.borrow_mut() = Some(r));
-            self.engine.run_until_idle();
-            let results = results.borrow_mut().take().expect("a run of rows completes");
+            let results = self.engine.run_rebuild_rows(&self.vd, row, run_rows, targets);
             self.settle_rebuilt_rows(results)?;
         }
         self.end_rebuild()
