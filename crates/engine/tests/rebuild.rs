@@ -128,10 +128,18 @@ fn a_rebuild_resumes_from_its_checkpoint_after_a_restart() {
     slow_spare.set_faults(Faults { latency: Some(Duration::from_millis(5)), ..Faults::default() });
     controller.set_drive(3, DriveCommand::Offline).unwrap();
     let deadline = Instant::now() + REBUILD_TIMEOUT;
-    while controller.rebuilds().first().map_or(0.0, |r| r.progress.percent_done()) < 30.0 {
+    // The rows client reads may take from the spare are published right after the watermark
+    // moves: wait for both.
+    while controller.rebuilds().first().map_or(0.0, |r| r.progress.percent_done()) < 30.0 || vd.readable_rows(3) == 0 {
         assert!(Instant::now() < deadline, "the rebuild makes no progress");
         std::thread::sleep(Duration::from_millis(5));
     }
+    let readable_rows = vd.readable_rows(3);
+    assert!(
+        readable_rows > 0 && readable_rows < vd.geometry().row_count(),
+        "the rebuild publishes the rows client reads may take from the spare: {readable_rows}"
+    );
+    check_vd(&engine, &vd, &model, "during the rebuild, reading the spare below its watermark");
     controller.shutdown(); // stops the rebuild at its watermark, checkpointed
     drop(controller);
 

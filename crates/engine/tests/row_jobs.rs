@@ -248,6 +248,77 @@ fn a_run_reads_each_source_once_where_row_by_row_reads_it_once_per_row() {
     }
 }
 
+/// Reads of every row, then writes over every row, while `targets` are rebuilt up to half the
+/// rows: client reads must use a target below its published watermark and never above it (a
+/// blank drive's garbage lies there), and the finished rebuild must hold everything.
+#[test]
+fn client_reads_use_a_rebuilding_member_below_its_watermark_only() {
+    for (level, drive_count, per_span, targets) in REDUNDANT {
+        let mut rig = rig(level, drive_count, per_span);
+        let counting: Vec<Arc<CountingDrive>> = targets
+            .iter()
+            .map(|&t| Arc::new(CountingDrive { inner: Arc::clone(&rig.drives[t]) as Arc<dyn Drive>, reads: Default::default() }))
+            .collect();
+        for (&target, drive) in targets.iter().zip(&counting) {
+            rig.replace_with_blank(target);
+            rig.vd.set_member_state(target, MemberState::Failed);
+            rig.vd.start_rebuild(target, Arc::clone(drive) as Arc<dyn Drive>);
+        }
+        let half = rig.row_count() / 2;
+        let results = rig.engine.run_rebuild_rows(&rig.vd, 0, half, MemberSet::of(targets));
+        assert!(results.iter().all(Result::is_ok), "{level}: {results:?}");
+        let reads_of = |counting: &[Arc<CountingDrive>]| -> usize {
+            counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).sum()
+        };
+
+        // Not published yet: nothing reads the targets.
+        compare(&rig.read_all().unwrap(), &rig.model).unwrap_or_else(|diff| panic!("{level} before publishing: {diff}"));
+        assert_eq!(reads_of(&counting), 0, "{level}: a target was read before its rebuild published a row");
+
+        for &target in targets {
+            rig.vd.rebuild_advanced(target, rig.vd.rebuild_epoch(target), half);
+            assert_eq!(rig.vd.readable_rows(target), half);
+        }
+        compare(&rig.read_all().unwrap(), &rig.model).unwrap_or_else(|diff| panic!("{level} reading below the watermark: {diff}"));
+        if level.span_kind() != layout::SpanKind::Mirror && level != Level::Raid1E {
+            assert!(reads_of(&counting) > 0, "{level}: the rebuilt rows were reconstructed instead of read");
+        }
+
+        // Client writes meanwhile land on both sides of the watermark; the rebuild then ends.
+        let fresh = random_bytes(rig.model.len(), 77 + level as u64);
+        let done = rig.engine.run(&rig.vd, VdRequest::Write { offset_bytes: 0, buf: IoBuf::from_slice(&fresh) });
+        assert_eq!(done.result, Ok(()), "{level}: the write during the rebuild");
+        rig.model = fresh;
+        compare(&rig.read_all().unwrap(), &rig.model).unwrap_or_else(|diff| panic!("{level} after writing: {diff}"));
+        let rest = rig.row_count() - half;
+        let results = rig.engine.run_rebuild_rows(&rig.vd, half, rest, MemberSet::of(targets));
+        assert!(results.iter().all(Result::is_ok), "{level}: {results:?}");
+        for &target in targets {
+            rig.vd.finish_rebuild(target);
+        }
+        rig.verify().unwrap_or_else(|diff| panic!("after rebuilding {targets:?} with reads below the watermark: {diff}"));
+    }
+}
+
+#[test]
+fn a_new_rebuild_of_the_member_starts_unreadable_and_ignores_the_old_ones_progress() {
+    let mut rig = rig(Level::Raid5, 4, None);
+    rig.vd.set_member_state(1, MemberState::Failed);
+    rig.vd.start_rebuild(1, Arc::clone(&rig.drives[1]) as Arc<dyn Drive>);
+    let first = rig.vd.rebuild_epoch(1);
+    rig.vd.rebuild_advanced(1, first, rig.row_count());
+    assert_eq!(rig.vd.readable_rows(1), rig.row_count());
+    // The target failed; another drive takes its place, blank.
+    rig.vd.set_member_state(1, MemberState::Failed);
+    assert_eq!(rig.vd.readable_rows(1), 0, "a failed member is never read");
+    rig.replace_with_blank(1);
+    rig.vd.start_rebuild(1, Arc::clone(&rig.drives[1]) as Arc<dyn Drive>);
+    assert_eq!(rig.vd.readable_rows(1), 0, "the new rebuild has done nothing yet");
+    rig.vd.rebuild_advanced(1, first, rig.row_count());
+    assert_eq!(rig.vd.readable_rows(1), 0, "the old rebuild's thread publishes in vain");
+    compare(&rig.read_all().unwrap(), &rig.model).unwrap_or_else(|diff| panic!("the blank drive was read: {diff}"));
+}
+
 #[test]
 fn a_source_read_error_inside_a_run_sends_its_rows_down_the_row_path() {
     // The merged read of a source fails: the run's rows are redone one by one, which books the

@@ -99,13 +99,22 @@ impl CrashTally {
 pub struct VolatileDrive {
     info: DriveInfo,
     state: Mutex<CacheState>,
+    /// Reads of the data area (past the metadata) served, ever: which drives client reads and
+    /// row jobs read, and when (an assembly's metadata and bitmap reads do not count).
+    data_reads: std::sync::atomic::AtomicU64,
 }
 
 impl VolatileDrive {
     pub fn new(capacity_bytes: u64) -> VolatileDrive {
         let info = DriveInfo { name: format!("volatile:{capacity_bytes}"), kind: DriveKind::Memory, capacity_bytes, direct_io: true };
         let empty = SparseBytes::new(capacity_bytes);
-        VolatileDrive { info, state: Mutex::new(CacheState { durable: empty.clone(), newest: empty, unflushed: Vec::new() }) }
+        let state = Mutex::new(CacheState { durable: empty.clone(), newest: empty, unflushed: Vec::new() });
+        VolatileDrive { info, state, data_reads: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// Reads of the data area served so far.
+    pub fn data_reads(&self) -> u64 {
+        self.data_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Writes the drive holds and has not made durable.
@@ -144,6 +153,9 @@ impl VolatileDrive {
     }
 
     fn read(&self, offset_bytes: u64, bufs: &mut [&mut IoBuf]) {
+        if offset_bytes >= engine::MEMBER_RESERVED_BYTES {
+            self.data_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let state = self.lock();
         let mut at = offset_bytes;
         for buf in bufs {

@@ -60,6 +60,8 @@ pub struct RunReport {
     pub members_rebuilt: usize,
     /// Members re-added (their own drive, the regions they missed rebuilt) and in service again.
     pub members_re_added: usize,
+    /// Members that client reads read while they were rebuilt (below the rebuild's watermark).
+    pub members_read_in_rebuild: usize,
     /// Members copied to a new drive that took their place.
     pub members_copied: usize,
     pub crashes: Vec<CrashReport>,
@@ -77,7 +79,7 @@ impl fmt::Display for RunReport {
         let c = &self.config;
         write!(
             f,
-            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, re-added: {}, copied: {}, crashes: {}",
+            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, re-added: {}, read in rebuild: {}, copied: {}, crashes: {}",
             c.seed,
             c.level,
             c.drive_count,
@@ -88,6 +90,7 @@ impl fmt::Display for RunReport {
             self.faults.join(", "),
             self.members_rebuilt,
             self.members_re_added,
+            self.members_read_in_rebuild,
             self.members_copied,
             self.crashes.len()
         )?;
@@ -149,6 +152,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             faults: sim.faults,
             members_rebuilt: sim.members_rebuilt,
             members_re_added: sim.members_re_added,
+            members_read_in_rebuild: sim.members_read_in_rebuild,
             members_copied: sim.members_copied,
             crashes: sim.crashes,
         }),
@@ -178,6 +182,8 @@ pub struct LevelCoverage {
     pub resync_repaired: usize,
     /// Runs that re-added a member and returned it to service.
     pub re_added: usize,
+    /// Runs where client reads read a member while it was being rebuilt.
+    pub read_in_rebuild: usize,
     /// Runs that switched a member to its copy.
     pub copied: usize,
 }
@@ -197,6 +203,7 @@ impl Coverage {
         level.crashed_in_rebuild += usize::from(report.crashes.iter().any(|c| c.rebuild_resumed.is_some()));
         level.resync_repaired += usize::from(report.crashes.iter().any(|c| !c.resync.rows_repaired.is_empty()));
         level.re_added += usize::from(report.members_re_added > 0);
+        level.read_in_rebuild += usize::from(report.members_read_in_rebuild > 0);
         level.copied += usize::from(report.members_copied > 0);
     }
 
@@ -207,15 +214,16 @@ impl Coverage {
 
 impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "level    runs  rebuilt  re-added  copied  crashed  tore-writes  crashed-in-rebuild  resync-repaired")?;
+        writeln!(f, "level    runs  rebuilt  re-added  read-in-rbld  copied  crashed  tore-writes  crashed-in-rebuild  resync-repaired")?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>7} {:>8} {:>12} {:>19} {:>16}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>12} {:>19} {:>16}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
                 c.re_added,
+                c.read_in_rebuild,
                 c.copied,
                 c.crashed,
                 c.tore_writes,

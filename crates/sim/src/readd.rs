@@ -18,7 +18,17 @@ use std::rc::Rc;
 impl Rebuild {
     pub(crate) fn new(member: usize, only_regions: Option<Bits>, re_add: bool) -> Rebuild {
         let outcome = Rc::new(RefCell::new(None));
-        Rebuild { member, next_row: 0, checkpoint_row: 0, in_flight: false, outcome, unrecoverable: false, only_regions, re_add }
+        Rebuild {
+            member,
+            next_row: 0,
+            checkpoint_row: 0,
+            in_flight: false,
+            outcome,
+            unrecoverable: false,
+            only_regions,
+            re_add,
+            reads_at_start: 0,
+        }
     }
 }
 
@@ -54,7 +64,9 @@ impl Sim {
         };
         self.faults.push(format!("member {member} re-added, {what} rebuilt"));
         self.vd.start_rebuild(member, self.vd.member(member).drive());
-        self.rebuild = Some(Rebuild::new(member, only_regions, true));
+        let mut rebuild = Rebuild::new(member, only_regions, true);
+        rebuild.reads_at_start = self.drives[member].cache.data_reads();
+        self.rebuild = Some(rebuild);
     }
 
     /// The next run of rows the rebuild must do: from its next row on, skipping rows outside

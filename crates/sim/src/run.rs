@@ -64,6 +64,9 @@ pub(crate) struct Rebuild {
     /// are rebuilt (`None`: every row).
     pub only_regions: Option<Bits>,
     pub re_add: bool,
+    /// Reads the member's drive had served when the rebuild began: the rebuild itself never
+    /// reads its target, so any read after is a client's, of a row the rebuild had passed.
+    pub reads_at_start: u64,
 }
 
 pub(crate) struct Sim {
@@ -88,6 +91,8 @@ pub(crate) struct Sim {
     pub members_rebuilt: usize,
     /// Members re-added (their own drive) and returned to service.
     pub members_re_added: usize,
+    /// Members that client reads read while they were being rebuilt (rows below the watermark).
+    pub members_read_in_rebuild: usize,
     /// A member taken out of service, to be re-added.
     pub out_for_re_add: Option<usize>,
     /// A member being copied to a new drive (copyback, proactive replacement).
@@ -134,6 +139,7 @@ impl Sim {
             rebuild: None,
             members_rebuilt: 0,
             members_re_added: 0,
+            members_read_in_rebuild: 0,
             out_for_re_add: None,
             copy: None,
             members_copied: 0,
@@ -194,6 +200,7 @@ impl Sim {
         self.vd.start_rebuild(member, Arc::clone(&self.drives[member].faulty) as Arc<dyn Drive>);
         self.faults.push(format!("member {member} replaced by a blank drive and rebuilt"));
         self.rebuild = Some(Rebuild::new(member, None, false));
+        // The drive is new: every read of it from now on is a client read of a rebuilt row.
     }
 
     /// A member without faults that the VD can spare on top of those at risk.
@@ -266,6 +273,13 @@ impl Sim {
             let rebuild = self.rebuild.as_mut().expect("a rebuild runs");
             settle_row(rebuild, result, &self.faults, unsynced)?;
         }
+        // As the controller publishes its clean watermark: client reads may now read the
+        // rebuilt rows of the member, which the model checks like every other read.
+        let rebuild = self.rebuild.as_ref().expect("a rebuild runs");
+        if !rebuild.unrecoverable {
+            let member = rebuild.member;
+            self.vd.rebuild_advanced(member, self.vd.rebuild_epoch(member), rebuild.next_row);
+        }
         Ok(())
     }
 
@@ -276,6 +290,9 @@ impl Sim {
         let member = rebuild.member;
         if rebuild.unrecoverable || self.vd.member(member).state() != MemberState::Rebuilding {
             return Ok(());
+        }
+        if self.drives[member].cache.data_reads() > rebuild.reads_at_start {
+            self.members_read_in_rebuild += 1;
         }
         flush_now(&*self.drives[member].faulty).map_err(|e| format!("flushing rebuilt member {member}: {e}"))?;
         self.vd.finish_rebuild(member);

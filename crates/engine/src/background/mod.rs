@@ -9,8 +9,9 @@
 //!
 //! # Watermark
 //! Rows complete out of order (several are in flight, on several shards). The watermark is the
-//! first row not yet done: every row below it is done. A checkpoint records the watermark, so a
-//! restart resumes there and at worst redoes the rows that were in flight.
+//! first row not yet done: every row below it is done. A checkpoint records the watermark (or the
+//! first bad row below it), so a restart resumes there and at worst redoes the rows that were in
+//! flight.
 //!
 //! # Rate
 //! `rate_percent` (0 to 100, MegaRAID's rebuild rate) is the share of time the operation may
@@ -140,6 +141,14 @@ impl Progress {
     pub fn bad_rows(&self) -> Vec<u64> {
         self.bad_rows.lock().expect("bad rows lock").clone()
     }
+
+    /// Every row below this one is done and none of them is a bad row: the watermark, or the
+    /// first bad row below it.
+    pub fn clean_rows(&self) -> u64 {
+        let watermark = self.watermark_row();
+        let bad_rows = self.bad_rows.lock().expect("bad rows lock");
+        bad_rows.iter().copied().min().map_or(watermark, |first_bad| first_bad.min(watermark))
+    }
 }
 
 /// What a row function reports.
@@ -199,11 +208,14 @@ pub fn row_by_row<'a>(submit_row: &'a SubmitRow<'a>) -> impl Fn(u64, u64, RunDon
 }
 
 /// The hooks of one run: submit a run of rows, record a checkpoint, tell whether clients are
-/// busy.
+/// busy, and hear of each advance.
 pub struct Hooks<'a> {
     pub submit_rows: &'a SubmitRows<'a>,
     pub checkpoint: &'a mut dyn FnMut(u64),
     pub clients_busy: &'a dyn Fn() -> bool,
+    /// Called with [`Progress::clean_rows`] whenever the watermark moved: a rebuild lets client
+    /// reads use its target below it (`VirtualDrive::rebuild_advanced`).
+    pub advanced: &'a dyn Fn(u64),
 }
 
 /// Runs the operation from the progress's watermark to the end (or a stop or a failure).
@@ -254,10 +266,15 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
                 RowOutcome::Fatal(reason) => failure = failure.or(Some(reason)),
             }
         }
+        let before = progress.watermark_row();
         advance_watermark(progress, &mut finished_above);
         let watermark = progress.watermark_row();
+        if watermark > before {
+            (hooks.advanced)(progress.clean_rows());
+        }
         if watermark - last_checkpoint.1 >= checkpoint_rows || last_checkpoint.0.elapsed() >= CHECKPOINT_INTERVAL {
-            (hooks.checkpoint)(watermark);
+            // Not past a bad row: a restart must not take a row left as it was for done.
+            (hooks.checkpoint)(progress.clean_rows());
             last_checkpoint = (Instant::now(), watermark);
         }
         if runs_in_flight == 0 {
@@ -267,7 +284,7 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
     match (failure, progress.control()) {
         (Some(reason), _) => Finish::Failed(reason),
         (None, Control::Stop) if progress.watermark_row() < progress.total_rows => {
-            (hooks.checkpoint)(progress.watermark_row());
+            (hooks.checkpoint)(progress.clean_rows());
             Finish::Stopped
         }
         _ => {

@@ -30,7 +30,7 @@ fn run_all(progress: &Progress, rows: &FakeRows, checkpoints: &mut Vec<u64>) -> 
     let submit = rows.submit();
     let mut record = |watermark| checkpoints.push(watermark);
     let submit = row_by_row(&submit);
-    run(progress, Hooks { submit_rows: &submit, checkpoint: &mut record, clients_busy: &|| false })
+    run(progress, Hooks { submit_rows: &submit, checkpoint: &mut record, clients_busy: &|| false, advanced: &|_| {} })
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn a_stopped_operation_checkpoints_its_watermark_and_resumes_from_it() {
     let mut checkpoints = Vec::new();
     let mut record = |watermark| checkpoints.push(watermark);
     let submit = row_by_row(&submit);
-    let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut record, clients_busy: &|| false });
+    let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut record, clients_busy: &|| false, advanced: &|_| {} });
     assert_eq!(finish, Finish::Stopped);
     let watermark = progress.watermark_row();
     assert!((100..=100 + WINDOW_ROWS as u64).contains(&watermark), "{watermark}");
@@ -88,6 +88,7 @@ fn unrecoverable_rows_are_recorded_and_skipped_and_a_fatal_row_ends_the_run() {
     let mut bad = progress.bad_rows();
     bad.sort_unstable();
     assert_eq!(bad, vec![7, 57, 107, 157]);
+    assert_eq!(progress.clean_rows(), 7, "done, but not clean past the first bad row");
 
     let progress = Progress::new(200, 0, RATE_PERCENT_DEFAULT);
     let rows = FakeRows::new(|row| if row == 60 { RowOutcome::Fatal("target failed".into()) } else { RowOutcome::Done });
@@ -124,7 +125,7 @@ fn with_busy_clients_the_rate_sets_the_share_of_time_taken() {
         let progress = Progress::new(rows, 0, 25);
         let started = Instant::now();
         let submit = row_by_row(&submit);
-        let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut |_| {}, clients_busy: &|| busy });
+        let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut |_| {}, clients_busy: &|| busy, advanced: &|_| {} });
         assert_eq!(finish, Finish::Complete);
         started.elapsed()
     };
@@ -148,7 +149,7 @@ fn runs_are_aligned_cover_every_row_once_and_report_each_row() {
             .collect();
         std::thread::spawn(move || done(outcomes));
     };
-    let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut |_| {}, clients_busy: &|| false });
+    let finish = run(&progress, Hooks { submit_rows: &submit, checkpoint: &mut |_| {}, clients_busy: &|| false, advanced: &|_| {} });
     assert_eq!(finish, Finish::Complete);
     let mut runs = runs.into_inner().unwrap();
     runs.sort_unstable();
@@ -158,4 +159,24 @@ fn runs_are_aligned_cover_every_row_once_and_report_each_row() {
     assert!(runs[1..].iter().all(|&(first, _)| first % 7 == 0), "later runs start on the alignment: {runs:?}");
     assert_eq!(progress.bad_rows(), vec![50], "a row's outcome inside a run is its own");
     assert_eq!(progress.watermark_row(), 100);
+}
+
+#[test]
+fn checkpoints_and_advances_never_vouch_for_a_bad_row() {
+    let progress = Progress::new(CHECKPOINT_FRACTION * 40, 0, RATE_PERCENT_DEFAULT);
+    let rows = FakeRows::new(|row| if row == 90 { RowOutcome::Unrecoverable("row 90".into()) } else { RowOutcome::Done });
+    let submit = rows.submit();
+    let submit = row_by_row(&submit);
+    let mut checkpoints = Vec::new();
+    let advances = Mutex::new(Vec::new());
+    let mut record = |row| checkpoints.push(row);
+    let advanced = |row| advances.lock().unwrap().push(row);
+    let hooks = Hooks { submit_rows: &submit, checkpoint: &mut record, clients_busy: &|| false, advanced: &advanced };
+    assert_eq!(run(&progress, hooks), Finish::Complete);
+    let advances = advances.into_inner().unwrap();
+    assert!(advances.windows(2).all(|w| w[0] <= w[1]), "advances only move up: {advances:?}");
+    assert!(advances.iter().any(|&row| row > 0 && row < 90), "advances are published as rows finish: {advances:?}");
+    assert_eq!(advances.last(), Some(&90), "clean up to the bad row, not past it");
+    assert!(checkpoints.iter().all(|&row| row <= 90), "a restart redoes the bad row: {checkpoints:?}");
+    assert_eq!(progress.watermark_row(), progress.total_rows, "the run itself goes on past it");
 }

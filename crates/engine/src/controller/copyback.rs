@@ -216,7 +216,10 @@ impl Controller {
         };
         let clients_busy = || vd.last_client_request().elapsed() < CLIENTS_BUSY_WINDOW;
         let submit_rows = background::row_by_row(&submit_row);
-        background::run(progress, Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy })
+        background::run(
+            progress,
+            Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy, advanced: &|_| {} },
+        )
     }
 
     /// Records the watermark in the target's drive record, so that a restart resumes there;

@@ -73,6 +73,17 @@ pub(super) fn durable(finish: Finish, drive: &dyn drive::Drive) -> Finish {
     }
 }
 
+/// What one rebuild thread works on.
+#[derive(Clone, Copy)]
+struct RebuildJob<'a> {
+    member: usize,
+    slot: u32,
+    /// The member's rebuild epoch when the thread started (see `vd::rebuilt`).
+    epoch: u16,
+    /// A re-add: only the rows of these regions (the member holds everything else).
+    only_regions: &'a Option<Bits>,
+}
+
 /// `/c0/sN start|stop|pause|resume rebuild`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RebuildCommand {
@@ -206,10 +217,14 @@ impl Controller {
         progress.set_run_rows(crate::run_rows_for(vd.geometry()));
         let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now(), start_row };
         self.rebuilds.lock().expect("rebuilds lock").insert(slot, view);
+        // Taken now, with the member just made (or found) Rebuilding: a later rebuild of the
+        // same member, onto another drive, has another epoch.
+        let epoch = vd.rebuild_epoch(member);
         let controller = self.myself();
         let spawned = std::thread::Builder::new().name(format!("storc-rebuild-s{slot}")).spawn(move || {
             let Some(controller) = controller.upgrade() else { return };
-            let (finish, rows) = controller.run_rebuild(&vd, member, slot, &progress, &only_regions);
+            let job = RebuildJob { member, slot, epoch, only_regions: &only_regions };
+            let (finish, rows) = controller.run_rebuild(&vd, &job, &progress);
             let finish = durable(finish, &*vd.member(member).drive());
             if let (Some(dirty), Finish::Complete) = (&only_regions, &finish) {
                 let bytes = rows * vd.geometry().strip_size_bytes();
@@ -242,7 +257,8 @@ impl Controller {
     }
 
     /// Returns how the rebuild ended and how many rows it rebuilt.
-    fn run_rebuild(&self, vd: &Arc<VirtualDrive>, member: usize, slot: u32, progress: &Progress, only: &Option<Bits>) -> (Finish, u64) {
+    fn run_rebuild(&self, vd: &Arc<VirtualDrive>, job: &RebuildJob<'_>, progress: &Progress) -> (Finish, u64) {
+        let RebuildJob { member, slot, epoch, only_regions: only } = *job;
         let targets = MemberSet::of(&[member]);
         let engine = Arc::clone(&self.engine);
         let regions = RegionMap::for_geometry(vd.geometry());
@@ -283,8 +299,10 @@ impl Controller {
         };
         let mut checkpoint = |row: u64| self.checkpoint_rebuild(vd, member, slot, row);
         let clients_busy = || vd.last_client_request().elapsed() < CLIENTS_BUSY_WINDOW;
-        let finish =
-            background::run(progress, Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy });
+        // Client reads may use the member below the rows it holds now (`vd::rebuilt`).
+        let advanced = |clean_rows: u64| vd.rebuild_advanced(member, epoch, clean_rows);
+        let hooks = Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy, advanced: &advanced };
+        let finish = background::run(progress, hooks);
         (finish, rows_rebuilt.load(std::sync::atomic::Ordering::Relaxed))
     }
 

@@ -181,7 +181,12 @@ impl Controller {
         let clients_busy = || vd.last_client_request().elapsed() < rebuild::CLIENTS_BUSY_WINDOW;
         let finish = background::run(
             progress,
-            Hooks { submit_rows: &background::row_by_row(&submit_row), checkpoint: &mut checkpoint, clients_busy: &clients_busy },
+            Hooks {
+                submit_rows: &background::row_by_row(&submit_row),
+                checkpoint: &mut checkpoint,
+                clients_busy: &clients_busy,
+                advanced: &|_| {},
+            },
         );
         (finish, rows_resynced.load(Ordering::Relaxed))
     }

@@ -65,7 +65,7 @@ async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
     let mut avoid = MemberSet::default();
     let mut repair = Vec::new();
     for _ in 0..retry_limit(&env.vd) {
-        let unavailable = env.vd.unavailable().union(avoid);
+        let unavailable = env.vd.unavailable_for_read(row.map.row).union(avoid);
         let Some((member, offset_bytes)) = choose_copy(env, row, piece, unavailable) else {
             return Err(env.vd.offline_error());
         };

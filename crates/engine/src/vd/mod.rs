@@ -3,6 +3,7 @@
 
 mod bad_blocks;
 mod copy;
+mod rebuilt;
 mod request;
 
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
@@ -35,7 +36,7 @@ pub enum MemberState {
     /// Not present at all.
     Missing = 2,
     /// Being rebuilt: written like an online member (so the rows the rebuild has passed stay
-    /// current), never read until the rebuild is done.
+    /// current), read only in the rows below the rebuild's clean watermark (`rebuilt`).
     Rebuilding = 3,
 }
 
@@ -93,6 +94,8 @@ pub struct Member {
     missed_writes: std::sync::atomic::AtomicBool,
     /// The copy of this member to another drive, while one runs (see `copy`).
     copy: RwLock<Option<Arc<CopyTarget>>>,
+    /// While `Rebuilding`: the rows the rebuild made current (see `rebuilt`).
+    rebuilt: rebuilt::RebuiltRows,
 }
 
 impl Member {
@@ -105,6 +108,7 @@ impl Member {
             read_errors: AtomicU32::new(0),
             missed_writes: std::sync::atomic::AtomicBool::new(false),
             copy: RwLock::new(None),
+            rebuilt: rebuilt::RebuiltRows::default(),
         }
     }
 
@@ -341,7 +345,8 @@ impl VirtualDrive {
         set
     }
 
-    /// Members that must not be read now (every member not online, a rebuilding one too).
+    /// Members that must not be read now (every member not online, a rebuilding one too; a
+    /// client read of one row may read more, see `unavailable_for_read`).
     pub(crate) fn unavailable(&self) -> MemberSet {
         let mut set = MemberSet::default();
         for (index, member) in self.members.iter().enumerate() {
@@ -435,6 +440,8 @@ impl VirtualDrive {
         *member.drive.write().expect("member drive lock poisoned") = drive;
         // Whatever it missed is what the rebuild writes.
         member.missed_writes.store(true, Ordering::Release);
+        // Before the state: no read may find the member Rebuilding with an earlier rebuild's rows.
+        member.rebuilt.begin();
         self.set_member_state(index, MemberState::Rebuilding);
     }
 

@@ -55,9 +55,10 @@ async fn parity_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Result<()
     for _ in 0..retry_limit(&env.vd) {
         // Members that failed a read are not read again in this request but are still written:
         // the write replaces the bad sectors (md does the same).
-        // A member being rebuilt is written but never read: for the parity math it is lost.
+        // A member being rebuilt is written, and read only below its rebuild's watermark: above
+        // it, it is lost for the parity math.
         let unwritable = env.vd.unwritable();
-        let unreadable = env.vd.unavailable().union(avoid);
+        let unreadable = env.vd.unavailable_for_read(row.map.row).union(avoid);
         let degraded = row.span_members().iter().any(|&(member, _)| unreadable.contains(member));
         let attempt = if degraded {
             degraded_write(env, row, views, unreadable, unwritable).await
@@ -299,7 +300,7 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
 }
 
 async fn parity_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {
-    let unavailable = env.vd.unavailable();
+    let unavailable = env.vd.unavailable_for_read(row.map.row);
     let direct = row.pieces.iter().zip(views.iter_mut()).map(|(piece, view)| async move {
         let (member, strip_offset) = row.data_member(piece.strip_index);
         if unavailable.contains(member) {
@@ -355,7 +356,7 @@ async fn reconstruct_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
         // A member whose read failed is failed or in `avoid` by now. One that was merely out of
         // service when the read began may be back (a rebuild just finished): it is read, not
         // counted as lost, or a failure elsewhere meanwhile would look like two losses.
-        let unavailable = env.vd.unavailable().union(*avoid);
+        let unavailable = env.vd.unavailable_for_read(row.map.row).union(*avoid);
         match read_and_recover_columns(env, row, lo, hi, unavailable).await {
             Ok(columns) => {
                 view.as_mut_slice().copy_from_slice(columns[piece.strip_index].as_slice());
