@@ -14,11 +14,13 @@
 //! flight.
 //!
 //! # Rate
-//! `rate_percent` (0 to 100, MegaRAID's rebuild rate) is the share of time the operation may
-//! keep the members busy while clients are using the VD: after each burst it sleeps long enough
-//! that its own time is that share of the elapsed time, in bursts of a window of rows. An idle
-//! VD gets the full speed, as on MegaRAID; a rate of 0 still makes progress while clients are
-//! busy (one burst per [`RATE_ZERO_BURST_INTERVAL`]), so the operation always ends.
+//! `rate_percent` (0 to 100, MegaRAID's rebuild rate) is the share of the members' bandwidth the
+//! operation takes while clients are using the VD: it then moves that share of the rows per
+//! second it moves alone, in short bursts with pauses between them (see `Pacer`). An idle VD gets
+//! the full speed, as on MegaRAID; a rate of 0 still makes progress while clients are busy (one
+//! burst per [`RATE_ZERO_BURST_INTERVAL`]), so the operation always ends. While clients are busy a
+//! burst also keeps less in flight ([`BUSY_WINDOW_MEMBER_BYTES`] of each member): the clients'
+//! small I/Os wait behind fewer of its large ones.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -38,6 +40,16 @@ pub const WINDOW_MEMBER_BYTES: u64 = 8 << 20;
 pub fn window_rows_for(strip_size_bytes: u64) -> usize {
     (WINDOW_MEMBER_BYTES / strip_size_bytes.max(1)).max(WINDOW_ROWS as u64) as usize
 }
+/// Member bytes a burst keeps in flight on each member while clients are busy. A client's small
+/// I/Os queue behind the operation's large ones on the same disks: a full window there costs a
+/// 4 KiB random reader a third of its IOPS during the burst, where this costs it far less, while
+/// large I/Os still keep the burst near the disks' speed (measured with bench/rebuild-speed).
+pub const BUSY_WINDOW_MEMBER_BYTES: u64 = 1 << 20;
+
+/// The window while clients are busy for rows of `strip_size_bytes` per member (at least one row).
+pub fn busy_window_rows_for(strip_size_bytes: u64) -> usize {
+    (BUSY_WINDOW_MEMBER_BYTES / strip_size_bytes.max(1)).max(1) as usize
+}
 /// A checkpoint at least this often...
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// ...and at least every this fraction of the VD (DESIGN.md: every 1/16 and every few seconds).
@@ -56,6 +68,8 @@ pub struct Progress {
     control: AtomicU8,
     rate_percent: AtomicU8,
     window_rows: std::sync::atomic::AtomicUsize,
+    /// The window while clients are busy (see [`BUSY_WINDOW_MEMBER_BYTES`]).
+    busy_window_rows: std::sync::atomic::AtomicUsize,
     /// Rows are submitted in runs aligned to this many rows (see [`Progress::set_run_rows`]).
     run_rows: AtomicU64,
     /// Rows whose data could not be produced (no other copy): recorded, then skipped.
@@ -80,6 +94,7 @@ impl Progress {
             control: AtomicU8::new(Control::Run as u8),
             rate_percent: AtomicU8::new(rate_percent.min(100)),
             window_rows: std::sync::atomic::AtomicUsize::new(WINDOW_ROWS),
+            busy_window_rows: std::sync::atomic::AtomicUsize::new(WINDOW_ROWS),
             run_rows: AtomicU64::new(1),
             bad_rows: std::sync::Mutex::new(Vec::new()),
         })
@@ -92,6 +107,17 @@ impl Progress {
 
     pub fn window_rows(&self) -> usize {
         self.window_rows.load(Ordering::Relaxed)
+    }
+
+    /// Both windows for rows of `strip_size_bytes` per member (set before it starts).
+    pub fn size_windows_for(&self, strip_size_bytes: u64) {
+        self.set_window_rows(window_rows_for(strip_size_bytes));
+        self.busy_window_rows.store(busy_window_rows_for(strip_size_bytes), Ordering::Relaxed);
+    }
+
+    /// Rows a burst may run past the watermark while clients are busy.
+    pub fn busy_window_rows(&self) -> usize {
+        self.busy_window_rows.load(Ordering::Relaxed).min(self.window_rows())
     }
 
     /// Submits rows in runs of up to `rows` consecutive rows, aligned to multiples of `rows`
@@ -228,20 +254,21 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
     let mut last_checkpoint = (Instant::now(), progress.watermark_row());
     let checkpoint_rows = (progress.total_rows / CHECKPOINT_FRACTION).max(1);
     let mut failure = None;
-    let mut batch_started = Instant::now();
+    let mut pacer = Pacer::new();
     loop {
         let control = wait_while_paused(progress, runs_in_flight);
-        // While clients are busy the operation works in bursts: a whole window, drained, then a
-        // pause that holds its share of the time to the rate. A burst runs near idle speed and
-        // the pause leaves the members to the clients, which serves both better than a trickle.
+        // While clients are busy the operation works in bursts, each drained before a pause that
+        // holds its speed to the rate's share of its speed alone (see `Pacer`).
         let throttled = progress.rate_percent() < 100 && (hooks.clients_busy)();
+        pacer.observe(progress, throttled);
         let may_submit = control == Control::Run && failure.is_none() && (!throttled || runs_in_flight == 0);
         if may_submit && runs_in_flight == 0 {
-            batch_started = Instant::now();
+            pacer.start_batch(progress, throttled);
         }
         // The window bounds the distance from the watermark, not only the rows in flight: a
         // slow row holds the others back, so a restart redoes at most a window of rows.
-        let window_end_row = progress.watermark_row().saturating_add(progress.window_rows() as u64).min(progress.total_rows);
+        let window_rows = pacer.window_rows(progress, throttled);
+        let window_end_row = progress.watermark_row().saturating_add(window_rows as u64).min(progress.total_rows);
         while may_submit && next_row < window_end_row {
             let done_tx = done_tx.clone();
             let first_row = next_row;
@@ -278,7 +305,7 @@ pub fn run(progress: &Progress, hooks: Hooks<'_>) -> Finish {
             last_checkpoint = (Instant::now(), watermark);
         }
         if runs_in_flight == 0 {
-            throttle(progress, batch_started.elapsed(), hooks.clients_busy);
+            pacer.end_batch(progress, hooks.clients_busy);
         }
     }
     match (failure, progress.control()) {
@@ -311,19 +338,101 @@ fn wait_while_paused(progress: &Progress, in_flight: usize) -> Control {
     progress.control()
 }
 
-/// After a burst that took `burst_time`: nothing while the VD is idle; otherwise enough sleep
-/// that the operation keeps the members busy `rate_percent` of the time.
-fn throttle(progress: &Progress, burst_time: Duration, clients_busy: &dyn Fn() -> bool) {
-    if !clients_busy() {
-        return;
+/// Holds an operation to its rate while clients are busy.
+///
+/// The rate is the share of the members' bandwidth the operation takes from busy clients
+/// (MegaRAID's rebuild rate): while clients are busy it moves `rate_percent` of the rows per
+/// second it moves alone. Its speed alone (the reference) is measured over a second of running
+/// unthrottled, or, when clients are busy from the start, by a calibration burst of a whole
+/// window every [`CALIBRATION_INTERVAL`]. Other bursts keep only [`BUSY_WINDOW_MEMBER_BYTES`]
+/// of each member in flight, so that the clients' small I/Os wait behind few large ones, and are
+/// followed by the pause that brings the speed down to the share. A burst that clients slowed
+/// below the share gets no pause: the operation keeps its share of the bandwidth, not of the
+/// time (a time share would let a busy client stall it).
+struct Pacer {
+    /// Rows per second alone, and when that was measured.
+    reference: Option<(f64, Instant)>,
+    /// An unthrottled stretch: since when, from which watermark.
+    stretch: Option<(Instant, u64)>,
+    /// The batch under way: when it started, from which watermark, and whether it calibrates.
+    batch: (Instant, u64, bool),
+}
+
+/// How often a calibration burst measures the operation's speed again while clients are busy.
+pub const CALIBRATION_INTERVAL: Duration = Duration::from_secs(10);
+/// How long an unthrottled stretch runs before it counts as the operation's speed alone.
+const STRETCH_MEASURED: Duration = Duration::from_secs(1);
+
+impl Pacer {
+    fn new() -> Pacer {
+        Pacer { reference: None, stretch: None, batch: (Instant::now(), 0, false) }
     }
-    let rate_percent = u32::from(progress.rate_percent());
+
+    /// Measures the speed alone while nothing throttles the operation.
+    fn observe(&mut self, progress: &Progress, throttled: bool) {
+        if throttled {
+            self.stretch = None;
+            return;
+        }
+        let watermark = progress.watermark_row();
+        match self.stretch {
+            None => self.stretch = Some((Instant::now(), watermark)),
+            Some((since, from_row)) if since.elapsed() >= STRETCH_MEASURED => {
+                let rows_per_sec = (watermark - from_row) as f64 / since.elapsed().as_secs_f64();
+                self.reference = Some((rows_per_sec, Instant::now()));
+                self.stretch = Some((Instant::now(), watermark));
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn start_batch(&mut self, progress: &Progress, throttled: bool) {
+        let stale = self.reference.is_none_or(|(_, measured)| measured.elapsed() >= CALIBRATION_INTERVAL);
+        self.batch = (Instant::now(), progress.watermark_row(), throttled && stale);
+    }
+
+    fn window_rows(&self, progress: &Progress, throttled: bool) -> usize {
+        match (throttled, self.batch.2) {
+            (true, false) => progress.busy_window_rows(),
+            _ => progress.window_rows(),
+        }
+    }
+
+    /// The batch drained: nothing while the VD is idle; otherwise the pause the rate asks for.
+    fn end_batch(&mut self, progress: &Progress, clients_busy: &dyn Fn() -> bool) {
+        let (started, from_row, calibrating) = self.batch;
+        let burst = started.elapsed();
+        let rows = progress.watermark_row().saturating_sub(from_row);
+        if calibrating && rows > 0 && !burst.is_zero() {
+            self.reference = Some((rows as f64 / burst.as_secs_f64(), Instant::now()));
+        }
+        if !clients_busy() {
+            return;
+        }
+        let reference = if calibrating { None } else { self.reference.map(|(rows_per_sec, _)| rows_per_sec) };
+        let pause = pause_after(rows, burst, progress.rate_percent(), reference);
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+    }
+}
+
+/// The pause after a burst of `rows` that took `burst` while clients are busy, for the operation
+/// to move `rate_percent` of `reference_rows_per_sec` (its speed alone). Without a reference (a
+/// calibration burst) the burst's own speed stands in for it. At most [`PAUSE_MAX`].
+fn pause_after(rows: u64, burst: Duration, rate_percent: u8, reference_rows_per_sec: Option<f64>) -> Duration {
     let pause = match rate_percent {
         0 => RATE_ZERO_BURST_INTERVAL,
-        100 => return,
-        _ => burst_time * (100 - rate_percent) / rate_percent,
+        100.. => Duration::ZERO,
+        rate => match reference_rows_per_sec {
+            Some(reference) if reference > 0.0 => {
+                let due = Duration::from_secs_f64(rows as f64 * 100.0 / (f64::from(rate) * reference));
+                due.saturating_sub(burst)
+            }
+            _ => burst * u32::from(100 - rate) / u32::from(rate),
+        },
     };
-    std::thread::sleep(pause.min(PAUSE_MAX));
+    pause.min(PAUSE_MAX)
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ fn a_paused_operation_submits_nothing_until_resumed() {
 }
 
 #[test]
-fn with_busy_clients_the_rate_sets_the_share_of_time_taken() {
+fn with_busy_clients_the_rate_slows_the_operation_down() {
     // Two bursts of a window each, every row 20 ms: 40 ms of work. At 25 % each burst is followed
     // by three times its length of pause, so the run takes at least about 160 ms; idle, 40 ms.
     let rows = 2 * WINDOW_ROWS as u64;
@@ -179,4 +179,20 @@ fn checkpoints_and_advances_never_vouch_for_a_bad_row() {
     assert_eq!(advances.last(), Some(&90), "clean up to the bad row, not past it");
     assert!(checkpoints.iter().all(|&row| row <= 90), "a restart redoes the bad row: {checkpoints:?}");
     assert_eq!(progress.watermark_row(), progress.total_rows, "the run itself goes on past it");
+}
+
+#[test]
+fn the_pause_holds_a_busy_operation_to_its_share_of_its_speed_alone() {
+    let ms = Duration::from_millis;
+    // 100 rows/s alone, rate 25: 10 rows are due in 400 ms. A burst of 100 ms pauses 300 ms...
+    assert_eq!(pause_after(10, ms(100), 25, Some(100.0)), ms(300));
+    // ...one that busy clients slowed to 400 ms or more pauses not at all.
+    assert_eq!(pause_after(10, ms(400), 25, Some(100.0)), Duration::ZERO);
+    assert_eq!(pause_after(10, ms(900), 25, Some(100.0)), Duration::ZERO);
+    // Without a reference the burst's own speed stands in: a time share.
+    assert_eq!(pause_after(10, ms(100), 25, None), ms(300));
+    // Rate 100 never pauses, rate 0 pauses the fixed interval, and no pause is over the cap.
+    assert_eq!(pause_after(10, ms(100), 100, Some(100.0)), Duration::ZERO);
+    assert_eq!(pause_after(10, ms(100), 0, Some(100.0)), RATE_ZERO_BURST_INTERVAL);
+    assert_eq!(pause_after(1000, ms(100), 1, Some(100.0)), PAUSE_MAX);
 }

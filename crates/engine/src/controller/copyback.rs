@@ -170,7 +170,7 @@ impl Controller {
     /// the thread takes it only later.
     fn spawn_copy(&self, vd: Arc<VirtualDrive>, copy: CopyJob, start_row: u64, rate_percent: u8) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
-        progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
+        progress.size_windows_for(vd.geometry().strip_size_bytes());
         let view = CopyView {
             target_slot: copy.target,
             source_slot: copy.source,

@@ -213,7 +213,7 @@ impl Controller {
         only_regions: Option<Bits>,
     ) {
         let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
-        progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
+        progress.size_windows_for(vd.geometry().strip_size_bytes());
         progress.set_run_rows(crate::run_rows_for(vd.geometry()));
         let view = RebuildView { slot, vd_id, progress: Arc::clone(&progress), started: Instant::now(), start_row };
         self.rebuilds.lock().expect("rebuilds lock").insert(slot, view);

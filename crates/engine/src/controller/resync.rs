@@ -128,7 +128,7 @@ impl Controller {
     fn spawn_resync(&self, vd: Arc<VirtualDrive>, vd_id: u32, rate_percent: u8) {
         let intent = vd.write_intent().expect("checked by the caller");
         let progress = Progress::new(vd.geometry().row_count(), 0, rate_percent);
-        progress.set_window_rows(background::window_rows_for(vd.geometry().strip_size_bytes()));
+        progress.size_windows_for(vd.geometry().strip_size_bytes());
         let view = ResyncView { vd_id, progress: Arc::clone(&progress), started: Instant::now(), regions_left: intent.unsynced_count() };
         self.resyncs.lock().expect("resyncs lock").insert(vd_id, view);
         self.log(Severity::Info, format!("resync of v{vd_id} started: {} region(s)", intent.unsynced_count()));
