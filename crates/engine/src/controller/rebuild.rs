@@ -4,7 +4,8 @@
 //! assembly) and automatic rebuild is on, the controller picks a spare (`spares`), writes the
 //! swap to the metadata (the spare becomes the member, `Rbld`; the old drive leaves the VD), and
 //! only then starts writing the spare: the engine's member turns `Rebuilding` (written by client
-//! writes from now on, never read) and a background process (`crate::background`) rebuilds the
+//! writes from now on, read only below the rows it published as rebuilt, see `vd::rebuilt`) and
+//! a background process (`crate::background`) rebuilds the
 //! rows in order through the level's own row function. Its watermark is checkpointed into the
 //! spare's drive record, so a restart resumes there. When every row is done, the spare becomes
 //! `Onln`, recorded before the engine reads it.
