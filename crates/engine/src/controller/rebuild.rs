@@ -5,10 +5,10 @@
 //! swap to the metadata (the spare becomes the member, `Rbld`; the old drive leaves the VD), and
 //! only then starts writing the spare: the engine's member turns `Rebuilding` (written by client
 //! writes from now on, read only below the rows it published as rebuilt, see `vd::rebuilt`) and
-//! a background process (`crate::background`) rebuilds the
-//! rows in order through the level's own row function. Its watermark is checkpointed into the
-//! spare's drive record, so a restart resumes there. When every row is done, the spare becomes
-//! `Onln`, recorded before the engine reads it.
+//! a background process (`crate::background`) rebuilds the rows in order through the level's own
+//! row function. Its watermark is checkpointed into the spare's drive record, so a restart
+//! resumes there. When every row is done, the spare becomes `Onln`, recorded before the engine
+//! reads every row of it.
 
 use super::*;
 use crate::background::{self, Finish, Hooks, Progress, RowOutcome};
