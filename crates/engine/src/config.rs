@@ -160,11 +160,19 @@ pub struct ControllerSettings {
     /// copy the member back to it and return the spare (`copyback=on`, MegaRAID's revertible
     /// hot spare).
     pub copyback: bool,
+    /// Share of its speed alone a consistency check keeps while clients are busy (`ccrate`,
+    /// 0-100).
+    pub cc_rate_percent: u8,
 }
 
 impl Default for ControllerSettings {
     fn default() -> Self {
-        ControllerSettings { auto_rebuild: true, rebuild_rate_percent: crate::background::RATE_PERCENT_DEFAULT, copyback: true }
+        ControllerSettings {
+            auto_rebuild: true,
+            rebuild_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
+            copyback: true,
+            cc_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
+        }
     }
 }
 

@@ -75,7 +75,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             copy_slot: (slot % 3 == 1).then_some(slot / 2),
         })
         .collect();
-    let settings = ControllerSettings { auto_rebuild: false, rebuild_rate_percent: 77, copyback: false };
+    let settings = ControllerSettings { auto_rebuild: false, rebuild_rate_percent: 77, copyback: false, cc_rate_percent: 12 };
     ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings }
 }
 
@@ -204,14 +204,23 @@ fn encode_old(sb: &Superblock, version: u32) -> Vec<u8> {
     if version < 3 {
         old[12..16].fill(0);
     }
+    if version < 5 {
+        old[14] = 0; // the consistency check rate
+    }
     let drive_count = sb.config.drives.len();
-    let drive_record_bytes = if version < 3 { DRIVE_RECORD_BYTES_V2 } else { DRIVE_RECORD_BYTES_V3 };
+    let drive_record_bytes = match version {
+        ..3 => DRIVE_RECORD_BYTES_V2,
+        3 => DRIVE_RECORD_BYTES_V3,
+        _ => DRIVE_RECORD_BYTES,
+    };
     for index in 0..drive_count {
         let at = 16 + index * DRIVE_RECORD_BYTES;
         old.extend_from_slice(&payload[at..at + drive_record_bytes]);
     }
     let mut rest = payload[16 + drive_count * DRIVE_RECORD_BYTES..].to_vec();
-    rest.drain(72..80); // the VD record's bad_block_count and reserved
+    if version < 4 {
+        rest.drain(72..80); // the VD record's bad_block_count and reserved
+    }
     if version == 1 {
         rest.drain(64..72); // the VD record's member_size_bytes
     }
@@ -305,7 +314,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&4u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&5u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -317,7 +326,7 @@ fn encoding_matches_the_documented_bytes() {
     for n in [4u32, 1, 1] {
         payload.extend_from_slice(&n.to_le_bytes()); // counts
     }
-    payload.extend_from_slice(&[0, 30, 0, 0]); // autorebuild on, rebuild rate 30 %, reserved
+    payload.extend_from_slice(&[0, 30, 30, 0]); // autorebuild on, rebuild and cc rates 30 %, reserved
     for slot in 0..4u32 {
         payload.extend_from_slice(&slot.to_le_bytes());
         payload.extend_from_slice(&[2, 0, 0, 0]); // Onln, reserved
@@ -365,8 +374,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 5), |_| UnknownVersion { found: 5, supported: 4 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 4 });
+    check_decode("unknown version", |b| set_u32(b, 8, 6), |_| UnknownVersion { found: 6, supported: 5 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 5 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -425,7 +434,7 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
     check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
     check_decode("drive reserved tail", sealed(DRIVE_RECORDS + 45, 1), reserved("drive record 0".into(), "reserved", 45));
     check_decode("vd reserved tail", sealed(VD0 + 79, 1), reserved(vd0(), "reserved", 79));
-    check_decode("counts reserved", sealed(PAYLOAD + 14, 1), reserved("record counts".into(), "reserved", 14));
+    check_decode("counts reserved", sealed(PAYLOAD + 15, 1), reserved("record counts".into(), "reserved", 15));
     let flags = |_: &[u8]| UnknownCode {
         record: "record counts".into(),
         field: "controller_flags",
@@ -484,7 +493,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 5), "metadata format version 5 is unknown; this storc reads versions 1 to 4");
+    check("version", |b| set_u32(b, 8, 6), "metadata format version 6 is unknown; this storc reads versions 1 to 5");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -785,4 +794,29 @@ fn assembly_without_an_id_adopts_only_a_single_controller() {
     check_assembly(None, &[(6, 2, 0), (6, 1, 0)], "ours c6 g2 current[0] stale[1@g1]; foreign []");
     check_assembly(None, &[(6, 2, 0), (7, 9, 0)], "ours none; foreign [c6 g2 current[0]; c7 g9 current[1]]");
     check_assembly(None, &[], "ours none; foreign []");
+}
+
+/// Version 4 (before the consistency check rate) is still read, with the default rate; its
+/// byte 14 is reserved, so a version-4 record that sets it is refused.
+#[test]
+fn version_4_metadata_is_read_with_the_default_cc_rate() {
+    let mut sb = superblock(small_config(0x79, 5), 1);
+    let bytes = encode_old(&sb, 4);
+    assert_eq!(decode(&bytes), Ok(sb.clone()));
+    let mut rated = bytes.clone();
+    rated[PAYLOAD + 14] = 50;
+    reseal(&mut rated);
+    let expected = MetadataError::ReservedNotZero { record: "record counts".into(), field: "reserved", offset_bytes: 14 };
+    assert_eq!(decode(&rated).err(), Some(expected));
+
+    // Version 5 keeps it, and refuses a rate past 100.
+    sb.config.settings.cc_rate_percent = 55;
+    let bytes = encode(&sb, 0).unwrap();
+    assert_eq!(decode(&bytes).unwrap().config.settings.cc_rate_percent, 55);
+    let mut bad = bytes.clone();
+    bad[PAYLOAD + 14] = 101;
+    reseal(&mut bad);
+    let expected =
+        MetadataError::UnknownCode { record: "record counts".into(), field: "cc_rate_percent", code: 101, known: "0 to 100".into() };
+    assert_eq!(decode(&bad).err(), Some(expected));
 }

@@ -22,6 +22,8 @@
 //! | POST | /api/v1/drives/{slot}/insert | `InsertDrive` | `DriveView` |
 //! | GET | /api/v1/copybacks | | `Vec<CopybackView>` |
 //! | POST | /api/v1/drives/{slot}/copyback | `CopybackAction` | `CopybackView` |
+//! | GET | /api/v1/ccs | | `Vec<CcView>` |
+//! | POST | /api/v1/vds/{id}/cc | `CcAction` | `Message` |
 //! | GET | /api/v1/events | | `Vec<EventView>` |
 //! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
 //! | POST | /api/v1/foreign/import | | `Message` |
@@ -71,9 +73,12 @@ pub struct ControllerView {
     /// A spare that took a member's place is copied back to that slot once it holds a good
     /// drive again, and returns to the spares (`copyback`).
     pub copyback: bool,
+    /// Share of its speed alone a consistency check keeps while clients are busy (`ccrate`).
+    pub cc_rate_percent: u8,
 }
 
-/// `/c0 set autorebuild=on|off rebuildrate=N copyback=on|off`; absent fields keep their value.
+/// `/c0 set autorebuild=on|off rebuildrate=N copyback=on|off ccrate=N`; absent fields keep their
+/// value.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SetController {
@@ -81,6 +86,36 @@ pub struct SetController {
     pub rebuild_rate_percent: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copyback: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc_rate_percent: Option<u8>,
+}
+
+/// One consistency check (storcli's `show cc` table).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CcView {
+    pub vd: u32,
+    pub progress_percent: f64,
+    /// "In progress", "Paused" or "Stopped".
+    pub status: String,
+    /// At the speed so far; absent until there is one.
+    pub estimated_seconds_left: Option<u64>,
+    pub rate_percent: u8,
+    /// Whether it rewrites what disagrees (repair) or only reports it.
+    pub repair: bool,
+    pub rows_checked: u64,
+    pub rows_inconsistent: u64,
+    pub rows_repaired: u64,
+}
+
+/// `/c0/vN start cc [repair|report]` or `/c0/vN stop|pause|resume cc`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CcAction {
+    /// start, stop, pause or resume.
+    pub action: String,
+    /// With start only: rewrite what disagrees (the default, as MegaRAID does) or only report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<bool>,
 }
 
 /// One copy (copyback or proactive replacement; storcli's `show copyback` table).

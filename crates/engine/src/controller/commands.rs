@@ -180,8 +180,8 @@ impl Controller {
     // -----------------------------------------------------------------------------------------
     // Controller settings
 
-    /// Changes controller settings (`/c0 set autorebuild=on|off rebuildrate=N`); a new rebuild
-    /// rate applies to running rebuilds at once.
+    /// Changes controller settings (`/c0 set autorebuild=on|off rebuildrate=N copyback=on|off
+    /// ccrate=N`); a new rate applies to running operations at once.
     ///
     /// # Errors
     /// A rate above 100 (nothing changes), or the metadata cannot be written.
@@ -189,11 +189,15 @@ impl Controller {
         if let Some(rate) = changes.rebuild_rate_percent.filter(|rate| *rate > 100) {
             return Err(ControlError::BadInput(format!("rebuild rate {rate} is not allowed; allowed: 0 to 100 (percent)")));
         }
+        if let Some(rate) = changes.cc_rate_percent.filter(|rate| *rate > 100) {
+            return Err(ControlError::BadInput(format!("consistency check rate {rate} is not allowed; allowed: 0 to 100 (percent)")));
+        }
         let mut state = self.state.lock().expect("controller lock");
         let settings = &mut state.config.settings;
         settings.auto_rebuild = changes.auto_rebuild.unwrap_or(settings.auto_rebuild);
         settings.rebuild_rate_percent = changes.rebuild_rate_percent.unwrap_or(settings.rebuild_rate_percent);
         settings.copyback = changes.copyback.unwrap_or(settings.copyback);
+        settings.cc_rate_percent = changes.cc_rate_percent.unwrap_or(settings.cc_rate_percent);
         let settings = *settings;
         self.persist(&mut state)?;
         drop(state);
@@ -207,11 +211,17 @@ impl Controller {
         for resync in self.resyncs.lock().expect("resyncs lock").values() {
             resync.progress.set_rate_percent(settings.rebuild_rate_percent);
         }
+        for check in self.checks() {
+            check.progress.set_rate_percent(settings.cc_rate_percent);
+        }
         let on_off = |on: bool| if on { "on" } else { "off" };
         let (auto, copyback) = (on_off(settings.auto_rebuild), on_off(settings.copyback));
         self.log(
             Severity::Info,
-            format!("controller settings: autorebuild={auto} rebuildrate={} copyback={copyback}", settings.rebuild_rate_percent),
+            format!(
+                "controller settings: autorebuild={auto} rebuildrate={} copyback={copyback} ccrate={}",
+                settings.rebuild_rate_percent, settings.cc_rate_percent
+            ),
         );
         Ok(settings)
     }

@@ -16,6 +16,7 @@ use crate::metadata::{self, Superblock};
 mod assemble;
 mod bad_blocks;
 mod bays;
+mod check;
 mod commands;
 mod copyback;
 mod events;
@@ -26,6 +27,7 @@ pub mod state;
 mod types;
 
 pub use bad_blocks::ranges_text;
+pub use check::{CcCommand, CcTally, CcView, CC_ROW_EVENTS_MAX};
 pub use copyback::{CopyView, CopybackCommand};
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
@@ -78,6 +80,8 @@ pub struct Controller {
     rebuild_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Resyncs after an unclean stop, by VD (their threads are in `rebuild_threads`).
     resyncs: Mutex<BTreeMap<u32, ResyncView>>,
+    /// Consistency checks running, by VD (their threads are in `rebuild_threads`).
+    checks: Mutex<BTreeMap<u32, CcView>>,
     bitmap_daemon: Mutex<Option<resync::BitmapDaemon>>,
     /// This controller, for the threads it starts (set once, right after it is built).
     myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
@@ -194,6 +198,7 @@ impl Controller {
             copyback_pending: Mutex::new(std::collections::BTreeSet::new()),
             rebuild_threads: Mutex::new(Vec::new()),
             resyncs: Mutex::new(BTreeMap::new()),
+            checks: Mutex::new(BTreeMap::new()),
             bitmap_daemon: Mutex::new(None),
             myself: std::sync::OnceLock::new(),
         });
@@ -385,6 +390,7 @@ impl Controller {
     /// Flushes every VD and writes the configuration once more (clean shutdown).
     pub fn shutdown(&self) {
         // Rebuilds and copies stop at their watermark, checkpointed, and resume at the next start.
+        self.stop_checks();
         self.stop_resyncs();
         self.stop_rebuilds();
         for (record, vd) in self.vds() {

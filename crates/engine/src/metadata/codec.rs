@@ -20,12 +20,15 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// and 9 (`UBad`): version 3 exists so that an older storc refuses these drives by version
 /// rather than misreading them. Version 4 adds copyback (a setting, and the member a `Cpybck`
 /// drive copies), per-VD bad-block lists, and gives the last MiB of the reserved area to the
-/// write-intent bitmap (so a payload is at most 1 MiB less one header).
-pub const FORMAT_VERSION: u32 = 4;
+/// write-intent bitmap (so a payload is at most 1 MiB less one header). Version 5 adds the
+/// consistency check rate.
+pub const FORMAT_VERSION: u32 = 5;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
 const FORMAT_VERSION_BITMAP: u32 = 4;
+/// The first version with the consistency check rate.
+const FORMAT_VERSION_CC_RATE: u32 = 5;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -110,10 +113,14 @@ pub(crate) mod counts {
     /// Version 3: controller settings in what versions 1 and 2 kept reserved.
     pub const CONTROLLER_FLAGS: Field = Field::new("controller_flags", 12, 1);
     pub const REBUILD_RATE_PERCENT: Field = Field::new("rebuild_rate_percent", 13, 1);
-    pub const RESERVED: Field = Field::new("reserved", 14, 2);
+    /// Version 5: the consistency check rate, in what versions 3 and 4 kept reserved.
+    pub const CC_RATE_PERCENT: Field = Field::new("cc_rate_percent", 14, 1);
+    pub const RESERVED: Field = Field::new("reserved", 15, 1);
+    /// Versions 3 and 4: bytes 14 and 15 are reserved.
+    pub const RESERVED_V4: Field = Field::new("reserved", 14, 2);
     /// Versions 1 and 2: everything after the counts is reserved.
     pub const RESERVED_V2: Field = Field::new("reserved", 12, 4);
-    pub const ALL: [Field; 6] = [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, CONTROLLER_FLAGS, REBUILD_RATE_PERCENT, RESERVED];
+    pub const ALL: [Field; 7] = [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, CONTROLLER_FLAGS, REBUILD_RATE_PERCENT, CC_RATE_PERCENT, RESERVED];
     /// `controller_flags` bit 0: automatic rebuild onto hot spares is off (0 keeps the default, on).
     pub const FLAG_AUTO_REBUILD_OFF: u8 = 1;
     /// Bit 1 (version 4): copyback onto a replaced member's slot is off.
@@ -300,6 +307,7 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     }
     put(&mut fixed, counts::CONTROLLER_FLAGS, &[flags]);
     put(&mut fixed, counts::REBUILD_RATE_PERCENT, &[config.settings.rebuild_rate_percent]);
+    put(&mut fixed, counts::CC_RATE_PERCENT, &[config.settings.cc_rate_percent]);
     out.extend_from_slice(&fixed);
     config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
@@ -496,7 +504,10 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         check_zero(fixed, counts::RESERVED_V2, record)?;
         return Ok(ControllerSettings::default());
     }
-    check_zero(fixed, counts::RESERVED, record)?;
+    match version {
+        ..FORMAT_VERSION_CC_RATE => check_zero(fixed, counts::RESERVED_V4, record)?,
+        _ => check_zero(fixed, counts::RESERVED, record)?,
+    }
     let flags = get::<1>(fixed, counts::CONTROLLER_FLAGS)[0];
     let (flags_known, known) = match version {
         3 => (counts::FLAGS_KNOWN_V3, "bit 0 (automatic rebuild off)"),
@@ -506,15 +517,23 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         let known = known.to_string();
         return Err(MetadataError::UnknownCode { record: record(), field: "controller_flags", code: flags, known });
     }
-    let rebuild_rate_percent = get::<1>(fixed, counts::REBUILD_RATE_PERCENT)[0];
-    if rebuild_rate_percent > 100 {
-        let known = "0 to 100".to_string();
-        return Err(MetadataError::UnknownCode { record: record(), field: "rebuild_rate_percent", code: rebuild_rate_percent, known });
-    }
+    let percent = |field: Field| {
+        let value = get::<1>(fixed, field)[0];
+        match value {
+            0..=100 => Ok(value),
+            _ => Err(MetadataError::UnknownCode { record: record(), field: field.name, code: value, known: "0 to 100".to_string() }),
+        }
+    };
+    let rebuild_rate_percent = percent(counts::REBUILD_RATE_PERCENT)?;
+    let cc_rate_percent = match version {
+        ..FORMAT_VERSION_CC_RATE => ControllerSettings::default().cc_rate_percent,
+        _ => percent(counts::CC_RATE_PERCENT)?,
+    };
     Ok(ControllerSettings {
         auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0,
         rebuild_rate_percent,
         copyback: flags & counts::FLAG_COPYBACK_OFF == 0,
+        cc_rate_percent,
     })
 }
 

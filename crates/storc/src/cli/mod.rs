@@ -8,6 +8,7 @@
 //! Exit status: 0 success, 1 an error from (or no answer from) the daemon, 2 a usage error.
 
 mod bad_blocks;
+mod cc;
 mod copyback;
 mod http;
 mod parse;

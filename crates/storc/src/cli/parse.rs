@@ -6,7 +6,7 @@
 //! enforce them, so the CLI cannot drift from the controller.
 
 use super::http::{Method, Request};
-use crate::api_types::{AddHotSpare, CopybackAction, CreateVd, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd};
+use crate::api_types::{AddHotSpare, CcAction, CopybackAction, CreateVd, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
 
@@ -62,6 +62,8 @@ pub enum Action {
     ShowBadBlocks { vd: u32 },
     ShowCopyback { target: Target },
     Copyback { slot: u32, action: CopybackAction },
+    ShowCc { target: Target },
+    Cc { vd: u32, action: CcAction },
 }
 
 /// What the first argument names.
@@ -157,6 +159,10 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Vds(target), ["show"]) => Action::ShowVds { target, all: false },
         (Object::Vds(target), ["show", "all"]) => Action::ShowVds { target, all: true },
         (Object::Vds(Target::One(vd)), ["show", "badblocks"]) => Action::ShowBadBlocks { vd },
+        (Object::Vds(target), ["show", "cc"]) => Action::ShowCc { target },
+        (Object::Vds(Target::One(vd)), [verb @ ("start" | "stop" | "pause" | "resume"), "cc", ..]) => {
+            Action::Cc { vd, action: super::cc::parse_action(verb, &tokens[2..])? }
+        }
         (Object::Vds(Target::One(vd)), ["del" | "delete"]) => Action::DeleteVd { vd, force: false },
         (Object::Vds(Target::One(vd)), ["del" | "delete", "force"]) => Action::DeleteVd { vd, force: true },
         (Object::Vds(Target::One(vd)), ["set", ..]) => Action::SetVd { vd, changes: parse_set_vd(&tokens[1..])? },
@@ -178,10 +184,12 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
 fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
         Object::Controller => {
-            "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off"
+            "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100"
         }
-        Object::Vds(Target::All) => "show, show all (show badblocks, del and set need one VD: /c0/vN)",
-        Object::Vds(Target::One(_)) => "show, show all, show badblocks, del [force], set wrcache=|rdcache=|iopolicy=|name=",
+        Object::Vds(Target::All) => "show, show all, show cc (show badblocks, del, set and cc commands need one VD: /c0/vN)",
+        Object::Vds(Target::One(_)) => {
+            "show, show all, show badblocks, show cc, del [force], set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc"
+        }
         Object::Slots(Target::All) => {
             "show, show all, show rebuild, show copyback (add, delete, set, rebuild and copyback commands need one slot: /c0/sN)"
         }
@@ -428,7 +436,7 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
 }
 
 fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> {
-    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off";
+    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
@@ -440,15 +448,19 @@ fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> 
         match key.to_ascii_lowercase().as_str() {
             "autorebuild" => set_once(&mut changes.auto_rebuild, on_off("autorebuild", value)?, "autorebuild=", token)?,
             "copyback" => set_once(&mut changes.copyback, on_off("copyback", value)?, "copyback=", token)?,
-            "rebuildrate" => {
-                let rate = value.parse::<u8>().ok().filter(|rate| *rate <= 100);
-                let Some(rate) = rate else { return usage(format!("rebuildrate=\"{value}\" is not allowed; allowed: 0 to 100 (percent)")) };
-                set_once(&mut changes.rebuild_rate_percent, rate, "rebuildrate=", token)?;
-            }
+            "rebuildrate" => set_once(&mut changes.rebuild_rate_percent, percent("rebuildrate", value)?, "rebuildrate=", token)?,
+            "ccrate" => set_once(&mut changes.cc_rate_percent, percent("ccrate", value)?, "ccrate=", token)?,
             _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
         }
     }
     Ok(changes)
+}
+
+fn percent(key: &str, value: &str) -> Result<u8, UsageError> {
+    match value.parse::<u8>().ok().filter(|rate| *rate <= 100) {
+        Some(rate) => Ok(rate),
+        None => usage(format!("{key}=\"{value}\" is not allowed; allowed: 0 to 100 (percent)")),
+    }
 }
 
 fn on_off(key: &str, value: &str) -> Result<bool, UsageError> {
@@ -543,6 +555,8 @@ impl Action {
             Action::ShowBadBlocks { vd } => vec![Request::get(&format!("{VDS}/{vd}/badblocks"))],
             Action::ShowCopyback { .. } => vec![Request::get("/api/v1/copybacks")],
             Action::Copyback { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/copyback"), action)],
+            Action::ShowCc { .. } => vec![Request::get("/api/v1/ccs")],
+            Action::Cc { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/cc"), action)],
         }
     }
 }

@@ -111,6 +111,8 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
             let description = format!("{} Copyback Succeeded", capitalized(&action.action));
             super::copyback::report(&description, Target::One(*slot), &[decode(first)?], first)
         }
+        Action::ShowCc { target } => super::cc::report("Show CC Succeeded", *target, &decode::<Vec<_>>(first)?, first),
+        Action::Cc { .. } => message_report(first)?,
     };
     Ok(report)
 }
@@ -230,6 +232,7 @@ fn settings_report(controller: &ControllerView, answer: &Value) -> Report {
         ("Auto Rebuild", if controller.auto_rebuild { "On" } else { "Off" }.to_string()),
         ("Rebuild Rate", format!("{}%", controller.rebuild_rate_percent)),
         ("Copyback", on_off(controller.copyback)),
+        ("CC Rate", format!("{}%", controller.cc_rate_percent)),
     ];
     Report { description: "Set Controller Properties Succeeded".to_string(), text: key_values(&facts), data: answer.clone() }
 }

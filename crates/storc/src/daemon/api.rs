@@ -35,6 +35,8 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/drives/{slot}/insert", post(insert_drive))
         .route("/api/v1/copybacks", get(super::api_copyback::copybacks))
         .route("/api/v1/drives/{slot}/copyback", post(super::api_copyback::copyback_action))
+        .route("/api/v1/ccs", get(super::api_cc::checks))
+        .route("/api/v1/vds/{id}/cc", post(super::api_cc::cc_action))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
         .route("/api/v1/vds/{id}/badblocks", get(bad_blocks))
@@ -224,12 +226,17 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
         auto_rebuild: config.settings.auto_rebuild,
         rebuild_rate_percent: config.settings.rebuild_rate_percent,
         copyback: config.settings.copyback,
+        cc_rate_percent: config.settings.cc_rate_percent,
     })
 }
 
 async fn set_controller(State(state): State<Shared>, ApiJson(body): ApiJson<SetController>) -> Reply<ControllerView> {
-    let changes =
-        ControllerChanges { auto_rebuild: body.auto_rebuild, rebuild_rate_percent: body.rebuild_rate_percent, copyback: body.copyback };
+    let changes = ControllerChanges {
+        auto_rebuild: body.auto_rebuild,
+        rebuild_rate_percent: body.rebuild_rate_percent,
+        copyback: body.copyback,
+        cc_rate_percent: body.cc_rate_percent,
+    };
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.set_controller(changes)).await?;
     self::controller(State(state)).await

@@ -84,6 +84,7 @@ fn controller_summary() {
         auto_rebuild: true,
         rebuild_rate_percent: 30,
         copyback: true,
+        cc_rate_percent: 30,
     };
     let answer = serde_json::to_value(&controller).unwrap();
     let summary = report(&Action::ShowController { all: false }, std::slice::from_ref(&answer)).unwrap();
