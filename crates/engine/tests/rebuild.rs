@@ -8,7 +8,7 @@ mod common;
 use common::{engine, mem_drives, pattern, spec};
 use drive::{Drive, Faults, FaultyDrive, MemDrive};
 use engine::config::{BadBlock, DriveState};
-use engine::controller::{ranges_text, Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
+use engine::controller::{ranges_text, Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive, RebuildCommand};
 use engine::{Engine, VdState};
 use layout::{Level, MIB};
 use std::sync::Arc;
@@ -134,6 +134,8 @@ fn a_rebuild_resumes_from_its_checkpoint_after_a_restart() {
         assert!(Instant::now() < deadline, "the rebuild makes no progress");
         std::thread::sleep(Duration::from_millis(5));
     }
+    // Paused, so that reading the whole VD below cannot outlast the rebuild.
+    controller.rebuild_command(4, RebuildCommand::Pause).unwrap();
     let readable_rows = vd.readable_rows(3);
     assert!(
         readable_rows > 0 && readable_rows < vd.geometry().row_count(),

@@ -40,12 +40,16 @@ fn wait_for_cc(daemon: &Daemon) {
     }
 }
 
+/// The strip of a row to corrupt.
+type Pick = fn(&RowMap) -> Place;
+/// What the row's event must say about the corrupted slot.
+type Said = fn(u32) -> String;
+
 #[test]
 fn cc_names_the_slot_repairs_and_another_member_out_still_reads_right() {
     common::require_tool("nbdcopy", "libnbd-bin");
     // level, what to corrupt in the row, words the event must hold for slot N.
-    type Pick = fn(&RowMap) -> Place;
-    let cases: [(&str, Level, Pick, fn(u32) -> String); 3] = [
+    let cases: [(&str, Level, Pick, Said); 3] = [
         ("r5", Level::Raid5, |map| map.p_place().unwrap(), |slot| format!("P on slot {slot} disagrees with the data")),
         ("r6", Level::Raid6, |map| map.data_copy(0, 0), |slot| format!("slot {slot} (Data")),
         ("r10", Level::Raid10, |map| map.data_copy(0, 1), |slot| format!("and slot {slot}; nothing tells which is right")),
