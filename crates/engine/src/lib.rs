@@ -54,6 +54,9 @@ pub type RebuildDone = Box<dyn FnOnce(Result<(), VdError>) + Send>;
 pub type RebuildRunDone = Box<dyn FnOnce(Vec<Result<(), VdError>>) + Send>;
 /// Called once with the outcome of a row check, on a shard thread.
 pub type CheckDone = Box<dyn FnOnce(Result<CheckOutcome, VdError>) + Send>;
+/// Called once with the outcome of each row of a run of checked rows, in row order, on a shard
+/// thread.
+pub type CheckRunDone = Box<dyn FnOnce(Vec<Result<CheckOutcome, VdError>>) + Send>;
 
 #[derive(Clone, Copy, Debug)]
 pub struct EngineConfig {
@@ -91,9 +94,11 @@ enum RowJob {
         targets: MemberSet,
         done: RebuildRunDone,
     },
+    /// Rows `row..row + row_count`, all owned by the shard.
     Check {
+        row_count: u64,
         mode: CheckMode,
-        done: CheckDone,
+        done: CheckRunDone,
     },
     Copy {
         member: usize,
@@ -228,35 +233,34 @@ impl Engine {
         if let Err(error) = validate_row(vd, first_row, targets).and_then(|()| validate_row(vd, last_row, targets)) {
             return done(vec![Err(error); row_count as usize]);
         }
-        let parts = run_parts(vd.geometry(), first_row, row_count);
-        let joined = Arc::new(Mutex::new(RunJoin { remaining: parts.len(), results: vec![None; row_count as usize], done: Some(done) }));
-        for (part_first, part_count) in parts {
-            let joined = Arc::clone(&joined);
-            let done: RebuildRunDone = Box::new(move |results| {
-                let mut join = joined.lock().expect("run join lock");
-                let at = (part_first - first_row) as usize;
-                for (slot, result) in join.results[at..at + results.len()].iter_mut().zip(results) {
-                    *slot = Some(result);
-                }
-                join.remaining -= 1;
-                if join.remaining == 0 {
-                    let results = join.results.drain(..).map(|r| r.expect("every part reports its rows")).collect();
-                    let done = join.done.take().expect("a run completes once");
-                    drop(join);
-                    done(results);
-                }
-            });
+        for (part_first, part_count, done) in RunJoin::split(vd.geometry(), first_row, row_count, done) {
             self.send_row(vd, part_first, RowJob::Rebuild { row_count: part_count, targets, done });
         }
     }
 
     /// Checks row `row` (and repairs it if `mode` says so) on the shard that owns it, under its
-    /// lock: what a consistency check does row by row.
+    /// lock. See [`Engine::check_rows`].
     pub fn check_row(&self, vd: &Arc<VirtualDrive>, row: u64, mode: CheckMode, done: CheckDone) {
-        if let Err(error) = validate_row(vd, row, MemberSet::default()) {
-            return done(Err(error));
+        self.check_rows(vd, row, 1, mode, Box::new(move |mut results| done(results.pop().expect("one row, one result"))));
+    }
+
+    /// Checks the `row_count` rows from `first_row` (and repairs them if `mode` says so), under
+    /// their locks: what a consistency check does. Each shard gets its part of the run and reads
+    /// each member's part of it in as few I/Os as the layout allows. `done` gets one result per
+    /// row, in order, on a shard thread (at once for a bad row number).
+    pub fn check_rows(&self, vd: &Arc<VirtualDrive>, first_row: u64, row_count: u64, mode: CheckMode, done: CheckRunDone) {
+        if row_count == 0 {
+            return done(Vec::new());
         }
-        self.send_row(vd, row, RowJob::Check { mode, done });
+        let last_row = first_row.saturating_add(row_count - 1);
+        if let Err(error) =
+            validate_row(vd, first_row, MemberSet::default()).and_then(|()| validate_row(vd, last_row, MemberSet::default()))
+        {
+            return done(vec![Err(error); row_count as usize]);
+        }
+        for (part_first, part_count, done) in RunJoin::split(vd.geometry(), first_row, row_count, done) {
+            self.send_row(vd, part_first, RowJob::Check { row_count: part_count, mode, done });
+        }
     }
 
     /// Copies member `member`'s strips of row `row` to its copy target (see
@@ -383,10 +387,45 @@ fn run_parts(geometry: &layout::Geometry, first_row: u64, row_count: u64) -> Vec
 }
 
 /// Gathers the parts of a run of rebuilt rows served by several shards.
-struct RunJoin {
+/// Gathers the results of a run's parts (one per shard) into one list, in row order.
+struct RunJoin<T> {
     remaining: usize,
-    results: Vec<Option<Result<(), VdError>>>,
-    done: Option<RebuildRunDone>,
+    results: Vec<Option<T>>,
+    done: Option<Box<dyn FnOnce(Vec<T>) + Send>>,
+}
+
+impl<T: Send + 'static> RunJoin<T> {
+    /// The parts of the run of `row_count` rows from `first_row`, each with the completion that
+    /// files its results; `done` gets them all, in order, once the last part reported.
+    #[allow(clippy::type_complexity)]
+    fn split(
+        geometry: &layout::Geometry,
+        first_row: u64,
+        row_count: u64,
+        done: Box<dyn FnOnce(Vec<T>) + Send>,
+    ) -> Vec<(u64, u64, Box<dyn FnOnce(Vec<T>) + Send>)> {
+        let parts = run_parts(geometry, first_row, row_count);
+        let results = (0..row_count).map(|_| None).collect();
+        let joined = Arc::new(Mutex::new(RunJoin { remaining: parts.len(), results, done: Some(done) }));
+        let file = move |part_first: u64| -> Box<dyn FnOnce(Vec<T>) + Send> {
+            let joined = Arc::clone(&joined);
+            Box::new(move |results: Vec<T>| {
+                let mut join = joined.lock().expect("run join lock");
+                let at = (part_first - first_row) as usize;
+                for (slot, result) in join.results[at..at + results.len()].iter_mut().zip(results) {
+                    *slot = Some(result);
+                }
+                join.remaining -= 1;
+                if join.remaining == 0 {
+                    let results = join.results.drain(..).map(|r| r.expect("every part reports its rows")).collect();
+                    let done = join.done.take().expect("a run completes once");
+                    drop(join);
+                    done(results);
+                }
+            })
+        };
+        parts.into_iter().map(|(part_first, part_count)| (part_first, part_count, file(part_first))).collect()
+    }
 }
 
 /// Checks a row job's row and members against the VD before anything is queued.
@@ -497,7 +536,7 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
 async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
     match job {
         RowJob::Rebuild { row_count, targets, done } => done(io::rebuild_rows(reactor, Arc::clone(vd), row, row_count, targets).await),
-        RowJob::Check { mode, done } => done(io::check_row(reactor, Arc::clone(vd), row, mode).await),
+        RowJob::Check { row_count, mode, done } => done(io::check_rows(reactor, Arc::clone(vd), row, row_count, mode).await),
         RowJob::Copy { member, done } => done(io::copy_row(reactor, Arc::clone(vd), row, member).await),
     }
 }

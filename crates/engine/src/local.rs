@@ -77,12 +77,31 @@ impl LocalEngine {
         mode: CheckMode,
         done: impl FnOnce(Result<CheckOutcome, VdError>) + 'static,
     ) {
-        if let Err(error) = validate_row(vd, row, MemberSet::default()) {
-            return done(Err(error));
+        self.check_rows(vd, row, 1, mode, move |mut results| done(results.pop().expect("one row, one result")));
+    }
+
+    /// Queues a check of a run of rows (see [`crate::Engine::check_rows`]): one shard owns them all
+    /// here.
+    pub fn check_rows(
+        &mut self,
+        vd: &Arc<VirtualDrive>,
+        first_row: u64,
+        row_count: u64,
+        mode: CheckMode,
+        done: impl FnOnce(Vec<Result<CheckOutcome, VdError>>) + 'static,
+    ) {
+        if row_count == 0 {
+            return done(Vec::new());
+        }
+        let last_row = first_row.saturating_add(row_count - 1);
+        if let Err(error) =
+            validate_row(vd, first_row, MemberSet::default()).and_then(|()| validate_row(vd, last_row, MemberSet::default()))
+        {
+            return done(vec![Err(error); row_count as usize]);
         }
         let reactor = Rc::clone(self.executor.reactor());
         let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::check_row(reactor, vd, row, mode).await) });
+        self.executor.spawn(async move { done(io::check_rows(reactor, vd, first_row, row_count, mode).await) });
     }
 
     /// Queues a clean pass of `vd`'s bitmap (see [`Engine::clean_write_intent`]).
@@ -133,6 +152,17 @@ impl LocalEngine {
     /// Checks one row and waits for the outcome: for tests and tools.
     ///
     /// # Errors
+    /// What the check of each row of the run reported, in order.
+    pub fn run_check_rows(
+        &mut self,
+        vd: &Arc<VirtualDrive>,
+        first_row: u64,
+        row_count: u64,
+        mode: CheckMode,
+    ) -> Vec<Result<CheckOutcome, VdError>> {
+        self.wait_for(|engine, done| engine.check_rows(vd, first_row, row_count, mode, done))
+    }
+
     /// What the check reported.
     pub fn run_check_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {
         self.wait_for(|engine, done| engine.check_row(vd, row, mode, done))

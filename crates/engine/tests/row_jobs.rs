@@ -524,3 +524,58 @@ fn the_threaded_engine_rebuilds_and_checks_rows_on_their_shards() {
     assert!(rig.vd.wait_idle(std::time::Duration::from_secs(10)), "every row job ended");
     rig.verify().unwrap();
 }
+
+/// Checks every row in runs of 1 to `run_rows` rows in turn; returns the rows found
+/// inconsistent, in order.
+fn check_in_runs(rig: &mut Rig, mode: CheckMode, run_rows: u64) -> Vec<CheckOutcome> {
+    let (mut row, mut length, mut found) = (0, 1, Vec::new());
+    while row < rig.row_count() {
+        let count = length.min(rig.row_count() - row);
+        let results = rig.engine.run_check_rows(&rig.vd, row, count, mode);
+        assert_eq!(results.len(), count as usize);
+        for (i, result) in results.into_iter().enumerate() {
+            let outcome = result.unwrap_or_else(|e| panic!("check of row {}: {e}", row + i as u64));
+            assert_eq!(outcome.row, row + i as u64, "a run reports its rows in order");
+            if !outcome.is_consistent() {
+                found.push(outcome);
+            }
+        }
+        row += count;
+        length = length % run_rows + 1;
+    }
+    found
+}
+
+#[test]
+fn a_check_in_runs_finds_exactly_what_row_by_row_finds_and_repairs_it() {
+    for (level, drive_count, per_span, _) in REDUNDANT {
+        let mut rig = rig(level, drive_count, per_span);
+        // Garbage in a data strip's last copy (a mirror's second copy, a parity row's data) of
+        // three rows spread over the VD.
+        let corrupted: Vec<u64> = [3, rig.row_count() / 2, rig.row_count() - 2].to_vec();
+        for &row in &corrupted {
+            let copies = rig.vd.geometry().row_map(row).copy_count();
+            corrupt(&rig, row, Corrupt::Data { strip_index: 0, copy: copies - 1 });
+        }
+        let by_row = rig.check_all(CheckMode::Report);
+        let in_runs = check_in_runs(&mut rig, CheckMode::Report, 7);
+        assert_eq!(in_runs, by_row, "{level}: runs find what rows find");
+        assert_eq!(in_runs.iter().map(|o| o.row).collect::<Vec<_>>(), corrupted, "{level}: the corrupted rows, and only them");
+        let repaired = check_in_runs(&mut rig, CheckMode::Repair, 5);
+        assert!(repaired.iter().all(|o| o.repaired), "{level}: {repaired:?}");
+        assert_eq!(check_in_runs(&mut rig, CheckMode::Report, 3), vec![], "{level}: clean after the repair in runs");
+    }
+}
+
+#[test]
+fn a_check_run_reads_each_member_once() {
+    let counting: Vec<Arc<CountingDrive>> =
+        (0..4).map(|_| Arc::new(CountingDrive { inner: Arc::new(MemDrive::new(MEMBER_BYTES)), reads: Default::default() })).collect();
+    let layout = VdLayout { level: Level::Raid6, strip_size_bytes: STRIP_BYTES, drives_per_span: None, member_size_bytes: None };
+    let vd = Arc::new(VirtualDrive::new(1, "v0", layout, counting.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect()).unwrap());
+    let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+    let results = engine.run_check_rows(&vd, 0, 8, CheckMode::Report);
+    assert!(results.iter().all(|r| r.as_ref().is_ok_and(CheckOutcome::is_consistent)), "{results:?}");
+    let reads: Vec<usize> = counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    assert_eq!(reads, vec![1; 4], "one read per member for a run of 8 rows");
+}

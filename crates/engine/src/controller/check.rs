@@ -101,6 +101,7 @@ impl Controller {
         }
         let progress = Progress::new(vd.geometry().row_count(), 0, rate_percent);
         progress.size_windows_for(vd.geometry().strip_size_bytes());
+        progress.set_run_rows(crate::run_rows_for(vd.geometry()));
         let view = CcView { vd_id, progress, started: Instant::now(), repair, tally: Arc::default() };
         checks.insert(vd_id, view.clone());
         drop(checks);
@@ -178,10 +179,11 @@ impl Controller {
                 self.log_inconsistent_row(vd_id, &outcome, member_slots, number);
             }
         };
-        let submit_row = |row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
+        // Whole runs (a shard's stride of rows): each member's part read in one I/O.
+        let submit_rows = |first_row: u64, row_count: u64, done: background::RunDone| {
             let (tally, findings) = (Arc::clone(&view.tally), Arc::clone(&findings));
-            let finished = Box::new(move |result: Result<CheckOutcome, VdError>| {
-                let outcome = match result {
+            let finished = Box::new(move |results: Vec<Result<CheckOutcome, VdError>>| {
+                let outcomes = results.into_iter().map(|result| match result {
                     Ok(outcome) => {
                         if let Some(number) = tally_row(&tally, &outcome) {
                             findings.lock().expect("findings lock").push((outcome, number));
@@ -189,10 +191,10 @@ impl Controller {
                         RowOutcome::Done
                     }
                     Err(error) => RowOutcome::Fatal(error.to_string()),
-                };
-                done(outcome);
+                });
+                done(outcomes.collect());
             });
-            engine.check_row(vd, row, mode, finished);
+            engine.check_rows(vd, first_row, row_count, mode, finished);
         };
         let total_rows = view.progress.total_rows;
         let milestone = AtomicU64::new(0);
@@ -205,12 +207,7 @@ impl Controller {
             }
         };
         let clients_busy = || vd.last_client_request().elapsed() < rebuild::CLIENTS_BUSY_WINDOW;
-        let hooks = Hooks {
-            submit_rows: &background::row_by_row(&submit_row),
-            checkpoint: &mut |_| {},
-            clients_busy: &clients_busy,
-            advanced: &advanced,
-        };
+        let hooks = Hooks { submit_rows: &submit_rows, checkpoint: &mut |_| {}, clients_busy: &clients_busy, advanced: &advanced };
         let finish = background::run(&view.progress, hooks);
         log_findings();
         finish

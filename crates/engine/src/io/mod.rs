@@ -79,6 +79,16 @@ pub(crate) trait SpanIo {
     /// [`VdError::RowMemberIo`] when a member fails a read or a repair write,
     /// [`VdError::NoRedundancy`] for levels without redundancy.
     async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError>;
+    /// [`SpanIo::check_row`] of consecutive rows, all locked: one result per row, in order.
+    /// Kinds that can read each member's part of the run in one I/O do (a check reads every
+    /// byte of every member, so it runs at the members' speed only with large I/Os).
+    async fn check_rows(env: &Env, rows: &[Row], mode: CheckMode) -> Vec<Result<CheckOutcome, VdError>> {
+        let mut results = Vec::with_capacity(rows.len());
+        for row in rows {
+            results.push(Self::check_row(env, row, mode).await);
+        }
+        results
+    }
 }
 
 /// One call of a [`SpanIo`] function with its arguments, so that [`on_span`] can make it for any
@@ -124,12 +134,12 @@ impl RowTask for RebuildTask<'_> {
     }
 }
 
-struct CheckTask<'a>(&'a Row, CheckMode);
+struct CheckTask<'a>(&'a [Row], CheckMode);
 
 impl RowTask for CheckTask<'_> {
-    type Output = Result<CheckOutcome, VdError>;
+    type Output = Vec<Result<CheckOutcome, VdError>>;
     async fn run<S: SpanIo>(self, env: &Env) -> Self::Output {
-        S::check_row(env, self.0, self.1).await
+        S::check_rows(env, self.0, self.1).await
     }
 }
 
@@ -162,23 +172,45 @@ pub(crate) async fn rebuild_rows(
 
 pub(crate) use copy::copy_row;
 
-/// Checks row `row`, a row this shard owns (see [`SpanIo::check_row`]).
-pub(crate) async fn check_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u64, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+/// Checks the `row_count` rows from `first_row`, rows this shard owns (see
+/// [`SpanIo::check_rows`]): one result per row, in order.
+pub(crate) async fn check_rows(
+    reactor: Rc<Reactor>,
+    vd: Arc<VirtualDrive>,
+    first_row: u64,
+    row_count: u64,
+    mode: CheckMode,
+) -> Vec<Result<CheckOutcome, VdError>> {
+    assert!(row_count > 0, "a run of rows holds a row");
     let env = Env { reactor, vd };
     if env.vd.is_retired() {
-        return Err(VdError::Deleted { vd: env.vd.name() });
+        return vec![Err(VdError::Deleted { vd: env.vd.name() }); row_count as usize];
     }
-    let _lock = env.lock_row(row).await;
-    // A repair writes members like a client does: its region must be marked first.
-    let _intent = match mode {
-        CheckMode::Repair | CheckMode::Resync => intent::begin_write(&env, row).await?,
-        CheckMode::Report => None,
-    };
-    let whole = Row::whole(env.vd.geometry(), row);
-    let outcome = on_span(&env, CheckTask(&whole, mode)).await?;
-    assert!(outcome.row == row, "a check reports the row it checked");
-    assert!(!outcome.repaired || (mode.writes() && !outcome.is_consistent()), "repaired only what a repair found");
-    Ok(outcome)
+    let row_numbers = first_row..first_row + row_count;
+    // Every ticket first, then the waits in row order, as `rebuild_rows` does.
+    let locks: Vec<RowLock> = row_numbers.clone().map(|row| env.reactor.lock(LockKey { vd_id: env.vd.id(), row })).collect();
+    for lock in &locks {
+        lock.acquired().await;
+    }
+    // A repair writes members like a client does: its regions must be marked first.
+    let mut intents = Vec::new();
+    if mode.writes() {
+        for row in row_numbers.clone() {
+            match intent::begin_write(&env, row).await {
+                Ok(guard) => intents.push(guard),
+                Err(error) => return vec![Err(error); row_count as usize],
+            }
+        }
+    }
+    let rows: Vec<Row> = row_numbers.clone().map(|row| Row::whole(env.vd.geometry(), row)).collect();
+    let results = on_span(&env, CheckTask(&rows, mode)).await;
+    assert_eq!(results.len(), rows.len(), "a run reports every row");
+    for (row, result) in row_numbers.zip(&results) {
+        let Ok(outcome) = result else { continue };
+        assert!(outcome.row == row, "a check reports the row it checked");
+        assert!(!outcome.repaired || (mode.writes() && !outcome.is_consistent()), "repaired only what a repair found");
+    }
+    results
 }
 
 /// Runs a clean pass of the VD's bitmap on this shard (see [`intent::clean`]).

@@ -17,8 +17,54 @@ enum Finding {
 pub(super) async fn parity_check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
     let members = row.span_members();
     require_online(env, row.map.row, members.iter().map(|&(member, _)| member))?;
-    let places: Vec<(usize, u64)> = members.iter().map(|&(member, offset_bytes)| (member, offset_bytes + row.lo)).collect();
-    let mut columns = read_strips(env, row.map.row, &places, "reading for a check from").await?;
+    let places = check_places(row);
+    let columns = read_strips(env, row.map.row, &places, "reading for a check from").await?;
+    judge_and_repair(env, row, &places, columns, mode).await
+}
+
+/// The strips a check of `row` reads: every member of its span, in column order.
+fn check_places(row: &Row) -> Vec<(usize, u64)> {
+    row.span_members().iter().map(|&(member, offset_bytes)| (member, offset_bytes + row.lo)).collect()
+}
+
+/// [`parity_check_row`] of a run of locked rows, with each member's part of the run read in one
+/// I/O per drive-contiguous range. A read that fails, or a member out of service, sends the run
+/// down the row path, which names the member and books the error once.
+pub(super) async fn parity_check_rows(env: &Env, rows: &[Row], mode: CheckMode) -> Vec<Result<CheckOutcome, VdError>> {
+    let unavailable = env.vd.unavailable();
+    let all_in = rows.iter().all(|row| row.span_members().iter().all(|&(member, _)| !unavailable.contains(member)));
+    let places: Vec<Vec<(usize, u64)>> = rows.iter().map(check_places).collect();
+    let flat: Vec<(usize, u64)> = places.iter().flatten().copied().collect();
+    let read = match all_in && rows.len() > 1 {
+        true => run::read_strips(env, &flat, MemberSet::default()).await,
+        false => None,
+    };
+    let mut results = Vec::with_capacity(rows.len());
+    let Some(strips) = read else {
+        for row in rows {
+            results.push(parity_check_row(env, row, mode).await);
+        }
+        return results;
+    };
+    let mut strips = strips.into_iter().map(|strip| strip.buf);
+    for (row, places) in rows.iter().zip(&places) {
+        let columns: Vec<IoBuf> = strips.by_ref().take(places.len()).collect();
+        results.push(judge_and_repair(env, row, places, columns, mode).await);
+    }
+    results
+}
+
+/// Judges a row's `columns` (read from `places`, in column order) and, when `mode` writes,
+/// rewrites what disagrees.
+async fn judge_and_repair(
+    env: &Env,
+    row: &Row,
+    places: &[(usize, u64)],
+    mut columns: Vec<IoBuf>,
+    mode: CheckMode,
+) -> Result<CheckOutcome, VdError> {
+    let members = row.span_members();
+    assert_eq!(columns.len(), members.len(), "one column per member of the row's span");
     let m = row.map.data_strip_count();
     let data: Vec<&[u8]> = columns[..m].iter().map(|c| c.as_slice()).collect();
     let (p, q) = new_parity(env, row, &data);

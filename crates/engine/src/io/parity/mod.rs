@@ -18,7 +18,7 @@ use layout::{DataPiece, Role, SpanKind};
 mod check;
 mod rebuild;
 
-use check::parity_check_row;
+use check::{parity_check_row, parity_check_rows};
 use rebuild::{parity_rebuild_row, parity_rebuild_rows};
 
 /// The parity span kinds' row functions.
@@ -39,6 +39,9 @@ impl SpanIo for Parity {
     }
     async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
         parity_check_row(env, row, mode).await
+    }
+    async fn check_rows(env: &Env, rows: &[Row], mode: CheckMode) -> Vec<Result<CheckOutcome, VdError>> {
+        parity_check_rows(env, rows, mode).await
     }
 }
 
