@@ -220,6 +220,8 @@ impl Sim {
         self.engine = LocalEngine::new(CompletionOrder::seeded(self.config.seed.wrapping_mul(31) ^ restarts.wrapping_mul(0x9e37_79b9)));
         self.in_flight.iter_mut().for_each(|op| *op = None);
         self.outcomes = Rc::new(RefCell::new(Vec::new()));
+        // A check in flight dies with the engine; `start cc` does not survive a restart either.
+        self.check = None;
         let members = self.drives.iter().map(|d| Arc::clone(&d.faulty) as Arc<dyn drive::Drive>).collect();
         let vd = VirtualDrive::new(self.config.seed, "sim", self.layout, members).expect("the layout held before");
         for (member, recorded) in recorded.iter().enumerate() {

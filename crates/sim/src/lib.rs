@@ -33,6 +33,7 @@
 //! beside `start_rebuild` (`run.rs`); a restart would then assemble through the controller
 //! instead of `crash::Sim::restart`.
 
+mod check;
 mod config;
 mod copy;
 mod crash;
@@ -64,6 +65,9 @@ pub struct RunReport {
     pub members_read_in_rebuild: usize,
     /// Members copied to a new drive that took their place.
     pub members_copied: usize,
+    /// Consistency check jobs (runs of rows, repair mode, while clients wrote) that found every
+    /// row consistent.
+    pub checks: usize,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -79,7 +83,7 @@ impl fmt::Display for RunReport {
         let c = &self.config;
         write!(
             f,
-            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, re-added: {}, read in rebuild: {}, copied: {}, crashes: {}",
+            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, re-added: {}, read in rebuild: {}, copied: {}, checks: {}, crashes: {}",
             c.seed,
             c.level,
             c.drive_count,
@@ -92,6 +96,7 @@ impl fmt::Display for RunReport {
             self.members_re_added,
             self.members_read_in_rebuild,
             self.members_copied,
+            self.checks,
             self.crashes.len()
         )?;
         for crash in &self.crashes {
@@ -153,6 +158,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             members_rebuilt: sim.members_rebuilt,
             members_re_added: sim.members_re_added,
             members_read_in_rebuild: sim.members_read_in_rebuild,
+            checks: sim.checks_settled,
             members_copied: sim.members_copied,
             crashes: sim.crashes,
         }),
@@ -184,6 +190,8 @@ pub struct LevelCoverage {
     pub re_added: usize,
     /// Runs where client reads read a member while it was being rebuilt.
     pub read_in_rebuild: usize,
+    /// Runs with a consistency check job that completed while clients wrote.
+    pub checked: usize,
     /// Runs that switched a member to its copy.
     pub copied: usize,
 }
@@ -204,6 +212,7 @@ impl Coverage {
         level.resync_repaired += usize::from(report.crashes.iter().any(|c| !c.resync.rows_repaired.is_empty()));
         level.re_added += usize::from(report.members_re_added > 0);
         level.read_in_rebuild += usize::from(report.members_read_in_rebuild > 0);
+        level.checked += usize::from(report.checks > 0);
         level.copied += usize::from(report.members_copied > 0);
     }
 
@@ -214,17 +223,21 @@ impl Coverage {
 
 impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "level    runs  rebuilt  re-added  read-in-rbld  copied  crashed  tore-writes  crashed-in-rebuild  resync-repaired")?;
+        writeln!(
+            f,
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  crashed  tore-writes  crashed-in-rebuild  resync-repaired"
+        )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>12} {:>19} {:>16}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>8} {:>12} {:>19} {:>16}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
                 c.re_added,
                 c.read_in_rebuild,
                 c.copied,
+                c.checked,
                 c.crashed,
                 c.tore_writes,
                 c.crashed_in_rebuild,

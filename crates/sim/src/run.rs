@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 /// A request in flight and what the model needs when it completes.
 pub(crate) enum Op {
-    Read(Range<u64>),
+    /// A read, and the rows of it that could rightly be refused when it was submitted.
+    Read(Range<u64>, Vec<u64>),
     Write(Range<u64>, WriteId),
     Flush(FlushCovers),
 }
@@ -104,6 +105,10 @@ pub(crate) struct Sim {
     pub clean: Option<CleanOutcome>,
     /// Clean passes that completed.
     pub clean_passes: usize,
+    /// The consistency check job in flight, if any.
+    pub check: Option<crate::check::Check>,
+    /// Check jobs that completed, every row consistent.
+    pub checks_settled: usize,
 }
 
 impl Sim {
@@ -146,6 +151,8 @@ impl Sim {
             crashes: Vec::new(),
             clean: None,
             clean_passes: 0,
+            check: None,
+            checks_settled: 0,
         }
     }
 
@@ -174,6 +181,7 @@ impl Sim {
             self.rebuild_some()?;
             self.copy_some()?;
             self.clean_some()?;
+            self.check_some()?;
             self.submit_random();
             // Let the engine make some progress between submissions, sometimes none.
             for _ in 0..self.rng.gen_range(0..3) {
@@ -183,6 +191,7 @@ impl Sim {
         while self.in_flight_count() > 0 {
             self.step()?;
         }
+        self.finish_check()?;
         self.finish_rebuild()?;
         self.finish_copy()
     }
@@ -335,7 +344,7 @@ impl Sim {
     fn overlaps_in_flight(&self, range: &Range<u64>, writes: bool) -> bool {
         self.in_flight.iter().flatten().any(|op| match op {
             Op::Write(r, _) => r.start < range.end && range.start < r.end,
-            Op::Read(r) => !writes && r.start < range.end && range.start < r.end,
+            Op::Read(r, _) => !writes && r.start < range.end && range.start < r.end,
             Op::Flush(_) => false,
         })
     }
@@ -348,7 +357,7 @@ impl Sim {
             let range = self.random_range();
             let write = self.rng.gen_bool(0.55);
             // A write may overlap writes in flight but not reads; a read overlaps no write.
-            let reads_only = |op: &Op| matches!(op, Op::Read(r) if r.start < range.end && range.start < r.end);
+            let reads_only = |op: &Op| matches!(op, Op::Read(r, _) if r.start < range.end && range.start < r.end);
             let conflict = if write {
                 self.in_flight.iter().flatten().any(reads_only) || self.touches_unsynced(&range)
             } else {
@@ -381,7 +390,8 @@ impl Sim {
     pub fn submit_read(&mut self, range: Range<u64>) {
         self.reads += 1;
         let request = VdRequest::Read { offset_bytes: range.start, buf: IoBuf::zeroed((range.end - range.start) as usize) };
-        self.submit(Op::Read(range), request);
+        let refusable = self.refusable_rows(&range);
+        self.submit(Op::Read(range, refusable), request);
     }
 
     pub fn submit_flush(&mut self) {
@@ -409,12 +419,14 @@ impl Sim {
 
     fn check(&mut self, op: Op, completion: VdCompletion) -> Result<(), String> {
         let what = match &op {
-            Op::Read(r) => format!("read {}+{}", r.start, r.end - r.start),
+            Op::Read(r, _) => format!("read {}+{}", r.start, r.end - r.start),
             Op::Write(r, _) => format!("write {}+{}", r.start, r.end - r.start),
             Op::Flush(_) => "flush".to_string(),
         };
-        if let (Op::Read(range), Err(VdError::RowNotResynced { row, .. })) = (&op, &completion.result) {
-            return match self.refusal_is_correct(*row, None) {
+        if let (Op::Read(range, refusable_at_submit), Err(VdError::RowNotResynced { row, .. })) = (&op, &completion.result) {
+            // Right if it was right when the read began or is now: the engine decides in
+            // between, and a rebuild and resync may have ended meanwhile.
+            return match self.refusal_is_correct(*row, None) || refusable_at_submit.contains(row) {
                 true => Ok(()),
                 false => Err(format!(
                     "{what} refused (row {row} not resynced) though it needs no stale parity ({} bytes)",
@@ -427,7 +439,7 @@ impl Sim {
             return Err(format!("{what} failed with faults within tolerance (at risk {:?}, members {states:?}): {error}", self.at_risk));
         }
         match op {
-            Op::Read(range) => {
+            Op::Read(range, _) => {
                 let got = completion.buf.expect("a read returns its buffer");
                 self.model.check_read(range.start, got.as_slice()).map_err(|diff| format!("{what}: {diff}"))
             }
@@ -530,6 +542,12 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// The rows of `range` whose refusal would be right now.
+    fn refusable_rows(&self, range: &Range<u64>) -> Vec<u64> {
+        let row_bytes = self.vd.geometry().row_data_bytes();
+        (range.start / row_bytes..range.end.div_ceil(row_bytes)).filter(|&row| self.refusal_is_correct(row, None)).collect()
     }
 
     /// Reads row `row` one data strip at a time: only strips whose member lacks may be refused.

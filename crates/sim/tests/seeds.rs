@@ -42,8 +42,9 @@ fn seeded_runs_across_every_level_match_the_model() {
 }
 
 /// The seeds must keep exercising what they are for: rebuilds, re-adds, copies, client reads of
-/// a member's rebuilt rows, power cuts at every level, most of them tearing writes, some in the
-/// middle of a rebuild, and resyncs that had something to repair.
+/// a member's rebuilt rows, consistency checks while clients write, power cuts at every level,
+/// most of them tearing writes, some in the middle of a rebuild, and resyncs that had something
+/// to repair.
 /// (Fractions of each level's runs, so that any `STORC_SIM_RUNS` of a few hundred per level
 /// holds them.)
 fn assert_every_level_crashes(coverage: &sim::Coverage) {
@@ -63,6 +64,7 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
             assert!(percent(c.copied) >= 10, "{level}: only {} of {} runs switched a member to its copy", c.copied, c.runs);
             let read_in_rebuild = c.read_in_rebuild;
             assert!(percent(read_in_rebuild) >= 8, "{level}: only {read_in_rebuild} of {} runs read a member being rebuilt", c.runs);
+            assert!(percent(c.checked) >= 30, "{level}: only {} of {} runs checked rows while clients wrote", c.checked, c.runs);
         }
     }
 }
