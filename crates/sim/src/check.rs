@@ -15,12 +15,15 @@ use std::rc::Rc;
 /// The longest run one check job covers here (the controller's runs are a shard's stride).
 const CHECK_RUN_ROWS_MAX: u64 = 6;
 
+/// Where a check job's results arrive.
+type CheckOutcomes = Rc<RefCell<Option<Vec<Result<CheckOutcome, VdError>>>>>;
+
 /// A check job in flight.
 pub(crate) struct Check {
     first_row: u64,
     /// Faults injected when it was queued: one injected since excuses a member error.
     faults_at_start: usize,
-    outcome: Rc<RefCell<Option<Vec<Result<CheckOutcome, VdError>>>>>,
+    outcome: CheckOutcomes,
 }
 
 impl Sim {
@@ -36,7 +39,7 @@ impl Sim {
             let row_count = self.vd.geometry().row_count();
             let run_rows = self.rng.gen_range(1..=CHECK_RUN_ROWS_MAX).min(row_count);
             let first_row = self.rng.gen_range(0..=row_count - run_rows);
-            let outcome = Rc::new(RefCell::new(None));
+            let outcome: CheckOutcomes = Rc::new(RefCell::new(None));
             let filled = Rc::clone(&outcome);
             self.engine.check_rows(&self.vd, first_row, run_rows, CheckMode::Repair, move |results| *filled.borrow_mut() = Some(results));
             self.check = Some(Check { first_row, faults_at_start: self.faults.len(), outcome });
