@@ -569,13 +569,16 @@ fn a_check_in_runs_finds_exactly_what_row_by_row_finds_and_repairs_it() {
 
 #[test]
 fn a_check_run_reads_each_member_once() {
-    let counting: Vec<Arc<CountingDrive>> =
-        (0..4).map(|_| Arc::new(CountingDrive { inner: Arc::new(MemDrive::new(MEMBER_BYTES)), reads: Default::default() })).collect();
-    let layout = VdLayout { level: Level::Raid6, strip_size_bytes: STRIP_BYTES, drives_per_span: None, member_size_bytes: None };
-    let vd = Arc::new(VirtualDrive::new(1, "v0", layout, counting.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect()).unwrap());
-    let mut engine = LocalEngine::new(CompletionOrder::Fifo);
-    let results = engine.run_check_rows(&vd, 0, 8, CheckMode::Report);
-    assert!(results.iter().all(|r| r.as_ref().is_ok_and(CheckOutcome::is_consistent)), "{results:?}");
-    let reads: Vec<usize> = counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).collect();
-    assert_eq!(reads, vec![1; 4], "one read per member for a run of 8 rows");
+    for (level, per_span) in [(Level::Raid6, None), (Level::Raid10, Some(2))] {
+        let counting: Vec<Arc<CountingDrive>> =
+            (0..4).map(|_| Arc::new(CountingDrive { inner: Arc::new(MemDrive::new(MEMBER_BYTES)), reads: Default::default() })).collect();
+        let layout = VdLayout { level, strip_size_bytes: STRIP_BYTES, drives_per_span: per_span, member_size_bytes: None };
+        let drives = counting.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
+        let vd = Arc::new(VirtualDrive::new(1, "v0", layout, drives).unwrap());
+        let mut engine = LocalEngine::new(CompletionOrder::Fifo);
+        let results = engine.run_check_rows(&vd, 0, 8, CheckMode::Report);
+        assert!(results.iter().all(|r| r.as_ref().is_ok_and(CheckOutcome::is_consistent)), "{level}: {results:?}");
+        let reads: Vec<usize> = counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).collect();
+        assert_eq!(reads, vec![1; 4], "{level}: one read per member for a run of 8 rows");
+    }
 }

@@ -31,6 +31,9 @@ impl SpanIo for Mirror {
     async fn check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
         mirror_check_row(env, row, mode).await
     }
+    async fn check_rows(env: &Env, rows: &[Row], mode: CheckMode) -> Vec<Result<CheckOutcome, VdError>> {
+        mirror_check_rows(env, rows, mode).await
+    }
 }
 
 /// The copy to read strip `k` from: fewest outstanding I/Os, then nearest head position.
@@ -231,14 +234,54 @@ fn assemble_strip(env: &Env, row: &Row, k: usize, copies: &[StripRead]) -> (IoBu
 /// Compares every copy of every strip in the row with copy 0; a repair copies copy 0 over the
 /// copies that differ (nothing tells which copy is right; MegaRAID's check does the same).
 async fn mirror_check_row(env: &Env, row: &Row, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+    let places = mirror_check_places(row);
+    require_online(env, row.map.row, places.iter().map(|&(member, _)| member))?;
+    let copies = read_strips(env, row.map.row, &places, "reading for a check from").await?;
+    judge_copies(env, row, &places, copies, mode).await
+}
+
+/// Every copy of every data strip of `row`: strip 0's copies in copy order, then strip 1's...
+fn mirror_check_places(row: &Row) -> Vec<(usize, u64)> {
     let copy_count = row.map.copy_count();
-    let places: Vec<(usize, u64)> = (0..row.map.data_strip_count())
+    (0..row.map.data_strip_count())
         .flat_map(|k| (0..copy_count).map(move |copy| (k, copy)))
         .map(|(k, copy)| row.map.data_copy(k, copy))
         .map(|place| (place.drive, place.drive_offset_bytes))
-        .collect();
-    require_online(env, row.map.row, places.iter().map(|&(member, _)| member))?;
-    let copies = read_strips(env, row.map.row, &places, "reading for a check from").await?;
+        .collect()
+}
+
+/// [`mirror_check_row`] of a run of locked rows, with each member's part of the run read in one
+/// I/O per drive-contiguous range; a failed read or a member out of service sends the run down
+/// the row path.
+async fn mirror_check_rows(env: &Env, rows: &[Row], mode: CheckMode) -> Vec<Result<CheckOutcome, VdError>> {
+    let places: Vec<Vec<(usize, u64)>> = rows.iter().map(mirror_check_places).collect();
+    let unavailable = env.vd.unavailable();
+    let all_in = places.iter().flatten().all(|&(member, _)| !unavailable.contains(member));
+    let flat: Vec<(usize, u64)> = places.iter().flatten().copied().collect();
+    let read = match all_in && rows.len() > 1 {
+        true => run::read_strips(env, &flat, MemberSet::default()).await,
+        false => None,
+    };
+    let mut results = Vec::with_capacity(rows.len());
+    let Some(strips) = read else {
+        for row in rows {
+            results.push(mirror_check_row(env, row, mode).await);
+        }
+        return results;
+    };
+    let mut strips = strips.into_iter().map(|strip| strip.buf);
+    for (row, places) in rows.iter().zip(&places) {
+        let copies: Vec<IoBuf> = strips.by_ref().take(places.len()).collect();
+        results.push(judge_copies(env, row, places, copies, mode).await);
+    }
+    results
+}
+
+/// Compares each data strip's copies (read from `places`) with copy 0 and, when `mode` writes,
+/// copies copy 0 over those that differ.
+async fn judge_copies(env: &Env, row: &Row, places: &[(usize, u64)], copies: Vec<IoBuf>, mode: CheckMode) -> Result<CheckOutcome, VdError> {
+    let copy_count = row.map.copy_count();
+    assert_eq!(copies.len(), places.len(), "one buffer per copy of each strip");
     let mut mismatches = Vec::new();
     let mut repairs = Vec::new();
     for (k, strip_copies) in copies.chunks(copy_count).enumerate() {
