@@ -115,7 +115,7 @@ impl Controller {
             controller.cc_ended(&view, finish);
         });
         match spawned {
-            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
+            Ok(thread) => self.keep_thread(thread),
             Err(error) => {
                 self.checks.lock().expect("checks lock").remove(&vd_id);
                 return Err(ControlError::Io(format!("the consistency check of v{vd_id} cannot start a thread: {error}")));

@@ -194,7 +194,7 @@ impl Controller {
             controller.copy_ended(copy, &progress, finish, abandon.load(Ordering::SeqCst));
         });
         match spawned {
-            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
+            Ok(thread) => self.keep_thread(thread),
             Err(error) => self.log(Severity::Critical, format!("copyback to slot {} cannot start a thread: {error}", copy.target)),
         }
     }

@@ -237,9 +237,18 @@ impl Controller {
             controller.rebuild_ended(vd_id, member, slot, &progress, finish);
         });
         match spawned {
-            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
+            Ok(thread) => self.keep_thread(thread),
             Err(error) => self.log(Severity::Critical, format!("rebuild of slot {slot} cannot start a thread: {error}")),
         }
+    }
+
+    /// Keeps a background operation's thread for the join at shutdown. Handles of threads that
+    /// ended are dropped here (there is nothing left to wait for), so that the list holds live
+    /// threads only and does not grow with every check or rebuild a long-running daemon does.
+    pub(super) fn keep_thread(&self, thread: std::thread::JoinHandle<()>) {
+        let mut threads = self.rebuild_threads.lock().expect("rebuild threads lock");
+        threads.retain(|kept| !kept.is_finished());
+        threads.push(thread);
     }
 
     /// Stops every rebuild and copy at its watermark (checkpointed) and waits for the threads:

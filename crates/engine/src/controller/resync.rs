@@ -140,7 +140,7 @@ impl Controller {
             controller.resync_ended(&vd, vd_id, finish, rows, started.elapsed());
         });
         match spawned {
-            Ok(thread) => self.rebuild_threads.lock().expect("rebuild threads lock").push(thread),
+            Ok(thread) => self.keep_thread(thread),
             Err(error) => self.log(Severity::Critical, format!("resync of v{vd_id} cannot start a thread: {error}")),
         }
     }
