@@ -229,8 +229,7 @@ impl Engine {
         if row_count == 0 {
             return done(Vec::new());
         }
-        let last_row = first_row.saturating_add(row_count - 1);
-        if let Err(error) = validate_row(vd, first_row, targets).and_then(|()| validate_row(vd, last_row, targets)) {
+        if let Err(error) = validate_run(vd, first_row, row_count, targets) {
             return done(vec![Err(error); row_count as usize]);
         }
         for (part_first, part_count, done) in RunJoin::split(vd.geometry(), first_row, row_count, done) {
@@ -252,10 +251,7 @@ impl Engine {
         if row_count == 0 {
             return done(Vec::new());
         }
-        let last_row = first_row.saturating_add(row_count - 1);
-        if let Err(error) =
-            validate_row(vd, first_row, MemberSet::default()).and_then(|()| validate_row(vd, last_row, MemberSet::default()))
-        {
+        if let Err(error) = validate_run(vd, first_row, row_count, MemberSet::default()) {
             return done(vec![Err(error); row_count as usize]);
         }
         for (part_first, part_count, done) in RunJoin::split(vd.geometry(), first_row, row_count, done) {
@@ -426,6 +422,12 @@ impl<T: Send + 'static> RunJoin<T> {
         };
         parts.into_iter().map(|(part_first, part_count)| (part_first, part_count, file(part_first))).collect()
     }
+}
+
+/// [`validate_row`] of a run of `row_count` (at least one) rows from `first_row`: its first and
+/// last rows bound it.
+fn validate_run(vd: &VirtualDrive, first_row: u64, row_count: u64, targets: MemberSet) -> Result<(), VdError> {
+    validate_row(vd, first_row, targets).and_then(|()| validate_row(vd, first_row.saturating_add(row_count - 1), targets))
 }
 
 /// Checks a row job's row and members against the VD before anything is queued.

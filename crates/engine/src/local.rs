@@ -2,7 +2,7 @@
 
 use crate::runtime::{CompletionOrder, Executor, Reactor};
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, VdCompletion, VdError, VdRequest, VirtualDrive};
-use crate::{io, validate, validate_row};
+use crate::{io, validate, validate_row, validate_run};
 use drive::IoCtx;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -48,8 +48,7 @@ impl LocalEngine {
         if row_count == 0 {
             return done(Vec::new());
         }
-        let last_row = first_row.saturating_add(row_count - 1);
-        if let Err(error) = validate_row(vd, first_row, targets).and_then(|()| validate_row(vd, last_row, targets)) {
+        if let Err(error) = validate_run(vd, first_row, row_count, targets) {
             return done(vec![Err(error); row_count as usize]);
         }
         let reactor = Rc::clone(self.executor.reactor());
@@ -93,10 +92,7 @@ impl LocalEngine {
         if row_count == 0 {
             return done(Vec::new());
         }
-        let last_row = first_row.saturating_add(row_count - 1);
-        if let Err(error) =
-            validate_row(vd, first_row, MemberSet::default()).and_then(|()| validate_row(vd, last_row, MemberSet::default()))
-        {
+        if let Err(error) = validate_run(vd, first_row, row_count, MemberSet::default()) {
             return done(vec![Err(error); row_count as usize]);
         }
         let reactor = Rc::clone(self.executor.reactor());

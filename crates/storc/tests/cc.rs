@@ -13,18 +13,6 @@ use std::time::{Duration, Instant};
 const DRIVE_BYTES: u64 = 64 * MIB;
 const CC_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn cli(daemon: &Daemon, args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_storc"))
-        .args(args)
-        .arg("--api")
-        .arg(daemon.api_socket())
-        .output()
-        .expect("run the storc CLI");
-    let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "storc {args:?} failed: {text}");
-    text
-}
-
 fn corrupt(path: &str, offset_bytes: u64, len_bytes: u64) {
     use std::os::unix::fs::FileExt;
     let file = std::fs::OpenOptions::new().write(true).open(path).expect("open a member file");
@@ -79,19 +67,19 @@ fn cc_names_the_slot_repairs_and_another_member_out_still_reads_right() {
         let slot = vd.member_slots[place.drive];
 
         let daemon = Daemon::start(&scratch, &drives);
-        let started = cli(&daemon, &["/c0/v0", "start", "cc"]);
+        let started = daemon.cli(&["/c0/v0", "start", "cc"]);
         assert!(started.contains("consistency check of v0 started"), "{started}");
         wait_for_cc(&daemon);
         let events: Vec<String> = daemon.get::<Vec<EventView>>("/api/v1/events").into_iter().map(|e| e.description).collect();
         let reported: Vec<&String> = events.iter().filter(|e| e.contains("inconsistent:")).collect();
         assert_eq!(reported.len(), 1, "{level_name}: exactly one row reported: {reported:#?}");
         assert!(reported[0].contains(&format!("row {row} ")) && reported[0].contains(&said(slot)), "{level_name}: {}", reported[0]);
-        let shown = cli(&daemon, &["/c0/v0", "show", "cc"]);
+        let shown = daemon.cli(&["/c0/v0", "show", "cc"]);
         assert!(shown.contains("CC Not in progress"), "{shown}");
 
         // Another member out: every byte must come through the repaired redundancy.
         let other = if level == Level::Raid10 { slot ^ 1 } else { (slot + 1) % 4 };
-        cli(&daemon, &[&format!("/c0/s{other}"), "set", "offline"]);
+        daemon.cli(&[&format!("/c0/s{other}"), "set", "offline"]);
         if let Some(difference) = export_difference(&daemon.unix_uri("db"), &image, vd.size_bytes) {
             panic!("{level_name}: after the repair with slot {other} offline: {difference}");
         }

@@ -33,7 +33,7 @@ fn raid5_with_a_spare(name: &str) -> (Array, Daemon) {
         (0..=SPARE_SLOT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
     let daemon = Daemon::start(&scratch, &drives);
     let vd = daemon.create_vd("r5", &(0..8).collect::<Vec<_>>(), "db");
-    cli(&daemon, &["/c0/s8", "add", "hotsparedrive"]);
+    daemon.cli(&["/c0/s8", "add", "hotsparedrive"]);
     let image = scratch.join("image.raw");
     write_random_image(&image, vd.size_bytes, 23);
     nbdcopy_in(&image, &daemon.unix_uri("db"));
@@ -63,25 +63,6 @@ fn events(daemon: &Daemon) -> Vec<String> {
     daemon.get::<Vec<EventView>>("/api/v1/events").into_iter().map(|e| e.description).collect()
 }
 
-/// Runs the storc CLI against the daemon: its exit status and what it printed.
-fn cli_output(daemon: &Daemon, args: &[&str]) -> (i32, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_storc"))
-        .args(args)
-        .arg("--api")
-        .arg(daemon.api_socket())
-        .output()
-        .expect("run the storc CLI");
-    let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
-    (output.status.code().unwrap_or(-1), text)
-}
-
-/// Runs the storc CLI; it must succeed.
-fn cli(daemon: &Daemon, args: &[&str]) -> String {
-    let (status, text) = cli_output(daemon, args);
-    assert_eq!(status, 0, "storc {args:?} failed: {text}");
-    text
-}
-
 /// A client reading 4 KiB blocks in a loop, so that a copy runs at its rate, not flat out.
 fn busy_reader(daemon: &Daemon, size_bytes: u64) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
     let uri = NbdUri::Unix { socket_path: daemon.api_socket().with_file_name("nbd.sock"), export_name: "db".into() };
@@ -100,7 +81,7 @@ fn busy_reader(daemon: &Daemon, size_bytes: u64) -> (Arc<AtomicBool>, std::threa
 #[test]
 fn the_spare_copies_back_to_a_replaced_drive_file_and_returns_to_the_global_spares() {
     let (array, daemon) = raid5_with_a_spare("copyback");
-    cli(&daemon, &["/c0/s3", "set", "offline"]);
+    daemon.cli(&["/c0/s3", "set", "offline"]);
     wait_for_state(&daemon, SPARE_SLOT, "Onln");
     assert_eq!(drive_state(&daemon, 3), "UGood");
     daemon.stop();
@@ -109,7 +90,7 @@ fn the_spare_copies_back_to_a_replaced_drive_file_and_returns_to_the_global_spar
     std::fs::remove_file(&array.drives[3]).unwrap();
     array.scratch.sparse_file("d3.img", DRIVE_BYTES);
     let daemon = Daemon::start(&array.scratch, &array.drives);
-    let shown = cli(&daemon, &["/c0/s3", "show", "copyback"]);
+    let shown = daemon.cli(&["/c0/s3", "show", "copyback"]);
     let started = events(&daemon).iter().any(|e| e.starts_with("slot 3: UGood -> Cpybck (copyback started"));
     assert!(started, "the copyback starts at once: {:#?}", events(&daemon));
     assert!(shown.contains("/c0/s8") || drive_state(&daemon, 3) == "Onln", "{shown}");
@@ -121,8 +102,8 @@ fn the_spare_copies_back_to_a_replaced_drive_file_and_returns_to_the_global_spar
     assert_image(&array, &daemon, "after the copyback");
 
     // The copied member holds its share: take another member out, with no spare stepping in.
-    cli(&daemon, &["/c0", "set", "autorebuild=off"]);
-    cli(&daemon, &["/c0/s5", "set", "offline"]);
+    daemon.cli(&["/c0", "set", "autorebuild=off"]);
+    daemon.cli(&["/c0/s5", "set", "offline"]);
     assert_eq!(daemon.vd_named("db").state, "Dgrd");
     assert_image(&array, &daemon, "after the copyback, with slot 5 offline");
     let log = events(&daemon);
@@ -142,9 +123,9 @@ fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() 
     // can have been in flight, and the copy resumes at its checkpoint (not below dirty regions).
     daemon.stop();
     let daemon = Daemon::start(&array.scratch, &array.drives);
-    cli(&daemon, &["/c0", "set", "rebuildrate=5"]);
+    daemon.cli(&["/c0", "set", "rebuildrate=5"]);
     let (stop, reader) = busy_reader(&daemon, array.size_bytes);
-    let started = cli(&daemon, &["/c0/s2", "start", "copyback", "target=8", "J"]);
+    let started = daemon.cli(&["/c0/s2", "start", "copyback", "target=8", "J"]);
     let answer: serde_json::Value = serde_json::from_str(&started).expect("J prints JSON");
     let data = &answer["Controllers"][0]["Response Data"];
     assert_eq!((data["slot"].as_u64(), data["source_slot"].as_u64()), (Some(8), Some(2)), "{answer}");
@@ -183,11 +164,11 @@ fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() 
     let unclean = log.iter().rev().find(|e| e.starts_with(lowered)).unwrap_or_else(|| panic!("no event {lowered:?}: {log:#?}"));
     assert!(unclean.ends_with("v0 stopped uncleanly with writes in flight from row 0, which are copied again"), "{unclean}");
     assert_eq!(drive_state(&daemon, SPARE_SLOT), "Cpybck");
-    cli(&daemon, &["/c0", "set", "rebuildrate=100"]);
+    daemon.cli(&["/c0", "set", "rebuildrate=100"]);
     wait_for_state(&daemon, SPARE_SLOT, "Onln");
     assert_eq!(drive_state(&daemon, 2), "UGood");
     assert_image(&array, &daemon, "after the resumed replacement");
-    cli(&daemon, &["/c0", "set", "autorebuild=off"]);
+    daemon.cli(&["/c0", "set", "autorebuild=off"]);
     // kill -9 with writes in flight: the dirty regions are resynced first; until then a read
     // through their parity would fail (EIO) rather than trust it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
@@ -195,7 +176,7 @@ fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() 
         assert!(std::time::Instant::now() < deadline, "the resync after kill -9 never finished");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    cli(&daemon, &["/c0/s6", "set", "offline"]);
+    daemon.cli(&["/c0/s6", "set", "offline"]);
     assert_image(&array, &daemon, "after the resumed replacement, with slot 6 offline");
     daemon.stop();
 }
@@ -210,16 +191,16 @@ fn copyback_commands_say_what_is_allowed_and_bad_input_changes_nothing() {
     let drives: Vec<String> = drives.into_iter().chain([small]).collect();
     let daemon = Daemon::start(&scratch, &drives);
     daemon.create_vd("r5", &[0, 1, 2, 3], "db");
-    let shown = cli(&daemon, &["/c0", "show", "all"]);
+    let shown = daemon.cli(&["/c0", "show", "all"]);
     assert!(shown.contains("Copyback") && shown.contains("On"), "{shown}");
-    let set = cli(&daemon, &["/c0", "set", "copyback=off", "J"]);
+    let set = daemon.cli(&["/c0", "set", "copyback=off", "J"]);
     assert!(set.contains("\"copyback\": false"), "{set}");
     assert!(!daemon.controller().copyback);
-    cli(&daemon, &["/c0", "set", "copyback=on"]);
+    daemon.cli(&["/c0", "set", "copyback=on"]);
 
     let generation = daemon.controller().generation;
     let refused = |args: &[&str], status: i32, expected: &str| {
-        let (code, text) = cli_output(&daemon, args);
+        let (code, text) = daemon.cli_output(args);
         assert_eq!(code, status, "storc {args:?}: {text}");
         assert!(text.contains(expected), "storc {args:?}: {text}");
         assert_eq!(daemon.controller().generation, generation, "storc {args:?} changed nothing");
@@ -234,15 +215,15 @@ fn copyback_commands_say_what_is_allowed_and_bad_input_changes_nothing() {
     refused(&["/c0/s0", "stop", "copyback"], 1, "slot 0 has no copyback; none has one");
     refused(&["/c0", "set", "rebuildrate=101"], 2, "rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
     refused(&["/c0", "set", "copyback=maybe"], 2, "copyback=\"maybe\" is not allowed; allowed: on, off");
-    let (code, json) = cli_output(&daemon, &["/c0/s0", "start", "copyback", "target=1", "J"]);
+    let (code, json) = daemon.cli_output(&["/c0/s0", "start", "copyback", "target=1", "J"]);
     assert_eq!(code, 1);
     let answer: serde_json::Value = serde_json::from_str(&json).expect("J prints JSON");
     assert_eq!(answer["Controllers"][0]["Command Status"]["Status"], "Failure", "{answer}");
 
-    let none = cli(&daemon, &["/c0/sall", "show", "copyback"]);
+    let none = daemon.cli(&["/c0/sall", "show", "copyback"]);
     assert!(none.contains("No copyback in progress."), "{none}");
-    cli(&daemon, &["/c0/s1", "start", "copyback", "target=4"]);
-    let table = cli(&daemon, &["/c0/s4", "show", "copyback"]);
+    daemon.cli(&["/c0/s1", "start", "copyback", "target=4"]);
+    let table = daemon.cli(&["/c0/s4", "show", "copyback"]);
     assert!(table.contains("Progress%") && table.contains("Estimated Time Left"), "{table}");
     assert!((table.contains("/c0/s4") && table.contains("/c0/s1")) || drive_state(&daemon, 4) == "Onln", "{table}");
     wait_for_state(&daemon, 4, "Onln");

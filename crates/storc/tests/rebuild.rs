@@ -104,28 +104,15 @@ fn a_spare_takes_over_and_its_rebuilt_contents_hold_the_data_alone() {
 
     // The drive replaced first (slot 3, now UGood) takes slot 5's place by hand, through the CLI.
     assert_eq!(drive_state(&daemon, 3), "UGood");
-    let insert = cli(&daemon, &["/c0/s3", "insert", "dg=0", "array=0", "row=5"]);
+    let insert = daemon.cli(&["/c0/s3", "insert", "dg=0", "array=0", "row=5"]);
     assert!(insert.contains("Insert Drive Succeeded"), "{insert}");
-    let shown = cli(&daemon, &["/c0/s3", "show", "rebuild"]);
+    let shown = daemon.cli(&["/c0/s3", "show", "rebuild"]);
     assert!(shown.contains("/c0/s3") || drive_state(&daemon, 3) == "Onln", "{shown}");
     wait_until_online(&daemon, 3);
     set_drive(&daemon, 7, "offline");
     assert_image(&array, &daemon, "after slot 3 replaced slot 5, with slot 7 offline");
     daemon.stop();
     drop(array.scratch);
-}
-
-/// Runs the storc CLI against the daemon; it must succeed.
-fn cli(daemon: &Daemon, args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_storc"))
-        .args(args)
-        .arg("--api")
-        .arg(daemon.api_socket())
-        .output()
-        .expect("run the storc CLI");
-    let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "storc {args:?} failed: {text}");
-    text
 }
 
 #[test]

@@ -255,24 +255,18 @@ fn mirror_check_places(row: &Row) -> Vec<(usize, u64)> {
 /// the row path.
 async fn mirror_check_rows(env: &Env, rows: &[Row], mode: CheckMode) -> Vec<Result<CheckOutcome, VdError>> {
     let places: Vec<Vec<(usize, u64)>> = rows.iter().map(mirror_check_places).collect();
-    let unavailable = env.vd.unavailable();
-    let all_in = places.iter().flatten().all(|&(member, _)| !unavailable.contains(member));
-    let flat: Vec<(usize, u64)> = places.iter().flatten().copied().collect();
-    let read = match all_in && rows.len() > 1 {
-        true => run::read_strips(env, &flat, MemberSet::default()).await,
-        false => None,
-    };
     let mut results = Vec::with_capacity(rows.len());
-    let Some(strips) = read else {
-        for row in rows {
-            results.push(mirror_check_row(env, row, mode).await);
+    match run::read_rows(env, &places).await {
+        Some(copies) => {
+            for ((row, places), copies) in rows.iter().zip(&places).zip(copies) {
+                results.push(judge_copies(env, row, places, copies, mode).await);
+            }
         }
-        return results;
-    };
-    let mut strips = strips.into_iter().map(|strip| strip.buf);
-    for (row, places) in rows.iter().zip(&places) {
-        let copies: Vec<IoBuf> = strips.by_ref().take(places.len()).collect();
-        results.push(judge_copies(env, row, places, copies, mode).await);
+        None => {
+            for row in rows {
+                results.push(mirror_check_row(env, row, mode).await);
+            }
+        }
     }
     results
 }

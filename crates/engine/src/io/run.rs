@@ -60,6 +60,21 @@ pub(super) async fn read_strips(env: &Env, places: &[(usize, u64)], skip: Member
     Some(strips.into_iter().map(|strip| strip.expect("every place is in a range")).collect())
 }
 
+/// The strips of each row of a run whose rows read `places[i]` (member, drive offset) each,
+/// read with [`read_strips`] and handed back per row, in place order. `None` when the run has
+/// one row, a member it reads is out of service, or a read failed: the caller then takes the
+/// row path, which names the member and books the error once.
+pub(super) async fn read_rows(env: &Env, places: &[Vec<(usize, u64)>]) -> Option<Vec<Vec<IoBuf>>> {
+    let unavailable = env.vd.unavailable();
+    let all_in = places.iter().flatten().all(|&(member, _)| !unavailable.contains(member));
+    if !all_in || places.len() < 2 {
+        return None;
+    }
+    let flat: Vec<(usize, u64)> = places.iter().flatten().copied().collect();
+    let mut strips = read_strips(env, &flat, MemberSet::default()).await?.into_iter().map(|strip| strip.buf);
+    Some(places.iter().map(|row_places| strips.by_ref().take(row_places.len()).collect()).collect())
+}
+
 /// Groups `places` into drive-contiguous ranges of whole strips per member.
 fn contiguous_ranges(places: &[(usize, u64)], strip_bytes: u64) -> Vec<Range> {
     let mut order: Vec<usize> = (0..places.len()).collect();

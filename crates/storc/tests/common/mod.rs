@@ -231,6 +231,26 @@ impl Daemon {
         child.wait().expect("reap the daemon");
     }
 
+    /// Runs the storc CLI against this daemon: its exit status and what it printed (stdout,
+    /// then stderr).
+    pub fn cli_output(&self, args: &[&str]) -> (i32, String) {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_storc"))
+            .args(args)
+            .arg("--api")
+            .arg(self.api_socket())
+            .output()
+            .expect("run the storc CLI");
+        let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+        (output.status.code().unwrap_or(-1), text)
+    }
+
+    /// [`Daemon::cli_output`] of a command that must succeed: what it printed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let (status, text) = self.cli_output(args);
+        assert_eq!(status, 0, "storc {args:?} failed: {text}");
+        text
+    }
+
     pub fn api_socket(&self) -> PathBuf {
         self.data_dir.join("api.sock")
     }

@@ -31,25 +31,19 @@ fn check_places(row: &Row) -> Vec<(usize, u64)> {
 /// I/O per drive-contiguous range. A read that fails, or a member out of service, sends the run
 /// down the row path, which names the member and books the error once.
 pub(super) async fn parity_check_rows(env: &Env, rows: &[Row], mode: CheckMode) -> Vec<Result<CheckOutcome, VdError>> {
-    let unavailable = env.vd.unavailable();
-    let all_in = rows.iter().all(|row| row.span_members().iter().all(|&(member, _)| !unavailable.contains(member)));
     let places: Vec<Vec<(usize, u64)>> = rows.iter().map(check_places).collect();
-    let flat: Vec<(usize, u64)> = places.iter().flatten().copied().collect();
-    let read = match all_in && rows.len() > 1 {
-        true => run::read_strips(env, &flat, MemberSet::default()).await,
-        false => None,
-    };
     let mut results = Vec::with_capacity(rows.len());
-    let Some(strips) = read else {
-        for row in rows {
-            results.push(parity_check_row(env, row, mode).await);
+    match run::read_rows(env, &places).await {
+        Some(columns) => {
+            for ((row, places), columns) in rows.iter().zip(&places).zip(columns) {
+                results.push(judge_and_repair(env, row, places, columns, mode).await);
+            }
         }
-        return results;
-    };
-    let mut strips = strips.into_iter().map(|strip| strip.buf);
-    for (row, places) in rows.iter().zip(&places) {
-        let columns: Vec<IoBuf> = strips.by_ref().take(places.len()).collect();
-        results.push(judge_and_repair(env, row, places, columns, mode).await);
+        None => {
+            for row in rows {
+                results.push(parity_check_row(env, row, mode).await);
+            }
+        }
     }
     results
 }
