@@ -62,6 +62,17 @@ impl Drive for FaultyDrive {
         self.inner.info()
     }
 
+    /// What the drive under it says, unless reads of the range are made to fail or return
+    /// corrupted bytes (then what a read returns is not known to be zero).
+    fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        let faults = self.faults.read().expect("faults lock poisoned");
+        let touched = |ranges: &[Range<u64>]| overlaps(ranges, offset_bytes, len_bytes);
+        !faults.failed
+            && !touched(&faults.read_error_ranges)
+            && !touched(&faults.corrupt_read_ranges)
+            && self.inner.reads_zero(offset_bytes, len_bytes)
+    }
+
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
         let faults = self.faults.read().expect("faults lock poisoned");
         let (start, len) = op.range_bytes().unwrap_or((0, 0));

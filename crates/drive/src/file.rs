@@ -123,6 +123,23 @@ impl Drive for FileDrive {
             DriveOp::Flush => ctx.push_flush(fd, token),
         }
     }
+
+    /// A regular file: the range lies in a hole (`SEEK_DATA` finds no data before its end).
+    /// A block device is not known to read as zero (a discard does not promise it).
+    fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        if self.info.kind != DriveKind::File || len_bytes == 0 {
+            return len_bytes == 0;
+        }
+        let Ok(start) = libc::off_t::try_from(offset_bytes) else { return false };
+        // SAFETY: lseek on a file descriptor this drive owns; it reads no memory of ours. It
+        // moves the file offset, which nothing else uses (all I/O is positioned).
+        let data_at = unsafe { libc::lseek(self.file.as_raw_fd(), start, libc::SEEK_DATA) };
+        if data_at < 0 {
+            // ENXIO: no data at or after `start` (the rest of the file is a hole).
+            return io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+        }
+        data_at as u64 >= offset_bytes.saturating_add(len_bytes)
+    }
 }
 
 /// Opens with O_DIRECT if allowed and working, else buffered (unless direct I/O is required).

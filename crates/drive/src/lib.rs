@@ -170,6 +170,16 @@ pub trait Drive: Send + Sync {
     /// Starts `op`; its completion, carrying `token`, is later returned by `ctx.poll`. Never
     /// blocks on the medium. Errors (range, alignment, failed drive) also arrive as completions.
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp);
+
+    /// Whether every byte of `offset_bytes..offset_bytes + len_bytes` is known to read as zero
+    /// without reading it: a hole of a sparse file, memory never written. `false` means
+    /// "not known" (a block device, an error asking), never "holds data". The controller asks
+    /// when it creates a VD: members that read as zero already have consistent parity, so
+    /// background initialization has nothing to do.
+    fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        let _ = (offset_bytes, len_bytes);
+        false
+    }
 }
 
 impl fmt::Debug for dyn Drive {

@@ -77,6 +77,16 @@ impl Drive for MemDrive {
         }
         ctx.complete(Completion::of(token, Ok(()), op));
     }
+
+    /// Chunks never written read as zero; a written chunk is not looked into.
+    fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        if len_bytes == 0 {
+            return true;
+        }
+        let end_bytes = offset_bytes.saturating_add(len_bytes).min(self.info.capacity_bytes);
+        let chunks = (offset_bytes / CHUNK_BYTES) as usize..end_bytes.div_ceil(CHUNK_BYTES) as usize;
+        self.chunks[chunks].iter().all(|chunk| chunk.read().map(|data| data.is_none()).unwrap_or(false))
+    }
 }
 
 impl MemDrive {

@@ -216,6 +216,11 @@ impl Drive for EmulatedDrive {
         &self.info
     }
 
+    /// The data lives in its store; the timing model has no say in what reads return.
+    fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        self.store.reads_zero(offset_bytes, len_bytes)
+    }
+
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
         if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
             return ctx.fail(token, error, op);
