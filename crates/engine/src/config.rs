@@ -163,6 +163,8 @@ pub struct ControllerSettings {
     /// Share of its speed alone a consistency check keeps while clients are busy (`ccrate`,
     /// 0-100).
     pub cc_rate_percent: u8,
+    /// The same for background initialization (`bgirate`, 0-100).
+    pub bgi_rate_percent: u8,
 }
 
 impl Default for ControllerSettings {
@@ -172,6 +174,7 @@ impl Default for ControllerSettings {
             rebuild_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
             copyback: true,
             cc_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
+            bgi_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
         }
     }
 }
@@ -205,6 +208,10 @@ pub struct VdRecord {
     /// VD byte ranges whose data is lost (a source that could not be read while nothing else
     /// held its data): reads of them fail until they are written whole. Sorted, not overlapping.
     pub bad_blocks: Vec<BadBlock>,
+    /// Its members held data when it was created, so its parity or copies did not match: the
+    /// background initialization (BGI) that makes them consistent has not completed. Cleared
+    /// when it does, or by a full initialization.
+    pub bgi_pending: bool,
 }
 
 /// A VD byte range whose data is lost (MegaRAID's puncture, md's bad-block log).

@@ -58,6 +58,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             io_policy: IoPolicy::ALL[index % 2],
             member_size_bytes: (1 << 40) - u64::from(index as u32) * 4096,
             bad_blocks: (0..index as u64 % 3).map(|n| BadBlock { offset_bytes: n << 30, len_bytes: 512 << n }).collect(),
+            bgi_pending: index % 2 == 1,
         });
     }
     let hot_spares = vec![
@@ -75,7 +76,8 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             copy_slot: (slot % 3 == 1).then_some(slot / 2),
         })
         .collect();
-    let settings = ControllerSettings { auto_rebuild: false, rebuild_rate_percent: 77, copyback: false, cc_rate_percent: 12 };
+    let settings =
+        ControllerSettings { auto_rebuild: false, rebuild_rate_percent: 77, copyback: false, cc_rate_percent: 12, bgi_rate_percent: 64 };
     ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings }
 }
 
@@ -105,6 +107,7 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         io_policy: IoPolicy::Direct,
         member_size_bytes: 1 << 30,
         bad_blocks: Vec::new(),
+        bgi_pending: false,
     };
     let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
     ControllerConfig {
@@ -206,6 +209,9 @@ fn encode_old(sb: &Superblock, version: u32) -> Vec<u8> {
     }
     if version < 5 {
         old[14] = 0; // the consistency check rate
+    }
+    if version < 6 {
+        old[15] = 0; // the background initialization rate
     }
     let drive_count = sb.config.drives.len();
     let drive_record_bytes = match version {
@@ -314,7 +320,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&5u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&6u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -326,7 +332,7 @@ fn encoding_matches_the_documented_bytes() {
     for n in [4u32, 1, 1] {
         payload.extend_from_slice(&n.to_le_bytes()); // counts
     }
-    payload.extend_from_slice(&[0, 30, 30, 0]); // autorebuild on, rebuild and cc rates 30 %, reserved
+    payload.extend_from_slice(&[0, 30, 30, 30]); // autorebuild on, rebuild, cc and bgi rates 30 %
     for slot in 0..4u32 {
         payload.extend_from_slice(&slot.to_le_bytes());
         payload.extend_from_slice(&[2, 0, 0, 0]); // Onln, reserved
@@ -342,7 +348,7 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&3u32.to_le_bytes()); // drives_per_span
     payload.extend_from_slice(&(64u64 << 10).to_le_bytes()); // strip_size_bytes
     payload.extend_from_slice(&3u32.to_le_bytes()); // member_count
-    payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, reserved
+    payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, vd_flags (no BGI pending), reserved
     payload.extend_from_slice(&[b"vd0".as_slice(), &[0; 29]].concat());
     payload.extend_from_slice(&(1u64 << 30).to_le_bytes()); // member_size_bytes
     payload.extend_from_slice(&0u32.to_le_bytes()); // bad_block_count
@@ -374,8 +380,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 6), |_| UnknownVersion { found: 6, supported: 5 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 5 });
+    check_decode("unknown version", |b| set_u32(b, 8, 7), |_| UnknownVersion { found: 7, supported: 6 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 6 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -434,7 +440,9 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
     check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
     check_decode("drive reserved tail", sealed(DRIVE_RECORDS + 45, 1), reserved("drive record 0".into(), "reserved", 45));
     check_decode("vd reserved tail", sealed(VD0 + 79, 1), reserved(vd0(), "reserved", 79));
-    check_decode("counts reserved", sealed(PAYLOAD + 15, 1), reserved("record counts".into(), "reserved", 15));
+    let bgi_rate =
+        |_: &[u8]| UnknownCode { record: "record counts".into(), field: "bgi_rate_percent", code: 101, known: "0 to 100".into() };
+    check_decode("bgi rate", sealed(PAYLOAD + 15, 101), bgi_rate);
     let flags = |_: &[u8]| UnknownCode {
         record: "record counts".into(),
         field: "controller_flags",
@@ -493,7 +501,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 6), "metadata format version 6 is unknown; this storc reads versions 1 to 5");
+    check("version", |b| set_u32(b, 8, 7), "metadata format version 7 is unknown; this storc reads versions 1 to 6");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -819,4 +827,38 @@ fn version_4_metadata_is_read_with_the_default_cc_rate() {
     let expected =
         MetadataError::UnknownCode { record: "record counts".into(), field: "cc_rate_percent", code: 101, known: "0 to 100".into() };
     assert_eq!(decode(&bad).err(), Some(expected));
+}
+
+/// Version 5 (before BGI) is still read, with the default BGI rate and no BGI pending; its
+/// counts byte 15 and VD record bytes 29-31 are reserved, so a version-5 record that sets them
+/// is refused. Version 6 keeps both, and refuses a flag it does not know.
+#[test]
+fn version_5_metadata_is_read_with_no_bgi_pending() {
+    let mut sb = superblock(small_config(0x7a, 5), 1);
+    let bytes = encode_old(&sb, 5);
+    assert_eq!(decode(&bytes), Ok(sb.clone()));
+    let vd_record_at = PAYLOAD + 16 + 4 * DRIVE_RECORD_BYTES;
+    for (at, record, offset_bytes) in [(PAYLOAD + 15, "record counts", 15), (vd_record_at + 29, "vd record 0 (vd 7)", 29)] {
+        let mut set = bytes.clone();
+        set[at] = 1;
+        reseal(&mut set);
+        let expected = MetadataError::ReservedNotZero { record: record.into(), field: "reserved", offset_bytes };
+        assert_eq!(decode(&set).err(), Some(expected), "{record} byte {offset_bytes}");
+    }
+
+    sb.config.settings.bgi_rate_percent = 5;
+    sb.config.vds[0].bgi_pending = true;
+    let bytes = encode(&sb, 0).unwrap();
+    assert_eq!(bytes[vd_record_at + 29], 1, "vd_flags bit 0");
+    assert_eq!(decode(&bytes), Ok(sb.clone()));
+    let mut unknown_flag = bytes.clone();
+    unknown_flag[vd_record_at + 29] = 3;
+    reseal(&mut unknown_flag);
+    let expected = MetadataError::UnknownCode {
+        record: "vd record 0 (vd 7)".into(),
+        field: "vd_flags",
+        code: 3,
+        known: "bit 0 (background initialization pending)".into(),
+    };
+    assert_eq!(decode(&unknown_flag).err(), Some(expected));
 }

@@ -56,6 +56,7 @@ mod tests {
             io_policy: IoPolicy::Direct,
             member_size_bytes: 8 * GIB,
             bad_blocks: Vec::new(),
+            bgi_pending: false,
         };
         let mut drives: Vec<DriveRecord> = (0..3)
             .map(|slot| DriveRecord {

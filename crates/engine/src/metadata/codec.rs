@@ -21,14 +21,17 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// rather than misreading them. Version 4 adds copyback (a setting, and the member a `Cpybck`
 /// drive copies), per-VD bad-block lists, and gives the last MiB of the reserved area to the
 /// write-intent bitmap (so a payload is at most 1 MiB less one header). Version 5 adds the
-/// consistency check rate.
-pub const FORMAT_VERSION: u32 = 5;
+/// consistency check rate. Version 6 adds the background initialization rate and VD flags
+/// (background initialization pending).
+pub const FORMAT_VERSION: u32 = 6;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
 const FORMAT_VERSION_BITMAP: u32 = 4;
 /// The first version with the consistency check rate.
 const FORMAT_VERSION_CC_RATE: u32 = 5;
+/// The first version with the background initialization rate and VD flags.
+const FORMAT_VERSION_BGI: u32 = 6;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -115,12 +118,16 @@ pub(crate) mod counts {
     pub const REBUILD_RATE_PERCENT: Field = Field::new("rebuild_rate_percent", 13, 1);
     /// Version 5: the consistency check rate, in what versions 3 and 4 kept reserved.
     pub const CC_RATE_PERCENT: Field = Field::new("cc_rate_percent", 14, 1);
-    pub const RESERVED: Field = Field::new("reserved", 15, 1);
+    /// Version 6: the background initialization rate, in what version 5 kept reserved.
+    pub const BGI_RATE_PERCENT: Field = Field::new("bgi_rate_percent", 15, 1);
+    /// Version 5: byte 15 is reserved.
+    pub const RESERVED_V5: Field = Field::new("reserved", 15, 1);
     /// Versions 3 and 4: bytes 14 and 15 are reserved.
     pub const RESERVED_V4: Field = Field::new("reserved", 14, 2);
     /// Versions 1 and 2: everything after the counts is reserved.
     pub const RESERVED_V2: Field = Field::new("reserved", 12, 4);
-    pub const ALL: [Field; 7] = [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, CONTROLLER_FLAGS, REBUILD_RATE_PERCENT, CC_RATE_PERCENT, RESERVED];
+    pub const ALL: [Field; 7] =
+        [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, CONTROLLER_FLAGS, REBUILD_RATE_PERCENT, CC_RATE_PERCENT, BGI_RATE_PERCENT];
     /// `controller_flags` bit 0: automatic rebuild onto hot spares is off (0 keeps the default, on).
     pub const FLAG_AUTO_REBUILD_OFF: u8 = 1;
     /// Bit 1 (version 4): copyback onto a replaced member's slot is off.
@@ -172,12 +179,16 @@ pub(crate) mod vd_record {
     pub const STRIP_SIZE_BYTES: Field = Field::new("strip_size_bytes", 16, 8);
     pub const MEMBER_COUNT: Field = Field::new("member_count", 24, 4);
     pub const NAME_LEN: Field = Field::new("name_len", 28, 1);
-    pub const RESERVED: Field = Field::new("reserved", 29, 3);
+    /// Version 6: flags, in the first byte versions 1 to 5 kept reserved.
+    pub const VD_FLAGS: Field = Field::new("vd_flags", 29, 1);
+    pub const RESERVED: Field = Field::new("reserved", 30, 2);
+    /// Versions 1 to 5: bytes 29 to 31 are reserved.
+    pub const RESERVED_V5: Field = Field::new("reserved", 29, 3);
     pub const NAME: Field = Field::new("name", 32, VD_NAME_BYTES_MAX);
     pub const MEMBER_SIZE_BYTES: Field = Field::new("member_size_bytes", 64, 8);
     pub const BAD_BLOCK_COUNT: Field = Field::new("bad_block_count", 72, 4);
     pub const RESERVED_TAIL: Field = Field::new("reserved", 76, 4);
-    pub const ALL: [Field; 15] = [
+    pub const ALL: [Field; 16] = [
         VD_ID,
         DRIVE_GROUP,
         LEVEL,
@@ -188,6 +199,7 @@ pub(crate) mod vd_record {
         STRIP_SIZE_BYTES,
         MEMBER_COUNT,
         NAME_LEN,
+        VD_FLAGS,
         RESERVED,
         NAME,
         MEMBER_SIZE_BYTES,
@@ -197,6 +209,9 @@ pub(crate) mod vd_record {
     const _: () = assert!(BYTES == 80 && BYTES_V1 == MEMBER_SIZE_BYTES.offset && BYTES_V3 == BAD_BLOCK_COUNT.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
     const _: () = assert!(VD_NAME_BYTES_MAX <= u8::MAX as usize, "name_len is one byte");
+    /// `vd_flags` bit 0: background initialization has not completed (see `VdRecord::bgi_pending`).
+    pub const FLAG_BGI_PENDING: u8 = 1;
+    pub const FLAGS_KNOWN: u8 = FLAG_BGI_PENDING;
 }
 
 /// The fixed part of a hot spare record; `dedicated_count` u32 drive groups follow it.
@@ -308,6 +323,7 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     put(&mut fixed, counts::CONTROLLER_FLAGS, &[flags]);
     put(&mut fixed, counts::REBUILD_RATE_PERCENT, &[config.settings.rebuild_rate_percent]);
     put(&mut fixed, counts::CC_RATE_PERCENT, &[config.settings.cc_rate_percent]);
+    put(&mut fixed, counts::BGI_RATE_PERCENT, &[config.settings.bgi_rate_percent]);
     out.extend_from_slice(&fixed);
     config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
@@ -341,6 +357,8 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
     put(&mut fixed, vd_record::STRIP_SIZE_BYTES, &vd.strip_size_bytes.to_le_bytes());
     put(&mut fixed, vd_record::MEMBER_COUNT, &(vd.member_slots.len() as u32).to_le_bytes());
     put(&mut fixed, vd_record::NAME_LEN, &[name.len() as u8]);
+    let flags = if vd.bgi_pending { vd_record::FLAG_BGI_PENDING } else { 0 };
+    put(&mut fixed, vd_record::VD_FLAGS, &[flags]);
     fixed[vd_record::NAME.offset..][..name.len()].copy_from_slice(name);
     put(&mut fixed, vd_record::MEMBER_SIZE_BYTES, &vd.member_size_bytes.to_le_bytes());
     put(&mut fixed, vd_record::BAD_BLOCK_COUNT, &(vd.bad_blocks.len() as u32).to_le_bytes());
@@ -506,7 +524,8 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
     }
     match version {
         ..FORMAT_VERSION_CC_RATE => check_zero(fixed, counts::RESERVED_V4, record)?,
-        _ => check_zero(fixed, counts::RESERVED, record)?,
+        FORMAT_VERSION_CC_RATE..FORMAT_VERSION_BGI => check_zero(fixed, counts::RESERVED_V5, record)?,
+        _ => {}
     }
     let flags = get::<1>(fixed, counts::CONTROLLER_FLAGS)[0];
     let (flags_known, known) = match version {
@@ -529,11 +548,16 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         ..FORMAT_VERSION_CC_RATE => ControllerSettings::default().cc_rate_percent,
         _ => percent(counts::CC_RATE_PERCENT)?,
     };
+    let bgi_rate_percent = match version {
+        ..FORMAT_VERSION_BGI => ControllerSettings::default().bgi_rate_percent,
+        _ => percent(counts::BGI_RATE_PERCENT)?,
+    };
     Ok(ControllerSettings {
         auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0,
         rebuild_rate_percent,
         copyback: flags & counts::FLAG_COPYBACK_OFF == 0,
         cc_rate_percent,
+        bgi_rate_percent,
     })
 }
 
@@ -574,7 +598,21 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
     let fixed = reader.take(fixed_bytes, || format!("vd record {index} of {count}"))?;
     let vd_id = get_u32(fixed, vd_record::VD_ID);
     let record = || vd_record_name(index as usize, vd_id);
-    check_zero(fixed, vd_record::RESERVED, record)?;
+    let bgi_pending = match version {
+        ..FORMAT_VERSION_BGI => {
+            check_zero(fixed, vd_record::RESERVED_V5, record)?;
+            false
+        }
+        _ => {
+            check_zero(fixed, vd_record::RESERVED, record)?;
+            let flags = get::<1>(fixed, vd_record::VD_FLAGS)[0];
+            if flags & !vd_record::FLAGS_KNOWN != 0 {
+                let known = "bit 0 (background initialization pending)".to_string();
+                return Err(MetadataError::UnknownCode { record: record(), field: vd_record::VD_FLAGS.name, code: flags, known });
+            }
+            flags & vd_record::FLAG_BGI_PENDING != 0
+        }
+    };
     let level = decode_code(fixed, vd_record::LEVEL, record)?;
     let write_policy = decode_code(fixed, vd_record::WRITE_POLICY, record)?;
     let read_policy = decode_code(fixed, vd_record::READ_POLICY, record)?;
@@ -606,6 +644,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
         read_policy,
         io_policy,
         bad_blocks,
+        bgi_pending,
     })
 }
 
