@@ -451,6 +451,9 @@ fn validate(vd: &VirtualDrive, request: &VdRequest) -> Result<(), VdError> {
     if vd.is_retired() {
         return Err(VdError::Deleted { vd: vd.name() });
     }
+    if vd.is_initializing() {
+        return Err(VdError::Initializing { vd: vd.name() });
+    }
     match request.range_bytes() {
         Some((offset_bytes, len_bytes)) => vd.check_range(offset_bytes, len_bytes),
         None => Ok(()),

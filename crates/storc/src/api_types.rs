@@ -24,6 +24,10 @@
 //! | POST | /api/v1/drives/{slot}/copyback | `CopybackAction` | `CopybackView` |
 //! | GET | /api/v1/ccs | | `Vec<CcView>` |
 //! | POST | /api/v1/vds/{id}/cc | `CcAction` | `Message` |
+//! | GET | /api/v1/bgis | | `Vec<BgiView>` |
+//! | POST | /api/v1/vds/{id}/bgi | `BgiAction` | `Message` |
+//! | GET | /api/v1/inits | | `Vec<InitView>` |
+//! | POST | /api/v1/vds/{id}/init | `InitAction` | `Message` |
 //! | GET | /api/v1/events | | `Vec<EventView>` |
 //! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
 //! | POST | /api/v1/foreign/import | | `Message` |
@@ -75,10 +79,13 @@ pub struct ControllerView {
     pub copyback: bool,
     /// Share of its speed alone a consistency check keeps while clients are busy (`ccrate`).
     pub cc_rate_percent: u8,
+    /// The same for background initialization (`bgirate`).
+    #[serde(default)]
+    pub bgi_rate_percent: u8,
 }
 
-/// `/c0 set autorebuild=on|off rebuildrate=N copyback=on|off ccrate=N`; absent fields keep their
-/// value.
+/// `/c0 set autorebuild=on|off rebuildrate=N copyback=on|off ccrate=N bgirate=N`; absent fields
+/// keep their value.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SetController {
@@ -88,6 +95,8 @@ pub struct SetController {
     pub copyback: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cc_rate_percent: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgi_rate_percent: Option<u8>,
 }
 
 /// One consistency check (storcli's `show cc` table).
@@ -116,6 +125,50 @@ pub struct CcAction {
     /// With start only: rewrite what disagrees (the default, as MegaRAID does) or only report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<bool>,
+}
+
+/// One background initialization (storcli's `show bgi` table).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BgiView {
+    pub vd: u32,
+    pub progress_percent: f64,
+    /// "In progress", "Paused", "Stopped", or "Not started (...)" while a member is out.
+    pub status: String,
+    /// At the speed so far; absent until there is one.
+    pub estimated_seconds_left: Option<u64>,
+    pub rate_percent: u8,
+    /// Write-intent bitmap regions not yet initialized, of `region_count`.
+    pub regions_left: u64,
+    pub region_count: u64,
+}
+
+/// `/c0/vN stop|pause|resume bgi`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BgiAction {
+    /// stop, pause or resume.
+    pub action: String,
+}
+
+/// `/c0/vN start init [full] [force]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InitAction {
+    /// Every row written with zeros while the VD refuses I/O; otherwise (fast) the first and
+    /// last 8 MiB only.
+    #[serde(default)]
+    pub full: bool,
+    /// Even with NBD clients connected.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// A full initialization that runs (storcli's `show init` table).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct InitView {
+    pub vd: u32,
+    pub progress_percent: f64,
+    pub elapsed_seconds: u64,
 }
 
 /// One copy (copyback or proactive replacement; storcli's `show copyback` table).
@@ -208,6 +261,10 @@ pub struct VdView {
     /// Regions that await a resync after an unclean stop (none when there are none).
     #[serde(default)]
     pub resync: Option<ResyncInfo>,
+    /// Parity and copies agree with the data wherever the controller knows (storcli's
+    /// `Consist`): false while a background initialization or a resync is pending.
+    #[serde(default)]
+    pub consistent: bool,
 }
 
 /// A VD's resync after an unclean stop: its dirty regions' parity or copies are recomputed.

@@ -25,13 +25,31 @@ pub struct Opened {
     pub notes: Vec<String>,
 }
 
+/// How a VD's bitmap comes to be opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opening {
+    /// An existing VD assembled from its members: their bitmaps say what needs a resync.
+    Assembled,
+    /// A new VD whose members read as zero: every row is consistent already.
+    CreatedZeroed,
+    /// A new VD over members that held data: every region needs its background initialization,
+    /// which is the resync of all of them. Slot 0 holds them all until it is done, so a crash
+    /// part way resumes it.
+    CreatedOverData,
+}
+
 /// Reads the bitmaps of `members` (those in service), decides what needs a resync, and writes
 /// the area for this run: slot 0 holds every region found dirty, the shard slots are empty, and
-/// the header says "not clean" with a new epoch. A `fresh` VD (just created) has nothing to read.
-pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], fresh: bool) -> Opened {
+/// the header says "not clean" with a new epoch. A new VD has nothing to read.
+pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], opening: Opening) -> Opened {
+    let fresh = opening != Opening::Assembled;
     let mut notes = Vec::new();
     let mut dirty = Bits::new(regions.region_count);
     let (mut epoch, mut clean, mut found) = (0u64, true, 0usize);
+    if opening == Opening::CreatedOverData {
+        (0..regions.region_count).for_each(|region| dirty.set(region));
+        clean = false;
+    }
     for drive in members.iter().filter(|_| !fresh) {
         match ondisk::read_area(&**drive, regions.region_count) {
             Ok(area) => match area.header {
@@ -105,15 +123,39 @@ pub fn join(identity: Identity, intent: &WriteIntent, drive: &dyn Drive) -> Resu
 /// Clears slot 0 on `members` once what it held is resynced and every member is in service:
 /// the members are flushed first, so that nothing it covered can still be lost.
 pub fn clear_inherited(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
-    let len_bytes = ondisk::blocks_used(intent.regions.region_count) * crate::metadata::BLOCK_BYTES;
-    let empty = vec![0u8; len_bytes];
+    write_inherited(intent, members, &Bits::new(intent.regions.region_count))?;
+    intent.clear_inherited();
+    Ok(())
+}
+
+/// A resync's checkpoint, every member being in service: slot 0 keeps only the regions still
+/// unsynced (and those written while a member was out), so that a crash resumes the resync
+/// where it was rather than from its start. The members are flushed first: what the resync
+/// wrote in the regions dropped from slot 0 is durable before their bits go.
+pub fn checkpoint_resync(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
+    let kept = intent.keep_inherited_unsynced();
+    write_inherited(intent, members, &kept)
+}
+
+/// Every region unsynced, in memory and in slot 0 on `members`: what a full initialization
+/// does before it overwrites them, so that a crash part way leaves every region to a resync.
+pub fn mark_all_unsynced(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
+    let mut all = Bits::new(intent.regions.region_count);
+    (0..intent.regions.region_count).for_each(|region| all.set(region));
+    intent.add_inherited(&all);
+    (0..intent.regions.region_count).for_each(|region| intent.mark_unsynced(region));
+    write_inherited(intent, members, &intent.inherited())
+}
+
+/// Flushes `members`, writes `bits` to slot 0 and flushes again.
+fn write_inherited(intent: &WriteIntent, members: &[Arc<dyn Drive>], bits: &Bits) -> Result<(), String> {
+    let image = bits.to_bytes(ondisk::blocks_used(intent.regions.region_count) * crate::metadata::BLOCK_BYTES);
     for drive in members {
         let name = &drive.info().name;
-        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before clearing the bitmap failed: {e}"))?;
-        ondisk::write_slot(&**drive, 0, &empty).map_err(|e| format!("{name}: clearing the bitmap failed: {e}"))?;
-        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush after clearing the bitmap failed: {e}"))?;
+        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before writing slot 0 of the bitmap failed: {e}"))?;
+        ondisk::write_slot(&**drive, 0, &image).map_err(|e| format!("{name}: writing slot 0 of the bitmap failed: {e}"))?;
+        ondisk::flush(&**drive).map_err(|e| format!("{name}: flush after writing slot 0 of the bitmap failed: {e}"))?;
     }
-    intent.clear_inherited();
     Ok(())
 }
 

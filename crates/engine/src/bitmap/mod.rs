@@ -245,6 +245,24 @@ impl WriteIntent {
         *self.written_degraded.lock().expect("bitmap lock") = Bits::new(self.regions.region_count);
     }
 
+    /// Adds `regions` to slot 0's image (written by the caller).
+    pub fn add_inherited(&self, regions: &Bits) {
+        self.inherited.lock().expect("bitmap lock").union_with(regions);
+    }
+
+    /// Drops from slot 0's image the regions resynced since it was written, and returns what it
+    /// keeps: the regions still unsynced and those written while a member was out (a re-add
+    /// needs those). Only while every member is in service (nothing else needs slot 0 then).
+    pub fn keep_inherited_unsynced(&self) -> Bits {
+        let mut inherited = self.inherited.lock().expect("bitmap lock");
+        let mut kept = self.unsynced_regions();
+        kept.intersect_with(&inherited);
+        *inherited = kept.clone();
+        drop(inherited);
+        kept.union_with(&self.written_degraded.lock().expect("bitmap lock"));
+        kept
+    }
+
     /// `regions` may have been written while a member was out: a clean pass clears their bits
     /// from a shard's slot only after noting them here.
     pub fn note_written_degraded(&self, regions: &[u64]) {

@@ -85,9 +85,13 @@ impl Controller {
             )));
         }
         if let Some(regions) = vd.write_intent().map(|intent| intent.unsynced_count()).filter(|&count| count > 0) {
-            return Err(ControlError::Conflict(format!(
-                "v{vd_id} has {regions} region(s) to resync after an unclean stop; the resync checks them first"
-            )));
+            let bgi = state.config.vds.iter().any(|record| record.vd_id == vd_id && record.bgi_pending);
+            let what = if bgi {
+                "to initialize (its background initialization makes them consistent first)"
+            } else {
+                "to resync after an unclean stop (the resync checks them first)"
+            };
+            return Err(ControlError::Conflict(format!("v{vd_id} has {regions} region(s) {what}")));
         }
         let rate_percent = state.config.settings.cc_rate_percent;
         let member_slots = state.config.vds.iter().find(|v| v.vd_id == vd_id).expect("a live VD has a record").member_slots.clone();

@@ -1,6 +1,7 @@
 //! The administrator's commands: virtual drives, drive states, hot spares, foreign configurations.
 
 use super::*;
+use crate::bitmap::control::Opening;
 
 /// How long a deletion waits for the VD's requests in flight to finish.
 const VD_DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -51,9 +52,12 @@ impl Controller {
             io_policy: spec.io_policy,
             member_size_bytes,
             bad_blocks: Vec::new(),
+            bgi_pending: false,
         };
+        let opening = bgi::opening_for(&vd);
+        let record = VdRecord { bgi_pending: opening == Opening::CreatedOverData, ..record };
         vd.set_notifier(self.member_events.clone());
-        self.open_write_intent(state.config.controller_id, vd_id, &vd, true);
+        self.open_write_intent(state.config.controller_id, vd_id, &vd, opening);
         vd.bad_blocks().set_notifier(self.bad_block_events.clone());
         let detail = format!("member of v{vd_id}");
         for slot in &spec.slots {
@@ -67,6 +71,9 @@ impl Controller {
             Severity::Info,
             format!("created v{vd_id} {:?}: {} over slots {}", record.name, record.level, slot_list(&record.member_slots)),
         );
+        if persisted.is_ok() {
+            self.bgi_at_create(vd_id, opening);
+        }
         self.vds_changed();
         persisted.map(|()| record)
     }
@@ -85,6 +92,12 @@ impl Controller {
         };
         if in_use && !force {
             return Err(ControlError::Conflict(format!("v{vd_id} has NBD clients connected; disconnect them or add `force`")));
+        }
+        if self.inits.lock().expect("inits lock").contains_key(&vd_id) {
+            // Its thread writes the members: they must not go to another VD meanwhile.
+            return Err(ControlError::Conflict(format!(
+                "v{vd_id} is being initialized (full); delete it once that ends (`show init` says how far)"
+            )));
         }
         // Nothing of this VD may still be on its way to the drives once another VD can have
         // them: refuse new requests, then wait for those already queued or running.
@@ -125,6 +138,11 @@ impl Controller {
         }
         let persisted = self.persist(&mut state);
         drop(state);
+        // Its resync or BGI ends (its rows now fail); a new VD with this number starts afresh.
+        if let Some(resync) = self.resyncs.lock().expect("resyncs lock").remove(&vd_id) {
+            resync.progress.set_control(crate::background::Control::Stop);
+        }
+        self.bgi_stopped.lock().expect("bgi lock").remove(&vd_id);
         self.log(Severity::Info, format!("deleted v{vd_id} {:?}", record.name));
         self.vds_changed();
         persisted
@@ -181,7 +199,7 @@ impl Controller {
     // Controller settings
 
     /// Changes controller settings (`/c0 set autorebuild=on|off rebuildrate=N copyback=on|off
-    /// ccrate=N`); a new rate applies to running operations at once.
+    /// ccrate=N bgirate=N`); a new rate applies to running operations at once.
     ///
     /// # Errors
     /// A rate above 100 (nothing changes), or the metadata cannot be written.
@@ -192,12 +210,18 @@ impl Controller {
         if let Some(rate) = changes.cc_rate_percent.filter(|rate| *rate > 100) {
             return Err(ControlError::BadInput(format!("consistency check rate {rate} is not allowed; allowed: 0 to 100 (percent)")));
         }
+        if let Some(rate) = changes.bgi_rate_percent.filter(|rate| *rate > 100) {
+            return Err(ControlError::BadInput(format!(
+                "background initialization rate {rate} is not allowed; allowed: 0 to 100 (percent)"
+            )));
+        }
         let mut state = self.state.lock().expect("controller lock");
         let settings = &mut state.config.settings;
         settings.auto_rebuild = changes.auto_rebuild.unwrap_or(settings.auto_rebuild);
         settings.rebuild_rate_percent = changes.rebuild_rate_percent.unwrap_or(settings.rebuild_rate_percent);
         settings.copyback = changes.copyback.unwrap_or(settings.copyback);
         settings.cc_rate_percent = changes.cc_rate_percent.unwrap_or(settings.cc_rate_percent);
+        settings.bgi_rate_percent = changes.bgi_rate_percent.unwrap_or(settings.bgi_rate_percent);
         let settings = *settings;
         self.persist(&mut state)?;
         drop(state);
@@ -207,9 +231,11 @@ impl Controller {
         for copy in self.copybacks() {
             copy.progress.set_rate_percent(settings.rebuild_rate_percent);
         }
-        // A resync runs at the rebuild rate too (MegaRAID has no separate one for it).
+        // A resync after an unclean stop runs at the rebuild rate (MegaRAID has no separate one
+        // for it); a BGI at its own.
         for resync in self.resyncs.lock().expect("resyncs lock").values() {
-            resync.progress.set_rate_percent(settings.rebuild_rate_percent);
+            let rate_percent = if resync.bgi { settings.bgi_rate_percent } else { settings.rebuild_rate_percent };
+            resync.progress.set_rate_percent(rate_percent);
         }
         for check in self.checks() {
             check.progress.set_rate_percent(settings.cc_rate_percent);
@@ -219,8 +245,8 @@ impl Controller {
         self.log(
             Severity::Info,
             format!(
-                "controller settings: autorebuild={auto} rebuildrate={} copyback={copyback} ccrate={}",
-                settings.rebuild_rate_percent, settings.cc_rate_percent
+                "controller settings: autorebuild={auto} rebuildrate={} copyback={copyback} ccrate={} bgirate={}",
+                settings.rebuild_rate_percent, settings.cc_rate_percent, settings.bgi_rate_percent
             ),
         );
         Ok(settings)

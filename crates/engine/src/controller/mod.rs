@@ -16,6 +16,7 @@ use crate::metadata::{self, Superblock};
 mod assemble;
 mod bad_blocks;
 mod bays;
+mod bgi;
 mod check;
 mod commands;
 mod copyback;
@@ -27,6 +28,7 @@ pub mod state;
 mod types;
 
 pub use bad_blocks::ranges_text;
+pub use bgi::{BgiCommand, BgiView, InitView, FAST_INIT_BYTES};
 pub use check::{CcCommand, CcTally, CcView, CC_ROW_EVENTS_MAX};
 pub use copyback::{CopyView, CopybackCommand};
 pub use rebuild::{RebuildCommand, RebuildView};
@@ -82,6 +84,11 @@ pub struct Controller {
     resyncs: Mutex<BTreeMap<u32, ResyncView>>,
     /// Consistency checks running, by VD (their threads are in `rebuild_threads`).
     checks: Mutex<BTreeMap<u32, CcView>>,
+    /// VDs whose BGI the administrator stopped: it is not started again until `resume bgi` or
+    /// the next start of the controller.
+    bgi_stopped: Mutex<std::collections::BTreeSet<u32>>,
+    /// Full initializations running, by VD (their threads are in `rebuild_threads`).
+    inits: Mutex<BTreeMap<u32, Arc<bgi::InitRun>>>,
     bitmap_daemon: Mutex<Option<resync::BitmapDaemon>>,
     /// This controller, for the threads it starts (set once, right after it is built).
     myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
@@ -199,6 +206,8 @@ impl Controller {
             rebuild_threads: Mutex::new(Vec::new()),
             resyncs: Mutex::new(BTreeMap::new()),
             checks: Mutex::new(BTreeMap::new()),
+            bgi_stopped: Mutex::new(std::collections::BTreeSet::new()),
+            inits: Mutex::new(BTreeMap::new()),
             bitmap_daemon: Mutex::new(None),
             myself: std::sync::OnceLock::new(),
         });
@@ -252,7 +261,7 @@ impl Controller {
             }
         }
         vd.set_notifier(self.member_events.clone());
-        self.open_write_intent(state.config.controller_id, record.vd_id, &vd, false);
+        self.open_write_intent(state.config.controller_id, record.vd_id, &vd, crate::bitmap::control::Opening::Assembled);
         vd.bad_blocks().load(&record.bad_blocks);
         vd.bad_blocks().set_notifier(self.bad_block_events.clone());
         Ok(Arc::new(vd))

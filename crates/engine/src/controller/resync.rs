@@ -1,10 +1,15 @@
 //! The write-intent bitmap in the controller (see `crate::bitmap`): opened when a VD is
 //! assembled or created, cleared lazily by a daemon thread, resynced after an unclean stop,
 //! used to re-add a member that comes back, and marked clean at shutdown.
+//!
+//! The resync is also the background initialization (BGI) of a VD created over members that
+//! held data: every region starts unsynced, and the same walk makes parity and copies agree
+//! with the data (see `bgi` for its commands). Either one checkpoints slot 0 as it goes, so a
+//! crash resumes it near where it was.
 
 use super::*;
 use crate::background::{self, Finish, Hooks, Progress, RowOutcome};
-use crate::bitmap::control::{self, Identity};
+use crate::bitmap::control::{self, Identity, Opening};
 use crate::bitmap::{Bits, RegionMap};
 use crate::vd::CheckMode;
 use layout::SpanKind;
@@ -24,6 +29,9 @@ pub struct ResyncView {
     pub started: Instant,
     /// Regions left to resync.
     pub regions_left: u64,
+    /// The VD's background initialization (its record's `bgi_pending`), not a resync after an
+    /// unclean stop.
+    pub bgi: bool,
 }
 
 /// What `/c0/vN show` says about a VD's resync.
@@ -47,17 +55,17 @@ pub(super) struct BitmapDaemon {
 
 impl Controller {
     /// Gives `vd` its bitmap (levels with redundancy): reads what its members in service hold
-    /// (unless the VD is `fresh`), prepares the area for this run, and says what needs a resync.
-    pub(super) fn open_write_intent(&self, controller_id: ControllerId, vd_id: u32, vd: &VirtualDrive, fresh: bool) {
+    /// (when `Assembled`), prepares the area for this run, and says what needs a resync.
+    pub(super) fn open_write_intent(&self, controller_id: ControllerId, vd_id: u32, vd: &VirtualDrive, opening: Opening) {
         if vd.geometry().span_kind() == SpanKind::Stripe {
             return;
         }
         let identity = Identity { controller_id: controller_id.0, vd_id };
-        let opened = control::open(identity, RegionMap::for_geometry(vd.geometry()), &in_service_drives(vd), fresh);
+        let opened = control::open(identity, RegionMap::for_geometry(vd.geometry()), &in_service_drives(vd), opening);
         for note in &opened.notes {
             self.log(Severity::Warning, format!("v{vd_id} write-intent bitmap: {note}"));
         }
-        if opened.unclean && opened.dirty_region_count > 0 {
+        if opening == Opening::Assembled && opened.unclean && opened.dirty_region_count > 0 {
             let total = opened.intent.regions.region_count;
             let message = format!("v{vd_id} was not stopped cleanly: {} of {total} region(s) to resync", opened.dirty_region_count);
             self.log(Severity::Warning, message);
@@ -96,14 +104,22 @@ impl Controller {
         );
     }
 
-    /// Starts the resync of every VD that needs one and can have one (every member in service).
+    /// Starts the resync (or BGI) of every VD that needs one and can have one (every member in
+    /// service, not stopped by the administrator).
     pub(super) fn start_resyncs(&self, state: &State) {
         for (&vd_id, vd) in &state.vds {
-            let needs = vd.write_intent().is_some_and(|intent| intent.unsynced_count() > 0);
-            let running =
-                self.resyncs.lock().expect("resyncs lock").get(&vd_id).is_some_and(|r| r.progress.control() == background::Control::Run);
-            if needs && !running && all_online(vd) {
-                self.spawn_resync(Arc::clone(vd), vd_id, state.config.settings.rebuild_rate_percent);
+            let bgi = state.config.vds.iter().any(|record| record.vd_id == vd_id && record.bgi_pending);
+            // A BGI recorded pending with nothing left (a crash between its end and its record)
+            // walks once, finds nothing, and records the VD consistent.
+            let needs = vd.write_intent().is_some_and(|intent| intent.unsynced_count() > 0 || bgi);
+            let held = self.resyncs.lock().expect("resyncs lock").get(&vd_id).is_some_and(|r| {
+                // Running, paused, or stopped by `stop bgi` (until `resume bgi` or a restart).
+                r.progress.control() != background::Control::Stop || self.bgi_stopped.lock().expect("bgi lock").contains(&vd_id)
+            });
+            if needs && !held && all_online(vd) && !vd.is_initializing() {
+                let settings = &state.config.settings;
+                let rate_percent = if bgi { settings.bgi_rate_percent } else { settings.rebuild_rate_percent };
+                self.spawn_resync(Arc::clone(vd), vd_id, rate_percent, bgi);
             }
         }
     }
@@ -125,19 +141,27 @@ impl Controller {
         })
     }
 
-    fn spawn_resync(&self, vd: Arc<VirtualDrive>, vd_id: u32, rate_percent: u8) {
+    fn spawn_resync(&self, vd: Arc<VirtualDrive>, vd_id: u32, rate_percent: u8, bgi: bool) {
         let intent = vd.write_intent().expect("checked by the caller");
-        let progress = Progress::new(vd.geometry().row_count(), 0, rate_percent);
+        let regions = intent.regions;
+        // From the first unsynced region: a resumed BGI shows how far it really is.
+        let first_region = intent.unsynced_regions().ones().next().unwrap_or(0);
+        let start_row = regions.rows_of(first_region).start.min(vd.geometry().row_count());
+        let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
         progress.size_windows_for(vd.geometry().strip_size_bytes());
-        let view = ResyncView { vd_id, progress: Arc::clone(&progress), started: Instant::now(), regions_left: intent.unsynced_count() };
+        progress.set_run_rows(crate::run_rows_for(vd.geometry()));
+        let regions_left = intent.unsynced_count();
+        let view = ResyncView { vd_id, progress: Arc::clone(&progress), started: Instant::now(), regions_left, bgi };
         self.resyncs.lock().expect("resyncs lock").insert(vd_id, view);
-        self.log(Severity::Info, format!("resync of v{vd_id} started: {} region(s)", intent.unsynced_count()));
+        let what = sync_name(bgi);
+        let total = regions.region_count;
+        self.log(Severity::Info, format!("{what} of v{vd_id} started: {regions_left} of {total} region(s), rate {rate_percent}%"));
         let controller = self.myself();
         let spawned = std::thread::Builder::new().name(format!("storc-resync-v{vd_id}")).spawn(move || {
             let Some(controller) = controller.upgrade() else { return };
             let started = Instant::now();
-            let (finish, rows) = controller.run_resync(&vd, &progress);
-            controller.resync_ended(&vd, vd_id, finish, rows, started.elapsed());
+            let (finish, rows) = controller.run_resync(&vd, vd_id, &progress, bgi);
+            controller.resync_ended(&vd, vd_id, finish, rows, started.elapsed(), bgi);
         });
         match spawned {
             Ok(thread) => self.keep_thread(thread),
@@ -145,9 +169,10 @@ impl Controller {
         }
     }
 
-    /// Checks and repairs every row of the regions that await a resync, in order; a region is
-    /// trusted again once all its rows are done. Returns how it ended and the rows resynced.
-    fn run_resync(&self, vd: &Arc<VirtualDrive>, progress: &Progress) -> (Finish, u64) {
+    /// Makes every row of the regions that await a resync agree with its data, in order, in
+    /// whole runs (each member's part read in one I/O); a region is trusted again once all its
+    /// rows are done. Returns how it ended and the rows resynced.
+    fn run_resync(&self, vd: &Arc<VirtualDrive>, vd_id: u32, progress: &Progress, bgi: bool) -> (Finish, u64) {
         let intent = vd.write_intent().expect("a resync has a bitmap");
         let regions = intent.regions;
         let rows_left: Arc<Mutex<HashMap<u64, u64>>> = Arc::new(Mutex::new(
@@ -155,59 +180,72 @@ impl Controller {
         ));
         let rows_resynced = Arc::new(AtomicU64::new(0));
         let engine = Arc::clone(&self.engine);
-        let submit_row = |row: u64, done: Box<dyn FnOnce(RowOutcome) + Send>| {
-            let region = regions.region_of(row);
-            if !rows_left.lock().expect("resync lock").contains_key(&region) {
-                return done(RowOutcome::Done);
+        let submit_rows = |first_row: u64, row_count: u64, done: background::RunDone| {
+            let rows = first_row..first_row + row_count;
+            let wanted = |row: &u64| rows_left.lock().expect("resync lock").contains_key(&regions.region_of(*row));
+            if !rows.clone().any(|row| wanted(&row)) {
+                return done(vec![RowOutcome::Done; row_count as usize]);
             }
             let (rows_left, rows_resynced, vd_for_done) = (Arc::clone(&rows_left), Arc::clone(&rows_resynced), Arc::clone(vd));
-            let finished = Box::new(move |result: Result<crate::vd::CheckOutcome, crate::vd::VdError>| match result {
-                Ok(_) => {
-                    rows_resynced.fetch_add(1, Ordering::Relaxed);
-                    let mut left = rows_left.lock().expect("resync lock");
-                    let count = left.get_mut(&region).expect("counted above");
-                    *count -= 1;
-                    if *count == 0 {
-                        left.remove(&region);
-                        vd_for_done.write_intent().expect("a resync has a bitmap").region_synced(region);
+            let finished = Box::new(move |results: Vec<Result<crate::vd::CheckOutcome, crate::vd::VdError>>| {
+                let intent = vd_for_done.write_intent().expect("a resync has a bitmap");
+                let outcomes = rows.zip(results).map(|(row, result)| match result {
+                    Ok(_) => {
+                        rows_resynced.fetch_add(1, Ordering::Relaxed);
+                        row_synced(&rows_left, intent, row);
+                        RowOutcome::Done
                     }
-                    done(RowOutcome::Done)
-                }
-                Err(error) => done(RowOutcome::Fatal(error.to_string())),
+                    Err(error) => RowOutcome::Fatal(error.to_string()),
+                });
+                done(outcomes.collect());
             });
-            engine.check_row(vd, row, CheckMode::Resync, finished);
+            engine.check_rows(vd, first_row, row_count, CheckMode::Resync, finished);
         };
-        let mut checkpoint = |_row: u64| {};
+        let mut checkpoint = |_row: u64| {
+            if !all_online(vd) {
+                return;
+            }
+            if let Err(error) = control::checkpoint_resync(intent, &in_service_drives(vd)) {
+                self.log(Severity::Warning, format!("v{vd_id} write-intent bitmap: {} checkpoint failed: {error}", sync_name(bgi)));
+            }
+        };
+        let total_rows = progress.total_rows;
+        let milestone = AtomicU64::new(progress.watermark_row() * 4 / total_rows.max(1));
+        let advanced = |clean_rows: u64| {
+            // Events at every quarter, as MegaRAID logs the progress of a BGI.
+            let quarter = clean_rows * 4 / total_rows.max(1);
+            if quarter > milestone.fetch_max(quarter, Ordering::Relaxed) && quarter < 4 {
+                self.log(Severity::Info, format!("{} of v{vd_id}: {}% done", sync_name(bgi), quarter * 25));
+            }
+        };
         let clients_busy = || vd.last_client_request().elapsed() < rebuild::CLIENTS_BUSY_WINDOW;
-        let finish = background::run(
-            progress,
-            Hooks {
-                submit_rows: &background::row_by_row(&submit_row),
-                checkpoint: &mut checkpoint,
-                clients_busy: &clients_busy,
-                advanced: &|_| {},
-            },
-        );
+        let hooks = Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy, advanced: &advanced };
+        let finish = background::run(progress, hooks);
         (finish, rows_resynced.load(Ordering::Relaxed))
     }
 
-    fn resync_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, finish: Finish, rows: u64, elapsed: Duration) {
+    fn resync_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, finish: Finish, rows: u64, elapsed: Duration, bgi: bool) {
         let strip_bytes = vd.geometry().strip_size_bytes();
         let members = vd.members().len() as u64;
         let summary = format!("{rows} row(s), {} MiB read per member", (rows * strip_bytes) >> 20);
+        let what = sync_name(bgi);
         match finish {
             Finish::Complete => {
                 let per_s = (rows * strip_bytes * members) as f64 / elapsed.as_secs_f64().max(1e-3) / 1e6;
-                self.log(Severity::Info, format!("resync of v{vd_id} done: {summary} in {:.1} s ({per_s:.0} MB/s)", elapsed.as_secs_f64()));
+                self.log(Severity::Info, format!("{what} of v{vd_id} done: {summary} in {:.1} s ({per_s:.0} MB/s)", elapsed.as_secs_f64()));
                 self.resyncs.lock().expect("resyncs lock").remove(&vd_id);
                 self.clear_inherited_if_whole(vd, vd_id);
+                if bgi {
+                    self.bgi_done(vd_id);
+                }
             }
-            Finish::Stopped => {
-                self.log(Severity::Warning, format!("resync of v{vd_id} stopped after {summary}; it resumes at the next start"))
-            }
+            Finish::Stopped => self.log(
+                Severity::Warning,
+                format!("{what} of v{vd_id} stopped after {summary}; the regions left stay unsynced until it runs again"),
+            ),
             Finish::Failed(reason) => self.log(
                 Severity::Warning,
-                format!("resync of v{vd_id} cannot go on ({reason}); the regions left stay unreadable through parity until it runs again"),
+                format!("{what} of v{vd_id} cannot go on ({reason}); the regions left stay unreadable through parity until it runs again"),
             ),
         }
     }
@@ -309,6 +347,28 @@ impl Controller {
         vd.start_rebuild(member, vd.member(member).drive());
         self.spawn_rebuild_of(vd, vd_id, member, slot, 0, state.config.settings.rebuild_rate_percent, dirty);
         Ok(())
+    }
+}
+
+/// A row of an unsynced region is done; the region is synced once all its rows are.
+fn row_synced(rows_left: &Mutex<HashMap<u64, u64>>, intent: &crate::bitmap::WriteIntent, row: u64) {
+    let region = intent.regions.region_of(row);
+    let mut left = rows_left.lock().expect("resync lock");
+    // A row of a region that was synced already (a run that straddles regions) counts nothing.
+    let Some(count) = left.get_mut(&region) else { return };
+    *count -= 1;
+    if *count == 0 {
+        left.remove(&region);
+        intent.region_synced(region);
+    }
+}
+
+/// What the events call the walk: BGI for a new VD over old data, resync otherwise.
+pub(super) fn sync_name(bgi: bool) -> &'static str {
+    if bgi {
+        "background initialization"
+    } else {
+        "resync"
     }
 }
 

@@ -90,6 +90,7 @@ pub struct ControllerChanges {
     pub rebuild_rate_percent: Option<u8>,
     pub copyback: Option<bool>,
     pub cc_rate_percent: Option<u8>,
+    pub bgi_rate_percent: Option<u8>,
 }
 
 /// What `/c0/sN set` asks for. What each may change is `state::TRANSITIONS`.

@@ -192,9 +192,12 @@ pub(crate) async fn check_rows(
     for lock in &locks {
         lock.acquired().await;
     }
-    // A repair writes members like a client does: its regions must be marked first.
+    // A repair writes members like a client does: its regions must be marked first. A resync
+    // (or BGI) writes only in regions that are unsynced, which slot 0 holds until the resync's
+    // checkpoint has flushed them: a bit of its own would only keep a region it finished dirty
+    // after a crash, and the resync would start over.
     let mut intents = Vec::new();
-    if mode.writes() {
+    if mode == CheckMode::Repair {
         for row in row_numbers.clone() {
             match intent::begin_write(&env, row).await {
                 Ok(guard) => intents.push(guard),

@@ -171,6 +171,8 @@ pub struct VirtualDrive {
     /// Where member failures found by I/O are reported (the controller's watcher).
     notifier: std::sync::OnceLock<crossbeam_channel::Sender<MemberEvent>>,
     /// Set once the VD is deleted: every request fails from then on.
+    /// A full initialization writes its members: client requests are refused meanwhile.
+    initializing: AtomicBool,
     retired: AtomicBool,
     /// When a client last submitted a request, in ns since [`clock_epoch`]: background
     /// operations slow down to their rate while clients are busy.
@@ -244,6 +246,7 @@ impl VirtualDrive {
             state_change: Mutex::new(()),
             notifier: std::sync::OnceLock::new(),
             retired: AtomicBool::new(false),
+            initializing: AtomicBool::new(false),
             last_client_request_ns: AtomicU64::new(0),
             requests_in_flight: AtomicUsize::new(0),
             acks: Mutex::new(AckGate::default()),
@@ -563,6 +566,16 @@ impl VirtualDrive {
 
     pub fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
+    }
+
+    /// A full initialization starts (`true`) or ends: client requests are refused meanwhile
+    /// (wait for those in flight with [`VirtualDrive::wait_idle`]).
+    pub fn set_initializing(&self, initializing: bool) {
+        self.initializing.store(initializing, Ordering::Release);
+    }
+
+    pub fn is_initializing(&self) -> bool {
+        self.initializing.load(Ordering::Acquire)
     }
 
     /// Waits until no request of this VD is queued or running; returns whether that happened

@@ -19,6 +19,8 @@ pub enum VdError {
     Stopped,
     #[error("virtual drive {vd} was deleted")]
     Deleted { vd: String },
+    #[error("virtual drive {vd} is being initialized (full): it refuses I/O until every row is written; `show init` says how far it is")]
+    Initializing { vd: String },
     #[error("virtual drive {vd}: a member failed and the failure could not be recorded in the metadata ({detail}); writes are refused until it is")]
     FailureUnrecorded { vd: String, detail: String },
     #[error("virtual drive {vd} is {level}, which keeps no redundancy: there is nothing to {action} a row from")]
@@ -36,7 +38,7 @@ pub enum VdError {
     BadBlock { vd: String, offset_bytes: u64, len_bytes: u64 },
     #[error("virtual drive {vd}: row {row} cannot be checked: member {member} is out of service")]
     RowMemberOut { vd: String, row: u64, member: usize },
-    #[error("virtual drive {vd}: row {row} needs its parity to be read now, and its region is not yet resynced after an unclean stop (the parity may be stale)")]
+    #[error("virtual drive {vd}: row {row} needs its parity to be read now, and its region is not yet resynced (after an unclean stop) or initialized (a new VD over old data): its parity may not match")]
     RowNotResynced { vd: String, row: u64 },
     #[error("virtual drive {vd}: row {row}: {action} member {member} failed: {error}")]
     RowMemberIo { vd: String, row: u64, member: usize, action: &'static str, error: DriveError },

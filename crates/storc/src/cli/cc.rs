@@ -91,7 +91,7 @@ mod tests {
         check("/c0/v1 stop cc report", "usage: stop cc takes no options; repair or report goes with start only");
         check("/c0 set ccrate=40", r#"PATCH /api/v1/controller {"auto_rebuild":null,"rebuild_rate_percent":null,"cc_rate_percent":40}"#);
         check("/c0 set ccrate=101", "usage: ccrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
-        check("/c0/vall start cc", "usage: unknown command \"/c0/vall start cc\"; allowed after /c0/vall: show, show all, show cc (show badblocks, del, set and cc commands need one VD: /c0/vN)");
+        check("/c0/vall start cc", "usage: unknown command \"/c0/vall start cc\"; allowed after /c0/vall: show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)");
     }
 
     #[test]

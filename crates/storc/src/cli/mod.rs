@@ -8,6 +8,7 @@
 //! Exit status: 0 success, 1 an error from (or no answer from) the daemon, 2 a usage error.
 
 mod bad_blocks;
+mod bgi;
 mod cc;
 mod copyback;
 mod http;
@@ -190,8 +191,8 @@ mod tests {
                 .starts_with("CLI Version = storc 0.1.0\nController = 0\nStatus = Success\nDescription = Show Virtual Drives Succeeded\n"),
             "{output}"
         );
-        assert!(output.contains("\nDG/VD TYPE  State Size     Strip  Cache Name Export\n"), "{output}");
-        assert!(output.contains("\n0/0   RAID5 Dgrd  48.0 GiB 64 KiB NRWTD db   db\n"), "{output}");
+        assert!(output.contains("\nDG/VD TYPE  State Consist Size     Strip  Cache Name Export\n"), "{output}");
+        assert!(output.contains("\n0/0   RAID5 Dgrd  Yes     48.0 GiB 64 KiB NRWTD db   db\n"), "{output}");
         assert!(output.contains("NR=No Read Ahead"), "the legend explains the cache code");
         assert_eq!(daemon.requests_seen(), vec!["GET /api/v1/vds HTTP/1.1 "]);
     }

@@ -6,7 +6,9 @@
 //! enforce them, so the CLI cannot drift from the controller.
 
 use super::http::{Method, Request};
-use crate::api_types::{AddHotSpare, CcAction, CopybackAction, CreateVd, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd};
+use crate::api_types::{
+    AddHotSpare, BgiAction, CcAction, CopybackAction, CreateVd, InitAction, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd,
+};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
 
@@ -64,6 +66,10 @@ pub enum Action {
     Copyback { slot: u32, action: CopybackAction },
     ShowCc { target: Target },
     Cc { vd: u32, action: CcAction },
+    ShowBgi { target: Target },
+    Bgi { vd: u32, action: BgiAction },
+    ShowInit { target: Target },
+    Init { vd: u32, action: InitAction },
 }
 
 /// What the first argument names.
@@ -163,6 +169,20 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Vds(Target::One(vd)), [verb @ ("start" | "stop" | "pause" | "resume"), "cc", ..]) => {
             Action::Cc { vd, action: super::cc::parse_action(verb, &tokens[2..])? }
         }
+        (Object::Vds(target), ["show", "bgi"]) => Action::ShowBgi { target },
+        (Object::Vds(Target::One(_)), ["start", "bgi", ..]) => {
+            return usage(
+                "start bgi: BGI starts by itself when a VD is created over drives that held data; allowed: stop, pause, resume bgi",
+            )
+        }
+        (Object::Vds(Target::One(_)), [verb @ ("stop" | "pause" | "resume"), "bgi", _, ..]) => {
+            return usage(format!("{verb} bgi takes no options"))
+        }
+        (Object::Vds(Target::One(vd)), [verb @ ("stop" | "pause" | "resume"), "bgi"]) => {
+            Action::Bgi { vd, action: BgiAction { action: verb.to_string() } }
+        }
+        (Object::Vds(target), ["show", "init"]) => Action::ShowInit { target },
+        (Object::Vds(Target::One(vd)), ["start", "init", ..]) => Action::Init { vd, action: super::bgi::parse_init(&tokens[2..])? },
         (Object::Vds(Target::One(vd)), ["del" | "delete"]) => Action::DeleteVd { vd, force: false },
         (Object::Vds(Target::One(vd)), ["del" | "delete", "force"]) => Action::DeleteVd { vd, force: true },
         (Object::Vds(Target::One(vd)), ["set", ..]) => Action::SetVd { vd, changes: parse_set_vd(&tokens[1..])? },
@@ -184,11 +204,13 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
 fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
         Object::Controller => {
-            "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100"
+            "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100"
         }
-        Object::Vds(Target::All) => "show, show all, show cc (show badblocks, del, set and cc commands need one VD: /c0/vN)",
+        Object::Vds(Target::All) => {
+            "show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)"
+        }
         Object::Vds(Target::One(_)) => {
-            "show, show all, show badblocks, show cc, del [force], set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc"
+            "show, show all, show badblocks, show cc, show bgi, show init, del [force], set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]"
         }
         Object::Slots(Target::All) => {
             "show, show all, show rebuild, show copyback (add, delete, set, rebuild and copyback commands need one slot: /c0/sN)"
@@ -436,7 +458,7 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
 }
 
 fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> {
-    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100";
+    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100, bgirate=0-100";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
@@ -450,6 +472,7 @@ fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> 
             "copyback" => set_once(&mut changes.copyback, on_off("copyback", value)?, "copyback=", token)?,
             "rebuildrate" => set_once(&mut changes.rebuild_rate_percent, percent("rebuildrate", value)?, "rebuildrate=", token)?,
             "ccrate" => set_once(&mut changes.cc_rate_percent, percent("ccrate", value)?, "ccrate=", token)?,
+            "bgirate" => set_once(&mut changes.bgi_rate_percent, percent("bgirate", value)?, "bgirate=", token)?,
             _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
         }
     }
@@ -557,6 +580,10 @@ impl Action {
             Action::Copyback { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/copyback"), action)],
             Action::ShowCc { .. } => vec![Request::get("/api/v1/ccs")],
             Action::Cc { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/cc"), action)],
+            Action::ShowBgi { .. } => vec![Request::get("/api/v1/bgis")],
+            Action::Bgi { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/bgi"), action)],
+            Action::ShowInit { .. } => vec![Request::get("/api/v1/inits")],
+            Action::Init { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/init"), action)],
         }
     }
 }

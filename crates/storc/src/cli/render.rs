@@ -13,6 +13,7 @@ pub const CONTROLLER: u32 = 0;
 
 const VD_LEGEND: &str = "\
 Optl=Optimal|Pdgd=Partially Degraded|Dgrd=Degraded|OfLn=OffLine|DG=Drive Group|
+Consist=parity and copies known to match the data (No: initialization or resync pending)|
 Cache=read policy, write policy in effect, IO policy: NR=No Read Ahead|R=Read Ahead|
 AR=Adaptive Read Ahead|WT=WriteThrough|WB=WriteBack|AWB=Always WriteBack|
 D=Direct IO|C=Cached IO|Export=NBD export name
@@ -112,7 +113,9 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
             super::copyback::report(&description, Target::One(*slot), &[decode(first)?], first)
         }
         Action::ShowCc { target } => super::cc::report("Show CC Succeeded", *target, &decode::<Vec<_>>(first)?, first),
-        Action::Cc { .. } => message_report(first)?,
+        Action::Cc { .. } | Action::Bgi { .. } | Action::Init { .. } => message_report(first)?,
+        Action::ShowBgi { target } => super::bgi::bgi_report(*target, &decode::<Vec<_>>(first)?, first),
+        Action::ShowInit { target } => super::bgi::init_report(*target, &decode::<Vec<_>>(first)?, first),
     };
     Ok(report)
 }
@@ -149,6 +152,8 @@ fn controller_report(controller: &ControllerView, all: bool, answer: &Value) -> 
         facts.push(("Auto Rebuild", if controller.auto_rebuild { "On" } else { "Off" }.to_string()));
         facts.push(("Rebuild Rate", format!("{}%", controller.rebuild_rate_percent)));
         facts.push(("Copyback", on_off(controller.copyback)));
+        facts.push(("CC Rate", format!("{}%", controller.cc_rate_percent)));
+        facts.push(("BGI Rate", format!("{}%", controller.bgi_rate_percent)));
     }
     let mut text = section("Basics", &key_values(&facts));
     text += &section("VD LIST", &vd_table_or_none(&controller.vds));
@@ -233,6 +238,7 @@ fn settings_report(controller: &ControllerView, answer: &Value) -> Report {
         ("Rebuild Rate", format!("{}%", controller.rebuild_rate_percent)),
         ("Copyback", on_off(controller.copyback)),
         ("CC Rate", format!("{}%", controller.cc_rate_percent)),
+        ("BGI Rate", format!("{}%", controller.bgi_rate_percent)),
     ];
     Report { description: "Set Controller Properties Succeeded".to_string(), text: key_values(&facts), data: answer.clone() }
 }
@@ -325,12 +331,13 @@ fn pd_table_or_none(drives: &[DriveView]) -> String {
 }
 
 fn vd_table(vds: &[VdView]) -> Table {
-    let mut table = Table::new(&["DG/VD", "TYPE", "State", "Size", "Strip", "Cache", "Name", "Export"]);
+    let mut table = Table::new(&["DG/VD", "TYPE", "State", "Consist", "Size", "Strip", "Cache", "Name", "Export"]);
     for vd in vds {
         table.push(vec![
             format!("{}/{}", vd.drive_group, vd.vd),
             vd.level.clone(),
             vd.state.clone(),
+            if vd.consistent { "Yes" } else { "No" }.to_string(),
             human_size(vd.size_bytes),
             strip_size(vd.strip_size_bytes),
             cache_code(&vd.read_policy, &vd.write_policy_effective, &vd.io_policy),

@@ -37,6 +37,10 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/drives/{slot}/copyback", post(super::api_copyback::copyback_action))
         .route("/api/v1/ccs", get(super::api_cc::checks))
         .route("/api/v1/vds/{id}/cc", post(super::api_cc::cc_action))
+        .route("/api/v1/bgis", get(super::api_bgi::bgis))
+        .route("/api/v1/vds/{id}/bgi", post(super::api_bgi::bgi_action))
+        .route("/api/v1/inits", get(super::api_bgi::inits))
+        .route("/api/v1/vds/{id}/init", post(super::api_bgi::init_action))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
         .route("/api/v1/vds/{id}/badblocks", get(bad_blocks))
@@ -140,6 +144,12 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         .iter()
         .map(|slot| config.drives.iter().find(|d| d.slot == *slot).map(|d| d.state.short_name()).unwrap_or("Msng").to_string())
         .collect();
+    let resync = state.controller.resync_status(record.vd_id).map(|status| match status {
+        ResyncStatus::Pending { regions } => ResyncInfo { status: "Pending".into(), regions, percent_done: None },
+        ResyncStatus::InProgress { regions, percent_done } => {
+            ResyncInfo { status: "In progress".into(), regions, percent_done: Some(percent_done) }
+        }
+    });
     VdView {
         vd: record.vd_id,
         drive_group: record.drive_group,
@@ -161,12 +171,8 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         read_policy: record.read_policy.short_name().to_string(),
         io_policy: record.io_policy.short_name().to_string(),
         export_name: record.name.clone(),
-        resync: state.controller.resync_status(record.vd_id).map(|status| match status {
-            ResyncStatus::Pending { regions } => ResyncInfo { status: "Pending".into(), regions, percent_done: None },
-            ResyncStatus::InProgress { regions, percent_done } => {
-                ResyncInfo { status: "In progress".into(), regions, percent_done: Some(percent_done) }
-            }
-        }),
+        resync: resync.clone(),
+        consistent: !record.bgi_pending && resync.is_none(),
     }
 }
 
@@ -227,6 +233,7 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
         rebuild_rate_percent: config.settings.rebuild_rate_percent,
         copyback: config.settings.copyback,
         cc_rate_percent: config.settings.cc_rate_percent,
+        bgi_rate_percent: config.settings.bgi_rate_percent,
     })
 }
 
@@ -236,6 +243,7 @@ async fn set_controller(State(state): State<Shared>, ApiJson(body): ApiJson<SetC
         rebuild_rate_percent: body.rebuild_rate_percent,
         copyback: body.copyback,
         cc_rate_percent: body.cc_rate_percent,
+        bgi_rate_percent: body.bgi_rate_percent,
     };
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.set_controller(changes)).await?;

@@ -22,6 +22,7 @@ fn io_error(error: &VdError) -> IoError {
         VdError::Offline { .. }
         | VdError::Unrecoverable { .. }
         | VdError::Deleted { .. }
+        | VdError::Initializing { .. }
         | VdError::FailureUnrecorded { .. }
         | VdError::RowNotResynced { .. }
         | VdError::BadBlock { .. } => IoError::Io,

@@ -5,6 +5,7 @@
 //! signals (control plane only).
 
 pub mod api;
+mod api_bgi;
 mod api_cc;
 mod api_copyback;
 mod data_dir;

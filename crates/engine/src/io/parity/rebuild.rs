@@ -63,7 +63,8 @@ fn refuse_unsynced(env: &Env, row: &Row, targets: MemberSet) -> Result<(), VdErr
     }
     let member =
         row.span_members().iter().map(|&(member, _)| member).find(|&member| targets.contains(member)).expect("a row with a target");
-    let detail = "its region is not yet resynced after an unclean stop (the parity may be stale)".to_string();
+    let detail = "its region is not yet resynced (after an unclean stop) or initialized (a new VD over old data): its parity may not match"
+        .to_string();
     Err(VdError::RowUnrecoverable { vd: env.vd.name(), row: row.map.row, member, detail })
 }
 

@@ -143,17 +143,17 @@ fn objects_and_commands_that_do_not_exist() {
     check("/c0/e252/s3 show", "usage: /c0/e252/s3: storc has no enclosures; name a drive by its slot, e.g. /c0/s3");
     check(
         "/c0/vall del",
-        "usage: unknown command \"/c0/vall del\"; allowed after /c0/vall: show, show all, show cc (show badblocks, del, set and cc commands need one VD: /c0/vN)",
+        "usage: unknown command \"/c0/vall del\"; allowed after /c0/vall: show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)",
     );
     check(
         "/c0",
-        "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100",
+        "usage: missing command after /c0; allowed: show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100",
     );
     check("/c0 set rebuildrate=101", "usage: rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
     check("/c0 set autorebuild=maybe", "usage: autorebuild=\"maybe\" is not allowed; allowed: on, off");
     check(
         "/c0 set speed=1",
-        "usage: set: unknown property \"speed\"; allowed: autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100",
+        "usage: set: unknown property \"speed\"; allowed: autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100, bgirate=0-100",
     );
     check("/c0/fall show import", "usage: unknown command \"/c0/fall show import\"; allowed after /c0/fall: show, import, del");
 }
@@ -181,11 +181,11 @@ fn show_badblocks_needs_one_vd() {
     check("/c0/V2 SHOW BadBlocks", "GET /api/v1/vds/2/badblocks");
     check(
         "/c0/vall show badblocks",
-        "usage: unknown command \"/c0/vall show badblocks\"; allowed after /c0/vall: show, show all, show cc (show badblocks, del, set and cc commands need one VD: /c0/vN)",
+        "usage: unknown command \"/c0/vall show badblocks\"; allowed after /c0/vall: show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)",
     );
     check(
         "/c0/v2 show badblock",
-        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, del [force], set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc",
+        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, show bgi, show init, del [force], set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
     );
     let args: Vec<String> = ["/c0/v2", "show", "badblocks", "J"].map(String::from).to_vec();
     assert!(parse(&args).unwrap().json_output);

@@ -33,6 +33,7 @@ pub fn sample_vd() -> VdView {
         io_policy: "direct".into(),
         export_name: "db".into(),
         resync: None,
+        consistent: true,
     }
 }
 
@@ -59,7 +60,7 @@ fn vd_show_all_lists_members_and_properties() {
     let answers = [json!([vd]), serde_json::to_value(&drives).unwrap()];
     let action = Action::ShowVds { target: Target::All, all: true };
     let report = report(&action, &answers).unwrap();
-    assert!(report.text.contains("0/0   RAID5 Dgrd  48.0 GiB 64 KiB NRWTD db   db\n"), "{}", report.text);
+    assert!(report.text.contains("0/0   RAID5 Dgrd  Yes     48.0 GiB 64 KiB NRWTD db   db\n"), "{}", report.text);
     assert!(report.text.contains("\n3    -        Msng  0  -"), "a missing member keeps its row:\n{}", report.text);
     assert!(report.text.contains("Write Cache(effective) = WT (asked for WB; the journal is not ready)\n"));
     assert!(report.text.contains("Number of Drives Per Span = 4\n"));
@@ -85,6 +86,7 @@ fn controller_summary() {
         rebuild_rate_percent: 30,
         copyback: true,
         cc_rate_percent: 30,
+        bgi_rate_percent: 30,
     };
     let answer = serde_json::to_value(&controller).unwrap();
     let summary = report(&Action::ShowController { all: false }, std::slice::from_ref(&answer)).unwrap();
