@@ -37,6 +37,9 @@ pub struct RunConfig {
     /// The operation at which a member is copied to a new drive that then takes its place
     /// (copyback, proactive replacement), if nothing else is rebuilt then. Redundant levels.
     pub copy_at_operation: Option<usize>,
+    /// The VD is created over members full of old data: every region starts unsynced and a
+    /// background initialization runs amid the workload (redundant levels).
+    pub bgi: bool,
 }
 
 impl RunConfig {
@@ -72,6 +75,7 @@ impl RunConfig {
             clean_per_mille: [20, 60, 150][rng.gen_range(0..3)],
             re_add_at_operations: re_add_points(&mut rng, operation_count, redundant && rebuild_at_operation.is_none()),
             copy_at_operation: (redundant && rng.gen_bool(0.5)).then(|| rng.gen_range(0..operation_count)),
+            bgi: redundant && rng.gen_bool(0.35),
         }
     }
 }

@@ -135,7 +135,7 @@ impl Sim {
         }
         let undecided_sector_count = self.model.crash();
         self.restart(&recorded);
-        let opened = intent::open(&self.vd, self.config.seed, self.config.rows_per_region, false);
+        let opened = intent::open(&self.vd, self.config.seed, self.config.rows_per_region, engine::bitmap::control::Opening::Assembled);
         if let Some(intent) = self.vd.write_intent() {
             // As the controller's assembly says which members were out when the VD opened.
             let out = recorded.iter().enumerate().filter(|(_, r)| matches!(r, Recorded::OutOfService(_))).map(|(m, _)| m).collect();
@@ -222,6 +222,8 @@ impl Sim {
         self.outcomes = Rc::new(RefCell::new(Vec::new()));
         // A check in flight dies with the engine; `start cc` does not survive a restart either.
         self.check = None;
+        // So does a BGI job: what it left unsynced is in the bitmap, for the resync below.
+        self.bgi_at_crash();
         let members = self.drives.iter().map(|d| Arc::clone(&d.faulty) as Arc<dyn drive::Drive>).collect();
         let vd = VirtualDrive::new(self.config.seed, "sim", self.layout, members).expect("the layout held before");
         for (member, recorded) in recorded.iter().enumerate() {

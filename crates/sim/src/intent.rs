@@ -6,7 +6,7 @@
 //! power cut drops, keeps or tears its unflushed writes too: a bit counts only once flushed.
 
 use crate::run::Sim;
-use engine::bitmap::control::{self, Identity};
+use engine::bitmap::control::{self, Identity, Opening};
 use engine::bitmap::RegionMap;
 use engine::{MemberState, VdError, VirtualDrive};
 use layout::SpanKind;
@@ -37,14 +37,14 @@ pub(crate) struct OpenedBitmap {
     pub dirty_region_count: u64,
 }
 
-/// Opens the bitmap of `vd` over its members in service (a `fresh` one at creation) and gives
-/// it to the VD; `None` for a level without redundancy, which has no bitmap.
-pub(crate) fn open(vd: &VirtualDrive, seed: u64, rows_per_region: u64, fresh: bool) -> Option<OpenedBitmap> {
+/// Opens the bitmap of `vd` over its members in service (as `opening` says) and gives it to the
+/// VD; `None` for a level without redundancy, which has no bitmap.
+pub(crate) fn open(vd: &VirtualDrive, seed: u64, rows_per_region: u64, opening: Opening) -> Option<OpenedBitmap> {
     if vd.geometry().span_kind() == SpanKind::Stripe {
         return None;
     }
     let regions = RegionMap::with_rows_per_region(vd.geometry(), rows_per_region);
-    let opened = control::open(identity(seed), regions, &in_service_drives(vd), fresh);
+    let opened = control::open(identity(seed), regions, &in_service_drives(vd), opening);
     let summary = OpenedBitmap { unclean: opened.unclean, dirty_region_count: opened.dirty_region_count };
     vd.set_write_intent(opened.intent);
     Some(summary)

@@ -33,6 +33,7 @@
 //! beside `start_rebuild` (`run.rs`); a restart would then assemble through the controller
 //! instead of `crash::Sim::restart`.
 
+mod bgi;
 mod check;
 mod config;
 mod copy;
@@ -43,6 +44,7 @@ pub mod model;
 mod readd;
 mod run;
 
+pub use bgi::BgiReport;
 pub use config::RunConfig;
 pub use crash::{CrashReport, ResyncReport};
 
@@ -68,6 +70,8 @@ pub struct RunReport {
     /// Consistency check jobs (runs of rows, repair mode, while clients wrote) that found every
     /// row consistent.
     pub checks: usize,
+    /// What the background initialization did (runs over old data).
+    pub bgi: BgiReport,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -83,7 +87,7 @@ impl fmt::Display for RunReport {
         let c = &self.config;
         write!(
             f,
-            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, re-added: {}, read in rebuild: {}, copied: {}, checks: {}, crashes: {}",
+            "seed {}: {} over {} drives, strip {} KiB: {} writes, {} reads, {} flushes, faults: [{}], members rebuilt: {}, re-added: {}, read in rebuild: {}, copied: {}, checks: {}, BGI rows: {} (checkpoints {}, left at a crash {}, completed {}), crashes: {}",
             c.seed,
             c.level,
             c.drive_count,
@@ -97,6 +101,10 @@ impl fmt::Display for RunReport {
             self.members_read_in_rebuild,
             self.members_copied,
             self.checks,
+            self.bgi.rows_done,
+            self.bgi.checkpoints,
+            self.bgi.left_at_crash,
+            self.bgi.completed,
             self.crashes.len()
         )?;
         for crash in &self.crashes {
@@ -109,7 +117,8 @@ impl fmt::Display for RunReport {
 /// A failing run: what went wrong and how to replay it.
 #[derive(Debug)]
 pub struct RunFailure {
-    pub config: RunConfig,
+    /// Boxed: a failure is rare, and the `Result` of every run should stay small.
+    pub config: Box<RunConfig>,
     pub problem: String,
     pub faults: Vec<String>,
     pub crashes: Vec<CrashReport>,
@@ -159,10 +168,11 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             members_re_added: sim.members_re_added,
             members_read_in_rebuild: sim.members_read_in_rebuild,
             checks: sim.checks_settled,
+            bgi: sim.bgi_report,
             members_copied: sim.members_copied,
             crashes: sim.crashes,
         }),
-        Err(problem) => Err(RunFailure { config, problem, faults: sim.faults, crashes: sim.crashes }),
+        Err(problem) => Err(RunFailure { config: Box::new(config), problem, faults: sim.faults, crashes: sim.crashes }),
     }
 }
 
@@ -194,6 +204,10 @@ pub struct LevelCoverage {
     pub checked: usize,
     /// Runs that switched a member to its copy.
     pub copied: usize,
+    /// Runs over old data whose BGI made rows consistent while clients wrote.
+    pub bgi: usize,
+    /// Runs whose BGI a crash interrupted with regions left, and that ended with it complete.
+    pub bgi_crashed: usize,
 }
 
 impl Coverage {
@@ -214,6 +228,8 @@ impl Coverage {
         level.read_in_rebuild += usize::from(report.members_read_in_rebuild > 0);
         level.checked += usize::from(report.checks > 0);
         level.copied += usize::from(report.members_copied > 0);
+        level.bgi += usize::from(report.bgi.rows_done > 0);
+        level.bgi_crashed += usize::from(report.bgi.left_at_crash > 0 && report.bgi.completed);
     }
 
     pub fn of(&self, level: layout::Level) -> LevelCoverage {
@@ -225,12 +241,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  crashed  tore-writes  crashed-in-rebuild  resync-repaired"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>8} {:>12} {:>19} {:>16}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -238,6 +254,8 @@ impl fmt::Display for Coverage {
                 c.read_in_rebuild,
                 c.copied,
                 c.checked,
+                c.bgi,
+                c.bgi_crashed,
                 c.crashed,
                 c.tore_writes,
                 c.crashed_in_rebuild,

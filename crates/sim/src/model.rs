@@ -40,12 +40,39 @@ pub struct Model {
     /// Writes not yet durable, by id: their range and whether they completed.
     writes: BTreeMap<WriteId, (Range<u64>, bool)>,
     next_write_id: WriteId,
+    /// By sector index: sectors no client wrote whose mirror copies held different old data
+    /// when the VD was created. Until their region is initialized a read may return any of
+    /// them (the first copy, or another once the first is out of service), and goes on doing
+    /// so; a write, or the end of their region's initialization, ends that.
+    floating: BTreeMap<u64, Vec<Box<[u8]>>>,
 }
 
 impl Model {
     /// A VD of `capacity_bytes` that reads as zeros (blank memory drives).
     pub fn new(capacity_bytes: usize) -> Model {
-        Model { newest: vec![0; capacity_bytes], open: BTreeMap::new(), writes: BTreeMap::new(), next_write_id: 0 }
+        Model {
+            newest: vec![0; capacity_bytes],
+            open: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            next_write_id: 0,
+            floating: BTreeMap::new(),
+        }
+    }
+
+    /// A VD that reads as `image` (members that held data before it was created), where the
+    /// sectors of `floating` may read as any of their values until written or initialized.
+    pub fn with_image(image: Vec<u8>, floating: BTreeMap<u64, Vec<Box<[u8]>>>) -> Model {
+        Model { newest: image, open: BTreeMap::new(), writes: BTreeMap::new(), next_write_id: 0, floating }
+    }
+
+    /// The floating sectors for which `initialized(sector)` holds now: their copies were made
+    /// equal, to one of their values, which the next read shows (and fixes).
+    pub fn settle_floating(&mut self, initialized: impl Fn(u64) -> bool) {
+        let settled: Vec<u64> = self.floating.keys().copied().filter(|&number| initialized(number)).collect();
+        for number in settled {
+            let values = self.floating.remove(&number).expect("listed above");
+            self.open.insert(number, SectorHistory { durable: values, since: Vec::new() });
+        }
     }
 
     pub fn capacity_bytes(&self) -> u64 {
@@ -59,8 +86,9 @@ impl Model {
         for (index, sector) in data.chunks(SECTOR).enumerate() {
             let number = offset_bytes / SECTOR_BYTES + index as u64;
             let at = number as usize * SECTOR;
-            let before: Box<[u8]> = self.newest[at..at + SECTOR].into();
-            let history = self.open.entry(number).or_insert_with(|| SectorHistory { durable: vec![before], since: Vec::new() });
+            // A floating sector held any of its values before this write.
+            let before = self.floating.remove(&number).unwrap_or_else(|| vec![self.newest[at..at + SECTOR].into()]);
+            let history = self.open.entry(number).or_insert_with(|| SectorHistory { durable: before, since: Vec::new() });
             history.since.push((id, sector.into()));
             self.newest[at..at + SECTOR].copy_from_slice(sector);
         }
@@ -138,7 +166,11 @@ impl Model {
         for (index, sector) in got.chunks(SECTOR).enumerate() {
             let number = first + index as u64;
             let at = number as usize * SECTOR;
-            if let Some(history) = self.open.get(&number).filter(|h| h.since.is_empty()) {
+            if let Some(values) = self.floating.get(&number) {
+                if !values.iter().any(|v| **v == *sector) {
+                    return Err(undecided_mismatch(number, sector, values.len()));
+                }
+            } else if let Some(history) = self.open.get(&number).filter(|h| h.since.is_empty()) {
                 if !history.durable.iter().any(|d| **d == *sector) {
                     return Err(undecided_mismatch(number, sector, history.durable.len()));
                 }

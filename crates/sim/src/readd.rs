@@ -28,6 +28,7 @@ impl Rebuild {
             only_regions,
             re_add,
             reads_at_start: 0,
+            unsynced_at_submit: Vec::new(),
         }
     }
 }

@@ -68,6 +68,9 @@ pub(crate) struct Rebuild {
     /// Reads the member's drive had served when the rebuild began: the rebuild itself never
     /// reads its target, so any read after is a client's, of a row the rebuild had passed.
     pub reads_at_start: u64,
+    /// Rows of the run in flight whose region was unsynced when it was submitted: the rebuild
+    /// may refuse them even if a BGI job that was in flight then has synced the region since.
+    pub unsynced_at_submit: Vec<u64>,
 }
 
 pub(crate) struct Sim {
@@ -109,6 +112,9 @@ pub(crate) struct Sim {
     pub check: Option<crate::check::Check>,
     /// Check jobs that completed, every row consistent.
     pub checks_settled: usize,
+    /// The background initialization, while it is pending (runs over old data only).
+    pub bgi: Option<crate::bgi::Bgi>,
+    pub bgi_report: crate::bgi::BgiReport,
 }
 
 impl Sim {
@@ -125,12 +131,27 @@ impl Sim {
             member_size_bytes: Some(member_bytes),
         };
         let vd = Arc::new(VirtualDrive::new(config.seed, "sim", layout, members).expect("the seed picks a valid layout"));
-        intent::open(&vd, config.seed, config.rows_per_region, true);
+        let opening = match config.bgi {
+            true => {
+                crate::bgi::fill_with_old_data(&drives, vd.geometry(), config.seed);
+                engine::bitmap::control::Opening::CreatedOverData
+            }
+            false => engine::bitmap::control::Opening::CreatedZeroed,
+        };
+        intent::open(&vd, config.seed, config.rows_per_region, opening);
+        let model = match config.bgi {
+            true => {
+                let (image, floating) = crate::bgi::image_of(&vd);
+                Model::with_image(image, floating)
+            }
+            false => Model::new(vd.capacity_bytes() as usize),
+        };
+        let bgi = if config.bgi { crate::bgi::Bgi::start(&vd) } else { None };
         Sim {
             rng: SmallRng::seed_from_u64(config.seed),
             engine: LocalEngine::new(CompletionOrder::seeded(config.seed.wrapping_mul(31))),
             at_risk: vec![false; config.drive_count],
-            model: Model::new(vd.capacity_bytes() as usize),
+            model,
             config,
             layout,
             vd,
@@ -153,6 +174,8 @@ impl Sim {
             clean_passes: 0,
             check: None,
             checks_settled: 0,
+            bgi,
+            bgi_report: Default::default(),
         }
     }
 
@@ -182,6 +205,7 @@ impl Sim {
             self.copy_some()?;
             self.clean_some()?;
             self.check_some()?;
+            self.bgi_some()?;
             self.submit_random();
             // Let the engine make some progress between submissions, sometimes none.
             for _ in 0..self.rng.gen_range(0..3) {
@@ -192,6 +216,7 @@ impl Sim {
             self.step()?;
         }
         self.finish_check()?;
+        self.finish_bgi()?;
         self.finish_rebuild()?;
         self.finish_copy()
     }
@@ -239,9 +264,11 @@ impl Sim {
         }
         let run_rows_max = self.rng.gen_range(1..=RUN_ROWS_MAX);
         let Some((row, run_rows)) = self.next_run(run_rows_max) else { return self.end_rebuild() };
+        let unsynced_at_submit = (row..row + run_rows).filter(|&r| self.row_unsynced(r)).collect();
         let rebuild = self.rebuild.as_mut().expect("checked above");
         let (targets, outcome) = (MemberSet::of(&[rebuild.member]), Rc::clone(&rebuild.outcome));
         rebuild.in_flight = true;
+        rebuild.unsynced_at_submit = unsynced_at_submit;
         // Runs of several rows, as the controller submits them, where member I/Os merge.
         self.engine.rebuild_rows(&self.vd, row, run_rows, targets, move |results| *outcome.borrow_mut() = Some(results));
         Ok(())
@@ -278,7 +305,8 @@ impl Sim {
     /// Books the rows of a run, in order, from the rebuild's next row.
     fn settle_rebuilt_rows(&mut self, results: Vec<Result<(), VdError>>) -> Result<(), String> {
         for result in results {
-            let unsynced = self.rebuild.as_ref().is_some_and(|r| self.row_unsynced(r.next_row));
+            let unsynced =
+                self.rebuild.as_ref().is_some_and(|r| self.row_unsynced(r.next_row) || r.unsynced_at_submit.contains(&r.next_row));
             let rebuild = self.rebuild.as_mut().expect("a rebuild runs");
             settle_row(rebuild, result, &self.faults, unsynced)?;
         }
@@ -492,6 +520,7 @@ impl Sim {
     /// with each member that can still be spared taken out: parity or a mirror copy that was
     /// written wrong cannot hide behind a healthy member.
     pub fn verify_everything(&mut self) -> Result<(), String> {
+        self.settle_floating();
         self.check_every_row()?;
         self.read_all("whole read")?;
         for member in 0..self.config.drive_count {
@@ -512,9 +541,13 @@ impl Sim {
     }
 
     /// A consistency check of every row in report mode: rows that cannot be checked (a member
-    /// out of service, an injected read error, no redundancy) are skipped.
+    /// out of service, an injected read error, no redundancy) are skipped, and so are rows of a
+    /// region not yet initialized (a BGI pending): nothing claims those consistent yet.
     pub(crate) fn check_every_row(&mut self) -> Result<(), String> {
         for row in 0..self.vd.geometry().row_count() {
+            if self.row_unsynced(row) {
+                continue;
+            }
             match self.engine.run_check_row(&self.vd, row, CheckMode::Report) {
                 Ok(outcome) if outcome.is_consistent() => {}
                 Ok(outcome) => return Err(format!("consistency check: row {row} is inconsistent: {:?}", outcome.mismatches)),

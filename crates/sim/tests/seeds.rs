@@ -43,8 +43,9 @@ fn seeded_runs_across_every_level_match_the_model() {
 
 /// The seeds must keep exercising what they are for: rebuilds, re-adds, copies, client reads of
 /// a member's rebuilt rows, consistency checks while clients write, power cuts at every level,
-/// most of them tearing writes, some in the middle of a rebuild, and resyncs that had something
-/// to repair.
+/// most of them tearing writes, some in the middle of a rebuild, resyncs that had something
+/// to repair, and background initializations over old data, while clients wrote and across a
+/// crash that left regions for the restart to finish.
 /// (Fractions of each level's runs, so that any `STORC_SIM_RUNS` of a few hundred per level
 /// holds them.)
 fn assert_every_level_crashes(coverage: &sim::Coverage) {
@@ -65,6 +66,9 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
             let read_in_rebuild = c.read_in_rebuild;
             assert!(percent(read_in_rebuild) >= 8, "{level}: only {read_in_rebuild} of {} runs read a member being rebuilt", c.runs);
             assert!(percent(c.checked) >= 30, "{level}: only {} of {} runs checked rows while clients wrote", c.checked, c.runs);
+            assert!(percent(c.bgi) >= 15, "{level}: only {} of {} runs initialized rows while clients wrote", c.bgi, c.runs);
+            let bgi_crashed = c.bgi_crashed;
+            assert!(percent(bgi_crashed) >= 2, "{level}: only {bgi_crashed} of {} runs finished a BGI a crash interrupted", c.runs);
         }
     }
 }
