@@ -165,6 +165,40 @@ pub struct ControllerSettings {
     pub cc_rate_percent: u8,
     /// The same for background initialization (`bgirate`, 0-100).
     pub bgi_rate_percent: u8,
+    pub patrol: PatrolSettings,
+}
+
+/// Patrol read (`/c0 set patrolread=on|off mode=auto|manual delay=HOURS prrate=N
+/// includessds=on|off`): every member and hot spare read in the background, medium errors
+/// rewritten from redundancy before a rebuild needs them. MegaRAID's defaults: on, automatic,
+/// every 168 hours, 30%, SSDs left out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PatrolSettings {
+    pub enabled: bool,
+    /// Starts only by hand (`start patrolread`), never on the schedule.
+    pub manual: bool,
+    /// Reads solid-state drives too (they remap on their own, and reads wear nothing, but a
+    /// patrol keeps them busy).
+    pub include_ssds: bool,
+    /// Share of its speed alone it keeps while clients are busy (`prrate`, 0-100).
+    pub rate_percent: u8,
+    /// Hours from the start of one patrol read to the start of the next (at least 1).
+    pub delay_hours: u16,
+    /// When the last one started, in seconds since the Unix epoch; 0 if none has.
+    pub last_start_unix_secs: u64,
+}
+
+impl Default for PatrolSettings {
+    fn default() -> Self {
+        PatrolSettings {
+            enabled: true,
+            manual: false,
+            include_ssds: false,
+            rate_percent: crate::background::RATE_PERCENT_DEFAULT,
+            delay_hours: 168,
+            last_start_unix_secs: 0,
+        }
+    }
 }
 
 impl Default for ControllerSettings {
@@ -175,6 +209,7 @@ impl Default for ControllerSettings {
             copyback: true,
             cc_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
             bgi_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
+            patrol: PatrolSettings::default(),
         }
     }
 }

@@ -4,8 +4,8 @@
 
 use drive::{Drive, DriveError, DriveOp, Faults, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, IoCtx, MemDrive};
 use engine::config::{
-    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy,
-    VdRecord, WritePolicy,
+    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy,
+    PatrolSettings, ReadPolicy, VdRecord, WritePolicy,
 };
 use engine::metadata::{
     self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome, Superblock, COPY_AREA_BYTES,
@@ -76,8 +76,22 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             copy_slot: (slot % 3 == 1).then_some(slot / 2),
         })
         .collect();
-    let settings =
-        ControllerSettings { auto_rebuild: false, rebuild_rate_percent: 77, copyback: false, cc_rate_percent: 12, bgi_rate_percent: 64 };
+    let patrol = PatrolSettings {
+        enabled: false,
+        manual: true,
+        include_ssds: true,
+        rate_percent: 9,
+        delay_hours: 0x1234,
+        last_start_unix_secs: 1_700_000_123,
+    };
+    let settings = ControllerSettings {
+        auto_rebuild: false,
+        rebuild_rate_percent: 77,
+        copyback: false,
+        cc_rate_percent: 12,
+        bgi_rate_percent: 64,
+        patrol,
+    };
     ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings }
 }
 
@@ -134,7 +148,9 @@ fn superblock(config: ControllerConfig, slot: u32) -> Superblock {
 
 // Offsets from docs/on-disk-format.md.
 const PAYLOAD: usize = 4096;
-const DRIVE_RECORDS: usize = PAYLOAD + 16;
+/// The counts (32 bytes; 16 before version 6).
+const COUNTS_BYTES: usize = 32;
+const DRIVE_RECORDS: usize = PAYLOAD + COUNTS_BYTES;
 /// The first VD record of `small_config` (after 4 drive records).
 const VD0: usize = DRIVE_RECORDS + 4 * DRIVE_RECORD_BYTES;
 const DRIVE_RECORD_BYTES: usize = 48;
@@ -203,6 +219,8 @@ fn the_two_copies_differ_only_in_copy_index_and_header_checksum() {
 fn encode_old(sb: &Superblock, version: u32) -> Vec<u8> {
     let current = encode(sb, 0).unwrap();
     let payload = &current[PAYLOAD..PAYLOAD + payload_len(&current)];
+    // Versions 1 to 5 have 16 bytes of counts; records start after 32 in version 6.
+    let payload = &[&payload[..16], &payload[COUNTS_BYTES..]].concat();
     let mut old = payload[..16].to_vec();
     if version < 3 {
         old[12..16].fill(0);
@@ -333,6 +351,10 @@ fn encoding_matches_the_documented_bytes() {
         payload.extend_from_slice(&n.to_le_bytes()); // counts
     }
     payload.extend_from_slice(&[0, 30, 30, 30]); // autorebuild on, rebuild, cc and bgi rates 30 %
+    payload.extend_from_slice(&[0, 30]); // patrol read on, automatic, SSDs left out; rate 30 %
+    payload.extend_from_slice(&168u16.to_le_bytes()); // patrol_delay_hours
+    payload.extend_from_slice(&[0; 4]); // reserved
+    payload.extend_from_slice(&0u64.to_le_bytes()); // patrol_last_start_unix_secs: never
     for slot in 0..4u32 {
         payload.extend_from_slice(&slot.to_le_bytes());
         payload.extend_from_slice(&[2, 0, 0, 0]); // Onln, reserved
@@ -564,7 +586,7 @@ fn the_largest_configuration_fits_and_one_drive_more_does_not() {
     let bytes = encode(&with_drives(max_drives), 0).unwrap();
     assert!(bytes.len() as u64 <= COPY_AREA_BYTES);
     assert_eq!(decode(&bytes), Ok(with_drives(max_drives)));
-    let payload_bytes = 16 + DRIVE_RECORD_BYTES * (max_drives as usize + 1);
+    let payload_bytes = COUNTS_BYTES + DRIVE_RECORD_BYTES * (max_drives as usize + 1);
     let expected = MetadataError::ConfigTooLarge { payload_bytes, max_bytes: PAYLOAD_BYTES_MAX };
     check_encode_error("one drive more", with_drives(max_drives + 1), 0, expected);
 }
@@ -837,8 +859,9 @@ fn version_5_metadata_is_read_with_no_bgi_pending() {
     let mut sb = superblock(small_config(0x7a, 5), 1);
     let bytes = encode_old(&sb, 5);
     assert_eq!(decode(&bytes), Ok(sb.clone()));
-    let vd_record_at = PAYLOAD + 16 + 4 * DRIVE_RECORD_BYTES;
-    for (at, record, offset_bytes) in [(PAYLOAD + 15, "record counts", 15), (vd_record_at + 29, "vd record 0 (vd 7)", 29)] {
+    let vd_record_at = PAYLOAD + COUNTS_BYTES + 4 * DRIVE_RECORD_BYTES;
+    let vd_record_at_v5 = vd_record_at - 16;
+    for (at, record, offset_bytes) in [(PAYLOAD + 15, "record counts", 15), (vd_record_at_v5 + 29, "vd record 0 (vd 7)", 29)] {
         let mut set = bytes.clone();
         set[at] = 1;
         reseal(&mut set);
@@ -861,4 +884,53 @@ fn version_5_metadata_is_read_with_no_bgi_pending() {
         known: "bit 0 (background initialization pending)".into(),
     };
     assert_eq!(decode(&unknown_flag).err(), Some(expected));
+}
+
+/// Version 6's patrol read settings round-trip; a zero delay, an unknown flag or a set
+/// reserved byte is refused.
+#[test]
+fn patrol_read_settings_are_kept_and_checked() {
+    let mut sb = superblock(small_config(0x7b, 5), 1);
+    sb.config.settings.patrol = PatrolSettings {
+        enabled: false,
+        manual: true,
+        include_ssds: true,
+        rate_percent: 45,
+        delay_hours: 12,
+        last_start_unix_secs: 1_800_000_000,
+    };
+    let bytes = encode(&sb, 0).unwrap();
+    assert_eq!(bytes[PAYLOAD + 16], 7, "patrol_flags: off, manual, SSDs");
+    assert_eq!(decode(&bytes), Ok(sb.clone()));
+    let counts = || "record counts".to_string();
+    let cases: [(usize, u8, MetadataError); 3] = [
+        (
+            PAYLOAD + 16,
+            8,
+            MetadataError::UnknownCode {
+                record: counts(),
+                field: "patrol_flags",
+                code: 8,
+                known: "bit 0 (patrol read off), bit 1 (manual), bit 2 (SSDs included)".into(),
+            },
+        ),
+        (PAYLOAD + 20, 1, MetadataError::ReservedNotZero { record: counts(), field: "reserved", offset_bytes: 20 }),
+        (
+            PAYLOAD + 17,
+            101,
+            MetadataError::UnknownCode { record: counts(), field: "patrol_rate_percent", code: 101, known: "0 to 100".into() },
+        ),
+    ];
+    for (at, value, expected) in cases {
+        let mut bad = bytes.clone();
+        bad[at] = value;
+        reseal(&mut bad);
+        assert_eq!(decode(&bad).err(), Some(expected), "byte {at} = {value}");
+    }
+    let mut no_delay = bytes.clone();
+    no_delay[PAYLOAD + 18..PAYLOAD + 20].fill(0);
+    reseal(&mut no_delay);
+    let expected =
+        MetadataError::UnknownCode { record: counts(), field: "patrol_delay_hours", code: 0, known: "1 to 65535 (hours)".into() };
+    assert_eq!(decode(&no_delay).err(), Some(expected));
 }

@@ -7,8 +7,8 @@
 
 use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX, PAYLOAD_BYTES_MAX_V3};
 use crate::config::{
-    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy,
-    VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
+    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy,
+    PatrolSettings, ReadPolicy, VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
 };
 use layout::Level;
 use std::ops::Range;
@@ -21,8 +21,9 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// rather than misreading them. Version 4 adds copyback (a setting, and the member a `Cpybck`
 /// drive copies), per-VD bad-block lists, and gives the last MiB of the reserved area to the
 /// write-intent bitmap (so a payload is at most 1 MiB less one header). Version 5 adds the
-/// consistency check rate. Version 6 adds the background initialization rate and VD flags
-/// (background initialization pending).
+/// consistency check rate. Version 6 adds the background initialization rate, VD flags
+/// (background initialization pending) and the patrol read settings (the counts grow to 32
+/// bytes).
 pub const FORMAT_VERSION: u32 = 6;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
@@ -109,7 +110,9 @@ pub(crate) mod header {
 /// The start of the payload: how many records of each kind follow.
 pub(crate) mod counts {
     use super::Field;
-    pub const BYTES: usize = 16;
+    pub const BYTES: usize = 32;
+    /// Versions 1 to 5 end the counts after `bgi_rate_percent`'s byte.
+    pub const BYTES_V5: usize = 16;
     pub const DRIVE_COUNT: Field = Field::new("drive_count", 0, 4);
     pub const VD_COUNT: Field = Field::new("vd_count", 4, 4);
     pub const HOT_SPARE_COUNT: Field = Field::new("hot_spare_count", 8, 4);
@@ -126,15 +129,39 @@ pub(crate) mod counts {
     pub const RESERVED_V4: Field = Field::new("reserved", 14, 2);
     /// Versions 1 and 2: everything after the counts is reserved.
     pub const RESERVED_V2: Field = Field::new("reserved", 12, 4);
-    pub const ALL: [Field; 7] =
-        [DRIVE_COUNT, VD_COUNT, HOT_SPARE_COUNT, CONTROLLER_FLAGS, REBUILD_RATE_PERCENT, CC_RATE_PERCENT, BGI_RATE_PERCENT];
+    /// Version 6: patrol read.
+    pub const PATROL_FLAGS: Field = Field::new("patrol_flags", 16, 1);
+    pub const PATROL_RATE_PERCENT: Field = Field::new("patrol_rate_percent", 17, 1);
+    pub const PATROL_DELAY_HOURS: Field = Field::new("patrol_delay_hours", 18, 2);
+    pub const RESERVED: Field = Field::new("reserved", 20, 4);
+    pub const PATROL_LAST_START_UNIX_SECS: Field = Field::new("patrol_last_start_unix_secs", 24, 8);
+    pub const ALL: [Field; 12] = [
+        DRIVE_COUNT,
+        VD_COUNT,
+        HOT_SPARE_COUNT,
+        CONTROLLER_FLAGS,
+        REBUILD_RATE_PERCENT,
+        CC_RATE_PERCENT,
+        BGI_RATE_PERCENT,
+        PATROL_FLAGS,
+        PATROL_RATE_PERCENT,
+        PATROL_DELAY_HOURS,
+        RESERVED,
+        PATROL_LAST_START_UNIX_SECS,
+    ];
+    /// `patrol_flags` bit 0: patrol read is off; bit 1: it starts only by hand (mode manual);
+    /// bit 2: it reads solid-state drives too.
+    pub const PATROL_OFF: u8 = 1;
+    pub const PATROL_MANUAL: u8 = 2;
+    pub const PATROL_INCLUDE_SSDS: u8 = 4;
+    pub const PATROL_FLAGS_KNOWN: u8 = PATROL_OFF | PATROL_MANUAL | PATROL_INCLUDE_SSDS;
     /// `controller_flags` bit 0: automatic rebuild onto hot spares is off (0 keeps the default, on).
     pub const FLAG_AUTO_REBUILD_OFF: u8 = 1;
     /// Bit 1 (version 4): copyback onto a replaced member's slot is off.
     pub const FLAG_COPYBACK_OFF: u8 = 2;
     pub const FLAGS_KNOWN_V3: u8 = FLAG_AUTO_REBUILD_OFF;
     pub const FLAGS_KNOWN: u8 = FLAG_AUTO_REBUILD_OFF | FLAG_COPYBACK_OFF;
-    const _: () = assert!(BYTES == 16);
+    const _: () = assert!(BYTES == 32 && BYTES_V5 == PATROL_FLAGS.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
@@ -324,6 +351,14 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     put(&mut fixed, counts::REBUILD_RATE_PERCENT, &[config.settings.rebuild_rate_percent]);
     put(&mut fixed, counts::CC_RATE_PERCENT, &[config.settings.cc_rate_percent]);
     put(&mut fixed, counts::BGI_RATE_PERCENT, &[config.settings.bgi_rate_percent]);
+    let patrol = &config.settings.patrol;
+    let mut patrol_flags = if patrol.enabled { 0 } else { counts::PATROL_OFF };
+    patrol_flags |= if patrol.manual { counts::PATROL_MANUAL } else { 0 };
+    patrol_flags |= if patrol.include_ssds { counts::PATROL_INCLUDE_SSDS } else { 0 };
+    put(&mut fixed, counts::PATROL_FLAGS, &[patrol_flags]);
+    put(&mut fixed, counts::PATROL_RATE_PERCENT, &[patrol.rate_percent]);
+    put(&mut fixed, counts::PATROL_DELAY_HOURS, &patrol.delay_hours.to_le_bytes());
+    put(&mut fixed, counts::PATROL_LAST_START_UNIX_SECS, &patrol.last_start_unix_secs.to_le_bytes());
     out.extend_from_slice(&fixed);
     config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
@@ -498,7 +533,8 @@ fn check_header_fields(bytes: &[u8], version: u32) -> Result<(), MetadataError> 
 
 fn decode_payload(payload: &[u8], version: u32, controller_id: ControllerId, generation: u64) -> Result<ControllerConfig, MetadataError> {
     let mut reader = Reader { bytes: payload, position_bytes: 0 };
-    let fixed = reader.take(counts::BYTES, || "the record counts".to_string())?;
+    let counts_bytes = if version < FORMAT_VERSION_BGI { counts::BYTES_V5 } else { counts::BYTES };
+    let fixed = reader.take(counts_bytes, || "the record counts".to_string())?;
     let settings = decode_settings(fixed, version)?;
     let drive_count = get_u32(fixed, counts::DRIVE_COUNT);
     let vd_count = get_u32(fixed, counts::VD_COUNT);
@@ -552,12 +588,41 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         ..FORMAT_VERSION_BGI => ControllerSettings::default().bgi_rate_percent,
         _ => percent(counts::BGI_RATE_PERCENT)?,
     };
+    let patrol = match version {
+        ..FORMAT_VERSION_BGI => PatrolSettings::default(),
+        _ => decode_patrol(fixed, percent(counts::PATROL_RATE_PERCENT)?)?,
+    };
     Ok(ControllerSettings {
         auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0,
         rebuild_rate_percent,
         copyback: flags & counts::FLAG_COPYBACK_OFF == 0,
         cc_rate_percent,
         bgi_rate_percent,
+        patrol,
+    })
+}
+
+/// The patrol read settings of version 6.
+fn decode_patrol(fixed: &[u8], rate_percent: u8) -> Result<PatrolSettings, MetadataError> {
+    let record = || "record counts".to_string();
+    check_zero(fixed, counts::RESERVED, record)?;
+    let flags = get::<1>(fixed, counts::PATROL_FLAGS)[0];
+    if flags & !counts::PATROL_FLAGS_KNOWN != 0 {
+        let known = "bit 0 (patrol read off), bit 1 (manual), bit 2 (SSDs included)".to_string();
+        return Err(MetadataError::UnknownCode { record: record(), field: counts::PATROL_FLAGS.name, code: flags, known });
+    }
+    let delay_hours = u16::from_le_bytes(get::<2>(fixed, counts::PATROL_DELAY_HOURS));
+    if delay_hours == 0 {
+        let known = "1 to 65535 (hours)".to_string();
+        return Err(MetadataError::UnknownCode { record: record(), field: counts::PATROL_DELAY_HOURS.name, code: 0, known });
+    }
+    Ok(PatrolSettings {
+        enabled: flags & counts::PATROL_OFF == 0,
+        manual: flags & counts::PATROL_MANUAL != 0,
+        include_ssds: flags & counts::PATROL_INCLUDE_SSDS != 0,
+        rate_percent,
+        delay_hours,
+        last_start_unix_secs: get_u64(fixed, counts::PATROL_LAST_START_UNIX_SECS),
     })
 }
 
