@@ -17,6 +17,10 @@ pub struct Faults {
     pub write_error_ranges: Vec<Range<u64>>,
     /// Reads that overlap these succeed but return flipped bytes in the overlap.
     pub corrupt_read_ranges: Vec<Range<u64>>,
+    /// Medium errors: reads that overlap one fail with EIO until a write covers its sectors,
+    /// which the drive then remaps (they read again, with what was written), as a disk does
+    /// with a pending sector.
+    pub medium_error_ranges: Vec<Range<u64>>,
     /// Added to every completion.
     pub latency: Option<Duration>,
 }
@@ -69,16 +73,21 @@ impl Drive for FaultyDrive {
         let touched = |ranges: &[Range<u64>]| overlaps(ranges, offset_bytes, len_bytes);
         !faults.failed
             && !touched(&faults.read_error_ranges)
+            && !touched(&faults.medium_error_ranges)
             && !touched(&faults.corrupt_read_ranges)
             && self.inner.reads_zero(offset_bytes, len_bytes)
     }
 
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
-        let faults = self.faults.read().expect("faults lock poisoned");
         let (start, len) = op.range_bytes().unwrap_or((0, 0));
+        if op.kind() == OpKind::Write && overlaps(&self.faults().medium_error_ranges, start, len) {
+            self.update_faults(|faults| faults.medium_error_ranges = remapped(&faults.medium_error_ranges, start..start + len));
+        }
+        let faults = self.faults.read().expect("faults lock poisoned");
         let error = match op.kind() {
             _ if faults.failed => Some(DriveError::Gone),
             OpKind::Read if overlaps(&faults.read_error_ranges, start, len) => Some(DriveError::Io(libc::EIO)),
+            OpKind::Read if overlaps(&faults.medium_error_ranges, start, len) => Some(DriveError::Io(libc::EIO)),
             OpKind::Write if overlaps(&faults.write_error_ranges, start, len) => Some(DriveError::Io(libc::EIO)),
             _ => None,
         };
@@ -96,6 +105,21 @@ impl Drive for FaultyDrive {
         drop(faults);
         self.inner.submit(ctx, token, op);
     }
+}
+
+/// `ranges` without what `written` covers: the sectors a write remapped.
+fn remapped(ranges: &[Range<u64>], written: Range<u64>) -> Vec<Range<u64>> {
+    let mut left = Vec::new();
+    for range in ranges {
+        if range.start < written.start {
+            left.push(range.start..range.end.min(written.start));
+        }
+        if range.end > written.end {
+            left.push(range.start.max(written.end)..range.end);
+        }
+    }
+    left.retain(|range| !range.is_empty());
+    left
 }
 
 /// Flips every byte of a successful read that falls in a corrupt range.

@@ -68,7 +68,8 @@ impl FileDrive {
             return Err(context(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file or block device")));
         };
         let capacity_bytes = capacity_bytes - capacity_bytes % crate::SECTOR_BYTES;
-        let info = DriveInfo { name: path.display().to_string(), kind, capacity_bytes, direct_io };
+        let solid_state = kind == DriveKind::BlockDevice && non_rotational(&metadata);
+        let info = DriveInfo { name: path.display().to_string(), kind, capacity_bytes, direct_io, solid_state };
         Ok(FileDrive { file, path: path.to_path_buf(), info })
     }
 
@@ -167,6 +168,18 @@ fn direct_io_works(file: &File) -> bool {
         Ok(_) => true,
         Err(e) => e.raw_os_error() != Some(libc::EINVAL),
     }
+}
+
+/// What the kernel says of a block device's queue (`rotational` 0), by its device number; a
+/// partition answers through its disk. Not known: rotational.
+fn non_rotational(metadata: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (major, minor) = (libc::major(metadata.rdev()), libc::minor(metadata.rdev()));
+    let device = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    [device.join("queue/rotational"), device.join("../queue/rotational")]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .is_some_and(|text| text.trim() == "0")
 }
 
 fn block_device_size_bytes(file: &File) -> io::Result<u64> {

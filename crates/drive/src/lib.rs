@@ -161,6 +161,9 @@ pub struct DriveInfo {
     pub capacity_bytes: u64,
     /// Whether data reaches the medium without the page cache (O_DIRECT).
     pub direct_io: bool,
+    /// A solid-state drive (an emulated SSD, a block device the kernel calls non-rotational):
+    /// patrol read leaves it out unless asked. Files and memory are not.
+    pub solid_state: bool,
 }
 
 /// A member drive. Shared by every shard thread; each submits on its own [`IoCtx`].

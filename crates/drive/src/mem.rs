@@ -24,7 +24,7 @@ impl MemDrive {
     pub fn named(name: String, capacity_bytes: u64) -> MemDrive {
         let chunk_count = capacity_bytes.div_ceil(CHUNK_BYTES) as usize;
         let chunks = (0..chunk_count).map(|_| RwLock::new(None)).collect();
-        let info = DriveInfo { name, kind: DriveKind::Memory, capacity_bytes, direct_io: true };
+        let info = DriveInfo { name, kind: DriveKind::Memory, capacity_bytes, direct_io: true, solid_state: false };
         MemDrive { info, chunks }
     }
 

@@ -129,6 +129,26 @@ fn faulty_drive_fails_corrupts_and_delays_on_demand() {
     assert_eq!(run(&faulty, &mut ctx, DriveOp::Flush).result, Err(DriveError::Gone));
 }
 
+/// A medium error fails reads until a write covers its sectors, as a disk remaps a pending
+/// sector; the sectors not written stay unreadable.
+#[test]
+fn a_medium_error_is_cured_by_a_write_over_it() {
+    let faulty = FaultyDrive::new(Arc::new(MemDrive::new(1 << 20)));
+    let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();
+    faulty.set_faults(Faults { medium_error_ranges: vec![1024..2048], ..Default::default() });
+    assert!(!faulty.reads_zero(0, 4096), "an unreadable range is not known to read as zero");
+    let read = |ctx: &mut IoCtx, offset_bytes| run(&faulty, ctx, DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(512) }).result;
+    assert_eq!(read(&mut ctx, 1024), Err(DriveError::Io(libc::EIO)));
+    assert_eq!(read(&mut ctx, 512), Ok(()));
+    let written = pattern(512, 3);
+    assert_eq!(run(&faulty, &mut ctx, DriveOp::Write { offset_bytes: 1024, buf: written }).result, Ok(()));
+    let cured = run(&faulty, &mut ctx, DriveOp::Read { offset_bytes: 1024, buf: IoBuf::zeroed(512) });
+    assert_eq!(cured.result, Ok(()));
+    assert_eq!(cured.buf.unwrap().as_slice(), pattern(512, 3).as_slice());
+    assert_eq!(read(&mut ctx, 1536), Err(DriveError::Io(libc::EIO)), "the sector not written is still bad");
+    assert_eq!(faulty.faults().medium_error_ranges, vec![1536..2048]);
+}
+
 #[test]
 fn a_waker_interrupts_a_sleeping_poll() {
     let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();

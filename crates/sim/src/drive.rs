@@ -106,7 +106,13 @@ pub struct VolatileDrive {
 
 impl VolatileDrive {
     pub fn new(capacity_bytes: u64) -> VolatileDrive {
-        let info = DriveInfo { name: format!("volatile:{capacity_bytes}"), kind: DriveKind::Memory, capacity_bytes, direct_io: true };
+        let info = DriveInfo {
+            name: format!("volatile:{capacity_bytes}"),
+            kind: DriveKind::Memory,
+            capacity_bytes,
+            direct_io: true,
+            solid_state: false,
+        };
         let empty = SparseBytes::new(capacity_bytes);
         let state = Mutex::new(CacheState { durable: empty.clone(), newest: empty, unflushed: Vec::new() });
         VolatileDrive { info, state, data_reads: std::sync::atomic::AtomicU64::new(0) }

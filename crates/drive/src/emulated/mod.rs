@@ -112,7 +112,8 @@ impl EmulatedDrive {
     pub fn new(spec: &EmulatedDriveSpec, clock: Arc<dyn Clock>) -> EmulatedDrive {
         let name = spec.to_string();
         let store = MemDrive::named(name.clone(), spec.capacity_bytes);
-        let info = DriveInfo { name, kind: DriveKind::Emulated, capacity_bytes: spec.capacity_bytes, direct_io: true };
+        let solid_state = matches!(spec.class.profile(), Profile::Ssd(_));
+        let info = DriveInfo { name, kind: DriveKind::Emulated, capacity_bytes: spec.capacity_bytes, direct_io: true, solid_state };
         let state = State { model: build_model(spec), next_command_id: 0, held: HashMap::new(), owner_ctx: None };
         EmulatedDrive { info, class: spec.class, store, timing: Arc::new(Timing { clock, state: Mutex::new(state) }) }
     }

@@ -501,7 +501,13 @@ struct MissingDrive {
 
 impl MissingDrive {
     fn new(slot: u32, capacity_bytes: u64) -> MissingDrive {
-        let info = DriveInfo { name: format!("missing slot {slot}"), kind: drive::DriveKind::Memory, capacity_bytes, direct_io: false };
+        let info = DriveInfo {
+            name: format!("missing slot {slot}"),
+            kind: drive::DriveKind::Memory,
+            capacity_bytes,
+            direct_io: false,
+            solid_state: false,
+        };
         MissingDrive { info }
     }
 }
