@@ -28,6 +28,8 @@
 //! | POST | /api/v1/vds/{id}/bgi | `BgiAction` | `Message` |
 //! | GET | /api/v1/inits | | `Vec<InitView>` |
 //! | POST | /api/v1/vds/{id}/init | `InitAction` | `Message` |
+//! | GET | /api/v1/patrolread | | `PatrolReadView` |
+//! | POST | /api/v1/patrolread | `PatrolReadAction` | `Message` |
 //! | GET | /api/v1/events | | `Vec<EventView>` |
 //! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
 //! | POST | /api/v1/foreign/import | | `Message` |
@@ -84,6 +86,37 @@ pub struct ControllerView {
     pub bgi_rate_percent: u8,
 }
 
+/// `/c0 show patrolread`: its settings, and how far the one that runs is.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PatrolReadView {
+    pub enabled: bool,
+    /// "auto" or "manual".
+    pub mode: String,
+    pub delay_hours: u16,
+    pub rate_percent: u8,
+    pub include_ssds: bool,
+    /// "Active", "Paused" or "Stopped" (none runs).
+    pub state: String,
+    pub progress_percent: Option<f64>,
+    /// The slot being read now.
+    pub current_slot: Option<u32>,
+    pub drives_done: u64,
+    pub drives_total: u64,
+    pub medium_errors: u64,
+    pub corrected: u64,
+    /// When the last one started (Unix seconds; 0: none has).
+    pub last_start_unix_secs: u64,
+    /// When the next one starts on its own; absent when off or manual.
+    pub next_start_unix_secs: Option<u64>,
+}
+
+/// `/c0 start|stop|pause|resume patrolread`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PatrolReadAction {
+    pub action: String,
+}
+
 /// `/c0 set autorebuild=on|off rebuildrate=N copyback=on|off ccrate=N bgirate=N`; absent fields
 /// keep their value.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -97,6 +130,21 @@ pub struct SetController {
     pub cc_rate_percent: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgi_rate_percent: Option<u8>,
+    /// `patrolread=on|off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patrol_read: Option<bool>,
+    /// `mode=auto|manual` (patrol read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patrol_mode: Option<String>,
+    /// `delay=HOURS` (patrol read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patrol_delay_hours: Option<u16>,
+    /// `prrate=N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patrol_rate_percent: Option<u8>,
+    /// `includessds=on|off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patrol_include_ssds: Option<bool>,
 }
 
 /// One consistency check (storcli's `show cc` table).

@@ -118,3 +118,34 @@ fn full_init_zeroes_every_row() {
     assert!(done.contains(" 0 inconsistent"), "{done}");
     daemon.stop();
 }
+
+/// Patrol read from the CLI against the daemon: started by hand, it reads every member and the
+/// spare and ends with a summary event; `show patrolread` gives storcli's properties; turned
+/// off, it refuses to start. (Medium errors and their repair: `engine/tests/patrol.rs`.)
+#[test]
+fn patrol_read_runs_from_the_cli() {
+    let scratch = Scratch::new("patrol-cli");
+    let drives: Vec<String> = (0..4).map(|i| scratch.sparse_file(&format!("d{i}.img"), 64 * MIB).display().to_string()).collect();
+    let daemon = Daemon::start(&scratch, &drives);
+    daemon.create_vd("r5", &[0, 1, 2], "db");
+    daemon.cli(&["/c0/s3", "add", "hotsparedrive"]);
+    let shown = daemon.cli(&["/c0", "show", "patrolread"]);
+    for expected in ["PR Mode = Auto", "PR Execution Delay = 168 hours", "PR on SSD = Disabled", "PR Current State = Stopped"] {
+        assert!(shown.contains(expected), "{expected:?} missing in:\n{shown}");
+    }
+    let started = daemon.cli(&["/c0", "start", "patrolread"]);
+    assert!(started.contains("patrol read: start done"), "{started}");
+    wait_until(&daemon, "the patrol read", || events(&daemon).iter().any(|e| e.contains("patrol read done")));
+    let all = events(&daemon);
+    assert!(all.iter().any(|e| e.contains("patrol read started: 4 drive(s) (slots 0, 1, 2, 3)")), "{all:#?}");
+    assert!(all.iter().any(|e| e.contains("4 of 4 drive(s)") && e.contains("0 medium error(s) found")), "{all:#?}");
+    let shown = daemon.cli(&["/c0", "show", "patrolread"]);
+    assert!(!shown.contains("PR Last Start time = Never"), "the start is recorded:\n{shown}");
+
+    daemon.cli(&["/c0", "set", "patrolread=off"]);
+    let refused = daemon.cli_output(&["/c0", "start", "patrolread"]);
+    assert!(refused.0 == 1 && refused.1.contains("patrol read is off"), "{refused:?}");
+    let bad = daemon.cli_output(&["/c0", "set", "delay=0"]);
+    assert!(bad.0 == 2 && bad.1.contains("allowed: 1 to 65535"), "{bad:?}");
+    daemon.stop();
+}

@@ -131,6 +131,13 @@ impl Progress {
         self.run_rows.load(Ordering::Relaxed)
     }
 
+    /// For an operation that walks something else than rows (patrol read: reads of drives):
+    /// everything below `row` is done.
+    pub fn set_watermark_row(&self, row: u64) {
+        assert!(row <= self.total_rows, "watermark {row} past the end ({} rows)", self.total_rows);
+        self.watermark_row.store(row, Ordering::Release);
+    }
+
     /// Every row below this one is done.
     pub fn watermark_row(&self) -> u64 {
         self.watermark_row.load(Ordering::Acquire)

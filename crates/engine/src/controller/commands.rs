@@ -210,6 +210,12 @@ impl Controller {
         if let Some(rate) = changes.cc_rate_percent.filter(|rate| *rate > 100) {
             return Err(ControlError::BadInput(format!("consistency check rate {rate} is not allowed; allowed: 0 to 100 (percent)")));
         }
+        if let Some(rate) = changes.patrol_rate_percent.filter(|rate| *rate > 100) {
+            return Err(ControlError::BadInput(format!("patrol read rate {rate} is not allowed; allowed: 0 to 100 (percent)")));
+        }
+        if changes.patrol_delay_hours == Some(0) {
+            return Err(ControlError::BadInput("patrol read delay 0 is not allowed; allowed: 1 to 65535 (hours)".into()));
+        }
         if let Some(rate) = changes.bgi_rate_percent.filter(|rate| *rate > 100) {
             return Err(ControlError::BadInput(format!(
                 "background initialization rate {rate} is not allowed; allowed: 0 to 100 (percent)"
@@ -222,6 +228,12 @@ impl Controller {
         settings.copyback = changes.copyback.unwrap_or(settings.copyback);
         settings.cc_rate_percent = changes.cc_rate_percent.unwrap_or(settings.cc_rate_percent);
         settings.bgi_rate_percent = changes.bgi_rate_percent.unwrap_or(settings.bgi_rate_percent);
+        let patrol = &mut settings.patrol;
+        patrol.enabled = changes.patrol_read.unwrap_or(patrol.enabled);
+        patrol.manual = changes.patrol_manual.unwrap_or(patrol.manual);
+        patrol.delay_hours = changes.patrol_delay_hours.unwrap_or(patrol.delay_hours);
+        patrol.rate_percent = changes.patrol_rate_percent.unwrap_or(patrol.rate_percent);
+        patrol.include_ssds = changes.patrol_include_ssds.unwrap_or(patrol.include_ssds);
         let settings = *settings;
         self.persist(&mut state)?;
         drop(state);
@@ -240,13 +252,27 @@ impl Controller {
         for check in self.checks() {
             check.progress.set_rate_percent(settings.cc_rate_percent);
         }
+        if let Some(patrol) = self.patrol_read() {
+            patrol.progress.set_rate_percent(settings.patrol.rate_percent);
+            if !settings.patrol.enabled {
+                // Off means off: the one running stops too (as on MegaRAID).
+                patrol.progress.set_control(crate::background::Control::Stop);
+            }
+        }
         let on_off = |on: bool| if on { "on" } else { "off" };
         let (auto, copyback) = (on_off(settings.auto_rebuild), on_off(settings.copyback));
         self.log(
             Severity::Info,
             format!(
-                "controller settings: autorebuild={auto} rebuildrate={} copyback={copyback} ccrate={} bgirate={}",
-                settings.rebuild_rate_percent, settings.cc_rate_percent, settings.bgi_rate_percent
+                "controller settings: autorebuild={auto} rebuildrate={} copyback={copyback} ccrate={} bgirate={} patrolread={} mode={} delay={} prrate={} includessds={}",
+                settings.rebuild_rate_percent,
+                settings.cc_rate_percent,
+                settings.bgi_rate_percent,
+                on_off(settings.patrol.enabled),
+                if settings.patrol.manual { "manual" } else { "auto" },
+                settings.patrol.delay_hours,
+                settings.patrol.rate_percent,
+                on_off(settings.patrol.include_ssds)
             ),
         );
         Ok(settings)

@@ -21,6 +21,7 @@ mod check;
 mod commands;
 mod copyback;
 mod events;
+mod patrol;
 mod rebuild;
 mod resync;
 mod spares;
@@ -31,6 +32,7 @@ pub use bad_blocks::ranges_text;
 pub use bgi::{BgiCommand, BgiView, InitView, FAST_INIT_BYTES};
 pub use check::{CcCommand, CcTally, CcView, CC_ROW_EVENTS_MAX};
 pub use copyback::{CopyView, CopybackCommand};
+pub use patrol::{PatrolCommand, PatrolTally, PatrolView, PATROL_READ_BYTES, PROBE_BYTES};
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
 pub use types::*;
@@ -89,6 +91,10 @@ pub struct Controller {
     bgi_stopped: Mutex<std::collections::BTreeSet<u32>>,
     /// Full initializations running, by VD (their threads are in `rebuild_threads`).
     inits: Mutex<BTreeMap<u32, Arc<bgi::InitRun>>>,
+    /// The patrol read that runs (its thread is in `rebuild_threads`).
+    patrol: Mutex<Option<PatrolView>>,
+    /// When this controller started: the first scheduled patrol read is one delay after it.
+    started_unix_secs: u64,
     bitmap_daemon: Mutex<Option<resync::BitmapDaemon>>,
     /// This controller, for the threads it starts (set once, right after it is built).
     myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
@@ -208,6 +214,8 @@ impl Controller {
             checks: Mutex::new(BTreeMap::new()),
             bgi_stopped: Mutex::new(std::collections::BTreeSet::new()),
             inits: Mutex::new(BTreeMap::new()),
+            patrol: Mutex::new(None),
+            started_unix_secs: now_unix_secs(),
             bitmap_daemon: Mutex::new(None),
             myself: std::sync::OnceLock::new(),
         });
@@ -400,6 +408,7 @@ impl Controller {
     pub fn shutdown(&self) {
         // Rebuilds and copies stop at their watermark, checkpointed, and resume at the next start.
         self.stop_checks();
+        self.stop_patrol();
         self.stop_resyncs();
         self.stop_rebuilds();
         for (record, vd) in self.vds() {

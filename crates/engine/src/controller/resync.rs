@@ -270,6 +270,8 @@ impl Controller {
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(BITMAP_CLEAN_INTERVAL) {
                 let Some(controller) = controller.upgrade() else { return };
                 controller.bitmap_pass();
+                // The same tick starts the patrol read its schedule says is due.
+                controller.patrol_tick();
             }
         })?;
         *self.bitmap_daemon.lock().expect("bitmap daemon lock") = Some(BitmapDaemon { stop, thread });

@@ -91,6 +91,16 @@ pub struct ControllerChanges {
     pub copyback: Option<bool>,
     pub cc_rate_percent: Option<u8>,
     pub bgi_rate_percent: Option<u8>,
+    /// `patrolread=on|off`.
+    pub patrol_read: Option<bool>,
+    /// `mode=manual` (true) or `mode=auto`.
+    pub patrol_manual: Option<bool>,
+    /// `delay=HOURS`, at least 1.
+    pub patrol_delay_hours: Option<u16>,
+    /// `prrate=N`.
+    pub patrol_rate_percent: Option<u8>,
+    /// `includessds=on|off`.
+    pub patrol_include_ssds: Option<bool>,
 }
 
 /// What `/c0/sN set` asks for. What each may change is `state::TRANSITIONS`.

@@ -13,6 +13,7 @@ mod cc;
 mod copyback;
 mod http;
 mod parse;
+mod patrol;
 mod render;
 mod table;
 

@@ -7,7 +7,8 @@
 
 use super::http::{Method, Request};
 use crate::api_types::{
-    AddHotSpare, BgiAction, CcAction, CopybackAction, CreateVd, InitAction, InsertDrive, RebuildAction, SetController, SetDriveState, SetVd,
+    AddHotSpare, BgiAction, CcAction, CopybackAction, CreateVd, InitAction, InsertDrive, PatrolReadAction, RebuildAction, SetController,
+    SetDriveState, SetVd,
 };
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
@@ -70,6 +71,8 @@ pub enum Action {
     Bgi { vd: u32, action: BgiAction },
     ShowInit { target: Target },
     Init { vd: u32, action: InitAction },
+    ShowPatrolRead,
+    PatrolRead(PatrolReadAction),
 }
 
 /// What the first argument names.
@@ -153,6 +156,13 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Controller, ["show", "events"]) => Action::ShowEvents,
         (Object::Controller, ["add", "vd", ..]) => Action::AddVd(parse_add_vd(&tokens[2..])?),
         (Object::Controller, ["set", ..]) => Action::SetController(parse_set_controller(&tokens[1..])?),
+        (Object::Controller, ["show", "patrolread"]) => Action::ShowPatrolRead,
+        (Object::Controller, [verb @ ("start" | "stop" | "pause" | "resume"), "patrolread"]) => {
+            Action::PatrolRead(PatrolReadAction { action: verb.to_string() })
+        }
+        (Object::Controller, [verb @ ("start" | "stop" | "pause" | "resume"), "patrolread", ..]) => {
+            return usage(format!("{verb} patrolread takes no options"))
+        }
         (Object::Slots(target), ["show", "rebuild"]) => Action::ShowRebuild { target },
         (Object::Slots(target), ["show", "copyback"]) => Action::ShowCopyback { target },
         (Object::Slots(Target::One(slot)), [verb @ ("start" | "stop" | "pause" | "resume"), "copyback", ..]) => {
@@ -204,7 +214,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
 fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
         Object::Controller => {
-            "show, show all, show events, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100"
+            "show, show all, show events, show patrolread, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off"
         }
         Object::Vds(Target::All) => {
             "show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)"
@@ -458,7 +468,7 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
 }
 
 fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> {
-    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100, bgirate=0-100";
+    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100, bgirate=0-100, patrolread=on|off, mode=auto|manual, delay=HOURS, prrate=0-100, includessds=on|off";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
@@ -473,10 +483,29 @@ fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> 
             "rebuildrate" => set_once(&mut changes.rebuild_rate_percent, percent("rebuildrate", value)?, "rebuildrate=", token)?,
             "ccrate" => set_once(&mut changes.cc_rate_percent, percent("ccrate", value)?, "ccrate=", token)?,
             "bgirate" => set_once(&mut changes.bgi_rate_percent, percent("bgirate", value)?, "bgirate=", token)?,
+            "patrolread" => set_once(&mut changes.patrol_read, on_off("patrolread", value)?, "patrolread=", token)?,
+            "mode" => set_once(&mut changes.patrol_mode, patrol_mode(value)?, "mode=", token)?,
+            "delay" => set_once(&mut changes.patrol_delay_hours, patrol_delay_hours(value)?, "delay=", token)?,
+            "prrate" => set_once(&mut changes.patrol_rate_percent, percent("prrate", value)?, "prrate=", token)?,
+            "includessds" => set_once(&mut changes.patrol_include_ssds, on_off("includessds", value)?, "includessds=", token)?,
             _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
         }
     }
     Ok(changes)
+}
+
+fn patrol_mode(value: &str) -> Result<String, UsageError> {
+    match value.to_ascii_lowercase().as_str() {
+        mode @ ("auto" | "manual") => Ok(mode.to_string()),
+        _ => usage(format!("mode=\"{value}\" is not allowed; allowed: auto, manual (patrol read)")),
+    }
+}
+
+fn patrol_delay_hours(value: &str) -> Result<u16, UsageError> {
+    match value.parse::<u16>().ok().filter(|hours| *hours > 0) {
+        Some(hours) => Ok(hours),
+        None => usage(format!("delay=\"{value}\" is not allowed; allowed: 1 to 65535 (hours between patrol reads)")),
+    }
 }
 
 fn percent(key: &str, value: &str) -> Result<u8, UsageError> {
@@ -584,6 +613,8 @@ impl Action {
             Action::Bgi { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/bgi"), action)],
             Action::ShowInit { .. } => vec![Request::get("/api/v1/inits")],
             Action::Init { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/init"), action)],
+            Action::ShowPatrolRead => vec![Request::get("/api/v1/patrolread")],
+            Action::PatrolRead(action) => vec![Request::with_body(Method::Post, "/api/v1/patrolread", action)],
         }
     }
 }

@@ -40,6 +40,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/bgis", get(super::api_bgi::bgis))
         .route("/api/v1/vds/{id}/bgi", post(super::api_bgi::bgi_action))
         .route("/api/v1/inits", get(super::api_bgi::inits))
+        .route("/api/v1/patrolread", get(super::api_bgi::patrol_read).post(super::api_bgi::patrol_action))
         .route("/api/v1/vds/{id}/init", post(super::api_bgi::init_action))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
@@ -244,6 +245,16 @@ async fn set_controller(State(state): State<Shared>, ApiJson(body): ApiJson<SetC
         copyback: body.copyback,
         cc_rate_percent: body.cc_rate_percent,
         bgi_rate_percent: body.bgi_rate_percent,
+        patrol_read: body.patrol_read,
+        patrol_manual: match body.patrol_mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None => None,
+            Some("auto") => Some(false),
+            Some("manual") => Some(true),
+            Some(other) => return Err(bad(format!("patrol read mode {other:?} is not allowed; allowed: auto, manual"))),
+        },
+        patrol_delay_hours: body.patrol_delay_hours,
+        patrol_rate_percent: body.patrol_rate_percent,
+        patrol_include_ssds: body.patrol_include_ssds,
     };
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.set_controller(changes)).await?;
