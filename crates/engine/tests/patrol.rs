@@ -4,6 +4,8 @@
 //! every byte of the VD is right, with another member taken out too. Where nothing else holds
 //! the data, the loss is in the bad-block list; a spare's errors are named; bad input is refused.
 
+#![allow(clippy::single_range_in_vec_init)] // a fault range is one range, not a list of numbers
+
 mod common;
 
 use common::{engine, pattern, spec};
