@@ -166,6 +166,46 @@ pub struct ControllerSettings {
     /// The same for background initialization (`bgirate`, 0-100).
     pub bgi_rate_percent: u8,
     pub patrol: PatrolSettings,
+    pub cc_schedule: CcSchedule,
+}
+
+/// When consistency checks start on their own (`/c0 set cc=off|seq|conc delay=HOURS
+/// starttime=...`). Off by default: a check of every VD takes the members' bandwidth for hours,
+/// so storc waits to be asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CcSchedule {
+    pub mode: CcMode,
+    /// Hours from the start of one round to the start of the next (at least 1).
+    pub delay_hours: u16,
+    /// When the next round starts, in seconds since the Unix epoch.
+    pub next_start_unix_secs: u64,
+}
+
+/// How a scheduled round checks the VDs: one after another, or all at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CcMode {
+    Off,
+    Sequential,
+    Concurrent,
+}
+
+impl CcMode {
+    pub const ALL: [CcMode; 3] = [CcMode::Off, CcMode::Sequential, CcMode::Concurrent];
+
+    /// storcli's words: off, seq, conc.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            CcMode::Off => "off",
+            CcMode::Sequential => "seq",
+            CcMode::Concurrent => "conc",
+        }
+    }
+}
+
+impl Default for CcSchedule {
+    fn default() -> Self {
+        CcSchedule { mode: CcMode::Off, delay_hours: 168, next_start_unix_secs: 0 }
+    }
 }
 
 /// Patrol read (`/c0 set patrolread=on|off mode=auto|manual delay=HOURS prrate=N
@@ -210,6 +250,7 @@ impl Default for ControllerSettings {
             cc_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
             bgi_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
             patrol: PatrolSettings::default(),
+            cc_schedule: CcSchedule::default(),
         }
     }
 }

@@ -157,3 +157,45 @@ fn bad_requests_start_nothing_and_say_what_is_allowed() {
     let error = controller.start_cc(1, true).unwrap_err();
     assert!(matches!(&error, ControlError::Conflict(m) if m.contains("needs every member online")), "{error}");
 }
+
+/// The schedule (`set cc=seq|conc`): a round starts when due, checks every VD with
+/// redundancy (one after another in seq), skips a RAID0, moves the next start a delay on, and
+/// the schedule survives a restart; bad input changes nothing.
+#[test]
+fn scheduled_rounds_check_every_vd_and_the_schedule_survives_a_restart() {
+    use engine::config::CcMode;
+    let engine = engine();
+    let drives = mem_drives(5, DRIVE_BYTES);
+    let controller = open(&engine, &drives);
+    controller.create_vd(spec(Level::Raid1, &[0, 1], "a")).unwrap();
+    controller.create_vd(spec(Level::Raid1, &[2, 3], "b")).unwrap();
+    controller.create_vd(spec(Level::Raid0, &[4], "fast")).unwrap();
+    let error = controller.set_controller(ControllerChanges { cc_delay_hours: Some(0), ..Default::default() }).unwrap_err();
+    assert!(error.to_string().contains("allowed: 1 to 65535 (hours)"), "{error}");
+    assert_eq!(controller.config().settings.cc_schedule.mode, CcMode::Off, "off by default, and a refused change changes nothing");
+
+    let before = controller.events().len();
+    controller
+        .set_controller(ControllerChanges { cc_mode: Some(CcMode::Sequential), cc_delay_hours: Some(24), ..Default::default() })
+        .unwrap();
+    let turned_on_at = controller.config().settings.cc_schedule.next_start_unix_secs;
+    let deadline = Instant::now() + CC_TIMEOUT;
+    let done = |vd: u32| events_since(&controller, before).iter().position(|e| e.contains(&format!("consistency check of v{vd} done")));
+    while done(0).is_none() || done(1).is_none() {
+        assert!(Instant::now() < deadline, "the scheduled round never ended: {:#?}", events_since(&controller, before));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let said = events_since(&controller, before);
+    assert!(said.iter().any(|e| e.contains("scheduled consistency check round started (seq): v0, v1")), "RAID0 left out: {said:#?}");
+    let started_v1 = said.iter().position(|e| e.contains("consistency check of v1 started")).unwrap();
+    assert!(done(0).unwrap() < started_v1, "seq: v1 starts once v0 is done: {said:#?}");
+    let schedule = controller.config().settings.cc_schedule;
+    assert_eq!(schedule.next_start_unix_secs, turned_on_at + 24 * 3600, "the next round a delay after this one");
+
+    let id = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+    let offered = drives.iter().enumerate().map(|(i, d)| OfferedDrive { drive: Arc::clone(d), source: format!("mem{i}") }).collect();
+    let reopened = Controller::open(Arc::clone(&engine), offered, ControllerOptions { ours: Some(id), ..Default::default() }).unwrap();
+    assert_eq!(reopened.config().settings.cc_schedule, schedule, "the schedule is in the metadata");
+}

@@ -4,8 +4,8 @@
 
 use drive::{Drive, DriveError, DriveOp, Faults, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, IoCtx, MemDrive};
 use engine::config::{
-    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy,
-    PatrolSettings, ReadPolicy, VdRecord, WritePolicy,
+    BadBlock, CcMode, CcSchedule, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord,
+    IoPolicy, PatrolSettings, ReadPolicy, VdRecord, WritePolicy,
 };
 use engine::metadata::{
     self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome, Superblock, COPY_AREA_BYTES,
@@ -91,6 +91,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
         cc_rate_percent: 12,
         bgi_rate_percent: 64,
         patrol,
+        cc_schedule: CcSchedule { mode: CcMode::Concurrent, delay_hours: 0x0102, next_start_unix_secs: 1_800_000_777 },
     };
     ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings }
 }
@@ -148,8 +149,8 @@ fn superblock(config: ControllerConfig, slot: u32) -> Superblock {
 
 // Offsets from docs/on-disk-format.md.
 const PAYLOAD: usize = 4096;
-/// The counts (32 bytes; 16 before version 6).
-const COUNTS_BYTES: usize = 32;
+/// The counts (48 bytes; 16 before version 6).
+const COUNTS_BYTES: usize = 48;
 const DRIVE_RECORDS: usize = PAYLOAD + COUNTS_BYTES;
 /// The first VD record of `small_config` (after 4 drive records).
 const VD0: usize = DRIVE_RECORDS + 4 * DRIVE_RECORD_BYTES;
@@ -353,8 +354,11 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&[0, 30, 30, 30]); // autorebuild on, rebuild, cc and bgi rates 30 %
     payload.extend_from_slice(&[0, 30]); // patrol read on, automatic, SSDs left out; rate 30 %
     payload.extend_from_slice(&168u16.to_le_bytes()); // patrol_delay_hours
-    payload.extend_from_slice(&[0; 4]); // reserved
+    payload.extend_from_slice(&[1, 0]); // cc_mode off, reserved
+    payload.extend_from_slice(&168u16.to_le_bytes()); // cc_delay_hours
     payload.extend_from_slice(&0u64.to_le_bytes()); // patrol_last_start_unix_secs: never
+    payload.extend_from_slice(&0u64.to_le_bytes()); // cc_next_start_unix_secs
+    payload.extend_from_slice(&[0; 8]); // reserved
     for slot in 0..4u32 {
         payload.extend_from_slice(&slot.to_le_bytes());
         payload.extend_from_slice(&[2, 0, 0, 0]); // Onln, reserved
@@ -860,7 +864,7 @@ fn version_5_metadata_is_read_with_no_bgi_pending() {
     let bytes = encode_old(&sb, 5);
     assert_eq!(decode(&bytes), Ok(sb.clone()));
     let vd_record_at = PAYLOAD + COUNTS_BYTES + 4 * DRIVE_RECORD_BYTES;
-    let vd_record_at_v5 = vd_record_at - 16;
+    let vd_record_at_v5 = vd_record_at - (COUNTS_BYTES - 16);
     for (at, record, offset_bytes) in [(PAYLOAD + 15, "record counts", 15), (vd_record_at_v5 + 29, "vd record 0 (vd 7)", 29)] {
         let mut set = bytes.clone();
         set[at] = 1;
@@ -914,7 +918,7 @@ fn patrol_read_settings_are_kept_and_checked() {
                 known: "bit 0 (patrol read off), bit 1 (manual), bit 2 (SSDs included)".into(),
             },
         ),
-        (PAYLOAD + 20, 1, MetadataError::ReservedNotZero { record: counts(), field: "reserved", offset_bytes: 20 }),
+        (PAYLOAD + 21, 1, MetadataError::ReservedNotZero { record: counts(), field: "reserved", offset_bytes: 21 }),
         (
             PAYLOAD + 17,
             101,
@@ -933,4 +937,30 @@ fn patrol_read_settings_are_kept_and_checked() {
     let expected =
         MetadataError::UnknownCode { record: counts(), field: "patrol_delay_hours", code: 0, known: "1 to 65535 (hours)".into() };
     assert_eq!(decode(&no_delay).err(), Some(expected));
+}
+
+/// Version 6's consistency check schedule round-trips; an unknown mode, a zero delay or a set
+/// reserved byte is refused.
+#[test]
+fn the_consistency_check_schedule_is_kept_and_checked() {
+    let mut sb = superblock(small_config(0x7c, 5), 1);
+    sb.config.settings.cc_schedule = CcSchedule { mode: CcMode::Sequential, delay_hours: 24, next_start_unix_secs: 1_900_000_000 };
+    let bytes = encode(&sb, 0).unwrap();
+    assert_eq!(bytes[PAYLOAD + 20], 2, "cc_mode seq");
+    assert_eq!(decode(&bytes), Ok(sb.clone()));
+    let counts = || "record counts".to_string();
+    let known = "1 (off), 2 (seq), 3 (conc)".to_string();
+    let mut unknown = bytes.clone();
+    unknown[PAYLOAD + 20] = 4;
+    reseal(&mut unknown);
+    assert_eq!(decode(&unknown).err(), Some(MetadataError::UnknownCode { record: counts(), field: "cc_mode", code: 4, known }));
+    let mut no_delay = bytes.clone();
+    no_delay[PAYLOAD + 22..PAYLOAD + 24].fill(0);
+    reseal(&mut no_delay);
+    let expected = MetadataError::UnknownCode { record: counts(), field: "cc_delay_hours", code: 0, known: "1 to 65535 (hours)".into() };
+    assert_eq!(decode(&no_delay).err(), Some(expected));
+    let mut tail = bytes.clone();
+    tail[PAYLOAD + 47] = 1;
+    reseal(&mut tail);
+    assert_eq!(decode(&tail).err(), Some(MetadataError::ReservedNotZero { record: counts(), field: "reserved", offset_bytes: 47 }));
 }

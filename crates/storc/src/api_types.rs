@@ -84,6 +84,17 @@ pub struct ControllerView {
     /// The same for background initialization (`bgirate`).
     #[serde(default)]
     pub bgi_rate_percent: u8,
+    /// When consistency checks start on their own: "off", "seq" or "conc" (`cc=`).
+    #[serde(default)]
+    pub cc_mode: String,
+    #[serde(default)]
+    pub cc_delay_hours: u16,
+    /// When the next scheduled round starts (Unix seconds).
+    #[serde(default)]
+    pub cc_next_start_unix_secs: u64,
+    /// The VDs of a sequential round still waiting for their turn.
+    #[serde(default)]
+    pub cc_queue: Vec<u32>,
 }
 
 /// `/c0 show patrolread`: its settings, and how far the one that runs is.
@@ -145,6 +156,15 @@ pub struct SetController {
     /// `includessds=on|off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patrol_include_ssds: Option<bool>,
+    /// `cc=off|seq|conc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc_mode: Option<String>,
+    /// `delay=HOURS` after `cc=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc_delay_hours: Option<u16>,
+    /// `starttime=YYYY/MM/DD HH` (UTC), as Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc_start_unix_secs: Option<u64>,
 }
 
 /// One consistency check (storcli's `show cc` table).

@@ -213,6 +213,9 @@ impl Controller {
         if let Some(rate) = changes.patrol_rate_percent.filter(|rate| *rate > 100) {
             return Err(ControlError::BadInput(format!("patrol read rate {rate} is not allowed; allowed: 0 to 100 (percent)")));
         }
+        if changes.cc_delay_hours == Some(0) {
+            return Err(ControlError::BadInput("consistency check delay 0 is not allowed; allowed: 1 to 65535 (hours)".into()));
+        }
         if changes.patrol_delay_hours == Some(0) {
             return Err(ControlError::BadInput("patrol read delay 0 is not allowed; allowed: 1 to 65535 (hours)".into()));
         }
@@ -234,6 +237,15 @@ impl Controller {
         patrol.delay_hours = changes.patrol_delay_hours.unwrap_or(patrol.delay_hours);
         patrol.rate_percent = changes.patrol_rate_percent.unwrap_or(patrol.rate_percent);
         patrol.include_ssds = changes.patrol_include_ssds.unwrap_or(patrol.include_ssds);
+        let cc = &mut settings.cc_schedule;
+        let turned_on = cc.mode == crate::config::CcMode::Off && changes.cc_mode.is_some_and(|mode| mode != crate::config::CcMode::Off);
+        cc.mode = changes.cc_mode.unwrap_or(cc.mode);
+        cc.delay_hours = changes.cc_delay_hours.unwrap_or(cc.delay_hours);
+        match changes.cc_start_unix_secs {
+            Some(start) => cc.next_start_unix_secs = start,
+            None if turned_on => cc.next_start_unix_secs = now_unix_secs(),
+            None => {}
+        }
         let settings = *settings;
         self.persist(&mut state)?;
         drop(state);
@@ -264,7 +276,7 @@ impl Controller {
         self.log(
             Severity::Info,
             format!(
-                "controller settings: autorebuild={auto} rebuildrate={} copyback={copyback} ccrate={} bgirate={} patrolread={} mode={} delay={} prrate={} includessds={}",
+                "controller settings: autorebuild={auto} rebuildrate={} copyback={copyback} ccrate={} bgirate={} patrolread={} mode={} delay={} prrate={} includessds={} cc={} delay={} next start {}",
                 settings.rebuild_rate_percent,
                 settings.cc_rate_percent,
                 settings.bgi_rate_percent,
@@ -272,7 +284,10 @@ impl Controller {
                 if settings.patrol.manual { "manual" } else { "auto" },
                 settings.patrol.delay_hours,
                 settings.patrol.rate_percent,
-                on_off(settings.patrol.include_ssds)
+                on_off(settings.patrol.include_ssds),
+                settings.cc_schedule.mode.short_name(),
+                settings.cc_schedule.delay_hours,
+                settings.cc_schedule.next_start_unix_secs
             ),
         );
         Ok(settings)

@@ -17,6 +17,7 @@ mod assemble;
 mod bad_blocks;
 mod bays;
 mod bgi;
+mod cc_schedule;
 mod check;
 mod commands;
 mod copyback;
@@ -91,6 +92,8 @@ pub struct Controller {
     bgi_stopped: Mutex<std::collections::BTreeSet<u32>>,
     /// Full initializations running, by VD (their threads are in `rebuild_threads`).
     inits: Mutex<BTreeMap<u32, Arc<bgi::InitRun>>>,
+    /// The VDs of a sequential round of scheduled checks still waiting for their turn.
+    cc_queue: Mutex<Vec<u32>>,
     /// The patrol read that runs (its thread is in `rebuild_threads`).
     patrol: Mutex<Option<PatrolView>>,
     /// When this controller started: the first scheduled patrol read is one delay after it.
@@ -214,6 +217,7 @@ impl Controller {
             checks: Mutex::new(BTreeMap::new()),
             bgi_stopped: Mutex::new(std::collections::BTreeSet::new()),
             inits: Mutex::new(BTreeMap::new()),
+            cc_queue: Mutex::new(Vec::new()),
             patrol: Mutex::new(None),
             started_unix_secs: now_unix_secs(),
             bitmap_daemon: Mutex::new(None),

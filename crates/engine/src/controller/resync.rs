@@ -270,8 +270,9 @@ impl Controller {
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(BITMAP_CLEAN_INTERVAL) {
                 let Some(controller) = controller.upgrade() else { return };
                 controller.bitmap_pass();
-                // The same tick starts the patrol read its schedule says is due.
+                // The same tick starts the patrol read and the checks their schedules say are due.
                 controller.patrol_tick();
+                controller.cc_schedule_tick();
             }
         })?;
         *self.bitmap_daemon.lock().expect("bitmap daemon lock") = Some(BitmapDaemon { stop, thread });

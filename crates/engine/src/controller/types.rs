@@ -101,6 +101,13 @@ pub struct ControllerChanges {
     pub patrol_rate_percent: Option<u8>,
     /// `includessds=on|off`.
     pub patrol_include_ssds: Option<bool>,
+    /// `cc=off|seq|conc`.
+    pub cc_mode: Option<crate::config::CcMode>,
+    /// `delay=HOURS` after `cc=`, at least 1.
+    pub cc_delay_hours: Option<u16>,
+    /// `starttime=...` (Unix seconds): when the next round starts. Turning the schedule on
+    /// without it starts a round at once.
+    pub cc_start_unix_secs: Option<u64>,
 }
 
 /// What `/c0/sN set` asks for. What each may change is `state::TRANSITIONS`.

@@ -7,8 +7,8 @@
 
 use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX, PAYLOAD_BYTES_MAX_V3};
 use crate::config::{
-    BadBlock, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy,
-    PatrolSettings, ReadPolicy, VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
+    BadBlock, CcMode, CcSchedule, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord,
+    IoPolicy, PatrolSettings, ReadPolicy, VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
 };
 use layout::Level;
 use std::ops::Range;
@@ -22,8 +22,8 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// drive copies), per-VD bad-block lists, and gives the last MiB of the reserved area to the
 /// write-intent bitmap (so a payload is at most 1 MiB less one header). Version 5 adds the
 /// consistency check rate. Version 6 adds the background initialization rate, VD flags
-/// (background initialization pending) and the patrol read settings (the counts grow to 32
-/// bytes).
+/// (background initialization pending), the patrol read settings and the consistency check
+/// schedule (the counts grow to 48 bytes).
 pub const FORMAT_VERSION: u32 = 6;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
@@ -110,7 +110,7 @@ pub(crate) mod header {
 /// The start of the payload: how many records of each kind follow.
 pub(crate) mod counts {
     use super::Field;
-    pub const BYTES: usize = 32;
+    pub const BYTES: usize = 48;
     /// Versions 1 to 5 end the counts after `bgi_rate_percent`'s byte.
     pub const BYTES_V5: usize = 16;
     pub const DRIVE_COUNT: Field = Field::new("drive_count", 0, 4);
@@ -133,9 +133,13 @@ pub(crate) mod counts {
     pub const PATROL_FLAGS: Field = Field::new("patrol_flags", 16, 1);
     pub const PATROL_RATE_PERCENT: Field = Field::new("patrol_rate_percent", 17, 1);
     pub const PATROL_DELAY_HOURS: Field = Field::new("patrol_delay_hours", 18, 2);
-    pub const RESERVED: Field = Field::new("reserved", 20, 4);
+    pub const CC_MODE: Field = Field::new("cc_mode", 20, 1);
+    pub const RESERVED: Field = Field::new("reserved", 21, 1);
+    pub const CC_DELAY_HOURS: Field = Field::new("cc_delay_hours", 22, 2);
     pub const PATROL_LAST_START_UNIX_SECS: Field = Field::new("patrol_last_start_unix_secs", 24, 8);
-    pub const ALL: [Field; 12] = [
+    pub const CC_NEXT_START_UNIX_SECS: Field = Field::new("cc_next_start_unix_secs", 32, 8);
+    pub const RESERVED_TAIL: Field = Field::new("reserved", 40, 8);
+    pub const ALL: [Field; 16] = [
         DRIVE_COUNT,
         VD_COUNT,
         HOT_SPARE_COUNT,
@@ -146,8 +150,12 @@ pub(crate) mod counts {
         PATROL_FLAGS,
         PATROL_RATE_PERCENT,
         PATROL_DELAY_HOURS,
+        CC_MODE,
         RESERVED,
+        CC_DELAY_HOURS,
         PATROL_LAST_START_UNIX_SECS,
+        CC_NEXT_START_UNIX_SECS,
+        RESERVED_TAIL,
     ];
     /// `patrol_flags` bit 0: patrol read is off; bit 1: it starts only by hand (mode manual);
     /// bit 2: it reads solid-state drives too.
@@ -161,7 +169,7 @@ pub(crate) mod counts {
     pub const FLAG_COPYBACK_OFF: u8 = 2;
     pub const FLAGS_KNOWN_V3: u8 = FLAG_AUTO_REBUILD_OFF;
     pub const FLAGS_KNOWN: u8 = FLAG_AUTO_REBUILD_OFF | FLAG_COPYBACK_OFF;
-    const _: () = assert!(BYTES == 32 && BYTES_V5 == PATROL_FLAGS.offset);
+    const _: () = assert!(BYTES == 48 && BYTES_V5 == PATROL_FLAGS.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
 }
 
@@ -359,6 +367,10 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     put(&mut fixed, counts::PATROL_RATE_PERCENT, &[patrol.rate_percent]);
     put(&mut fixed, counts::PATROL_DELAY_HOURS, &patrol.delay_hours.to_le_bytes());
     put(&mut fixed, counts::PATROL_LAST_START_UNIX_SECS, &patrol.last_start_unix_secs.to_le_bytes());
+    let cc = &config.settings.cc_schedule;
+    put(&mut fixed, counts::CC_MODE, &[cc.mode.code()]);
+    put(&mut fixed, counts::CC_DELAY_HOURS, &cc.delay_hours.to_le_bytes());
+    put(&mut fixed, counts::CC_NEXT_START_UNIX_SECS, &cc.next_start_unix_secs.to_le_bytes());
     out.extend_from_slice(&fixed);
     config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
@@ -588,9 +600,9 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         ..FORMAT_VERSION_BGI => ControllerSettings::default().bgi_rate_percent,
         _ => percent(counts::BGI_RATE_PERCENT)?,
     };
-    let patrol = match version {
-        ..FORMAT_VERSION_BGI => PatrolSettings::default(),
-        _ => decode_patrol(fixed, percent(counts::PATROL_RATE_PERCENT)?)?,
+    let (patrol, cc_schedule) = match version {
+        ..FORMAT_VERSION_BGI => (PatrolSettings::default(), CcSchedule::default()),
+        _ => (decode_patrol(fixed, percent(counts::PATROL_RATE_PERCENT)?)?, decode_cc_schedule(fixed)?),
     };
     Ok(ControllerSettings {
         auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0,
@@ -599,7 +611,21 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         cc_rate_percent,
         bgi_rate_percent,
         patrol,
+        cc_schedule,
     })
+}
+
+/// The consistency check schedule of version 6.
+fn decode_cc_schedule(fixed: &[u8]) -> Result<CcSchedule, MetadataError> {
+    let record = || "record counts".to_string();
+    check_zero(fixed, counts::RESERVED_TAIL, record)?;
+    let mode = decode_code::<CcMode>(fixed, counts::CC_MODE, record)?;
+    let delay_hours = u16::from_le_bytes(get::<2>(fixed, counts::CC_DELAY_HOURS));
+    if delay_hours == 0 {
+        let known = "1 to 65535 (hours)".to_string();
+        return Err(MetadataError::UnknownCode { record: record(), field: counts::CC_DELAY_HOURS.name, code: 0, known });
+    }
+    Ok(CcSchedule { mode, delay_hours, next_start_unix_secs: get_u64(fixed, counts::CC_NEXT_START_UNIX_SECS) })
 }
 
 /// The patrol read settings of version 6.
@@ -908,6 +934,28 @@ impl Code for Level {
     }
     fn short_name(self) -> &'static str {
         Level::short_name(self)
+    }
+}
+
+impl Code for CcMode {
+    const ALL: &'static [Self] = &CcMode::ALL;
+    fn code(self) -> u8 {
+        match self {
+            CcMode::Off => 1,
+            CcMode::Sequential => 2,
+            CcMode::Concurrent => 3,
+        }
+    }
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => CcMode::Off,
+            2 => CcMode::Sequential,
+            3 => CcMode::Concurrent,
+            _ => return None,
+        })
+    }
+    fn short_name(self) -> &'static str {
+        CcMode::short_name(self)
     }
 }
 

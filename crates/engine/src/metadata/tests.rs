@@ -2,7 +2,7 @@
 //! their agreement with docs/on-disk-format.md.
 
 use super::codec::{bad_block, counts, drive_record, header, hot_spare_record, tiles, vd_record, Code, Field};
-use crate::config::{DriveState, IoPolicy, ReadPolicy, WritePolicy};
+use crate::config::{CcMode, DriveState, IoPolicy, ReadPolicy, WritePolicy};
 use layout::Level;
 
 const DOC: &str = include_str!("../../../../docs/on-disk-format.md");
@@ -46,6 +46,7 @@ fn doc_tables_match_the_code() {
     check_code_table::<WritePolicy>("Write policy codes");
     check_code_table::<ReadPolicy>("Read policy codes");
     check_code_table::<IoPolicy>("IO policy codes");
+    check_code_table::<CcMode>("Consistency check schedule codes");
 }
 
 #[test]
@@ -78,5 +79,6 @@ fn every_code_round_trips_and_no_other_decodes() {
     check_codes::<Level>();
     check_codes::<WritePolicy>();
     check_codes::<ReadPolicy>();
+    check_codes::<CcMode>();
     check_codes::<IoPolicy>();
 }

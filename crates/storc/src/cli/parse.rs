@@ -73,6 +73,7 @@ pub enum Action {
     Init { vd: u32, action: InitAction },
     ShowPatrolRead,
     PatrolRead(PatrolReadAction),
+    ShowCcSchedule,
 }
 
 /// What the first argument names.
@@ -157,6 +158,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Controller, ["add", "vd", ..]) => Action::AddVd(parse_add_vd(&tokens[2..])?),
         (Object::Controller, ["set", ..]) => Action::SetController(parse_set_controller(&tokens[1..])?),
         (Object::Controller, ["show", "patrolread"]) => Action::ShowPatrolRead,
+        (Object::Controller, ["show", "cc"]) => Action::ShowCcSchedule,
         (Object::Controller, [verb @ ("start" | "stop" | "pause" | "resume"), "patrolread"]) => {
             Action::PatrolRead(PatrolReadAction { action: verb.to_string() })
         }
@@ -214,7 +216,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
 fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
         Object::Controller => {
-            "show, show all, show events, show patrolread, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off"
+            "show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH"
         }
         Object::Vds(Target::All) => {
             "show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)"
@@ -468,30 +470,73 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
 }
 
 fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> {
-    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100, bgirate=0-100, patrolread=on|off, mode=auto|manual, delay=HOURS, prrate=0-100, includessds=on|off";
+    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100, bgirate=0-100, patrolread=on|off, mode=auto|manual, delay=HOURS, prrate=0-100, includessds=on|off, cc=off|seq|conc, starttime=YYYY/MM/DD HH";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
     let mut changes = SetController::default();
-    for token in tokens {
+    // `mode=`, `delay=` and `starttime=` belong to the patrol read or to the check schedule,
+    // whichever of `patrolread[=on|off]` and `cc=...` came last before them (storcli's forms).
+    let mut context: Option<&str> = None;
+    let mut index = 0;
+    while index < tokens.len() {
+        let token = &tokens[index];
+        index += 1;
+        if token.eq_ignore_ascii_case("patrolread") {
+            context = Some("patrolread");
+            continue;
+        }
         let Some((key, value)) = token.split_once('=') else {
             return usage(format!("set: \"{token}\" is not KEY=VALUE; allowed: {ALLOWED}"));
         };
-        match key.to_ascii_lowercase().as_str() {
-            "autorebuild" => set_once(&mut changes.auto_rebuild, on_off("autorebuild", value)?, "autorebuild=", token)?,
-            "copyback" => set_once(&mut changes.copyback, on_off("copyback", value)?, "copyback=", token)?,
-            "rebuildrate" => set_once(&mut changes.rebuild_rate_percent, percent("rebuildrate", value)?, "rebuildrate=", token)?,
-            "ccrate" => set_once(&mut changes.cc_rate_percent, percent("ccrate", value)?, "ccrate=", token)?,
-            "bgirate" => set_once(&mut changes.bgi_rate_percent, percent("bgirate", value)?, "bgirate=", token)?,
-            "patrolread" => set_once(&mut changes.patrol_read, on_off("patrolread", value)?, "patrolread=", token)?,
-            "mode" => set_once(&mut changes.patrol_mode, patrol_mode(value)?, "mode=", token)?,
-            "delay" => set_once(&mut changes.patrol_delay_hours, patrol_delay_hours(value)?, "delay=", token)?,
-            "prrate" => set_once(&mut changes.patrol_rate_percent, percent("prrate", value)?, "prrate=", token)?,
-            "includessds" => set_once(&mut changes.patrol_include_ssds, on_off("includessds", value)?, "includessds=", token)?,
+        let key = key.to_ascii_lowercase();
+        match (key.as_str(), context) {
+            ("autorebuild", _) => set_once(&mut changes.auto_rebuild, on_off("autorebuild", value)?, "autorebuild=", token)?,
+            ("copyback", _) => set_once(&mut changes.copyback, on_off("copyback", value)?, "copyback=", token)?,
+            ("rebuildrate", _) => set_once(&mut changes.rebuild_rate_percent, percent("rebuildrate", value)?, "rebuildrate=", token)?,
+            ("ccrate", _) => set_once(&mut changes.cc_rate_percent, percent("ccrate", value)?, "ccrate=", token)?,
+            ("bgirate", _) => set_once(&mut changes.bgi_rate_percent, percent("bgirate", value)?, "bgirate=", token)?,
+            ("prrate", _) => set_once(&mut changes.patrol_rate_percent, percent("prrate", value)?, "prrate=", token)?,
+            ("includessds", _) => set_once(&mut changes.patrol_include_ssds, on_off("includessds", value)?, "includessds=", token)?,
+            ("patrolread", _) => {
+                set_once(&mut changes.patrol_read, on_off("patrolread", value)?, "patrolread=", token)?;
+                context = Some("patrolread");
+            }
+            ("cc", _) => {
+                set_once(&mut changes.cc_mode, cc_mode(value)?, "cc=", token)?;
+                context = Some("cc");
+            }
+            ("mode", Some("patrolread")) => set_once(&mut changes.patrol_mode, patrol_mode(value)?, "mode=", token)?,
+            ("delay", Some("patrolread")) => set_once(&mut changes.patrol_delay_hours, delay_hours(value)?, "delay=", token)?,
+            ("delay", Some("cc")) => set_once(&mut changes.cc_delay_hours, delay_hours(value)?, "delay=", token)?,
+            ("starttime", Some("cc")) => {
+                // storcli writes `starttime=2026/11/24 02`: the hour may be the next word.
+                let hour = tokens.get(index).filter(|next| next.len() <= 2 && next.bytes().all(|b| b.is_ascii_digit()));
+                let text = match hour {
+                    Some(hour) => {
+                        index += 1;
+                        format!("{value} {hour}")
+                    }
+                    None => value.to_string(),
+                };
+                set_once(&mut changes.cc_start_unix_secs, super::patrol::parse_start_time(&text)?, "starttime=", token)?;
+            }
+            ("mode" | "delay" | "starttime", _) => {
+                return usage(format!(
+                    "set: {key}= belongs to patrolread (patrolread mode=auto|manual delay=HOURS) or to cc=seq|conc (cc=seq delay=HOURS starttime=YYYY/MM/DD HH); give one of them before it"
+                ))
+            }
             _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
         }
     }
     Ok(changes)
+}
+
+fn cc_mode(value: &str) -> Result<String, UsageError> {
+    match value.to_ascii_lowercase().as_str() {
+        mode @ ("off" | "seq" | "conc") => Ok(mode.to_string()),
+        _ => usage(format!("cc=\"{value}\" is not allowed; allowed: off, seq (one VD after another), conc (every VD at once)")),
+    }
 }
 
 fn patrol_mode(value: &str) -> Result<String, UsageError> {
@@ -501,10 +546,10 @@ fn patrol_mode(value: &str) -> Result<String, UsageError> {
     }
 }
 
-fn patrol_delay_hours(value: &str) -> Result<u16, UsageError> {
+fn delay_hours(value: &str) -> Result<u16, UsageError> {
     match value.parse::<u16>().ok().filter(|hours| *hours > 0) {
         Some(hours) => Ok(hours),
-        None => usage(format!("delay=\"{value}\" is not allowed; allowed: 1 to 65535 (hours between patrol reads)")),
+        None => usage(format!("delay=\"{value}\" is not allowed; allowed: 1 to 65535 (hours from one start to the next)")),
     }
 }
 
@@ -614,6 +659,7 @@ impl Action {
             Action::ShowInit { .. } => vec![Request::get("/api/v1/inits")],
             Action::Init { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/init"), action)],
             Action::ShowPatrolRead => vec![Request::get("/api/v1/patrolread")],
+            Action::ShowCcSchedule => vec![Request::get("/api/v1/controller")],
             Action::PatrolRead(action) => vec![Request::with_body(Method::Post, "/api/v1/patrolread", action)],
         }
     }

@@ -115,6 +115,7 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
         Action::ShowCc { target } => super::cc::report("Show CC Succeeded", *target, &decode::<Vec<_>>(first)?, first),
         Action::Cc { .. } | Action::Bgi { .. } | Action::Init { .. } => message_report(first)?,
         Action::ShowPatrolRead => super::patrol::report(&decode(first)?, first),
+        Action::ShowCcSchedule => super::patrol::cc_schedule_report(&decode(first)?, first),
         Action::PatrolRead(_) => message_report(first)?,
         Action::ShowBgi { target } => super::bgi::bgi_report(*target, &decode::<Vec<_>>(first)?, first),
         Action::ShowInit { target } => super::bgi::init_report(*target, &decode::<Vec<_>>(first)?, first),

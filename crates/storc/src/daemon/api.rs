@@ -8,7 +8,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use engine::config::{DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
+use engine::config::{CcMode, DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
 use engine::controller::{
     ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, ResyncStatus, SlotView, VdChanges,
 };
@@ -235,6 +235,10 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
         copyback: config.settings.copyback,
         cc_rate_percent: config.settings.cc_rate_percent,
         bgi_rate_percent: config.settings.bgi_rate_percent,
+        cc_mode: config.settings.cc_schedule.mode.short_name().to_string(),
+        cc_delay_hours: config.settings.cc_schedule.delay_hours,
+        cc_next_start_unix_secs: config.settings.cc_schedule.next_start_unix_secs,
+        cc_queue: state.controller.cc_schedule().1,
     })
 }
 
@@ -255,6 +259,15 @@ async fn set_controller(State(state): State<Shared>, ApiJson(body): ApiJson<SetC
         patrol_delay_hours: body.patrol_delay_hours,
         patrol_rate_percent: body.patrol_rate_percent,
         patrol_include_ssds: body.patrol_include_ssds,
+        cc_mode: match body.cc_mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None => None,
+            Some("off") => Some(CcMode::Off),
+            Some("seq") => Some(CcMode::Sequential),
+            Some("conc") => Some(CcMode::Concurrent),
+            Some(other) => return Err(bad(format!("consistency check mode {other:?} is not allowed; allowed: off, seq, conc"))),
+        },
+        cc_delay_hours: body.cc_delay_hours,
+        cc_start_unix_secs: body.cc_start_unix_secs,
     };
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.set_controller(changes)).await?;

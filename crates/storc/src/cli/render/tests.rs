@@ -87,6 +87,10 @@ fn controller_summary() {
         copyback: true,
         cc_rate_percent: 30,
         bgi_rate_percent: 30,
+        cc_mode: "seq".into(),
+        cc_delay_hours: 168,
+        cc_next_start_unix_secs: 1_800_000_000,
+        cc_queue: vec![1, 2],
     };
     let answer = serde_json::to_value(&controller).unwrap();
     let summary = report(&Action::ShowController { all: false }, std::slice::from_ref(&answer)).unwrap();
