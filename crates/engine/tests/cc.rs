@@ -199,3 +199,39 @@ fn scheduled_rounds_check_every_vd_and_the_schedule_survives_a_restart() {
     let reopened = Controller::open(Arc::clone(&engine), offered, ControllerOptions { ours: Some(id), ..Default::default() }).unwrap();
     assert_eq!(reopened.config().settings.cc_schedule, schedule, "the schedule is in the metadata");
 }
+
+/// A member that cannot read its part of a row does not end the check: the row is rewritten
+/// onto it from the rest of the row (curing the medium error), checked again, and the event
+/// says so; every byte then reads right with another member out.
+#[test]
+fn a_read_error_during_a_check_is_repaired_and_the_check_goes_on() {
+    use drive::{Faults, FaultyDrive, MemDrive};
+    for (level, count) in [(Level::Raid5, 4), (Level::Raid10, 4)] {
+        let engine = engine();
+        let faulty: Vec<Arc<FaultyDrive>> = (0..count).map(|_| Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(DRIVE_BYTES))))).collect();
+        let drives: Vec<Arc<dyn Drive>> = faulty.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
+        let controller = open(&engine, &drives);
+        let mut vd_spec = spec(level, &(0..count as u32).collect::<Vec<_>>(), "db");
+        vd_spec.drives_per_span = (level == Level::Raid10).then_some(2);
+        controller.create_vd(vd_spec).unwrap();
+        let (_, vd) = controller.vd(0).unwrap();
+        let model = pattern(vd.capacity_bytes() as usize, 3);
+        engine.write_at(&vd, 0, &model).unwrap();
+        let row = 3;
+        let place = vd.geometry().row_map(row).data_copy(0, 0);
+        let bad = place.drive_offset_bytes + 4096..place.drive_offset_bytes + 8192;
+        faulty[place.drive].set_faults(Faults { medium_error_ranges: vec![bad], ..Faults::default() });
+        let before = controller.events().len();
+        controller.start_cc(0, true).unwrap();
+        wait_for_cc(&controller, 0);
+        let said = events_since(&controller, before);
+        let slot = place.drive;
+        let repaired = format!("row {row}: slot {slot} could not be read");
+        assert!(said.iter().any(|e| e.contains(&repaired) && e.contains("rewritten from the rest of the row, then checked: consistent")), "{level}: {said:#?}");
+        assert!(said.iter().any(|e| e.contains("consistency check of v0 done")), "{level}: the check went on to its end: {said:#?}");
+        assert!(faulty[place.drive].faults().medium_error_ranges.is_empty(), "{level}: the bad sectors were written over");
+        let other = if level == Level::Raid10 { slot as u32 ^ 1 } else { (slot as u32 + 1) % 4 };
+        controller.set_drive(other, DriveCommand::Offline).unwrap();
+        check_vd(&engine, &vd, &model, &format!("{level} after the repair, slot {other} out"));
+    }
+}

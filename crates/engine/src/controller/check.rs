@@ -10,6 +10,11 @@
 //! - Mirrors: copies that differ cannot say which is right; the rule is that copy 0 is copied
 //!   over the others (md does the same).
 //!
+//! A member that cannot read its part of a row (a medium error) does not end the check: once
+//! the watermark has passed the row, the check's thread rebuilds that member's strips of the
+//! row from the rest of it (the write remaps the sectors, as patrol read does), checks the row
+//! again, and says both in an event. A member that left service does end it.
+//!
 //! It runs on the background driver at `ccrate` (the share of its speed alone it keeps while
 //! clients are busy), on a thread of its own. It needs every member online (a degraded row has
 //! nothing to compare) and no resync pending (the resync is the check of those regions). It does
@@ -177,21 +182,35 @@ impl Controller {
         // Findings to log, handed from the shards (which must not wait for the event log) to
         // this thread.
         let findings: Arc<Mutex<Vec<(CheckOutcome, u64)>>> = Arc::default();
+        // Rows a member could not read: (row, member, error), repaired on this thread.
+        let unreadable: Arc<Mutex<Vec<(u64, usize, String)>>> = Arc::default();
         let log_findings = || {
             let taken = std::mem::take(&mut *findings.lock().expect("findings lock"));
             for (outcome, number) in taken {
                 self.log_inconsistent_row(vd_id, &outcome, member_slots, number);
             }
+            let unreadable = std::mem::take(&mut *unreadable.lock().expect("unreadable lock"));
+            for (row, member, error) in unreadable {
+                self.repair_unreadable_row(vd, view, member_slots, (row, member, &error), mode);
+            }
         };
         // Whole runs (a shard's stride of rows): each member's part read in one I/O.
         let submit_rows = |first_row: u64, row_count: u64, done: background::RunDone| {
-            let (tally, findings) = (Arc::clone(&view.tally), Arc::clone(&findings));
+            let (tally, findings, unreadable) = (Arc::clone(&view.tally), Arc::clone(&findings), Arc::clone(&unreadable));
+            let vd_for_done = Arc::clone(vd);
             let finished = Box::new(move |results: Vec<Result<CheckOutcome, VdError>>| {
-                let outcomes = results.into_iter().map(|result| match result {
+                let outcomes = (first_row..).zip(results).map(|(row, result)| match result {
                     Ok(outcome) => {
                         if let Some(number) = tally_row(&tally, &outcome) {
                             findings.lock().expect("findings lock").push((outcome, number));
                         }
+                        RowOutcome::Done
+                    }
+                    // A read error of a member still in service: repaired by the check's thread.
+                    Err(VdError::RowMemberIo { member, error, .. })
+                        if error != drive::DriveError::Gone && vd_for_done.member(member).state() == crate::vd::MemberState::Online =>
+                    {
+                        unreadable.lock().expect("unreadable lock").push((row, member, error.to_string()));
                         RowOutcome::Done
                     }
                     Err(error) => RowOutcome::Fatal(error.to_string()),
@@ -215,6 +234,39 @@ impl Controller {
         let finish = background::run(&view.progress, hooks);
         log_findings();
         finish
+    }
+
+    /// A row that `member` could not read: its strips on it rebuilt from the rest of the row
+    /// (which remaps bad sectors), then the row checked again; events say what happened.
+    fn repair_unreadable_row(&self, vd: &Arc<VirtualDrive>, view: &CcView, slots: &[u32], (row, member, error): (u64, usize, &str), mode: CheckMode) {
+        let vd_id = view.vd_id;
+        let slot = slots[member];
+        let (sender, receiver) = std::sync::mpsc::channel();
+        self.engine.rebuild_row(vd, row, crate::vd::MemberSet::of(&[member]), Box::new(move |result| drop(sender.send(result))));
+        if let Err(rebuild_error) = receiver.recv().unwrap_or(Err(VdError::Stopped)) {
+            let description = format!(
+                "consistency check of v{vd_id}: row {row}: slot {slot} could not be read ({error}) and could not be rewritten: {rebuild_error}"
+            );
+            return self.log(Severity::Critical, description);
+        }
+        let (sender, receiver) = std::sync::mpsc::channel();
+        self.engine.check_row(vd, row, mode, Box::new(move |result| drop(sender.send(result))));
+        let checked = match receiver.recv() {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(check_error)) => {
+                return self.log(Severity::Critical, format!("consistency check of v{vd_id}: row {row}: checking it again after rewriting slot {slot} failed: {check_error}"));
+            }
+            Err(_) => return,
+        };
+        view.tally.rows_repaired.fetch_add(1, Ordering::Relaxed);
+        let again = if checked.is_consistent() { "consistent" } else { "still inconsistent (see the next event)" };
+        self.log(
+            Severity::Warning,
+            format!("consistency check of v{vd_id}: row {row}: slot {slot} could not be read ({error}); rewritten from the rest of the row, then checked: {again}"),
+        );
+        if let Some(number) = tally_row(&view.tally, &checked) {
+            self.log_inconsistent_row(vd_id, &checked, slots, number);
+        }
     }
 
     /// One inconsistent row, in an event that names the slots (see the module docs for what
