@@ -227,7 +227,10 @@ fn a_read_error_during_a_check_is_repaired_and_the_check_goes_on() {
         let said = events_since(&controller, before);
         let slot = place.drive;
         let repaired = format!("row {row}: slot {slot} could not be read");
-        assert!(said.iter().any(|e| e.contains(&repaired) && e.contains("rewritten from the rest of the row, then checked: consistent")), "{level}: {said:#?}");
+        assert!(
+            said.iter().any(|e| e.contains(&repaired) && e.contains("rewritten from the rest of the row, then checked: consistent")),
+            "{level}: {said:#?}"
+        );
         assert!(said.iter().any(|e| e.contains("consistency check of v0 done")), "{level}: the check went on to its end: {said:#?}");
         assert!(faulty[place.drive].faults().medium_error_ranges.is_empty(), "{level}: the bad sectors were written over");
         let other = if level == Level::Raid10 { slot as u32 ^ 1 } else { (slot as u32 + 1) % 4 };

@@ -43,6 +43,7 @@ mod intent;
 pub mod model;
 mod readd;
 mod run;
+mod verify;
 
 pub use bgi::BgiReport;
 pub use config::RunConfig;

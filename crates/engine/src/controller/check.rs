@@ -238,7 +238,14 @@ impl Controller {
 
     /// A row that `member` could not read: its strips on it rebuilt from the rest of the row
     /// (which remaps bad sectors), then the row checked again; events say what happened.
-    fn repair_unreadable_row(&self, vd: &Arc<VirtualDrive>, view: &CcView, slots: &[u32], (row, member, error): (u64, usize, &str), mode: CheckMode) {
+    fn repair_unreadable_row(
+        &self,
+        vd: &Arc<VirtualDrive>,
+        view: &CcView,
+        slots: &[u32],
+        (row, member, error): (u64, usize, &str),
+        mode: CheckMode,
+    ) {
         let vd_id = view.vd_id;
         let slot = slots[member];
         let (sender, receiver) = std::sync::mpsc::channel();
@@ -254,7 +261,12 @@ impl Controller {
         let checked = match receiver.recv() {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(check_error)) => {
-                return self.log(Severity::Critical, format!("consistency check of v{vd_id}: row {row}: checking it again after rewriting slot {slot} failed: {check_error}"));
+                return self.log(
+                    Severity::Critical,
+                    format!(
+                        "consistency check of v{vd_id}: row {row}: checking it again after rewriting slot {slot} failed: {check_error}"
+                    ),
+                );
             }
             Err(_) => return,
         };

@@ -25,6 +25,7 @@ mod events;
 mod patrol;
 mod rebuild;
 mod resync;
+mod settings;
 mod spares;
 pub mod state;
 mod types;

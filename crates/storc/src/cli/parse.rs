@@ -17,7 +17,7 @@ use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageError(pub String);
 
-fn usage<T>(message: impl Into<String>) -> Result<T, UsageError> {
+pub(super) fn usage<T>(message: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(message.into()))
 }
 
@@ -156,7 +156,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Controller, ["show", "all"]) => Action::ShowController { all: true },
         (Object::Controller, ["show", "events"]) => Action::ShowEvents,
         (Object::Controller, ["add", "vd", ..]) => Action::AddVd(parse_add_vd(&tokens[2..])?),
-        (Object::Controller, ["set", ..]) => Action::SetController(parse_set_controller(&tokens[1..])?),
+        (Object::Controller, ["set", ..]) => Action::SetController(settings::parse_set_controller(&tokens[1..])?),
         (Object::Controller, ["show", "patrolread"]) => Action::ShowPatrolRead,
         (Object::Controller, ["show", "cc"]) => Action::ShowCcSchedule,
         (Object::Controller, [verb @ ("start" | "stop" | "pause" | "resume"), "patrolread"]) => {
@@ -266,7 +266,7 @@ impl Choice {
 }
 
 /// Refuses a second value for something given once already (`wt wb`, `name=a name=b`).
-fn set_once<T>(slot: &mut Option<T>, value: T, what: &str, token: &str) -> Result<(), UsageError> {
+pub(super) fn set_once<T>(slot: &mut Option<T>, value: T, what: &str, token: &str) -> Result<(), UsageError> {
     if slot.is_some() {
         return usage(format!("\"{token}\": {what} given twice; give it once"));
     }
@@ -469,98 +469,14 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
     Ok(changes)
 }
 
-fn parse_set_controller(tokens: &[String]) -> Result<SetController, UsageError> {
-    const ALLOWED: &str = "autorebuild=on|off, rebuildrate=0-100, copyback=on|off, ccrate=0-100, bgirate=0-100, patrolread=on|off, mode=auto|manual, delay=HOURS, prrate=0-100, includessds=on|off, cc=off|seq|conc, starttime=YYYY/MM/DD HH";
-    if tokens.is_empty() {
-        return usage(format!("set needs one or more of: {ALLOWED}"));
-    }
-    let mut changes = SetController::default();
-    // `mode=`, `delay=` and `starttime=` belong to the patrol read or to the check schedule,
-    // whichever of `patrolread[=on|off]` and `cc=...` came last before them (storcli's forms).
-    let mut context: Option<&str> = None;
-    let mut index = 0;
-    while index < tokens.len() {
-        let token = &tokens[index];
-        index += 1;
-        if token.eq_ignore_ascii_case("patrolread") {
-            context = Some("patrolread");
-            continue;
-        }
-        let Some((key, value)) = token.split_once('=') else {
-            return usage(format!("set: \"{token}\" is not KEY=VALUE; allowed: {ALLOWED}"));
-        };
-        let key = key.to_ascii_lowercase();
-        match (key.as_str(), context) {
-            ("autorebuild", _) => set_once(&mut changes.auto_rebuild, on_off("autorebuild", value)?, "autorebuild=", token)?,
-            ("copyback", _) => set_once(&mut changes.copyback, on_off("copyback", value)?, "copyback=", token)?,
-            ("rebuildrate", _) => set_once(&mut changes.rebuild_rate_percent, percent("rebuildrate", value)?, "rebuildrate=", token)?,
-            ("ccrate", _) => set_once(&mut changes.cc_rate_percent, percent("ccrate", value)?, "ccrate=", token)?,
-            ("bgirate", _) => set_once(&mut changes.bgi_rate_percent, percent("bgirate", value)?, "bgirate=", token)?,
-            ("prrate", _) => set_once(&mut changes.patrol_rate_percent, percent("prrate", value)?, "prrate=", token)?,
-            ("includessds", _) => set_once(&mut changes.patrol_include_ssds, on_off("includessds", value)?, "includessds=", token)?,
-            ("patrolread", _) => {
-                set_once(&mut changes.patrol_read, on_off("patrolread", value)?, "patrolread=", token)?;
-                context = Some("patrolread");
-            }
-            ("cc", _) => {
-                set_once(&mut changes.cc_mode, cc_mode(value)?, "cc=", token)?;
-                context = Some("cc");
-            }
-            ("mode", Some("patrolread")) => set_once(&mut changes.patrol_mode, patrol_mode(value)?, "mode=", token)?,
-            ("delay", Some("patrolread")) => set_once(&mut changes.patrol_delay_hours, delay_hours(value)?, "delay=", token)?,
-            ("delay", Some("cc")) => set_once(&mut changes.cc_delay_hours, delay_hours(value)?, "delay=", token)?,
-            ("starttime", Some("cc")) => {
-                // storcli writes `starttime=2026/11/24 02`: the hour may be the next word.
-                let hour = tokens.get(index).filter(|next| next.len() <= 2 && next.bytes().all(|b| b.is_ascii_digit()));
-                let text = match hour {
-                    Some(hour) => {
-                        index += 1;
-                        format!("{value} {hour}")
-                    }
-                    None => value.to_string(),
-                };
-                set_once(&mut changes.cc_start_unix_secs, super::patrol::parse_start_time(&text)?, "starttime=", token)?;
-            }
-            ("mode" | "delay" | "starttime", _) => {
-                return usage(format!(
-                    "set: {key}= belongs to patrolread (patrolread mode=auto|manual delay=HOURS) or to cc=seq|conc (cc=seq delay=HOURS starttime=YYYY/MM/DD HH); give one of them before it"
-                ))
-            }
-            _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
-        }
-    }
-    Ok(changes)
-}
-
-fn cc_mode(value: &str) -> Result<String, UsageError> {
-    match value.to_ascii_lowercase().as_str() {
-        mode @ ("off" | "seq" | "conc") => Ok(mode.to_string()),
-        _ => usage(format!("cc=\"{value}\" is not allowed; allowed: off, seq (one VD after another), conc (every VD at once)")),
-    }
-}
-
-fn patrol_mode(value: &str) -> Result<String, UsageError> {
-    match value.to_ascii_lowercase().as_str() {
-        mode @ ("auto" | "manual") => Ok(mode.to_string()),
-        _ => usage(format!("mode=\"{value}\" is not allowed; allowed: auto, manual (patrol read)")),
-    }
-}
-
-fn delay_hours(value: &str) -> Result<u16, UsageError> {
-    match value.parse::<u16>().ok().filter(|hours| *hours > 0) {
-        Some(hours) => Ok(hours),
-        None => usage(format!("delay=\"{value}\" is not allowed; allowed: 1 to 65535 (hours from one start to the next)")),
-    }
-}
-
-fn percent(key: &str, value: &str) -> Result<u8, UsageError> {
+pub(super) fn percent(key: &str, value: &str) -> Result<u8, UsageError> {
     match value.parse::<u8>().ok().filter(|rate| *rate <= 100) {
         Some(rate) => Ok(rate),
         None => usage(format!("{key}=\"{value}\" is not allowed; allowed: 0 to 100 (percent)")),
     }
 }
 
-fn on_off(key: &str, value: &str) -> Result<bool, UsageError> {
+pub(super) fn on_off(key: &str, value: &str) -> Result<bool, UsageError> {
     match value.to_ascii_lowercase().as_str() {
         "on" => Ok(true),
         "off" => Ok(false),
@@ -671,6 +587,8 @@ fn target_path(collection: &str, target: Target) -> String {
         Target::One(number) => format!("{collection}/{number}"),
     }
 }
+
+mod settings;
 
 #[cfg(test)]
 mod tests;
