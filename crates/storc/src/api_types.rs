@@ -200,7 +200,7 @@ pub struct CcAction {
 pub struct BgiView {
     pub vd: u32,
     pub progress_percent: f64,
-    /// "In progress", "Paused", "Stopped", or "Not started (...)" while a member is out.
+    /// "In progress", "Paused", "Stopped", or "Waiting (...)" while a member is out.
     pub status: String,
     /// At the speed so far; absent until there is one.
     pub estimated_seconds_left: Option<u64>,

@@ -143,7 +143,7 @@ impl Controller {
             // Waiting for a member to come back, or stopped by the administrator.
             _ => BgiView {
                 vd_id,
-                status: if stopped { "Stopped" } else { "Not started (a member is out of service)" },
+                status: if stopped { "Stopped" } else { "Waiting (for every member in service; show events says why it is not running)" },
                 percent_done: percent_of_regions,
                 regions_left,
                 region_count,

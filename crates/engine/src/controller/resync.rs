@@ -161,6 +161,7 @@ impl Controller {
             let Some(controller) = controller.upgrade() else { return };
             let started = Instant::now();
             let (finish, rows) = controller.run_resync(&vd, vd_id, &progress, bgi);
+            controller.forget_resync(vd_id, &progress, &finish);
             controller.resync_ended(&vd, vd_id, finish, rows, started.elapsed(), bgi);
         });
         match spawned {
@@ -233,7 +234,6 @@ impl Controller {
             Finish::Complete => {
                 let per_s = (rows * strip_bytes * members) as f64 / elapsed.as_secs_f64().max(1e-3) / 1e6;
                 self.log(Severity::Info, format!("{what} of v{vd_id} done: {summary} in {:.1} s ({per_s:.0} MB/s)", elapsed.as_secs_f64()));
-                self.resyncs.lock().expect("resyncs lock").remove(&vd_id);
                 self.clear_inherited_if_whole(vd, vd_id);
                 if bgi {
                     self.bgi_done(vd_id);
@@ -247,6 +247,19 @@ impl Controller {
                 Severity::Warning,
                 format!("{what} of v{vd_id} cannot go on ({reason}); the regions left stay unreadable through parity until it runs again"),
             ),
+        }
+    }
+
+    /// A walk that completed or failed is no longer shown (a failed one starts again once every
+    /// member is in service); a stopped one stays, as stopped. Only this walk's own view goes:
+    /// a deleted VD's number may belong to a new VD already.
+    fn forget_resync(&self, vd_id: u32, progress: &Arc<Progress>, finish: &Finish) {
+        if matches!(finish, Finish::Stopped) {
+            return;
+        }
+        let mut resyncs = self.resyncs.lock().expect("resyncs lock");
+        if resyncs.get(&vd_id).is_some_and(|view| Arc::ptr_eq(&view.progress, progress)) {
+            resyncs.remove(&vd_id);
         }
     }
 
