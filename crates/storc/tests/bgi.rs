@@ -145,7 +145,7 @@ fn patrol_read_runs_from_the_cli() {
     daemon.cli(&["/c0", "set", "patrolread=off"]);
     let refused = daemon.cli_output(&["/c0", "start", "patrolread"]);
     assert!(refused.0 == 1 && refused.1.contains("patrol read is off"), "{refused:?}");
-    let bad = daemon.cli_output(&["/c0", "set", "delay=0"]);
+    let bad = daemon.cli_output(&["/c0", "set", "patrolread", "delay=0"]);
     assert!(bad.0 == 2 && bad.1.contains("allowed: 1 to 65535"), "{bad:?}");
     daemon.stop();
 }

@@ -433,9 +433,7 @@ fn lost_vd_ranges(geometry: &layout::Geometry, member: usize, bad: &std::ops::Ra
 
 fn rebuild_error_text(error: &VdError) -> String {
     match error {
-        VdError::RowUnrecoverable { .. } => {
-            format!("nothing else holds the data: {error} (a range nothing holds is in the bad-block list)")
-        }
+        VdError::RowUnrecoverable { detail, .. } => format!("nothing else holds the data there: {detail}"),
         other => other.to_string(),
     }
 }
