@@ -275,11 +275,23 @@ impl Controller {
                 "v{vd_id} still has requests in flight after 30 s; nothing was written, try again"
             )));
         }
-        // No resync may walk the VD while its members are overwritten; the full init does its work.
+        // No resync may walk the VD while its members are overwritten, nor mark a region synced
+        // once they are marked unsynced below: it is stopped, and waited for.
         self.bgi_stopped.lock().expect("bgi lock").insert(vd_id);
         let resync = self.resyncs.lock().expect("resyncs lock").remove(&vd_id);
         if let Some(resync) = resync {
             resync.progress.set_control(background::Control::Stop);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !resync.ended.load(Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if !resync.ended.load(Ordering::Acquire) {
+                vd.set_initializing(false);
+                self.bgi_stopped.lock().expect("bgi lock").remove(&vd_id);
+                return Err(ControlError::Conflict(format!(
+                    "v{vd_id}: its resync did not stop within 30 s; nothing was written, try again"
+                )));
+            }
         }
         if let Err(error) = self.mark_all_unsynced(vd_id, &vd) {
             vd.set_initializing(false);

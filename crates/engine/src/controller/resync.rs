@@ -32,6 +32,8 @@ pub struct ResyncView {
     /// The VD's background initialization (its record's `bgi_pending`), not a resync after an
     /// unclean stop.
     pub bgi: bool,
+    /// Set once its thread is done with the VD: nothing of it is in flight any more.
+    pub ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What `/c0/vN show` says about a VD's resync.
@@ -151,7 +153,9 @@ impl Controller {
         progress.size_windows_for(vd.geometry().strip_size_bytes());
         progress.set_run_rows(crate::run_rows_for(vd.geometry()));
         let regions_left = intent.unsynced_count();
-        let view = ResyncView { vd_id, progress: Arc::clone(&progress), started: Instant::now(), regions_left, bgi };
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let view =
+            ResyncView { vd_id, progress: Arc::clone(&progress), started: Instant::now(), regions_left, bgi, ended: Arc::clone(&ended) };
         self.resyncs.lock().expect("resyncs lock").insert(vd_id, view);
         let what = sync_name(bgi);
         let total = regions.region_count;
@@ -161,6 +165,7 @@ impl Controller {
             let Some(controller) = controller.upgrade() else { return };
             let started = Instant::now();
             let (finish, rows) = controller.run_resync(&vd, vd_id, &progress, bgi);
+            ended.store(true, Ordering::Release);
             controller.forget_resync(vd_id, &progress, &finish);
             controller.resync_ended(&vd, vd_id, finish, rows, started.elapsed(), bgi);
         });
