@@ -338,7 +338,7 @@ fn advance_watermark(progress: &Progress, finished_above: &mut BTreeSet<u64>) {
 }
 
 /// Sleeps while paused, once nothing is in flight (rows already submitted finish first).
-fn wait_while_paused(progress: &Progress, in_flight: usize) -> Control {
+pub(crate) fn wait_while_paused(progress: &Progress, in_flight: usize) -> Control {
     while progress.control() == Control::Pause && in_flight == 0 {
         std::thread::sleep(Duration::from_millis(20));
     }

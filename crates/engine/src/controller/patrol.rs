@@ -204,7 +204,7 @@ impl Controller {
             view.tally.current_slot.store(u64::from(target.slot), Ordering::Relaxed);
             let mut offset_bytes = target.range.start;
             while offset_bytes < target.range.end {
-                if wait_while_paused(&view.progress) == Control::Stop {
+                if background::wait_while_paused(&view.progress, 0) == Control::Stop {
                     return;
                 }
                 let len_bytes = PATROL_READ_BYTES.min(target.range.end - offset_bytes);
@@ -357,13 +357,6 @@ fn patrol_targets(state: &State, include_ssds: bool) -> (Vec<PatrolTarget>, Vec<
         }
     }
     (targets, left_out)
-}
-
-fn wait_while_paused(progress: &Progress) -> Control {
-    while progress.control() == Control::Pause {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    progress.control()
 }
 
 /// The patrol's progress, in reads done.

@@ -74,17 +74,8 @@ pub fn init_report(target: Target, inits: &[InitView], answer: &Value) -> Report
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::parse::tests::check;
     use serde_json::json;
-
-    #[track_caller]
-    fn check(args: &str, expected: &str) {
-        let args: Vec<String> = args.split_whitespace().map(String::from).collect();
-        let actual = match super::super::parse::parse(&args) {
-            Ok(invocation) => invocation.action.requests().iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
-            Err(UsageError(message)) => format!("usage: {message}"),
-        };
-        assert_eq!(actual, expected, "for {args:?}");
-    }
 
     #[test]
     fn bgi_and_init_commands() {

@@ -62,6 +62,7 @@ pub fn report(description: &str, target: Target, copies: &[CopybackView], answer
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::parse::tests::check;
     use serde_json::json;
 
     fn words(text: &str) -> Vec<String> {
@@ -69,16 +70,6 @@ mod tests {
     }
 
     /// `expected` is the requests, one per line as `METHOD PATH [BODY]`, or `usage: MESSAGE`.
-    #[track_caller]
-    fn check(args: &str, expected: &str) {
-        let args: Vec<String> = args.split_whitespace().map(String::from).collect();
-        let actual = match super::super::parse::parse(&args) {
-            Ok(invocation) => invocation.action.requests().iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
-            Err(UsageError(message)) => format!("usage: {message}"),
-        };
-        assert_eq!(actual, expected, "for {args:?}");
-    }
-
     #[test]
     fn copyback_commands() {
         check("/c0 set copyback=off", r#"PATCH /api/v1/controller {"auto_rebuild":null,"rebuild_rate_percent":null,"copyback":false}"#);

@@ -591,4 +591,4 @@ fn target_path(collection: &str, target: Target) -> String {
 mod settings;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -6,19 +6,9 @@
 
 use super::parse::UsageError;
 use super::render::Report;
-use super::table::{key_values, section};
+use super::table::{days_from_civil, key_values, section, utc_time};
 use crate::api_types::{ControllerView, PatrolReadView};
 use serde_json::Value;
-
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year - era * 400;
-    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
 
 /// `YYYY/MM/DD HH` (or `YYYY/MM/DD`, midnight), UTC, as Unix seconds.
 pub fn parse_start_time(text: &str) -> Result<u64, UsageError> {
@@ -31,7 +21,7 @@ pub fn parse_start_time(text: &str) -> Result<u64, UsageError> {
     let valid = (1970..=9999).contains(&year) && (1..=12).contains(&month) && (1..=31).contains(&day) && (0..=23).contains(&hour);
     let days = days_from_civil(year, month, day);
     // A day past the month's end (2026/02/30) would roll over: refused.
-    if !valid || utc_text(days as u64 * 86_400)[..10] != format!("{year:04}-{month:02}-{day:02}") {
+    if !valid || utc_time(days as u64 * 86_400)[..10] != format!("{year:04}-{month:02}-{day:02}") {
         return Err(refuse());
     }
     Ok(days as u64 * 86_400 + hour as u64 * 3600)
@@ -48,28 +38,11 @@ pub fn cc_schedule_report(controller: &ControllerView, answer: &Value) -> Report
     let properties = [
         ("CC Operation Mode", mode.to_string()),
         ("CC Execution Delay", format!("{} hours", controller.cc_delay_hours)),
-        ("CC Next Starttime", if controller.cc_mode == "off" { "-".into() } else { utc_text(controller.cc_next_start_unix_secs) }),
+        ("CC Next Starttime", if controller.cc_mode == "off" { "-".into() } else { utc_time(controller.cc_next_start_unix_secs) }),
         ("CC Rate", format!("{}%", controller.cc_rate_percent)),
         ("CC VDs Waiting", if waiting.is_empty() { "None".into() } else { waiting }),
     ];
     Report { description: "None".to_string(), text: section("Controller Properties", &key_values(&properties)), data: answer.clone() }
-}
-
-/// When, in UTC, `unix_secs` is (storcli prints the next start time).
-fn utc_text(unix_secs: u64) -> String {
-    let days = unix_secs / 86_400;
-    let secs_of_day = unix_secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", secs_of_day / 3600, secs_of_day / 60 % 60, secs_of_day % 60)
 }
 
 pub fn report(view: &PatrolReadView, answer: &Value) -> Report {
@@ -96,8 +69,8 @@ pub fn report(view: &PatrolReadView, answer: &Value) -> Report {
         ("PR Drives Done", format!("{} of {}", view.drives_done, view.drives_total)),
         ("PR Medium Errors Found", view.medium_errors.to_string()),
         ("PR Medium Errors Corrected", view.corrected.to_string()),
-        ("PR Last Start time", if view.last_start_unix_secs == 0 { "Never".into() } else { utc_text(view.last_start_unix_secs) }),
-        ("PR Next Start time", view.next_start_unix_secs.map_or("-".into(), utc_text)),
+        ("PR Last Start time", if view.last_start_unix_secs == 0 { "Never".into() } else { utc_time(view.last_start_unix_secs) }),
+        ("PR Next Start time", view.next_start_unix_secs.map_or("-".into(), utc_time)),
     ];
     Report { description: "None".to_string(), text: section("Controller Properties", &key_values(&properties)), data: answer.clone() }
 }
@@ -105,18 +78,8 @@ pub fn report(view: &PatrolReadView, answer: &Value) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::parse::UsageError;
+    use crate::cli::parse::tests::check;
     use serde_json::json;
-
-    #[track_caller]
-    fn check(args: &str, expected: &str) {
-        let args: Vec<String> = args.split_whitespace().map(String::from).collect();
-        let actual = match super::super::parse::parse(&args) {
-            Ok(invocation) => invocation.action.requests().iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
-            Err(UsageError(message)) => format!("usage: {message}"),
-        };
-        assert_eq!(actual, expected, "for {args:?}");
-    }
 
     #[test]
     fn patrol_read_commands() {
@@ -167,7 +130,7 @@ mod tests {
         for expected in [
             "CC Operation Mode = Sequential",
             "CC Execution Delay = 24 hours",
-            "CC Next Starttime = 2026-11-24 02:00:00 UTC",
+            "CC Next Starttime = 2026-11-24T02:00:00Z",
             "CC VDs Waiting = v2, v3",
         ] {
             assert!(text.contains(expected), "{expected:?} missing in:\n{text}");
@@ -200,8 +163,8 @@ mod tests {
             "PR Current State = Active 12.5% (slot 2)",
             "PR Drives Done = 1 of 4",
             "PR Medium Errors Corrected = 2",
-            "PR Last Start time = 2023-11-14 22:13:20 UTC",
-            "PR Next Start time = 2023-11-21 22:13:20 UTC",
+            "PR Last Start time = 2023-11-14T22:13:20Z",
+            "PR Next Start time = 2023-11-21T22:13:20Z",
         ] {
             assert!(text.contains(expected), "{expected:?} missing in:\n{text}");
         }

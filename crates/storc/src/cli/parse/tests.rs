@@ -2,7 +2,7 @@ use super::*;
 
 /// `expected` is the requests, one per line as `METHOD PATH [BODY]`, or `usage: MESSAGE`.
 #[track_caller]
-fn check(args: &str, expected: &str) {
+pub(crate) fn check(args: &str, expected: &str) {
     let args: Vec<String> = args.split_whitespace().map(String::from).collect();
     let actual = match parse(&args) {
         Ok(invocation) => {
