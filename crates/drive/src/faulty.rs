@@ -80,7 +80,10 @@ impl Drive for FaultyDrive {
 
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
         let (start, len) = op.range_bytes().unwrap_or((0, 0));
-        if op.kind() == OpKind::Write && overlaps(&self.faults().medium_error_ranges, start, len) {
+        // Checked under the read lock first: every write of the simulator comes through here.
+        let remaps =
+            op.kind() == OpKind::Write && overlaps(&self.faults.read().expect("faults lock poisoned").medium_error_ranges, start, len);
+        if remaps {
             self.update_faults(|faults| faults.medium_error_ranges = remapped(&faults.medium_error_ranges, start..start + len));
         }
         let faults = self.faults.read().expect("faults lock poisoned");
