@@ -20,9 +20,11 @@
 
 pub mod background;
 pub mod bitmap;
+pub mod cache;
 pub mod config;
 pub mod controller;
 pub mod io;
+pub mod journal;
 mod local;
 pub mod metadata;
 pub mod runtime;
@@ -66,20 +68,46 @@ pub struct EngineConfig {
     pub ring_entries: u32,
     /// Messages a shard's inbox holds before submitters block (back-pressure).
     pub inbox_depth: usize,
+    /// The controller cache, shared equally by the shards (`--cache-size`).
+    pub cache_bytes: u64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(bitmap::ondisk::SHARD_SLOTS_MAX);
-        EngineConfig { shard_count: cores, ring_entries: 512, inbox_depth: 4096 }
+        EngineConfig { shard_count: cores, ring_entries: 512, inbox_depth: 4096, cache_bytes: cache::DEFAULT_CACHE_BYTES }
     }
 }
 
 enum ShardMsg {
-    Request { vd: Arc<VirtualDrive>, request: VdRequest, done: Done },
-    Raw { drive: Arc<dyn Drive>, op: DriveOp, done: RawDone },
-    Row { vd: Arc<VirtualDrive>, row: u64, job: RowJob },
-    CleanIntent { vd: Arc<VirtualDrive>, stopping: bool, done: CleanDone },
+    Request {
+        vd: Arc<VirtualDrive>,
+        request: VdRequest,
+        done: Done,
+    },
+    Raw {
+        drive: Arc<dyn Drive>,
+        op: DriveOp,
+        done: RawDone,
+    },
+    Row {
+        vd: Arc<VirtualDrive>,
+        row: u64,
+        job: RowJob,
+    },
+    CleanIntent {
+        vd: Arc<VirtualDrive>,
+        stopping: bool,
+        done: CleanDone,
+    },
+    /// The shard's journal partition from now on (`None`: no journal).
+    Journal(Option<journal::PartSpec>),
+    /// Drop a deleted VD's cached data.
+    Forget {
+        vd: Arc<VirtualDrive>,
+    },
+    /// The cache's periodic nudge: destage what grew old, checkpoint the journal.
+    Tick,
     Stop,
 }
 
@@ -123,7 +151,8 @@ impl ShardHandle {
 /// The running engine: shard threads serving any number of virtual drives.
 pub struct Engine {
     shards: Vec<ShardHandle>,
-    next_shard: AtomicUsize,
+    /// Stops the ticker thread when the engine is dropped.
+    ticker: Option<(Sender<()>, JoinHandle<()>)>,
 }
 
 impl Engine {
@@ -145,7 +174,26 @@ impl Engine {
         for index in 0..config.shard_count {
             shards.push(start_shard(index, config)?);
         }
-        Ok(Engine { shards, next_shard: AtomicUsize::new(0) })
+        let ticker = start_ticker(shards.iter().map(|s| (s.inbox.clone(), Arc::clone(&s.waker))).collect())?;
+        Ok(Engine { shards, ticker: Some(ticker) })
+    }
+
+    /// Hands each shard its partition of `journal` (which must have one per shard), or takes
+    /// the journal away (`None`).
+    pub fn set_journal(&self, journal: Option<&journal::Journal>) {
+        if let Some(journal) = journal {
+            assert_eq!(journal.superblock().partition_count as usize, self.shards.len(), "a journal has a partition per shard");
+        }
+        for (index, shard) in self.shards.iter().enumerate() {
+            shard.send(ShardMsg::Journal(journal.map(|j| j.part_spec(index as u32))));
+        }
+    }
+
+    /// Drops a deleted VD's cached data on every shard.
+    pub fn forget(&self, vd: &Arc<VirtualDrive>) {
+        for shard in &self.shards {
+            shard.send(ShardMsg::Forget { vd: Arc::clone(vd) });
+        }
     }
 
     pub fn shard_count(&self) -> usize {
@@ -161,9 +209,13 @@ impl Engine {
         vd.note_client_request();
         match request {
             VdRequest::Flush => {
-                // Any shard can flush: member caches are per drive, not per ring.
-                let shard = self.next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
-                self.send_request(shard, vd, request, done);
+                // Every shard: each holds its own part of the VD's cached data and journal.
+                let joiner = Joiner::new(self.shards.len(), done);
+                for index in 0..self.shards.len() {
+                    let joiner = Arc::clone(&joiner);
+                    let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
+                    self.send_request(index, vd, VdRequest::Flush, done);
+                }
             }
             VdRequest::Read { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, false, done),
             VdRequest::Write { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, true, done),
@@ -342,6 +394,10 @@ impl Engine {
 impl Drop for Engine {
     /// Lets in-flight requests finish, then stops the shard threads.
     fn drop(&mut self) {
+        if let Some((stop, thread)) = self.ticker.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
         for shard in &self.shards {
             shard.send(ShardMsg::Stop);
         }
@@ -468,7 +524,7 @@ fn start_shard(index: usize, config: EngineConfig) -> std::io::Result<ShardHandl
             Ok(ctx) => ctx,
             Err(error) => return ready_tx.send(Err(error)).expect("starter waits"),
         };
-        shard_main(index, ctx, inbox_rx, ready_tx);
+        shard_main(index, config, ctx, inbox_rx, ready_tx);
     })?;
     let waker = ready_rx.recv().expect("shard reports whether it started")?;
     Ok(ShardHandle { inbox: inbox_tx, waker, thread: Some(thread) })
@@ -476,12 +532,32 @@ fn start_shard(index: usize, config: EngineConfig) -> std::io::Result<ShardHandl
 
 type ReadyTx = std::sync::mpsc::SyncSender<std::io::Result<Arc<ShardWaker>>>;
 
+/// How often the shards' caches are nudged (age-limited destaging, checkpoints).
+const TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The thread that sends every shard a [`ShardMsg::Tick`] each [`TICK`] until its channel
+/// closes. A tick is skipped for a shard whose inbox is full: it is busy anyway.
+fn start_ticker(shards: Vec<(Sender<ShardMsg>, Arc<ShardWaker>)>) -> std::io::Result<(Sender<()>, JoinHandle<()>)> {
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let thread = std::thread::Builder::new().name("storc-cache-tick".into()).spawn(move || {
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(TICK) {
+            for (inbox, waker) in &shards {
+                if inbox.try_send(ShardMsg::Tick).is_ok() {
+                    waker.wake();
+                }
+            }
+        }
+    })?;
+    Ok((stop_tx, thread))
+}
+
 /// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
-fn shard_main(index: usize, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
+fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
     let waker = ctx.waker();
     ready.send(Ok(Arc::clone(&waker))).expect("starter waits");
     let reactor = Reactor::new(ctx, CompletionOrder::Fifo);
     reactor.set_shard_index(index);
+    reactor.cache().set_limit_bytes(config.cache_bytes / config.shard_count as u64);
     let mut executor = Executor::new(Rc::clone(&reactor));
     let mut stopping = false;
     loop {
@@ -508,7 +584,7 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
         ShardMsg::Request { vd, request, done } => {
             let write = matches!(request, VdRequest::Write { .. });
             executor.spawn(async move {
-                let completion = io::serve(reactor, Arc::clone(&vd), request).await;
+                let completion = cache::serve(reactor, Arc::clone(&vd), request).await;
                 vd.finish(completion, done, write);
             });
             false
@@ -532,6 +608,18 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
                 done(io::clean_write_intent(reactor, Arc::clone(&vd), stopping).await);
                 vd.end_request();
             });
+            false
+        }
+        ShardMsg::Journal(spec) => {
+            reactor.cache().set_journal(spec.map(|spec| Rc::new(spec.build())));
+            false
+        }
+        ShardMsg::Forget { vd } => {
+            reactor.cache().forget(&vd);
+            false
+        }
+        ShardMsg::Tick => {
+            cache::tick(&reactor);
             false
         }
         ShardMsg::Stop => true,
@@ -573,11 +661,12 @@ impl Joiner {
         if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        let buf = IoBuf::join(state.bufs.drain(..).map(|b| b.expect("every piece returns its buffer")));
+        // A flush's pieces (one per shard) carry no buffer; a read's or write's all do.
+        let bufs: Option<Vec<IoBuf>> = state.bufs.drain(..).collect();
         let result = state.error.take().map_or(Ok(()), Err);
         let done = state.done.take().expect("completed once");
         drop(state);
-        done(VdCompletion { result, buf: Some(buf) });
+        done(VdCompletion { result, buf: bufs.map(IoBuf::join) });
     }
 }
 

@@ -26,7 +26,7 @@ impl LocalEngine {
         }
         let reactor = Rc::clone(self.executor.reactor());
         let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::serve(reactor, vd, request).await) });
+        self.executor.spawn(async move { done(crate::cache::serve(reactor, vd, request).await) });
     }
 
     /// Queues a rebuild of the strips `targets` hold in row `row` (see [`crate::Engine::rebuild_row`]);

@@ -19,6 +19,7 @@ mod tests;
 
 pub use assemble::{assemble, Assembly, ConfigGroup, StaleDrive};
 pub use codec::{decode, encode, FORMAT_VERSION, HEADER_BYTES, MAGIC};
+pub(crate) use codec::{tiles, Field};
 
 use crate::config::{ControllerConfig, ControllerId, DriveId};
 use crate::vd::MEMBER_RESERVED_BYTES;

@@ -70,6 +70,10 @@ pub struct Reactor {
     /// Rouses the shard from its ring wait; `None` for a context without a ring, which never
     /// sleeps.
     ring_waker: Option<Arc<ShardWaker>>,
+    /// Tasks spawned by tasks (the cache's destaging), handed to the executor at its next turn.
+    spawned: RefCell<Vec<Pin<Box<dyn Future<Output = ()>>>>>,
+    /// The shard's controller cache.
+    cache: Rc<crate::cache::ShardCache>,
 }
 
 /// Wakes a task from another thread: queues it and rouses its shard from the ring wait (a task
@@ -103,7 +107,19 @@ impl Reactor {
             locks: RefCell::new(HashMap::new()),
             next_ticket: RefCell::new(0),
             shard_index: std::cell::Cell::new(0),
+            spawned: RefCell::new(Vec::new()),
+            cache: Rc::new(crate::cache::ShardCache::new()),
         })
+    }
+
+    /// The shard's controller cache.
+    pub(crate) fn cache(&self) -> &Rc<crate::cache::ShardCache> {
+        &self.cache
+    }
+
+    /// Starts a task from a task: it first runs at the executor's next turn.
+    pub fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+        self.spawned.borrow_mut().push(Box::pin(task));
     }
 
     pub fn shard_index(&self) -> usize {
@@ -374,6 +390,10 @@ impl Executor {
     pub fn run_ready(&mut self) -> bool {
         let mut ran = false;
         loop {
+            let spawned = std::mem::take(&mut *self.reactor.spawned.borrow_mut());
+            for task in spawned {
+                self.spawn(task);
+            }
             let woken = std::mem::take(&mut *self.wake_queue.woken.lock().expect("wake queue poisoned"));
             if woken.is_empty() {
                 return ran;

@@ -36,9 +36,7 @@ pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
 
 mod fields;
-#[cfg(test)]
-pub(crate) use fields::tiles;
-pub(crate) use fields::{bad_block, counts, drive_record, header, hot_spare_record, vd_record, Field};
+pub(crate) use fields::{bad_block, counts, drive_record, header, hot_spare_record, tiles, vd_record, Field};
 
 /// Bytes of one entry of the lists that follow VD and hot spare records.
 const LIST_ENTRY_BYTES: usize = 4;

@@ -6,6 +6,7 @@ mod copy;
 mod rebuilt;
 mod request;
 
+use crate::config::WritePolicy;
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
@@ -188,6 +189,8 @@ pub struct VirtualDrive {
     write_intent: std::sync::OnceLock<crate::bitmap::WriteIntent>,
     /// VD ranges whose data is lost: reads of them fail (see `bad_blocks`).
     bad_blocks: BadBlocks,
+    /// The write policy the cache applies (a [`WritePolicy`] code), changeable live.
+    write_policy: AtomicU8,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -252,7 +255,19 @@ impl VirtualDrive {
             acks: Mutex::new(AckGate::default()),
             acks_gated: AtomicBool::new(false),
             write_intent: std::sync::OnceLock::new(),
+            write_policy: AtomicU8::new(WritePolicy::WriteThrough as u8),
         })
+    }
+
+    /// The write policy the cache applies to this VD (WT until the controller sets it).
+    pub fn write_policy(&self) -> WritePolicy {
+        WritePolicy::ALL[usize::from(self.write_policy.load(Ordering::Relaxed))]
+    }
+
+    /// Takes effect for the next write each shard serves.
+    pub fn set_write_policy(&self, policy: WritePolicy) {
+        let index = WritePolicy::ALL.iter().position(|&p| p == policy).expect("every policy is listed");
+        self.write_policy.store(index as u8, Ordering::Relaxed);
     }
 
     /// Member failures found by I/O and not yet recorded by the controller.

@@ -15,7 +15,7 @@ pub(crate) struct Field {
 }
 
 impl Field {
-    const fn new(name: &'static str, offset: usize, size: usize) -> Field {
+    pub(crate) const fn new(name: &'static str, offset: usize, size: usize) -> Field {
         Field { name, offset, size }
     }
 

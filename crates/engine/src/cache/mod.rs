@@ -1,0 +1,498 @@
+//! The controller cache: write-back over the journal, destaging in VD (so member-LBA) order.
+//!
+//! Each shard has its own cache ([`ShardCache`]), holding dirty data only for the rows the
+//! shard owns, so it needs no lock. Every request of the shard passes through [`serve`]:
+//!
+//! - **writes** go into the cache ([`extents::DirtyMap`]) and, when the shard has a healthy
+//!   journal partition, into a journal record first. The policy in effect decides when the
+//!   client hears back: WB once the record is durable, AWB at once, WT once the data is on the
+//!   members. Without a journal, a WT write to a range with nothing cached takes the direct path.
+//! - **member writes of cached data happen only in a destage**, which takes a snapshot of the
+//!   extents it writes and queues for their row locks in the same step: a newer write to the
+//!   same bytes is destaged later and queues later, so members never go back in time. Extents
+//!   leave the cache only once their member write completed, and a destage never overlaps
+//!   another that is in flight (the RAID0 path has no row locks to order them).
+//! - **reads** take a snapshot of the dirty extents they overlap before reading the members and
+//!   lay it over what the members returned; a read wholly covered needs no member at all.
+//!
+//! Destaging starts above the high watermark (half the shard's share of the cache) and goes on
+//! down to the low one (a quarter), takes any extent older than [`AGE_LIMIT`], and runs at
+//! once for WT writes and flushes that wait for it. Runs merge contiguous extents up to
+//! [`RUN_BYTES_MAX`], so a row filled by small writes goes out as one full-stripe write.
+
+pub mod extents;
+
+use crate::config::WritePolicy;
+use crate::io;
+use crate::journal::part::JournalPart;
+use crate::runtime::Reactor;
+use crate::vd::{VdCompletion, VdError, VdRequest, VirtualDrive};
+use drive::IoBuf;
+use extents::{DirtyMap, Extent};
+use futures::channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Dirty data older than this is destaged even below the watermarks.
+pub const AGE_LIMIT: Duration = Duration::from_secs(1);
+/// A destage run's largest member write (several rows of most layouts).
+pub const RUN_BYTES_MAX: u64 = 1 << 20;
+/// Destage runs in flight per shard at most.
+pub const RUNS_IN_FLIGHT_MAX: usize = 16;
+/// The default cache size of a controller: the SAS3108's 1 GiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
+
+struct VdCache {
+    vd: Arc<VirtualDrive>,
+    dirty: DirtyMap,
+    /// Where the elevator continues: the end of the last run started.
+    cursor: u64,
+    /// Ranges being destaged now.
+    busy: Vec<Range<u64>>,
+    /// Why the last destage failed, for the writes that waited for it.
+    last_error: Option<VdError>,
+}
+
+/// One shard's cache.
+pub struct ShardCache {
+    vds: RefCell<HashMap<u64, VdCache>>,
+    limit_bytes: Cell<u64>,
+    bytes: Cell<u64>,
+    journal: RefCell<Option<Rc<JournalPart>>>,
+    next_id: Cell<u64>,
+    runs_in_flight: Cell<usize>,
+    draining: Cell<bool>,
+    /// Requests waiting for everything un-journaled (or everything) to go out.
+    forced: Cell<usize>,
+    waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    /// VDs destaged to since the last journal checkpoint: flushed before the next one.
+    destaged_to: RefCell<HashMap<u64, Arc<VirtualDrive>>>,
+}
+
+impl Default for ShardCache {
+    fn default() -> Self {
+        ShardCache::new()
+    }
+}
+
+impl ShardCache {
+    pub fn new() -> ShardCache {
+        ShardCache {
+            vds: RefCell::new(HashMap::new()),
+            limit_bytes: Cell::new(DEFAULT_CACHE_BYTES),
+            bytes: Cell::new(0),
+            journal: RefCell::new(None),
+            next_id: Cell::new(1),
+            runs_in_flight: Cell::new(0),
+            draining: Cell::new(false),
+            forced: Cell::new(0),
+            waiters: RefCell::new(Vec::new()),
+            destaged_to: RefCell::new(HashMap::new()),
+        }
+    }
+
+    pub fn set_limit_bytes(&self, bytes: u64) {
+        self.limit_bytes.set(bytes.max(RUN_BYTES_MAX * 4));
+    }
+
+    pub fn set_journal(&self, journal: Option<Rc<JournalPart>>) {
+        *self.journal.borrow_mut() = journal;
+    }
+
+    pub fn journal(&self) -> Option<Rc<JournalPart>> {
+        self.journal.borrow().clone()
+    }
+
+    /// Dirty bytes held.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.bytes.get()
+    }
+
+    fn has_dirty(&self, vd: &VirtualDrive) -> bool {
+        self.vds.borrow().get(&vd.instance_id()).is_some_and(|c| !c.dirty.is_empty())
+    }
+
+    fn wake_all(&self) {
+        for waiter in self.waiters.borrow_mut().drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+
+    async fn wait_for_change(&self) {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.borrow_mut().push(tx);
+        let _ = rx.await;
+    }
+
+    /// Drops a VD's cached data (it was deleted) and its holds on journal records.
+    pub fn forget(&self, vd: &VirtualDrive) {
+        let Some(cache) = self.vds.borrow_mut().remove(&vd.instance_id()) else { return };
+        self.bytes.set(self.bytes.get() - cache.dirty.bytes());
+        let journal = self.journal();
+        for extent in cache.dirty.all() {
+            if let (Some(sequence), Some(journal)) = (extent.sequence, &journal) {
+                journal.release(sequence);
+            }
+        }
+        self.wake_all();
+    }
+}
+
+/// How a write is acknowledged here and now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// After the members have it.
+    Through,
+    /// After the journal has it.
+    Back,
+    /// At once.
+    Always,
+}
+
+/// Serves one request of this shard through the cache.
+pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
+    if vd.is_retired() || vd.state() == crate::VdState::Offline {
+        return io::serve(reactor, vd, request).await;
+    }
+    match request {
+        VdRequest::Read { offset_bytes, buf } => read(reactor, vd, offset_bytes, buf).await,
+        VdRequest::Write { offset_bytes, buf } => write(reactor, vd, offset_bytes, buf).await,
+        VdRequest::Flush => flush(reactor, vd).await,
+    }
+}
+
+async fn read(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf) -> VdCompletion {
+    let range = offset_bytes..offset_bytes + buf.len() as u64;
+    let snapshot: Option<Vec<(u64, Extent)>> = match reactor.cache().vds.borrow().get(&vd.instance_id()) {
+        None => None,
+        Some(cache) if cache.dirty.covers(range.clone()) => {
+            cache.dirty.overlay(range, buf.as_mut_slice());
+            return VdCompletion { result: Ok(()), buf: Some(buf) };
+        }
+        Some(cache) => Some(cache.dirty.overlapping(range.clone()).map(|(o, e)| (o, e.clone())).collect()),
+    };
+    let Some(snapshot) = snapshot else { return io::serve(reactor, vd, VdRequest::Read { offset_bytes, buf }).await };
+    let mut completion = io::serve(reactor, vd, VdRequest::Read { offset_bytes, buf }).await;
+    if completion.result.is_ok() && !snapshot.is_empty() {
+        let out = completion.buf.as_mut().expect("a read returns its buffer");
+        let mut overlay = DirtyMap::default();
+        for (offset, extent) in snapshot {
+            overlay.insert(offset, extent);
+        }
+        overlay.overlay(range, out.as_mut_slice());
+    }
+    completion
+}
+
+fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
+    match vd.write_policy() {
+        WritePolicy::WriteThrough => Mode::Through,
+        WritePolicy::WriteBack if journal.is_some_and(JournalPart::takes_write_back) => Mode::Back,
+        WritePolicy::WriteBack => Mode::Through,
+        WritePolicy::AlwaysWriteBack => Mode::Always,
+    }
+}
+
+async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    let journal = cache.journal().filter(|j| j.health().is_usable());
+    let mode = mode_for(&vd, journal.as_deref());
+    if mode == Mode::Through && journal.is_none() && !cache.has_dirty(&vd) {
+        return io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
+    }
+    vd.note_write();
+    let len_bytes = buf.len() as u64;
+    // Room first: a write waits while the cache is full (destaging frees it).
+    while cache.bytes.get() + len_bytes > cache.limit_bytes.get() && cache.bytes.get() > 0 {
+        cache.draining.set(true);
+        pump(&reactor);
+        cache.wait_for_change().await;
+    }
+    let placed = match &journal {
+        Some(journal) => loop {
+            if let Some(placed) = journal.place(buf.len(), mode == Mode::Back) {
+                break Some(placed);
+            }
+            // The ring is full: destaging and a checkpoint free it.
+            cache.draining.set(true);
+            pump(&reactor);
+            cache.wait_for_change().await;
+        },
+        None => None,
+    };
+    // The cache keeps its own copy: the caller's buffer goes back to it (a request cut into
+    // pieces is joined again from its views).
+    let data = Rc::new(IoBuf::from_slice(buf.as_slice()));
+    let ours = insert(&cache, &vd, offset_bytes, &data, placed.as_deref());
+    pump(&reactor);
+    let logged = match (&journal, &placed) {
+        (Some(journal), Some(placed)) if mode == Mode::Always => {
+            // AWB: acknowledged now; the record is written behind it (a flush waits for it).
+            let (journal, placed, data, reactor2) = (Rc::clone(journal), placed.clone(), Rc::clone(&data), Rc::clone(&reactor));
+            let vd_id = vd.id() as u32;
+            reactor.spawn(async move {
+                let _ = journal.write(&reactor2, &placed, vd_id, offset_bytes, &data).await;
+                release_writer(&journal, &placed);
+            });
+            Ok(())
+        }
+        (Some(journal), Some(placed)) => {
+            let result = journal.write(&reactor, placed, vd.id() as u32, offset_bytes, &data).await;
+            release_writer(journal, placed);
+            result
+        }
+        _ => Ok(()),
+    };
+    let result = match (mode, logged) {
+        (Mode::Always, _) => Ok(()),
+        (Mode::Back, Ok(())) => Ok(()),
+        // WT, or WB whose journal failed under it: the data must reach the members now.
+        _ => destage_written(&reactor, &vd, &ours).await,
+    };
+    VdCompletion { result, buf: Some(buf) }
+}
+
+/// The writer hands its hold on each record over to the cached pieces.
+fn release_writer(journal: &JournalPart, placed: &[crate::journal::part::Placed]) {
+    for piece in placed {
+        journal.release(piece.placement.sequence);
+    }
+}
+
+/// Puts a write into the dirty map, one extent per journal record (or one for all of it).
+/// Returns where each extent went and its id.
+fn insert(
+    cache: &ShardCache,
+    vd: &Arc<VirtualDrive>,
+    offset_bytes: u64,
+    data: &Rc<IoBuf>,
+    placed: Option<&[crate::journal::part::Placed]>,
+) -> Vec<(u64, u64)> {
+    let pieces: Vec<(usize, usize, Option<u64>)> = match placed {
+        Some(placed) => placed.iter().map(|p| (p.data_at, p.data_bytes, Some(p.placement.sequence))).collect(),
+        None => vec![(0, data.len(), None)],
+    };
+    let journal = cache.journal();
+    let mut vds = cache.vds.borrow_mut();
+    let entry = vds.entry(vd.instance_id()).or_insert_with(|| VdCache {
+        vd: Arc::clone(vd),
+        dirty: DirtyMap::default(),
+        cursor: 0,
+        busy: Vec::new(),
+        last_error: None,
+    });
+    let mut ours = Vec::new();
+    for (at, len, sequence) in pieces {
+        let id = cache.next_id.get();
+        cache.next_id.set(id + 1);
+        if let (Some(sequence), Some(journal)) = (sequence, &journal) {
+            journal.hold(sequence);
+        }
+        let extent = Extent { len_bytes: len as u64, data: Rc::clone(data), at, sequence, id, born: Instant::now(), stuck: false };
+        ours.push((offset_bytes + at as u64, id));
+        let displaced = entry.dirty.insert(offset_bytes + at as u64, extent);
+        cache.bytes.set(cache.bytes.get() + len as u64 - displaced.bytes_removed);
+        if let Some(journal) = &journal {
+            displaced.held.iter().for_each(|&s| journal.hold(s));
+            displaced.released.iter().for_each(|&s| journal.release(s));
+        }
+    }
+    ours
+}
+
+/// Waits until the extents a write put in the cache (`ours`: offset and id) are on the members
+/// or overwritten, destaging them now.
+async fn destage_written(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, ours: &[(u64, u64)]) -> Result<(), VdError> {
+    let cache = Rc::clone(reactor.cache());
+    cache.forced.set(cache.forced.get() + 1);
+    let result = loop {
+        let (pending, stuck) = {
+            let vds = cache.vds.borrow();
+            let Some(entry) = vds.get(&vd.instance_id()) else { break Ok(()) };
+            let pending = ours.iter().filter(|&&(offset, id)| entry.dirty.holds(offset, id)).count();
+            let stuck = ours.iter().any(|&(offset, id)| entry.dirty.is_stuck(offset, id));
+            (pending, stuck.then(|| entry.last_error.clone()).flatten())
+        };
+        if let Some(error) = stuck {
+            break Err(error);
+        }
+        if pending == 0 {
+            break Ok(());
+        }
+        pump(reactor);
+        cache.wait_for_change().await;
+    };
+    cache.forced.set(cache.forced.get() - 1);
+    result
+}
+
+async fn flush(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    if let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
+        if let Err(error) = journal.durable_all(&reactor).await {
+            tracing::warn!("journal failed at a flush: {error}");
+        }
+    }
+    // What the journal does not hold must reach the members.
+    let unjournaled = |cache: &ShardCache| {
+        let journal_ok = cache.journal().is_some_and(|j| j.health().is_usable());
+        cache.vds.borrow().get(&vd.instance_id()).is_some_and(|c| c.dirty.candidates(0).any(|(_, e)| e.sequence.is_none() || !journal_ok))
+    };
+    cache.forced.set(cache.forced.get() + 1);
+    while unjournaled(&cache) {
+        pump(&reactor);
+        cache.wait_for_change().await;
+    }
+    cache.forced.set(cache.forced.get() - 1);
+    io::serve(reactor, vd, VdRequest::Flush).await
+}
+
+/// Starts destage runs while there is reason to and room in flight.
+pub(crate) fn pump(reactor: &Rc<Reactor>) {
+    let cache = reactor.cache();
+    let limit = cache.limit_bytes.get();
+    if cache.bytes.get() > limit / 2 {
+        cache.draining.set(true);
+    } else if cache.bytes.get() <= limit / 4 {
+        cache.draining.set(false);
+    }
+    let urgent = cache.draining.get() || cache.forced.get() > 0;
+    let old_before = Instant::now().checked_sub(AGE_LIMIT);
+    while cache.runs_in_flight.get() < RUNS_IN_FLIGHT_MAX {
+        let Some((vd, offset, pieces)) = pick_run(cache, urgent, old_before) else { break };
+        cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);
+        let reactor2 = Rc::clone(reactor);
+        reactor.spawn(async move { destage_run(reactor2, vd, offset, pieces).await });
+    }
+    checkpoint_if_due(reactor);
+}
+
+/// The next run to destage: contiguous extents of one VD from its cursor on, none busy.
+/// A destage run: its VD, where it starts, and the extents it writes (contiguous, in order).
+type Run = (Arc<VirtualDrive>, u64, Vec<(u64, Extent)>);
+
+fn pick_run(cache: &ShardCache, urgent: bool, old_before: Option<Instant>) -> Option<Run> {
+    let mut vds = cache.vds.borrow_mut();
+    for entry in vds.values_mut() {
+        let eligible = |e: &Extent| urgent || old_before.is_some_and(|t| e.born <= t);
+        let busy = |offset: u64, e: &Extent| entry.busy.iter().any(|r| offset < r.end && r.start < offset + e.len_bytes);
+        let mut run: Vec<(u64, Extent)> = Vec::new();
+        for (offset, extent) in entry.dirty.candidates(entry.cursor) {
+            if busy(offset, extent) {
+                if run.is_empty() {
+                    continue;
+                }
+                break;
+            }
+            match run.last() {
+                None if eligible(extent) => run.push((offset, extent.clone())),
+                None => continue,
+                Some((last, e))
+                    if last + e.len_bytes == offset && run_bytes(&run) + extent.len_bytes <= RUN_BYTES_MAX.max(row_bytes(&entry.vd)) =>
+                {
+                    run.push((offset, extent.clone()))
+                }
+                Some(_) => break,
+            }
+        }
+        if let Some(&(start, _)) = run.first() {
+            let end = run.last().map(|(o, e)| o + e.len_bytes).expect("a run");
+            entry.busy.push(start..end);
+            entry.cursor = end;
+            return Some((Arc::clone(&entry.vd), start, run));
+        }
+    }
+    None
+}
+
+fn run_bytes(run: &[(u64, Extent)]) -> u64 {
+    run.iter().map(|(_, e)| e.len_bytes).sum()
+}
+
+fn row_bytes(vd: &VirtualDrive) -> u64 {
+    vd.geometry().row_data_bytes()
+}
+
+/// Writes one run to the members through the VD's write path, then drops what it wrote from
+/// the cache (the extents that are still the ones it took).
+async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, pieces: Vec<(u64, Extent)>) {
+    let total = run_bytes(&pieces);
+    let mut buf = IoBuf::zeroed(total as usize);
+    let mut at = 0;
+    for (_, extent) in &pieces {
+        buf.as_mut_slice()[at..at + extent.len_bytes as usize].copy_from_slice(extent.bytes());
+        at += extent.len_bytes as usize;
+    }
+    let completion = io::serve(Rc::clone(&reactor), Arc::clone(&vd), VdRequest::Write { offset_bytes, buf }).await;
+    let cache = Rc::clone(reactor.cache());
+    let journal = cache.journal();
+    {
+        let mut vds = cache.vds.borrow_mut();
+        if let Some(entry) = vds.get_mut(&vd.instance_id()) {
+            entry.busy.retain(|r| r.start != offset_bytes);
+            for (offset, extent) in &pieces {
+                match &completion.result {
+                    Ok(()) => {
+                        if let Some(removed) = entry.dirty.remove_if(*offset, extent.id) {
+                            cache.bytes.set(cache.bytes.get() - removed.len_bytes);
+                            if let (Some(sequence), Some(journal)) = (removed.sequence, &journal) {
+                                journal.release(sequence);
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        entry.last_error = Some(error.clone());
+                        tracing::warn!("{}: destage of {} bytes at {offset} failed: {error}", vd.name(), extent.len_bytes);
+                        entry.dirty.mark_stuck(*offset, extent.id);
+                    }
+                }
+            }
+        }
+        if completion.result.is_ok() {
+            cache.destaged_to.borrow_mut().insert(vd.instance_id(), Arc::clone(&vd));
+        }
+    }
+    cache.runs_in_flight.set(cache.runs_in_flight.get() - 1);
+    cache.wake_all();
+    pump(&reactor);
+}
+
+/// Writes a journal checkpoint when the live tail moved and either destaging went idle or the
+/// ring is a quarter full.
+fn checkpoint_if_due(reactor: &Rc<Reactor>) {
+    let cache = reactor.cache();
+    let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) else { return };
+    if !journal.checkpoint_due() {
+        return;
+    }
+    let (used, capacity) = journal.usage();
+    if cache.runs_in_flight.get() > 0 && used < capacity / 4 {
+        return;
+    }
+    let reactor2 = Rc::clone(reactor);
+    reactor.spawn(async move {
+        let cache = Rc::clone(reactor2.cache());
+        let flush_members = async {
+            let vds: Vec<Arc<VirtualDrive>> = cache.destaged_to.borrow_mut().drain().map(|(_, vd)| vd).collect();
+            for vd in vds {
+                let done = io::serve(Rc::clone(&reactor2), vd, VdRequest::Flush).await;
+                done.result.map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        match journal.checkpoint(&reactor2, flush_members).await {
+            Ok(true) => cache.wake_all(),
+            Ok(false) => {}
+            Err(error) => tracing::warn!("journal checkpoint failed: {error}"),
+        }
+    });
+}
+
+/// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.
+pub(crate) fn tick(reactor: &Rc<Reactor>) {
+    pump(reactor);
+}

@@ -1,0 +1,464 @@
+//! The bytes of the journal device: where each block lives and the codec of its three block
+//! kinds. The byte tables are in docs/on-disk-format.md ("Journal ..."), checked against the
+//! [`Field`] tables here by `journal::tests::doc_tables_match_the_code`.
+//!
+//! ```text
+//! 0      superblock copy 0 (4 KiB)
+//! 4096   superblock copy 1
+//! 8192   partition 0: checkpoint block A, checkpoint block B, then its ring of records
+//!        partition 1 ...  (one per shard, `partition_bytes` each)
+//! ```
+//!
+//! Every block's CRC-32C is seeded with the controller id ([`Seed`]), so that a journal that
+//! belongs to another controller never validates, and a record also names its journal id, its
+//! sequence number and its own position: a stale record left in the ring from an earlier lap or
+//! an earlier format of the device fails one of these checks.
+
+use crate::metadata::{tiles, Field};
+
+/// Every block of the journal is this long and aligned to it.
+pub const BLOCK_BYTES: u64 = 4096;
+pub const FORMAT_VERSION: u32 = 1;
+pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"STORCJSB";
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"STORCJCP";
+pub const RECORD_MAGIC: [u8; 8] = *b"STORCJRC";
+/// The two superblock copies, then the partitions.
+pub const PARTITIONS_OFFSET_BYTES: u64 = 2 * BLOCK_BYTES;
+/// A partition's two checkpoint blocks, then its ring.
+pub const RING_OFFSET_IN_PARTITION_BYTES: u64 = 2 * BLOCK_BYTES;
+/// Data one record carries at most: its header holds a CRC per 4 KiB page of it.
+pub const RECORD_DATA_BYTES_MAX: u64 = 1 << 20;
+/// CRCs a record header holds.
+pub const PAGE_CRCS_MAX: usize = (RECORD_DATA_BYTES_MAX / BLOCK_BYTES) as usize;
+
+/// A record carrying data for a VD range.
+pub const KIND_DATA: u32 = 1;
+/// A record that only says "the ring continues at its start": what fills the end of the ring
+/// when the next record does not fit there.
+pub const KIND_WRAP: u32 = 2;
+
+pub(crate) mod superblock {
+    use super::Field;
+    pub const MAGIC: Field = Field::new("magic", 0, 8);
+    pub const VERSION: Field = Field::new("format_version", 8, 4);
+    pub const PARTITION_COUNT: Field = Field::new("partition_count", 12, 4);
+    pub const CONTROLLER_ID: Field = Field::new("controller_id", 16, 16);
+    pub const JOURNAL_ID: Field = Field::new("journal_id", 32, 8);
+    pub const CAPACITY_BYTES: Field = Field::new("capacity_bytes", 40, 8);
+    pub const PARTITION_BYTES: Field = Field::new("partition_bytes", 48, 8);
+    pub const GENERATION: Field = Field::new("generation", 56, 8);
+    pub const WRITTEN_UNIX_NS: Field = Field::new("written_unix_ns", 64, 8);
+    pub const RESERVED: Field = Field::new("reserved", 72, 4020);
+    pub const CRC32C: Field = Field::new("block_crc32c", 4092, 4);
+    pub const ALL: [Field; 11] = [
+        MAGIC,
+        VERSION,
+        PARTITION_COUNT,
+        CONTROLLER_ID,
+        JOURNAL_ID,
+        CAPACITY_BYTES,
+        PARTITION_BYTES,
+        GENERATION,
+        WRITTEN_UNIX_NS,
+        RESERVED,
+        CRC32C,
+    ];
+}
+
+pub(crate) mod checkpoint {
+    use super::Field;
+    pub const MAGIC: Field = Field::new("magic", 0, 8);
+    pub const VERSION: Field = Field::new("format_version", 8, 4);
+    pub const PARTITION_INDEX: Field = Field::new("partition_index", 12, 4);
+    pub const JOURNAL_ID: Field = Field::new("journal_id", 16, 8);
+    pub const SUPERBLOCK_GENERATION: Field = Field::new("superblock_generation", 24, 8);
+    pub const COUNTER: Field = Field::new("counter", 32, 8);
+    pub const TAIL_POSITION_BYTES: Field = Field::new("tail_position_bytes", 40, 8);
+    pub const TAIL_SEQUENCE: Field = Field::new("tail_sequence", 48, 8);
+    pub const RESERVED: Field = Field::new("reserved", 56, 4036);
+    pub const CRC32C: Field = Field::new("block_crc32c", 4092, 4);
+    pub const ALL: [Field; 10] =
+        [MAGIC, VERSION, PARTITION_INDEX, JOURNAL_ID, SUPERBLOCK_GENERATION, COUNTER, TAIL_POSITION_BYTES, TAIL_SEQUENCE, RESERVED, CRC32C];
+}
+
+pub(crate) mod record {
+    use super::Field;
+    pub const MAGIC: Field = Field::new("magic", 0, 8);
+    pub const VERSION: Field = Field::new("format_version", 8, 4);
+    pub const KIND: Field = Field::new("kind", 12, 4);
+    pub const JOURNAL_ID: Field = Field::new("journal_id", 16, 8);
+    pub const SEQUENCE: Field = Field::new("sequence", 24, 8);
+    pub const POSITION_BYTES: Field = Field::new("position_bytes", 32, 8);
+    pub const RECORD_BYTES: Field = Field::new("record_bytes", 40, 4);
+    pub const VD_ID: Field = Field::new("vd_id", 44, 4);
+    pub const VD_OFFSET_BYTES: Field = Field::new("vd_offset_bytes", 48, 8);
+    pub const DATA_BYTES: Field = Field::new("data_bytes", 56, 4);
+    pub const PAGE_COUNT: Field = Field::new("page_count", 60, 4);
+    pub const PAGE_CRC32C: Field = Field::new("page_crc32c", 64, 1024);
+    pub const RESERVED: Field = Field::new("reserved", 1088, 3004);
+    pub const CRC32C: Field = Field::new("block_crc32c", 4092, 4);
+    pub const ALL: [Field; 14] = [
+        MAGIC,
+        VERSION,
+        KIND,
+        JOURNAL_ID,
+        SEQUENCE,
+        POSITION_BYTES,
+        RECORD_BYTES,
+        VD_ID,
+        VD_OFFSET_BYTES,
+        DATA_BYTES,
+        PAGE_COUNT,
+        PAGE_CRC32C,
+        RESERVED,
+        CRC32C,
+    ];
+}
+
+const _: () = assert!(tiles(&superblock::ALL, BLOCK_BYTES as usize));
+const _: () = assert!(tiles(&checkpoint::ALL, BLOCK_BYTES as usize));
+const _: () = assert!(tiles(&record::ALL, BLOCK_BYTES as usize));
+const _: () = assert!(record::PAGE_CRC32C.size == PAGE_CRCS_MAX * 4);
+
+/// The CRC-32C seed of every block: the controller id's own CRC, so that the journal of another
+/// controller (or of a reformatted one) never validates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seed(u32);
+
+impl Seed {
+    pub fn of_controller(controller_id: u128) -> Seed {
+        Seed(crc32c::crc32c(&controller_id.to_le_bytes()))
+    }
+
+    pub fn crc(self, bytes: &[u8]) -> u32 {
+        crc32c::crc32c_append(self.0, bytes)
+    }
+}
+
+/// What the superblock says: the device's layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub controller_id: u128,
+    pub journal_id: u64,
+    pub capacity_bytes: u64,
+    pub partition_count: u32,
+    pub partition_bytes: u64,
+    /// Incremented on every rewrite (a new layout after replay); checkpoints name theirs.
+    pub generation: u64,
+}
+
+impl Superblock {
+    /// The layout of a device of `capacity_bytes` cut into `partition_count` partitions, or why
+    /// it cannot be (too small for a ring that holds its largest record twice over).
+    pub fn plan(controller_id: u128, journal_id: u64, capacity_bytes: u64, partition_count: u32) -> Result<Superblock, String> {
+        assert!(partition_count > 0, "a journal has a partition per shard");
+        let usable = capacity_bytes.saturating_sub(PARTITIONS_OFFSET_BYTES);
+        let partition_bytes = usable / u64::from(partition_count) / BLOCK_BYTES * BLOCK_BYTES;
+        if partition_bytes < RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN {
+            let needed = PARTITIONS_OFFSET_BYTES + u64::from(partition_count) * (RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN);
+            return Err(format!(
+                "a journal of {capacity_bytes} bytes is too small for {partition_count} shards: at least {needed} bytes ({} MiB) are needed",
+                needed.div_ceil(1 << 20)
+            ));
+        }
+        Ok(Superblock { controller_id, journal_id, capacity_bytes, partition_count, partition_bytes, generation: 1 })
+    }
+
+    /// Where partition `index` starts on the device.
+    pub fn partition_offset_bytes(&self, index: u32) -> u64 {
+        assert!(index < self.partition_count, "partition {index} of {}", self.partition_count);
+        PARTITIONS_OFFSET_BYTES + u64::from(index) * self.partition_bytes
+    }
+
+    pub fn encode(&self, seed: Seed, written_unix_ns: u64) -> Vec<u8> {
+        use superblock as f;
+        let mut bytes = vec![0u8; BLOCK_BYTES as usize];
+        put(&mut bytes, f::MAGIC, &SUPERBLOCK_MAGIC);
+        put(&mut bytes, f::VERSION, &FORMAT_VERSION.to_le_bytes());
+        put(&mut bytes, f::PARTITION_COUNT, &self.partition_count.to_le_bytes());
+        put(&mut bytes, f::CONTROLLER_ID, &self.controller_id.to_le_bytes());
+        put(&mut bytes, f::JOURNAL_ID, &self.journal_id.to_le_bytes());
+        put(&mut bytes, f::CAPACITY_BYTES, &self.capacity_bytes.to_le_bytes());
+        put(&mut bytes, f::PARTITION_BYTES, &self.partition_bytes.to_le_bytes());
+        put(&mut bytes, f::GENERATION, &self.generation.to_le_bytes());
+        put(&mut bytes, f::WRITTEN_UNIX_NS, &written_unix_ns.to_le_bytes());
+        seal(&mut bytes, seed, f::CRC32C);
+        bytes
+    }
+
+    /// The superblock in `bytes`, or why there is none.
+    pub fn decode(bytes: &[u8], seed: Seed) -> Result<Superblock, String> {
+        use superblock as f;
+        check_block(bytes, seed, SUPERBLOCK_MAGIC, f::VERSION, f::CRC32C, f::RESERVED, "journal superblock")?;
+        let sb = Superblock {
+            controller_id: u128::from_le_bytes(get(bytes, f::CONTROLLER_ID)),
+            journal_id: get_u64(bytes, f::JOURNAL_ID),
+            capacity_bytes: get_u64(bytes, f::CAPACITY_BYTES),
+            partition_count: get_u32(bytes, f::PARTITION_COUNT),
+            partition_bytes: get_u64(bytes, f::PARTITION_BYTES),
+            generation: get_u64(bytes, f::GENERATION),
+        };
+        let fits = sb.partition_count > 0
+            && sb.partition_bytes.is_multiple_of(BLOCK_BYTES)
+            && sb.partition_bytes >= RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN
+            && u64::from(sb.partition_count)
+                .checked_mul(sb.partition_bytes)
+                .and_then(|b| b.checked_add(PARTITIONS_OFFSET_BYTES))
+                .is_some_and(|end| end <= sb.capacity_bytes);
+        if !fits {
+            return Err(format!(
+                "journal superblock describes {} partitions of {} bytes that do not fit its {} bytes",
+                sb.partition_count, sb.partition_bytes, sb.capacity_bytes
+            ));
+        }
+        Ok(sb)
+    }
+}
+
+/// The smallest ring: room for the largest record and its wrap block, twice.
+pub const RING_BYTES_MIN: u64 = 2 * (RECORD_DATA_BYTES_MAX + 2 * BLOCK_BYTES);
+
+/// What a checkpoint block says: where a partition's replay starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub partition_index: u32,
+    pub journal_id: u64,
+    pub superblock_generation: u64,
+    /// Incremented on every write; the valid block with the larger counter wins.
+    pub counter: u64,
+    /// The oldest record that may not be on the members yet (or where the next record goes).
+    pub tail_position_bytes: u64,
+    /// The sequence number the record at the tail must carry.
+    pub tail_sequence: u64,
+}
+
+impl Checkpoint {
+    /// Which of the partition's two blocks this checkpoint is written to: they alternate, so a
+    /// torn write leaves the previous one.
+    pub fn block_index(&self) -> u64 {
+        self.counter % 2
+    }
+
+    pub fn encode(&self, seed: Seed) -> Vec<u8> {
+        use checkpoint as f;
+        let mut bytes = vec![0u8; BLOCK_BYTES as usize];
+        put(&mut bytes, f::MAGIC, &CHECKPOINT_MAGIC);
+        put(&mut bytes, f::VERSION, &FORMAT_VERSION.to_le_bytes());
+        put(&mut bytes, f::PARTITION_INDEX, &self.partition_index.to_le_bytes());
+        put(&mut bytes, f::JOURNAL_ID, &self.journal_id.to_le_bytes());
+        put(&mut bytes, f::SUPERBLOCK_GENERATION, &self.superblock_generation.to_le_bytes());
+        put(&mut bytes, f::COUNTER, &self.counter.to_le_bytes());
+        put(&mut bytes, f::TAIL_POSITION_BYTES, &self.tail_position_bytes.to_le_bytes());
+        put(&mut bytes, f::TAIL_SEQUENCE, &self.tail_sequence.to_le_bytes());
+        seal(&mut bytes, seed, f::CRC32C);
+        bytes
+    }
+
+    pub fn decode(bytes: &[u8], seed: Seed) -> Result<Checkpoint, String> {
+        use checkpoint as f;
+        check_block(bytes, seed, CHECKPOINT_MAGIC, f::VERSION, f::CRC32C, f::RESERVED, "journal checkpoint")?;
+        Ok(Checkpoint {
+            partition_index: get_u32(bytes, f::PARTITION_INDEX),
+            journal_id: get_u64(bytes, f::JOURNAL_ID),
+            superblock_generation: get_u64(bytes, f::SUPERBLOCK_GENERATION),
+            counter: get_u64(bytes, f::COUNTER),
+            tail_position_bytes: get_u64(bytes, f::TAIL_POSITION_BYTES),
+            tail_sequence: get_u64(bytes, f::TAIL_SEQUENCE),
+        })
+    }
+}
+
+/// What a record header says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub kind: u32,
+    pub journal_id: u64,
+    pub sequence: u64,
+    pub position_bytes: u64,
+    /// The header and its data pages (the data rounded up to whole blocks).
+    pub record_bytes: u32,
+    pub vd_id: u32,
+    pub vd_offset_bytes: u64,
+    pub data_bytes: u32,
+    /// CRC-32C (seeded) of each 4 KiB page of the data, the last one zero-padded.
+    pub page_crc32c: Vec<u32>,
+}
+
+impl RecordHeader {
+    /// The header of a data record of `data` (at most [`RECORD_DATA_BYTES_MAX`]).
+    pub fn data(
+        seed: Seed,
+        journal_id: u64,
+        sequence: u64,
+        position_bytes: u64,
+        vd_id: u32,
+        vd_offset_bytes: u64,
+        data: &[u8],
+    ) -> RecordHeader {
+        assert!(!data.is_empty() && data.len() as u64 <= RECORD_DATA_BYTES_MAX, "a record carries 1 byte to 1 MiB, not {}", data.len());
+        RecordHeader {
+            kind: KIND_DATA,
+            journal_id,
+            sequence,
+            position_bytes,
+            record_bytes: record_bytes_for(data.len() as u64) as u32,
+            vd_id,
+            vd_offset_bytes,
+            data_bytes: data.len() as u32,
+            page_crc32c: page_crcs(seed, data),
+        }
+    }
+
+    /// The header of a wrap record at `position_bytes`.
+    pub fn wrap(journal_id: u64, sequence: u64, position_bytes: u64) -> RecordHeader {
+        RecordHeader {
+            kind: KIND_WRAP,
+            journal_id,
+            sequence,
+            position_bytes,
+            record_bytes: BLOCK_BYTES as u32,
+            vd_id: 0,
+            vd_offset_bytes: 0,
+            data_bytes: 0,
+            page_crc32c: Vec::new(),
+        }
+    }
+
+    pub fn encode(&self, seed: Seed) -> Vec<u8> {
+        use record as f;
+        assert!(self.page_crc32c.len() <= PAGE_CRCS_MAX, "a header holds at most {PAGE_CRCS_MAX} page CRCs");
+        let mut bytes = vec![0u8; BLOCK_BYTES as usize];
+        put(&mut bytes, f::MAGIC, &RECORD_MAGIC);
+        put(&mut bytes, f::VERSION, &FORMAT_VERSION.to_le_bytes());
+        put(&mut bytes, f::KIND, &self.kind.to_le_bytes());
+        put(&mut bytes, f::JOURNAL_ID, &self.journal_id.to_le_bytes());
+        put(&mut bytes, f::SEQUENCE, &self.sequence.to_le_bytes());
+        put(&mut bytes, f::POSITION_BYTES, &self.position_bytes.to_le_bytes());
+        put(&mut bytes, f::RECORD_BYTES, &self.record_bytes.to_le_bytes());
+        put(&mut bytes, f::VD_ID, &self.vd_id.to_le_bytes());
+        put(&mut bytes, f::VD_OFFSET_BYTES, &self.vd_offset_bytes.to_le_bytes());
+        put(&mut bytes, f::DATA_BYTES, &self.data_bytes.to_le_bytes());
+        put(&mut bytes, f::PAGE_COUNT, &(self.page_crc32c.len() as u32).to_le_bytes());
+        for (index, crc) in self.page_crc32c.iter().enumerate() {
+            let at = f::PAGE_CRC32C.offset + 4 * index;
+            bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+        }
+        seal(&mut bytes, seed, f::CRC32C);
+        bytes
+    }
+
+    /// The header in `bytes`, checked on its own (magic, CRC, version, sizes that agree).
+    pub fn decode(bytes: &[u8], seed: Seed) -> Result<RecordHeader, String> {
+        use record as f;
+        check_block(bytes, seed, RECORD_MAGIC, f::VERSION, f::CRC32C, f::RESERVED, "journal record")?;
+        let page_count = get_u32(bytes, f::PAGE_COUNT) as usize;
+        if page_count > PAGE_CRCS_MAX {
+            return Err(format!("journal record claims {page_count} pages; at most {PAGE_CRCS_MAX}"));
+        }
+        let page_crc32c = (0..page_count)
+            .map(|index| {
+                let at = f::PAGE_CRC32C.offset + 4 * index;
+                u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+            })
+            .collect();
+        let header = RecordHeader {
+            kind: get_u32(bytes, f::KIND),
+            journal_id: get_u64(bytes, f::JOURNAL_ID),
+            sequence: get_u64(bytes, f::SEQUENCE),
+            position_bytes: get_u64(bytes, f::POSITION_BYTES),
+            record_bytes: get_u32(bytes, f::RECORD_BYTES),
+            vd_id: get_u32(bytes, f::VD_ID),
+            vd_offset_bytes: get_u64(bytes, f::VD_OFFSET_BYTES),
+            data_bytes: get_u32(bytes, f::DATA_BYTES),
+            page_crc32c,
+        };
+        let consistent = match header.kind {
+            KIND_DATA => {
+                header.data_bytes > 0
+                    && u64::from(header.data_bytes) <= RECORD_DATA_BYTES_MAX
+                    && u64::from(header.record_bytes) == record_bytes_for(u64::from(header.data_bytes))
+                    && header.page_crc32c.len() as u64 == u64::from(header.data_bytes).div_ceil(BLOCK_BYTES)
+            }
+            KIND_WRAP => header.data_bytes == 0 && u64::from(header.record_bytes) == BLOCK_BYTES && page_count == 0,
+            _ => false,
+        };
+        if !consistent {
+            return Err(format!("journal record of kind {} has sizes that disagree", header.kind));
+        }
+        Ok(header)
+    }
+
+    /// Whether `data` (this record's data pages, padding included) matches its page CRCs.
+    pub fn data_matches(&self, seed: Seed, data: &[u8]) -> bool {
+        data.len() as u64 >= u64::from(self.data_bytes) && page_crcs(seed, &data[..self.data_bytes as usize]) == self.page_crc32c
+    }
+}
+
+/// A data record's length on the device: its header and its data in whole blocks.
+pub fn record_bytes_for(data_bytes: u64) -> u64 {
+    BLOCK_BYTES + data_bytes.next_multiple_of(BLOCK_BYTES)
+}
+
+/// The seeded CRC of each 4 KiB page of `data`, the last one zero-padded.
+fn page_crcs(seed: Seed, data: &[u8]) -> Vec<u32> {
+    data.chunks(BLOCK_BYTES as usize)
+        .map(|page| {
+            let pad = BLOCK_BYTES as usize - page.len();
+            let crc = seed.crc(page);
+            if pad == 0 {
+                crc
+            } else {
+                crc32c::crc32c_append(crc, &vec![0u8; pad])
+            }
+        })
+        .collect()
+}
+
+fn put(out: &mut [u8], field: Field, bytes: &[u8]) {
+    assert_eq!(bytes.len(), field.size, "field `{}` is {} bytes", field.name, field.size);
+    out[field.range()].copy_from_slice(bytes);
+}
+
+fn get<const N: usize>(bytes: &[u8], field: Field) -> [u8; N] {
+    assert_eq!(N, field.size, "field `{}` is {} bytes", field.name, field.size);
+    bytes[field.range()].try_into().expect("field size checked")
+}
+
+fn get_u32(bytes: &[u8], field: Field) -> u32 {
+    u32::from_le_bytes(get(bytes, field))
+}
+
+fn get_u64(bytes: &[u8], field: Field) -> u64 {
+    u64::from_le_bytes(get(bytes, field))
+}
+
+/// Writes the block's seeded CRC over everything before the CRC field.
+fn seal(bytes: &mut [u8], seed: Seed, crc_field: Field) {
+    let crc = seed.crc(&bytes[..crc_field.offset]);
+    put(bytes, crc_field, &crc.to_le_bytes());
+}
+
+/// The checks every block kind shares: length, magic, seeded CRC, version, reserved bytes zero.
+fn check_block(
+    bytes: &[u8],
+    seed: Seed,
+    magic: [u8; 8],
+    version: Field,
+    crc_field: Field,
+    reserved: Field,
+    what: &str,
+) -> Result<(), String> {
+    if bytes.len() < BLOCK_BYTES as usize || bytes[..8] != magic {
+        return Err(format!("no {what} here"));
+    }
+    if seed.crc(&bytes[..crc_field.offset]) != get_u32(bytes, crc_field) {
+        return Err(format!("{what} checksum mismatch (torn, corrupted or another controller's)"));
+    }
+    if get_u32(bytes, version) != FORMAT_VERSION {
+        return Err(format!("{what} format version {} is unknown (this storc writes {FORMAT_VERSION})", get_u32(bytes, version)));
+    }
+    if bytes[reserved.range()].iter().any(|&b| b != 0) {
+        return Err(format!("{what} has reserved bytes set"));
+    }
+    Ok(())
+}

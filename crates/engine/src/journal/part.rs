@@ -1,0 +1,303 @@
+//! A shard's partition of the journal: appending records, making them durable in groups, and
+//! checkpointing the tail. Runs on the shard that owns the partition and nowhere else, so its
+//! state is plain cells.
+//!
+//! Durability in order: a record is reported durable only when it and every record before it
+//! were written and a journal flush completed after them, because replay stops at the first
+//! record that fails its checks: a later record that reached the device while an earlier one
+//! was torn would be skipped, so it must not have been acknowledged. One flush covers every
+//! record written before it was issued (group commit); waiters re-check after each event.
+
+use super::format::{
+    record_bytes_for, Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES, RECORD_DATA_BYTES_MAX, RING_OFFSET_IN_PARTITION_BYTES,
+};
+use super::ring::{Placement, Ring};
+use super::{Health, JournalError};
+use crate::runtime::Reactor;
+use drive::{Drive, DriveOp, IoBuf};
+use futures::channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// One record placed for a piece of a write: its sequence and where its data starts in the
+/// write's buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Placed {
+    pub placement: Placement,
+    pub data_at: usize,
+    pub data_bytes: usize,
+}
+
+pub struct JournalPart {
+    drive: Arc<dyn Drive>,
+    seed: Seed,
+    journal_id: u64,
+    superblock_generation: u64,
+    index: u32,
+    partition_offset_bytes: u64,
+    ring: RefCell<Ring>,
+    reserve_bytes: u64,
+    checkpoint_counter: Cell<u64>,
+    checkpointing: Cell<bool>,
+    /// Every sequence below this was written.
+    written_below: Cell<u64>,
+    /// Written sequences at or above `written_below` (out of order).
+    written_ahead: RefCell<BTreeSet<u64>>,
+    /// Every sequence below this is durable.
+    durable_below: Cell<u64>,
+    flushing: Cell<bool>,
+    waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    health: Arc<Health>,
+}
+
+impl JournalPart {
+    /// Partition `index` of the journal `sb` describes, empty, its next record `sequence` at
+    /// the start of its ring, and checkpoint counter `counter`.
+    pub fn new(
+        drive: Arc<dyn Drive>,
+        sb: &Superblock,
+        seed: Seed,
+        index: u32,
+        sequence: u64,
+        counter: u64,
+        health: Arc<Health>,
+    ) -> JournalPart {
+        let partition_offset_bytes = sb.partition_offset_bytes(index);
+        let ring_start = partition_offset_bytes + RING_OFFSET_IN_PARTITION_BYTES;
+        let ring = Ring::new(ring_start, partition_offset_bytes + sb.partition_bytes, sequence);
+        // WB keeps an eighth of the ring (and room for a largest record) for WT's logging, so
+        // that WT writes still run when write-back has filled the rest.
+        let reserve_bytes = (ring.capacity_bytes() / 8).max(record_bytes_for(RECORD_DATA_BYTES_MAX) + BLOCK_BYTES);
+        health.set_capacity(index, ring.capacity_bytes());
+        JournalPart {
+            drive,
+            seed,
+            journal_id: sb.journal_id,
+            superblock_generation: sb.generation,
+            index,
+            partition_offset_bytes,
+            ring: RefCell::new(ring),
+            reserve_bytes,
+            checkpoint_counter: Cell::new(counter),
+            checkpointing: Cell::new(false),
+            written_below: Cell::new(sequence),
+            written_ahead: RefCell::new(BTreeSet::new()),
+            durable_below: Cell::new(sequence),
+            flushing: Cell::new(false),
+            waiters: RefCell::new(Vec::new()),
+            health,
+        }
+    }
+
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// Whether write-back may use the journal now: healthy and not full beyond the reserve.
+    pub fn takes_write_back(&self) -> bool {
+        self.health.is_usable()
+            && self.ring.borrow().free_bytes() > self.reserve_bytes + record_bytes_for(RECORD_DATA_BYTES_MAX) + BLOCK_BYTES
+    }
+
+    /// Places the records of a write of `len_bytes` (one per MiB), each held by the writer, or
+    /// `None` when the ring lacks the space (WB: beyond its reserve; WT: at all).
+    pub fn place(&self, len_bytes: usize, write_back: bool) -> Option<Vec<Placed>> {
+        let reserve = if write_back { self.reserve_bytes } else { 0 };
+        let mut ring = self.ring.borrow_mut();
+        let pieces: Vec<(usize, usize)> = (0..len_bytes)
+            .step_by(RECORD_DATA_BYTES_MAX as usize)
+            .map(|at| (at, (len_bytes - at).min(RECORD_DATA_BYTES_MAX as usize)))
+            .collect();
+        let total: u64 = pieces.iter().map(|&(_, len)| record_bytes_for(len as u64) + BLOCK_BYTES).sum();
+        if ring.free_bytes() < total + reserve {
+            return None;
+        }
+        let placed = pieces
+            .into_iter()
+            .map(|(data_at, data_bytes)| {
+                let placement = ring.place(record_bytes_for(data_bytes as u64), reserve).expect("space was checked for every piece");
+                Placed { placement, data_at, data_bytes }
+            })
+            .collect();
+        self.health.set_used(self.index, ring.used_bytes());
+        Some(placed)
+    }
+
+    pub fn hold(&self, sequence: u64) {
+        self.ring.borrow_mut().hold(sequence);
+    }
+
+    pub fn release(&self, sequence: u64) {
+        self.ring.borrow_mut().release(sequence);
+    }
+
+    /// Writes the records `placed` for the data `buf` of VD `vd_id` at `vd_offset_bytes`, then
+    /// waits until they and everything before them are durable.
+    pub async fn write(
+        &self,
+        reactor: &Reactor,
+        placed: &[Placed],
+        vd_id: u32,
+        vd_offset_bytes: u64,
+        buf: &IoBuf,
+    ) -> Result<(), JournalError> {
+        let writes = placed.iter().map(|piece| self.write_record(reactor, piece, vd_id, vd_offset_bytes, buf));
+        let results = futures::future::join_all(writes).await;
+        results.into_iter().collect::<Result<(), _>>()?;
+        let last = placed.last().expect("a write has a record").placement.sequence;
+        self.durable(reactor, last).await
+    }
+
+    async fn write_record(
+        &self,
+        reactor: &Reactor,
+        piece: &Placed,
+        vd_id: u32,
+        vd_offset_bytes: u64,
+        buf: &IoBuf,
+    ) -> Result<(), JournalError> {
+        let placement = piece.placement;
+        if let Some((sequence, position_bytes)) = placement.wrap {
+            let wrap = RecordHeader::wrap(self.journal_id, sequence, position_bytes).encode(self.seed);
+            self.submit_write(reactor, position_bytes, vec![IoBuf::from_slice(&wrap)]).await?;
+            self.written(sequence);
+        }
+        let data = &buf.as_slice()[piece.data_at..piece.data_at + piece.data_bytes];
+        let offset = vd_offset_bytes + piece.data_at as u64;
+        let header = RecordHeader::data(self.seed, self.journal_id, placement.sequence, placement.position_bytes, vd_id, offset, data);
+        let mut bufs = vec![IoBuf::from_slice(&header.encode(self.seed))];
+        let padded = data.len().next_multiple_of(BLOCK_BYTES as usize);
+        let mut body = IoBuf::zeroed(padded);
+        body.as_mut_slice()[..data.len()].copy_from_slice(data);
+        bufs.push(body);
+        self.submit_write(reactor, placement.position_bytes, bufs).await?;
+        self.written(placement.sequence);
+        Ok(())
+    }
+
+    async fn submit_write(&self, reactor: &Reactor, offset_bytes: u64, bufs: Vec<IoBuf>) -> Result<(), JournalError> {
+        let done = reactor.submit(&*self.drive, DriveOp::WriteV { offset_bytes, bufs }).await;
+        done.result.map_err(|error| self.failed(format!("write at byte {offset_bytes} failed: {error}")))
+    }
+
+    fn failed(&self, why: String) -> JournalError {
+        self.health.fail(&why);
+        self.wake_all();
+        JournalError::Failed(why)
+    }
+
+    fn written(&self, sequence: u64) {
+        let mut ahead = self.written_ahead.borrow_mut();
+        ahead.insert(sequence);
+        let mut below = self.written_below.get();
+        while ahead.remove(&below) {
+            below += 1;
+        }
+        self.written_below.set(below);
+        drop(ahead);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        for waiter in self.waiters.borrow_mut().drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// Waits until every record up to `sequence` is durable, flushing the journal when no
+    /// flush that covers it is under way.
+    async fn durable(&self, reactor: &Reactor, sequence: u64) -> Result<(), JournalError> {
+        loop {
+            if let Some(why) = self.health.failure() {
+                return Err(JournalError::Failed(why));
+            }
+            if self.durable_below.get() > sequence {
+                return Ok(());
+            }
+            if !self.flushing.get() && self.written_below.get() > self.durable_below.get() {
+                self.flushing.set(true);
+                let covered = self.written_below.get();
+                let done = reactor.submit(&*self.drive, DriveOp::Flush).await;
+                self.flushing.set(false);
+                if let Err(error) = done.result {
+                    return Err(self.failed(format!("flush failed: {error}")));
+                }
+                self.durable_below.set(self.durable_below.get().max(covered));
+                self.wake_all();
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            self.waiters.borrow_mut().push(tx);
+            let _ = rx.await;
+        }
+    }
+
+    /// Waits until every record placed so far is durable (an AWB flush).
+    pub async fn durable_all(&self, reactor: &Reactor) -> Result<(), JournalError> {
+        let placed_below = self.ring.borrow().next_sequence();
+        if placed_below <= self.durable_below.get() {
+            return Ok(());
+        }
+        self.durable(reactor, placed_below - 1).await
+    }
+
+    /// Whether a checkpoint would free space: the live tail moved past the durable one.
+    pub fn checkpoint_due(&self) -> bool {
+        let ring = self.ring.borrow();
+        !self.checkpointing.get() && ring.live_tail() != ring.durable_tail()
+    }
+
+    /// Bytes replay could need now and the ring's capacity.
+    pub fn usage(&self) -> (u64, u64) {
+        let ring = self.ring.borrow();
+        (ring.used_bytes(), ring.capacity_bytes())
+    }
+
+    /// Records the live tail in the partition's checkpoint block, `members_flushed` having made
+    /// everything destaged before it durable on the members. Returns whether space was freed.
+    pub async fn checkpoint<F: std::future::Future<Output = Result<(), String>>>(
+        &self,
+        reactor: &Reactor,
+        members_flushed: F,
+    ) -> Result<bool, JournalError> {
+        if self.checkpointing.get() {
+            return Ok(false);
+        }
+        self.checkpointing.set(true);
+        let result = self.checkpoint_now(reactor, members_flushed).await;
+        self.checkpointing.set(false);
+        result
+    }
+
+    async fn checkpoint_now<F: std::future::Future<Output = Result<(), String>>>(
+        &self,
+        reactor: &Reactor,
+        members_flushed: F,
+    ) -> Result<bool, JournalError> {
+        let tail = self.ring.borrow().live_tail();
+        if tail == self.ring.borrow().durable_tail() {
+            return Ok(false);
+        }
+        // The destaged data must be on the members before the journal forgets it.
+        members_flushed.await.map_err(JournalError::Members)?;
+        let counter = self.checkpoint_counter.get() + 1;
+        let checkpoint = Checkpoint {
+            partition_index: self.index,
+            journal_id: self.journal_id,
+            superblock_generation: self.superblock_generation,
+            counter,
+            tail_position_bytes: tail.0,
+            tail_sequence: tail.1,
+        };
+        let offset_bytes = self.partition_offset_bytes + checkpoint.block_index() * BLOCK_BYTES;
+        self.submit_write(reactor, offset_bytes, vec![IoBuf::from_slice(&checkpoint.encode(self.seed))]).await?;
+        let done = reactor.submit(&*self.drive, DriveOp::Flush).await;
+        done.result.map_err(|error| self.failed(format!("flush of a checkpoint failed: {error}")))?;
+        self.checkpoint_counter.set(counter);
+        let mut ring = self.ring.borrow_mut();
+        ring.checkpointed(tail);
+        self.health.set_used(self.index, ring.used_bytes());
+        Ok(true)
+    }
+}

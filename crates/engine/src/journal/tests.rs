@@ -1,0 +1,212 @@
+//! The journal's byte tables against docs/on-disk-format.md, replay's checks on a hand-made
+//! device, and write-back through a real engine: acknowledged, never destaged, replayed.
+
+use super::format::{checkpoint, record, superblock, Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES};
+use super::*;
+use crate::config::WritePolicy;
+use crate::metadata::Field;
+use crate::vd::{VdLayout, VirtualDrive, MEMBER_RESERVED_BYTES};
+use crate::{Engine, EngineConfig};
+use drive::MemDrive;
+use layout::{Level, KIB, MIB};
+
+const DOC: &str = include_str!("../../../../docs/on-disk-format.md");
+
+fn check_byte_table(heading: &str, fields: &[Field]) {
+    let mut lines = DOC.lines().skip_while(|line| *line != format!("### {heading}"));
+    assert!(lines.next().is_some(), "docs/on-disk-format.md has no `### {heading}` section");
+    let documented: Vec<(usize, usize, String)> = lines
+        .take_while(|line| !line.starts_with('#'))
+        .filter(|line| line.starts_with('|'))
+        .map(|line| line.trim_matches('|').split('|').map(|cell| cell.trim().replace('`', "")).collect::<Vec<_>>())
+        .filter(|cells| cells[0].parse::<u64>().is_ok())
+        .map(|row| (row[0].parse().unwrap(), row[1].parse().unwrap(), row[3].clone()))
+        .collect();
+    let coded: Vec<(usize, usize, String)> = fields.iter().map(|f| (f.offset, f.size, f.name.to_string())).collect();
+    assert_eq!(documented, coded, "docs/on-disk-format.md `### {heading}` vs the code (offset, size, field)");
+}
+
+#[test]
+fn doc_tables_match_the_code() {
+    check_byte_table("Journal superblock", &superblock::ALL);
+    check_byte_table("Journal checkpoint", &checkpoint::ALL);
+    check_byte_table("Journal record header", &record::ALL);
+}
+
+const CONTROLLER: u128 = 0x5ca1ab1e;
+const JOURNAL_BYTES: u64 = 16 * MIB;
+
+fn write_at(drive: &dyn drive::Drive, offset_bytes: u64, bytes: &[u8]) {
+    crate::metadata::submit_and_wait(drive, drive::DriveOp::Write { offset_bytes, buf: drive::IoBuf::from_slice(bytes) }).unwrap();
+}
+
+/// A journal laid out for one partition, with `records` (VD offset, fill byte, length) written
+/// one after the other from the checkpoint; returns the device and where each record sits.
+fn hand_made(records: &[(u64, u8, usize)]) -> (Arc<dyn drive::Drive>, Vec<u64>) {
+    let drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let seed = Seed::of_controller(CONTROLLER);
+    let sb = Superblock::plan(CONTROLLER, 77, JOURNAL_BYTES, 1).unwrap();
+    write_at(&*drive, 0, &sb.encode(seed, 0));
+    let ring_start = sb.partition_offset_bytes(0) + format::RING_OFFSET_IN_PARTITION_BYTES;
+    let checkpoint = Checkpoint {
+        partition_index: 0,
+        journal_id: 77,
+        superblock_generation: sb.generation,
+        counter: 1,
+        tail_position_bytes: ring_start,
+        tail_sequence: 500,
+    };
+    write_at(&*drive, sb.partition_offset_bytes(0) + BLOCK_BYTES, &checkpoint.encode(seed));
+    let mut position = ring_start;
+    let mut positions = Vec::new();
+    for (index, &(vd_offset, fill, len)) in records.iter().enumerate() {
+        let data = vec![fill; len];
+        let header = RecordHeader::data(seed, 77, 500 + index as u64, position, 3, vd_offset, &data);
+        write_at(&*drive, position, &header.encode(seed));
+        let mut padded = data.clone();
+        padded.resize(len.next_multiple_of(BLOCK_BYTES as usize), 0);
+        write_at(&*drive, position + BLOCK_BYTES, &padded);
+        positions.push(position);
+        position += u64::from(header.record_bytes);
+    }
+    (drive, positions)
+}
+
+fn replayed(drive: &Arc<dyn drive::Drive>) -> (Journal, Vec<ReplayRecord>) {
+    let mut seen = Vec::new();
+    let journal = Journal::open(Arc::clone(drive), CONTROLLER, 1, &mut |r| {
+        seen.push(r.clone());
+        Ok(())
+    })
+    .unwrap();
+    (journal, seen)
+}
+
+#[test]
+fn replay_returns_every_record_in_order_and_stops_at_the_first_bad_one() {
+    let records = [(0, 1u8, 4096), (8192, 2, 512), (4096, 3, 12288), (1 << 20, 4, 4096)];
+    let (drive, positions) = hand_made(&records);
+    let (_, seen) = replayed(&drive);
+    let got: Vec<(u64, u8, usize)> = seen.iter().map(|r| (r.vd_offset_bytes, r.data[0], r.data.len())).collect();
+    assert_eq!(got, records.to_vec());
+    assert!(seen.iter().all(|r| r.vd_id == 3 && r.data.iter().all(|&b| b == r.data[0])));
+
+    // A torn data page in the third record: replay stops before it, even though the fourth is
+    // intact (it could have been written before the third, so it was never acknowledged).
+    let (drive, positions2) = hand_made(&records);
+    assert_eq!(positions, positions2);
+    write_at(&*drive, positions[2] + BLOCK_BYTES + 4096, &[9u8; 512]);
+    let (_, seen) = replayed(&drive);
+    assert_eq!(seen.len(), 2, "stops at the record whose page CRC fails");
+}
+
+#[test]
+fn after_replay_the_sequence_jumps_so_stale_records_never_validate() {
+    let (drive, _) = hand_made(&[(0, 1, 4096), (4096, 2, 4096)]);
+    let (journal, seen) = replayed(&drive);
+    assert_eq!(seen.len(), 2);
+    assert_eq!(journal.replay_report().records, 2);
+    journal.finish_replay().unwrap();
+    // The records are still on the device, but the new layout starts above their sequences.
+    let (journal, seen) = replayed(&drive);
+    assert!(seen.is_empty(), "stale records replayed again: {seen:?}");
+    assert!(journal.replay_report().found);
+}
+
+#[test]
+fn another_controllers_journal_is_refused_and_a_blank_one_formatted() {
+    let (drive, _) = hand_made(&[(0, 1, 4096)]);
+    let error = Journal::open(Arc::clone(&drive), CONTROLLER + 1, 1, &mut |_| Ok(())).err().unwrap();
+    assert!(error.contains("belongs to controller"), "{error}");
+    let blank: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let journal = Journal::open(blank, CONTROLLER, 2, &mut |_| panic!("nothing to replay")).unwrap();
+    assert!(!journal.replay_report().found);
+    let tiny: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(2 * MIB));
+    let error = Journal::open(tiny, CONTROLLER, 2, &mut |_| Ok(())).err().unwrap();
+    assert!(error.contains("too small"), "{error}");
+}
+
+const MEMBER_BYTES: u64 = MEMBER_RESERVED_BYTES + 8 * MIB;
+
+fn raid5(members: &[Arc<dyn drive::Drive>]) -> Arc<VirtualDrive> {
+    let layout = VdLayout { level: Level::Raid5, strip_size_bytes: 64 * KIB, drives_per_span: None, member_size_bytes: None };
+    Arc::new(VirtualDrive::new(3, "v3", layout, members.to_vec()).unwrap())
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Write-back: acknowledged from the journal, lost from RAM with the engine (nothing was
+/// destaged: the age limit had not passed), and back after replay.
+#[test]
+fn write_back_data_only_in_the_journal_is_replayed_after_a_crash() {
+    let members: Vec<Arc<dyn drive::Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(MEMBER_BYTES)) as Arc<dyn drive::Drive>).collect();
+    let journal_drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let config = EngineConfig { shard_count: 2, ..EngineConfig::default() };
+    let writes: Vec<(u64, Vec<u8>)> =
+        vec![(0, pattern(64 * KIB as usize, 1)), (4 * MIB, pattern(3 * MIB as usize, 2)), (8 * KIB, pattern(4 * KIB as usize, 3))];
+    {
+        let engine = Engine::start(config).unwrap();
+        let vd = raid5(&members);
+        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |_| panic!("blank")).unwrap();
+        journal.finish_replay().unwrap();
+        engine.set_journal(Some(&journal));
+        vd.set_write_policy(WritePolicy::WriteBack);
+        for (offset, data) in &writes {
+            engine.write_at(&vd, *offset, data).unwrap();
+        }
+        // Served from the cache.
+        assert_eq!(engine.read_at(&vd, 8 * KIB, 4096).unwrap().as_slice(), &writes[2].1[..]);
+        // Dropped at once: nothing was old enough to destage.
+    }
+    let vd = raid5(&members);
+    let plain = Engine::start(config).unwrap();
+    let before = plain.read_at(&vd, 8 * KIB, 4096).unwrap();
+    assert_ne!(before.as_slice(), &writes[2].1[..], "the data never reached the members");
+    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |record| {
+        assert_eq!(record.vd_id, 3);
+        plain.write_at(&vd, record.vd_offset_bytes, &record.data).map_err(|e| e.to_string())
+    })
+    .unwrap();
+    assert!(journal.replay_report().records >= 3, "{:?}", journal.replay_report());
+    plain.flush(&vd).unwrap();
+    journal.finish_replay().unwrap();
+    let mut expected = vec![0u8; 8 * MIB as usize];
+    for (offset, data) in &writes {
+        expected[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
+    }
+    let got = plain.read_at(&vd, 0, expected.len()).unwrap();
+    assert!(got.as_slice() == &expected[..], "replayed contents differ");
+}
+
+/// Write-back over time: the destager writes everything to the members, the checkpoint frees
+/// the journal, and a crash afterwards has nothing to replay.
+#[test]
+fn destaged_data_is_on_the_members_and_the_checkpoint_empties_the_journal() {
+    let members: Vec<Arc<dyn drive::Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(MEMBER_BYTES)) as Arc<dyn drive::Drive>).collect();
+    let journal_drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let config = EngineConfig { shard_count: 2, ..EngineConfig::default() };
+    let data = pattern(2 * MIB as usize, 9);
+    {
+        let engine = Engine::start(config).unwrap();
+        let vd = raid5(&members);
+        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |_| panic!("blank")).unwrap();
+        journal.finish_replay().unwrap();
+        engine.set_journal(Some(&journal));
+        vd.set_write_policy(WritePolicy::WriteBack);
+        for chunk in 0..(data.len() / 8192) {
+            engine.write_at(&vd, chunk as u64 * 8192, &data[chunk * 8192..(chunk + 1) * 8192]).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while journal.health().used_bytes() > 0 {
+            assert!(std::time::Instant::now() < deadline, "the journal never emptied: {} bytes", journal.health().used_bytes());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    let plain = Engine::start(config).unwrap();
+    let vd = raid5(&members);
+    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |_| panic!("nothing to replay")).unwrap();
+    assert_eq!(journal.replay_report().records, 0);
+    assert!(plain.read_at(&vd, 0, data.len()).unwrap().as_slice() == &data[..], "destaged contents differ");
+}
