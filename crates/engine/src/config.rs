@@ -167,6 +167,10 @@ pub struct ControllerSettings {
     pub bgi_rate_percent: u8,
     pub patrol: PatrolSettings,
     pub cc_schedule: CcSchedule,
+    /// The journal whose records a restart replays (0: none): set before the cache logs to a
+    /// journal, cleared before writes go on without one that failed, so that a journal which
+    /// comes back after missing writes is never replayed over them.
+    pub journal_id: u64,
 }
 
 /// When consistency checks start on their own (`/c0 set cc=off|seq|conc delay=HOURS
@@ -251,6 +255,7 @@ impl Default for ControllerSettings {
             bgi_rate_percent: crate::background::RATE_PERCENT_DEFAULT,
             patrol: PatrolSettings::default(),
             cc_schedule: CcSchedule::default(),
+            journal_id: 0,
         }
     }
 }

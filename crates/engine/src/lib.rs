@@ -102,9 +102,10 @@ enum ShardMsg {
     },
     /// The shard's journal partition from now on (`None`: no journal).
     Journal(Option<journal::PartSpec>),
-    /// Drop a deleted VD's cached data.
+    /// Drop a deleted VD's cached data, then write everything else out and empty the journal.
     Forget {
         vd: Arc<VirtualDrive>,
+        done: Box<dyn FnOnce(Result<(), String>) + Send>,
     },
     /// The cache's periodic nudge: destage what grew old, checkpoint the journal.
     Tick,
@@ -153,6 +154,7 @@ pub struct Engine {
     shards: Vec<ShardHandle>,
     /// Stops the ticker thread when the engine is dropped.
     ticker: Option<(Sender<()>, JoinHandle<()>)>,
+    cache_bytes: u64,
 }
 
 impl Engine {
@@ -175,7 +177,12 @@ impl Engine {
             shards.push(start_shard(index, config)?);
         }
         let ticker = start_ticker(shards.iter().map(|s| (s.inbox.clone(), Arc::clone(&s.waker))).collect())?;
-        Ok(Engine { shards, ticker: Some(ticker) })
+        Ok(Engine { shards, ticker: Some(ticker), cache_bytes: config.cache_bytes })
+    }
+
+    /// The controller cache's size, over every shard.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_bytes
     }
 
     /// Hands each shard its partition of `journal` (which must have one per shard), or takes
@@ -190,10 +197,20 @@ impl Engine {
     }
 
     /// Drops a deleted VD's cached data on every shard.
-    pub fn forget(&self, vd: &Arc<VirtualDrive>) {
+    /// Drops a deleted VD's cached data on every shard, then writes everything else cached to
+    /// the members and empties the journal, so that no record of the VD can be replayed into
+    /// a VD that takes its id later. Blocks until every shard is done: control plane only.
+    ///
+    /// # Errors
+    /// The first shard's failure (cached data of another VD that cannot be written).
+    pub fn forget(&self, vd: &Arc<VirtualDrive>) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::channel();
         for shard in &self.shards {
-            shard.send(ShardMsg::Forget { vd: Arc::clone(vd) });
+            let tx = tx.clone();
+            shard.send(ShardMsg::Forget { vd: Arc::clone(vd), done: Box::new(move |result| drop(tx.send(result))) });
         }
+        drop(tx);
+        rx.iter().take(self.shards.len()).collect()
     }
 
     pub fn shard_count(&self) -> usize {
@@ -614,8 +631,9 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
             reactor.cache().set_journal(spec.map(|spec| Rc::new(spec.build())));
             false
         }
-        ShardMsg::Forget { vd } => {
+        ShardMsg::Forget { vd, done } => {
             reactor.cache().forget(&vd);
+            executor.spawn(async move { done(cache::quiesce(&reactor).await) });
             false
         }
         ShardMsg::Tick => {

@@ -92,6 +92,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
         bgi_rate_percent: 64,
         patrol,
         cc_schedule: CcSchedule { mode: CcMode::Concurrent, delay_hours: 0x0102, next_start_unix_secs: 1_800_000_777 },
+        journal_id: 0x0123_4567_89ab_cdef,
     };
     ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings }
 }
@@ -339,7 +340,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&6u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&7u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -358,7 +359,7 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&168u16.to_le_bytes()); // cc_delay_hours
     payload.extend_from_slice(&0u64.to_le_bytes()); // patrol_last_start_unix_secs: never
     payload.extend_from_slice(&0u64.to_le_bytes()); // cc_next_start_unix_secs
-    payload.extend_from_slice(&[0; 8]); // reserved
+    payload.extend_from_slice(&0u64.to_le_bytes()); // journal_id (none)
     for slot in 0..4u32 {
         payload.extend_from_slice(&slot.to_le_bytes());
         payload.extend_from_slice(&[2, 0, 0, 0]); // Onln, reserved
@@ -406,8 +407,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 7), |_| UnknownVersion { found: 7, supported: 6 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 6 });
+    check_decode("unknown version", |b| set_u32(b, 8, 8), |_| UnknownVersion { found: 8, supported: 7 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 7 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -527,7 +528,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 7), "metadata format version 7 is unknown; this storc reads versions 1 to 6");
+    check("version", |b| set_u32(b, 8, 8), "metadata format version 8 is unknown; this storc reads versions 1 to 7");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -959,8 +960,15 @@ fn the_consistency_check_schedule_is_kept_and_checked() {
     reseal(&mut no_delay);
     let expected = MetadataError::UnknownCode { record: counts(), field: "cc_delay_hours", code: 0, known: "1 to 65535 (hours)".into() };
     assert_eq!(decode(&no_delay).err(), Some(expected));
+    // Version 6 kept bytes 40 to 47 reserved; version 7 keeps the trusted journal's id there.
     let mut tail = bytes.clone();
     tail[PAYLOAD + 47] = 1;
+    set_u32(&mut tail, 8, 6);
     reseal(&mut tail);
     assert_eq!(decode(&tail).err(), Some(MetadataError::ReservedNotZero { record: counts(), field: "reserved", offset_bytes: 47 }));
+    let mut with_journal = sb.clone();
+    with_journal.config.settings.journal_id = 0xfeed_f00d;
+    let bytes = encode(&with_journal, 0).unwrap();
+    assert_eq!(bytes[PAYLOAD + 40..PAYLOAD + 48], 0xfeed_f00du64.to_le_bytes());
+    assert_eq!(decode(&bytes), Ok(with_journal));
 }

@@ -121,6 +121,36 @@ pub struct PatrolReadView {
     pub next_start_unix_secs: Option<u64>,
 }
 
+/// `/c0/bbu show`, `/c0/journal show`: the cache's journal, MegaRAID's battery.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JournalView {
+    /// "Optimal", "Failed" or "Missing".
+    pub state: String,
+    /// The device, as given (`--journal` or `set journal=`); absent without one.
+    pub source: Option<String>,
+    pub capacity_bytes: u64,
+    /// Ring bytes over every partition (one per shard).
+    pub ring_bytes: u64,
+    /// Bytes that replay after a crash could need now.
+    pub used_bytes: u64,
+    pub partitions: u32,
+    /// Records the replay at this start wrote to the VDs, and their bytes.
+    pub replayed_records: u64,
+    pub replayed_bytes: u64,
+    /// Why it failed or is missing.
+    pub reason: Option<String>,
+    /// The controller cache (`--cache-size`) and what of it is dirty now.
+    pub cache_bytes: u64,
+}
+
+/// `/c0 set journal=DEVICE`: a journal assigned at run time.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AttachJournal {
+    /// A file path (created if missing), a block device, or `ssd:sata|sas|nvme:SIZE`.
+    pub source: String,
+}
+
 /// `/c0 start|stop|pause|resume patrolread`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

@@ -154,6 +154,11 @@ impl DirtyMap {
         self.extents.range(from..).chain(self.extents.range(..from)).filter(|(_, e)| !e.stuck).map(|(&o, e)| (o, e))
     }
 
+    /// Drops every extent's journal record (the journal left).
+    pub fn forget_sequences(&mut self) {
+        self.extents.values_mut().for_each(|e| e.sequence = None);
+    }
+
     /// Whether extent `id` is still at `offset` and a destage of it failed.
     pub fn is_stuck(&self, offset: u64, id: u64) -> bool {
         self.extents.get(&offset).is_some_and(|e| e.id == id && e.stuck)

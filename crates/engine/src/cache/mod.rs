@@ -99,8 +99,15 @@ impl ShardCache {
         self.limit_bytes.set(bytes.max(RUN_BYTES_MAX * 4));
     }
 
+    /// The shard's journal partition from now on. Cached data keeps no hold on the journal it
+    /// leaves: it is un-journaled data from now on (a flush writes it out), and the controller
+    /// stopped trusting that journal before it took it away.
     pub fn set_journal(&self, journal: Option<Rc<JournalPart>>) {
+        for cache in self.vds.borrow_mut().values_mut() {
+            cache.dirty.forget_sequences();
+        }
         *self.journal.borrow_mut() = journal;
+        self.wake_all();
     }
 
     pub fn journal(&self) -> Option<Rc<JournalPart>> {
@@ -199,7 +206,12 @@ fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
 
 async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
-    let journal = cache.journal().filter(|j| j.health().is_usable());
+    // A journal that failed stays trusted by the metadata until the controller detaches it;
+    // until then a write that skipped it could be overwritten by its replay after a crash.
+    while cache.journal().is_some_and(|j| !j.health().is_usable()) {
+        cache.wait_for_change().await;
+    }
+    let journal = cache.journal();
     let mode = mode_for(&vd, journal.as_deref());
     if mode == Mode::Through && journal.is_none() && !cache.has_dirty(&vd) {
         return io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
@@ -247,6 +259,13 @@ async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, b
         }
         _ => Ok(()),
     };
+    if logged.is_err() {
+        // The journal failed under this write: it goes to the members without it, once the
+        // controller has stopped trusting the journal (see above).
+        while cache.journal().is_some_and(|j| !j.health().is_usable()) {
+            cache.wait_for_change().await;
+        }
+    }
     let result = match (mode, logged) {
         (Mode::Always, _) => Ok(()),
         (Mode::Back, Ok(())) => Ok(()),
@@ -336,6 +355,11 @@ async fn flush(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>) -> VdCompletion {
         if let Err(error) = journal.durable_all(&reactor).await {
             tracing::warn!("journal failed at a flush: {error}");
         }
+    }
+    // A failed journal: what it held goes to the members, once the controller stopped trusting
+    // it (its replay could otherwise overwrite what this flush makes durable).
+    while cache.journal().is_some_and(|j| !j.health().is_usable()) {
+        cache.wait_for_change().await;
     }
     // What the journal does not hold must reach the members.
     let unjournaled = |cache: &ShardCache| {
@@ -476,20 +500,59 @@ fn checkpoint_if_due(reactor: &Rc<Reactor>) {
     let reactor2 = Rc::clone(reactor);
     reactor.spawn(async move {
         let cache = Rc::clone(reactor2.cache());
-        let flush_members = async {
-            let vds: Vec<Arc<VirtualDrive>> = cache.destaged_to.borrow_mut().drain().map(|(_, vd)| vd).collect();
-            for vd in vds {
-                let done = io::serve(Rc::clone(&reactor2), vd, VdRequest::Flush).await;
-                done.result.map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        };
-        match journal.checkpoint(&reactor2, flush_members).await {
+        match journal.checkpoint(&reactor2, flush_destaged(&reactor2)).await {
             Ok(true) => cache.wake_all(),
             Ok(false) => {}
             Err(error) => tracing::warn!("journal checkpoint failed: {error}"),
         }
     });
+}
+
+/// Flushes the members of every VD destaged to since the last checkpoint. The set is taken
+/// when the future first runs, in the same step as the checkpoint takes its tail.
+async fn flush_destaged(reactor: &Rc<Reactor>) -> Result<(), String> {
+    let vds: Vec<Arc<VirtualDrive>> = reactor.cache().destaged_to.borrow_mut().drain().map(|(_, vd)| vd).collect();
+    for vd in vds {
+        let done = io::serve(Rc::clone(reactor), vd, VdRequest::Flush).await;
+        done.result.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Writes everything cached to the members and checkpoints the journal up to its head, so that
+/// it holds nothing replay would apply: before a VD id can be used again (a deleted VD's
+/// records must not be replayed into its successor).
+///
+/// # Errors
+/// Data that cannot be destaged (its VD is offline), or a failed checkpoint.
+pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
+    let cache = Rc::clone(reactor.cache());
+    cache.forced.set(cache.forced.get() + 1);
+    let drained = loop {
+        let stuck = cache.vds.borrow().values().any(|c| c.dirty.all().any(|e| e.stuck));
+        if stuck && cache.runs_in_flight.get() == 0 {
+            break Err("cached data cannot be written to its VD".to_string());
+        }
+        if cache.bytes.get() == 0 && cache.runs_in_flight.get() == 0 {
+            break Ok(());
+        }
+        pump(reactor);
+        cache.wait_for_change().await;
+    };
+    cache.forced.set(cache.forced.get() - 1);
+    drained?;
+    while let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
+        if !journal.checkpoint_due() && !journal.is_checkpointing() {
+            return Ok(());
+        }
+        match journal.checkpoint(reactor, flush_destaged(reactor)).await {
+            Ok(true) => cache.wake_all(),
+            // Another checkpoint is under way: wait for it, then look again.
+            Ok(false) => cache.wait_for_change().await,
+            Err(error) => return Err(error.to_string()),
+        }
+    }
+    Ok(())
 }
 
 /// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.

@@ -39,6 +39,7 @@ impl Controller {
         };
         let vd = VirtualDrive::new(u64::from(vd_id), &name, layout, members)
             .map_err(|e| ControlError::BadInput(format!("{e}: slots {}", slot_list(&spec.slots))))?;
+        vd.set_write_policy(spec.write_policy);
         let record = VdRecord {
             vd_id,
             drive_group: vd_id,
@@ -111,6 +112,13 @@ impl Controller {
                 VD_DRAIN_TIMEOUT.as_secs()
             )));
         }
+        if let Err(error) = self.engine.forget(&vd) {
+            // Its id is free once the record is gone: the journal must hold nothing of it.
+            vd.unretire();
+            return Err(ControlError::Conflict(format!(
+                "v{vd_id} cannot be deleted yet: the cache cannot be emptied ({error}); nothing was deleted"
+            )));
+        }
         let record = state.config.vds.remove(position);
         state.vds.remove(&vd_id);
         let detail = format!("was a member of v{vd_id}");
@@ -178,7 +186,11 @@ impl Controller {
             state.vds[&vd_id].set_name(&record.name);
         }
         let persisted = self.persist(&mut state);
+        state.vds[&vd_id].set_write_policy(record.write_policy);
         drop(state);
+        if record.write_policy == WritePolicy::WriteBack && !self.journal_usable() {
+            self.log(Severity::Warning, format!("v{vd_id} is WB and runs as WT: the journal is not usable (a bad battery)"));
+        }
         self.log(
             Severity::Info,
             format!(

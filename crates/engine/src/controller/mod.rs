@@ -22,6 +22,7 @@ mod check;
 mod commands;
 mod copyback;
 mod events;
+mod journal;
 mod patrol;
 mod rebuild;
 mod resync;
@@ -34,6 +35,7 @@ pub use bad_blocks::ranges_text;
 pub use bgi::{BgiCommand, BgiView, InitView, FAST_INIT_BYTES};
 pub use check::{CcCommand, CcTally, CcView, CC_ROW_EVENTS_MAX};
 pub use copyback::{CopyView, CopybackCommand};
+pub use journal::{JournalOffer, JournalState, JournalView};
 pub use patrol::{PatrolCommand, PatrolTally, PatrolView, PATROL_READ_BYTES, PROBE_BYTES};
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
@@ -100,6 +102,8 @@ pub struct Controller {
     /// When this controller started: the first scheduled patrol read is one delay after it.
     started_unix_secs: u64,
     bitmap_daemon: Mutex<Option<resync::BitmapDaemon>>,
+    /// The cache's journal, or why there is none.
+    journal: Mutex<journal::JournalSlot>,
     /// This controller, for the threads it starts (set once, right after it is built).
     myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
 }
@@ -222,6 +226,7 @@ impl Controller {
             patrol: Mutex::new(None),
             started_unix_secs: now_unix_secs(),
             bitmap_daemon: Mutex::new(None),
+            journal: Mutex::new(journal::JournalSlot::default()),
             myself: std::sync::OnceLock::new(),
         });
         let _ = controller.myself.set(Arc::downgrade(&controller));
@@ -229,6 +234,8 @@ impl Controller {
             controller.log(severity, description);
         }
         controller.assemble(offered, found, assembly)?;
+        controller.open_journal(options.journal);
+        controller.start_journal_watch().map_err(|e| ControlError::Io(format!("cannot start the journal thread: {e}")))?;
         controller.start_bitmap_daemon().map_err(|e| ControlError::Io(format!("cannot start the bitmap thread: {e}")))?;
         let watcher = Arc::downgrade(&controller);
         std::thread::Builder::new()
@@ -274,6 +281,7 @@ impl Controller {
             }
         }
         vd.set_notifier(self.member_events.clone());
+        vd.set_write_policy(record.write_policy);
         self.open_write_intent(state.config.controller_id, record.vd_id, &vd, crate::bitmap::control::Opening::Assembled);
         vd.bad_blocks().load(&record.bad_blocks);
         vd.bad_blocks().set_notifier(self.bad_block_events.clone());

@@ -14,6 +14,8 @@ pub struct ControllerOptions {
     /// What the caller found before the controller existed (a drive that cannot be opened),
     /// logged as the first events of this start.
     pub startup_events: Vec<(Severity, String)>,
+    /// The cache's journal device (`storc serve --journal`).
+    pub journal: Option<super::JournalOffer>,
 }
 
 /// A drive offered to the controller at start: the drive and where it came from.

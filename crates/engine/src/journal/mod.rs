@@ -104,6 +104,9 @@ pub struct ReplayReport {
     pub data_bytes: u64,
     /// Whether the device held a journal of ours (false: it was blank and is formatted now).
     pub found: bool,
+    /// The device held a journal of ours that the metadata does not trust (it was detached
+    /// after it failed, or never trusted): it was not replayed and is formatted anew.
+    pub untrusted: bool,
 }
 
 /// An opened journal device (control plane).
@@ -120,8 +123,9 @@ pub struct Journal {
 
 impl Journal {
     /// Opens the journal on `drive` for a controller with `partition_count` shards: replays what
-    /// an earlier run left (each record handed to `apply`, partition by partition, in order) and
-    /// returns the journal, which [`Journal::finish_replay`] must then lay out anew.
+    /// an earlier run left (each record handed to `apply`, partition by partition, in order) if
+    /// its id is `trusted_id` (the one the metadata names; 0 trusts none), and returns the
+    /// journal, which [`Journal::finish_replay`] must then lay out anew.
     ///
     /// # Errors
     /// The device is too small, belongs to another controller, cannot be read, or `apply` failed.
@@ -129,22 +133,26 @@ impl Journal {
         drive: Arc<dyn Drive>,
         controller_id: u128,
         partition_count: u32,
+        trusted_id: u64,
         apply: &mut dyn FnMut(&ReplayRecord) -> Result<(), String>,
     ) -> Result<Journal, String> {
         let name = drive.info().name.clone();
         let capacity_bytes = drive.info().capacity_bytes / BLOCK_BYTES * BLOCK_BYTES;
         let seed = Seed::of_controller(controller_id);
-        let found = read_superblock(&*drive, seed)?;
-        let mut replay = ReplayReport { found: found.is_some(), ..ReplayReport::default() };
+        let on_device = read_superblock(&*drive, seed)?;
+        let untrusted = on_device.is_some_and(|sb| trusted_id == 0 || sb.journal_id != trusted_id);
+        // An untrusted journal may hold records older than writes the members took without it.
+        let found = on_device.filter(|_| !untrusted);
+        let mut replay = ReplayReport { found: found.is_some(), untrusted, ..ReplayReport::default() };
         let mut last_sequence = 0;
         if let Some(sb) = &found {
             for index in 0..sb.partition_count {
                 last_sequence = last_sequence.max(replay_partition(&*drive, sb, seed, index, &mut replay, apply)?);
             }
         }
-        let journal_id = found.map_or_else(rand::random::<u64>, |sb| sb.journal_id);
+        let journal_id = found.map_or_else(|| rand::random::<u64>().max(1), |sb| sb.journal_id);
         let mut superblock = Superblock::plan(controller_id, journal_id, capacity_bytes, partition_count)?;
-        superblock.generation = found.map_or(1, |sb| sb.generation + 1);
+        superblock.generation = on_device.map_or(1, |sb| sb.generation + 1);
         // Above every sequence the device can hold: it holds at most one record per block.
         let next_sequence = last_sequence + capacity_bytes / BLOCK_BYTES + 1;
         let health = Arc::new(Health::new(partition_count));
@@ -221,6 +229,11 @@ impl Journal {
 
     pub fn replay_report(&self) -> ReplayReport {
         self.replay
+    }
+
+    /// The id the metadata must name for this journal to be replayed after a crash.
+    pub fn journal_id(&self) -> u64 {
+        self.superblock.journal_id
     }
 }
 

@@ -248,6 +248,10 @@ impl JournalPart {
         !self.checkpointing.get() && ring.live_tail() != ring.durable_tail()
     }
 
+    pub fn is_checkpointing(&self) -> bool {
+        self.checkpointing.get()
+    }
+
     /// Bytes replay could need now and the ring's capacity.
     pub fn usage(&self) -> (u64, u64) {
         let ring = self.ring.borrow();

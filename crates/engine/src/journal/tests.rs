@@ -74,7 +74,7 @@ fn hand_made(records: &[(u64, u8, usize)]) -> (Arc<dyn drive::Drive>, Vec<u64>) 
 
 fn replayed(drive: &Arc<dyn drive::Drive>) -> (Journal, Vec<ReplayRecord>) {
     let mut seen = Vec::new();
-    let journal = Journal::open(Arc::clone(drive), CONTROLLER, 1, &mut |r| {
+    let journal = Journal::open(Arc::clone(drive), CONTROLLER, 1, 77, &mut |r| {
         seen.push(r.clone());
         Ok(())
     })
@@ -110,19 +110,23 @@ fn after_replay_the_sequence_jumps_so_stale_records_never_validate() {
     // The records are still on the device, but the new layout starts above their sequences.
     let (journal, seen) = replayed(&drive);
     assert!(seen.is_empty(), "stale records replayed again: {seen:?}");
+    // A journal the metadata does not name is never replayed.
+    let (drive, _) = hand_made(&[(0, 1, 4096)]);
+    let journal2 = Journal::open(Arc::clone(&drive), CONTROLLER, 1, 78, &mut |_| panic!("untrusted")).unwrap();
+    assert!(journal2.replay_report().untrusted && journal2.journal_id() != 77);
     assert!(journal.replay_report().found);
 }
 
 #[test]
 fn another_controllers_journal_is_refused_and_a_blank_one_formatted() {
     let (drive, _) = hand_made(&[(0, 1, 4096)]);
-    let error = Journal::open(Arc::clone(&drive), CONTROLLER + 1, 1, &mut |_| Ok(())).err().unwrap();
+    let error = Journal::open(Arc::clone(&drive), CONTROLLER + 1, 1, 77, &mut |_| Ok(())).err().unwrap();
     assert!(error.contains("belongs to controller"), "{error}");
     let blank: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
-    let journal = Journal::open(blank, CONTROLLER, 2, &mut |_| panic!("nothing to replay")).unwrap();
+    let journal = Journal::open(blank, CONTROLLER, 2, 0, &mut |_| panic!("nothing to replay")).unwrap();
     assert!(!journal.replay_report().found);
     let tiny: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(2 * MIB));
-    let error = Journal::open(tiny, CONTROLLER, 2, &mut |_| Ok(())).err().unwrap();
+    let error = Journal::open(tiny, CONTROLLER, 2, 0, &mut |_| Ok(())).err().unwrap();
     assert!(error.contains("too small"), "{error}");
 }
 
@@ -144,13 +148,15 @@ fn write_back_data_only_in_the_journal_is_replayed_after_a_crash() {
     let members: Vec<Arc<dyn drive::Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(MEMBER_BYTES)) as Arc<dyn drive::Drive>).collect();
     let journal_drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
     let config = EngineConfig { shard_count: 2, ..EngineConfig::default() };
+    let trusted;
     let writes: Vec<(u64, Vec<u8>)> =
         vec![(0, pattern(64 * KIB as usize, 1)), (4 * MIB, pattern(3 * MIB as usize, 2)), (8 * KIB, pattern(4 * KIB as usize, 3))];
     {
         let engine = Engine::start(config).unwrap();
         let vd = raid5(&members);
-        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |_| panic!("blank")).unwrap();
+        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, 0, &mut |_| panic!("blank")).unwrap();
         journal.finish_replay().unwrap();
+        trusted = journal.journal_id();
         engine.set_journal(Some(&journal));
         vd.set_write_policy(WritePolicy::WriteBack);
         for (offset, data) in &writes {
@@ -164,7 +170,7 @@ fn write_back_data_only_in_the_journal_is_replayed_after_a_crash() {
     let plain = Engine::start(config).unwrap();
     let before = plain.read_at(&vd, 8 * KIB, 4096).unwrap();
     assert_ne!(before.as_slice(), &writes[2].1[..], "the data never reached the members");
-    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |record| {
+    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, trusted, &mut |record| {
         assert_eq!(record.vd_id, 3);
         plain.write_at(&vd, record.vd_offset_bytes, &record.data).map_err(|e| e.to_string())
     })
@@ -188,11 +194,13 @@ fn destaged_data_is_on_the_members_and_the_checkpoint_empties_the_journal() {
     let journal_drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
     let config = EngineConfig { shard_count: 2, ..EngineConfig::default() };
     let data = pattern(2 * MIB as usize, 9);
+    let trusted;
     {
         let engine = Engine::start(config).unwrap();
         let vd = raid5(&members);
-        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |_| panic!("blank")).unwrap();
+        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, 0, &mut |_| panic!("blank")).unwrap();
         journal.finish_replay().unwrap();
+        trusted = journal.journal_id();
         engine.set_journal(Some(&journal));
         vd.set_write_policy(WritePolicy::WriteBack);
         for chunk in 0..(data.len() / 8192) {
@@ -206,7 +214,7 @@ fn destaged_data_is_on_the_members_and_the_checkpoint_empties_the_journal() {
     }
     let plain = Engine::start(config).unwrap();
     let vd = raid5(&members);
-    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, &mut |_| panic!("nothing to replay")).unwrap();
+    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, trusted, &mut |_| panic!("nothing to replay")).unwrap();
     assert_eq!(journal.replay_report().records, 0);
     assert!(plain.read_at(&vd, 0, data.len()).unwrap().as_slice() == &data[..], "destaged contents differ");
 }

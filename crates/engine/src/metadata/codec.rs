@@ -21,8 +21,8 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// write-intent bitmap (so a payload is at most 1 MiB less one header). Version 5 adds the
 /// consistency check rate. Version 6 adds the background initialization rate, VD flags
 /// (background initialization pending), the patrol read settings and the consistency check
-/// schedule (the counts grow to 48 bytes).
-pub const FORMAT_VERSION: u32 = 6;
+/// schedule (the counts grow to 48 bytes). Version 7 adds the id of the journal the cache trusts.
+pub const FORMAT_VERSION: u32 = 7;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
@@ -31,6 +31,8 @@ const FORMAT_VERSION_BITMAP: u32 = 4;
 const FORMAT_VERSION_CC_RATE: u32 = 5;
 /// The first version with the background initialization rate and VD flags.
 const FORMAT_VERSION_BGI: u32 = 6;
+/// The first version with the trusted journal's id.
+const FORMAT_VERSION_JOURNAL: u32 = 7;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -139,6 +141,7 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     put(&mut fixed, counts::CC_MODE, &[cc.mode.code()]);
     put(&mut fixed, counts::CC_DELAY_HOURS, &cc.delay_hours.to_le_bytes());
     put(&mut fixed, counts::CC_NEXT_START_UNIX_SECS, &cc.next_start_unix_secs.to_le_bytes());
+    put(&mut fixed, counts::JOURNAL_ID, &config.settings.journal_id.to_le_bytes());
     out.extend_from_slice(&fixed);
     config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
@@ -372,7 +375,16 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         ..FORMAT_VERSION_BGI => (PatrolSettings::default(), CcSchedule::default()),
         _ => (decode_patrol(fixed, percent(counts::PATROL_RATE_PERCENT)?)?, decode_cc_schedule(fixed)?),
     };
+    let journal_id = match version {
+        ..FORMAT_VERSION_BGI => 0,
+        FORMAT_VERSION_BGI..FORMAT_VERSION_JOURNAL => {
+            check_zero(fixed, counts::RESERVED_TAIL_V6, record)?;
+            0
+        }
+        _ => get_u64(fixed, counts::JOURNAL_ID),
+    };
     Ok(ControllerSettings {
+        journal_id,
         auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0,
         rebuild_rate_percent,
         copyback: flags & counts::FLAG_COPYBACK_OFF == 0,
@@ -386,7 +398,6 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
 /// The consistency check schedule of version 6.
 fn decode_cc_schedule(fixed: &[u8]) -> Result<CcSchedule, MetadataError> {
     let record = || "record counts".to_string();
-    check_zero(fixed, counts::RESERVED_TAIL, record)?;
     let mode = decode_code::<CcMode>(fixed, counts::CC_MODE, record)?;
     let delay_hours = u16::from_le_bytes(get::<2>(fixed, counts::CC_DELAY_HOURS));
     if delay_hours == 0 {

@@ -12,6 +12,7 @@ mod bgi;
 mod cc;
 mod copyback;
 mod http;
+mod journal;
 mod parse;
 mod patrol;
 mod render;

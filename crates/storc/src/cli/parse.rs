@@ -7,8 +7,8 @@
 
 use super::http::{Method, Request};
 use crate::api_types::{
-    AddHotSpare, BgiAction, CcAction, CopybackAction, CreateVd, InitAction, InsertDrive, PatrolReadAction, RebuildAction, SetController,
-    SetDriveState, SetVd,
+    AddHotSpare, AttachJournal, BgiAction, CcAction, CopybackAction, CreateVd, InitAction, InsertDrive, PatrolReadAction, RebuildAction,
+    SetController, SetDriveState, SetVd,
 };
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{Geometry, GeometryConfig, LayoutError, Level, DRIVES_PER_SPAN_MAX, KIB, SPAN_COUNT_MAX};
@@ -45,33 +45,89 @@ pub enum Target {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    ShowController { all: bool },
+    ShowController {
+        all: bool,
+    },
     ShowEvents,
-    ShowVds { target: Target, all: bool },
-    ShowDrives { target: Target, all: bool },
+    ShowVds {
+        target: Target,
+        all: bool,
+    },
+    ShowDrives {
+        target: Target,
+        all: bool,
+    },
     AddVd(CreateVd),
-    DeleteVd { vd: u32, force: bool },
-    SetVd { vd: u32, changes: SetVd },
-    AddHotSpare { slot: u32, spare: AddHotSpare },
-    DeleteHotSpare { slot: u32 },
-    SetDriveState { slot: u32, state: SetDriveState },
+    DeleteVd {
+        vd: u32,
+        force: bool,
+    },
+    SetVd {
+        vd: u32,
+        changes: SetVd,
+    },
+    AddHotSpare {
+        slot: u32,
+        spare: AddHotSpare,
+    },
+    DeleteHotSpare {
+        slot: u32,
+    },
+    SetDriveState {
+        slot: u32,
+        state: SetDriveState,
+    },
     ShowForeign,
     ImportForeign,
     DeleteForeign,
     SetController(SetController),
-    ShowRebuild { target: Target },
-    Rebuild { slot: u32, action: RebuildAction },
-    Insert { slot: u32, insert: InsertDrive },
-    ShowBadBlocks { vd: u32 },
-    ShowCopyback { target: Target },
-    Copyback { slot: u32, action: CopybackAction },
-    ShowCc { target: Target },
-    Cc { vd: u32, action: CcAction },
-    ShowBgi { target: Target },
-    Bgi { vd: u32, action: BgiAction },
-    ShowInit { target: Target },
-    Init { vd: u32, action: InitAction },
+    ShowRebuild {
+        target: Target,
+    },
+    Rebuild {
+        slot: u32,
+        action: RebuildAction,
+    },
+    Insert {
+        slot: u32,
+        insert: InsertDrive,
+    },
+    ShowBadBlocks {
+        vd: u32,
+    },
+    ShowCopyback {
+        target: Target,
+    },
+    Copyback {
+        slot: u32,
+        action: CopybackAction,
+    },
+    ShowCc {
+        target: Target,
+    },
+    Cc {
+        vd: u32,
+        action: CcAction,
+    },
+    ShowBgi {
+        target: Target,
+    },
+    Bgi {
+        vd: u32,
+        action: BgiAction,
+    },
+    ShowInit {
+        target: Target,
+    },
+    Init {
+        vd: u32,
+        action: InitAction,
+    },
     ShowPatrolRead,
+    /// `/c0/bbu show`, `/c0/journal show`.
+    ShowJournal,
+    /// `/c0 set journal=DEVICE`.
+    SetJournal(AttachJournal),
     PatrolRead(PatrolReadAction),
     ShowCcSchedule,
 }
@@ -83,6 +139,8 @@ enum Object {
     Vds(Target),
     Slots(Target),
     Foreign,
+    /// `/c0/bbu` or `/c0/journal`: the cache's journal, storcli's battery.
+    Journal,
 }
 
 /// Whether the command asks for JSON (a trailing `J`); known even when the rest does not parse,
@@ -106,7 +164,7 @@ pub fn parse(args: &[String]) -> Result<Invocation, UsageError> {
     Ok(Invocation { action, json_output })
 }
 
-const OBJECTS: &str = "/c0, /c0/vN, /c0/vall, /c0/sN, /c0/sall, /c0/fall";
+const OBJECTS: &str = "/c0, /c0/vN, /c0/vall, /c0/sN, /c0/sall, /c0/fall, /c0/bbu, /c0/journal";
 
 fn parse_object(path: &str) -> Result<Object, UsageError> {
     let lower = path.to_ascii_lowercase();
@@ -126,6 +184,7 @@ fn parse_object(path: &str) -> Result<Object, UsageError> {
     match segments[1..] {
         [] => Ok(Object::Controller),
         ["fall"] => Ok(Object::Foreign),
+        ["bbu" | "journal"] => Ok(Object::Journal),
         [child] => parse_child(child, path).unwrap_or_else(not_a_path),
         _ => not_a_path(),
     }
@@ -156,6 +215,10 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Controller, ["show", "all"]) => Action::ShowController { all: true },
         (Object::Controller, ["show", "events"]) => Action::ShowEvents,
         (Object::Controller, ["add", "vd", ..]) => Action::AddVd(parse_add_vd(&tokens[2..])?),
+        (Object::Controller, ["set", one]) if one.starts_with("journal=") => {
+            // The device as typed: a path keeps its case.
+            Action::SetJournal(AttachJournal { source: tokens[1]["journal=".len()..].to_string() })
+        }
         (Object::Controller, ["set", ..]) => Action::SetController(settings::parse_set_controller(&tokens[1..])?),
         (Object::Controller, ["show", "patrolread"]) => Action::ShowPatrolRead,
         (Object::Controller, ["show", "cc"]) => Action::ShowCcSchedule,
@@ -208,6 +271,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Foreign, ["show"] | ["show", "all"]) => Action::ShowForeign,
         (Object::Foreign, ["import"]) => Action::ImportForeign,
         (Object::Foreign, ["del" | "delete"]) => Action::DeleteForeign,
+        (Object::Journal, ["show"] | ["show", "all"] | ["show", "status"]) => Action::ShowJournal,
         _ => return usage(unknown_command(object, path, tokens)),
     };
     Ok(action)
@@ -231,6 +295,7 @@ fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
             "show, show all, show rebuild, show copyback, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild, insert dg=D array=A row=R, start copyback target=M, stop|pause|resume copyback"
         }
         Object::Foreign => "show, import, del",
+        Object::Journal => "show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE)",
     };
     if tokens.is_empty() {
         return format!("missing command after {path}; allowed: {allowed}");
@@ -530,6 +595,7 @@ impl Action {
     pub fn requests(&self) -> Vec<Request> {
         const VDS: &str = "/api/v1/vds";
         const DRIVES: &str = "/api/v1/drives";
+        const JOURNAL: &str = "/api/v1/journal";
         match self {
             Action::ShowController { .. } => vec![Request::get("/api/v1/controller")],
             Action::ShowEvents => vec![Request::get("/api/v1/events")],
@@ -575,6 +641,8 @@ impl Action {
             Action::ShowInit { .. } => vec![Request::get("/api/v1/inits")],
             Action::Init { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/init"), action)],
             Action::ShowPatrolRead => vec![Request::get("/api/v1/patrolread")],
+            Action::ShowJournal => vec![Request::get(JOURNAL)],
+            Action::SetJournal(attach) => vec![Request::with_body(Method::Post, JOURNAL, attach)],
             Action::ShowCcSchedule => vec![Request::get("/api/v1/controller")],
             Action::PatrolRead(action) => vec![Request::with_body(Method::Post, "/api/v1/patrolread", action)],
         }

@@ -41,6 +41,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/vds/{id}/bgi", post(super::api_bgi::bgi_action))
         .route("/api/v1/inits", get(super::api_bgi::inits))
         .route("/api/v1/patrolread", get(super::api_bgi::patrol_read).post(super::api_bgi::patrol_action))
+        .route("/api/v1/journal", get(super::api_journal::journal).post(super::api_journal::attach_journal))
         .route("/api/v1/vds/{id}/init", post(super::api_bgi::init_action))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
@@ -164,9 +165,10 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         member_slots: record.member_slots.clone(),
         member_states,
         write_policy: record.write_policy.short_name().to_string(),
-        // No journal yet: write-back runs as write-through, as a MegaRAID without its battery.
+        // Without a usable journal write-back runs as write-through, as a MegaRAID does without
+        // its battery.
         write_policy_effective: match record.write_policy {
-            WritePolicy::WriteBack => "wt".to_string(),
+            WritePolicy::WriteBack if !state.controller.journal_usable() => "wt".to_string(),
             other => other.short_name().to_string(),
         },
         read_policy: record.read_policy.short_name().to_string(),

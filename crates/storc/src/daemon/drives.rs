@@ -70,3 +70,23 @@ pub fn open_default(data_dir: &Path, first_start: bool) -> Result<Opened, String
     }
     Ok(opened)
 }
+
+/// A journal file `--journal PATH` creates when it does not exist (sparse, owner-only): as large
+/// as the default cache, which it protects.
+pub const JOURNAL_DEFAULT_BYTES: u64 = 1 << 30;
+
+/// Opens a journal device: `ssd:sata|sas|nvme:SIZE` (or any emulated or `mem:` spec), or a path
+/// to a file (created sparse at [`JOURNAL_DEFAULT_BYTES`] if missing) or a block device.
+pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, String> {
+    let emulated = spec.starts_with("mem:") || spec.starts_with("hdd:") || spec.starts_with("ssd:");
+    if emulated {
+        let offered = open_spec(spec).map_err(|e| e.replacen("--drive", "--journal", 1))?;
+        return Ok(engine::controller::JournalOffer { drive: offered.drive, source: spec.to_string(), path: None });
+    }
+    let path = Path::new(spec);
+    let create_size_bytes = (!path.exists()).then_some(JOURNAL_DEFAULT_BYTES);
+    let config = FileDriveConfig { create_size_bytes, ..Default::default() };
+    let drive = FileDrive::open(path, &config).map_err(|e| format!("--journal {spec}: {e}"))?;
+    super::data_dir::warn_if_open_to_others(spec, path);
+    Ok(engine::controller::JournalOffer { drive: Arc::new(drive), source: spec.to_string(), path: Some(path.to_path_buf()) })
+}

@@ -8,6 +8,7 @@ pub mod api;
 mod api_bgi;
 mod api_cc;
 mod api_copyback;
+mod api_journal;
 mod data_dir;
 mod drives;
 mod export;
@@ -45,6 +46,13 @@ pub struct Args {
     /// Engine shards (default: one per core).
     #[arg(long)]
     shards: Option<usize>,
+    /// The cache's journal (its battery): a file (created sparse at 1 GiB if missing), a block
+    /// device, or an emulated SSD (ssd:sata|sas|nvme:SIZE). Without one, WB VDs run WT.
+    #[arg(long)]
+    journal: Vec<String>,
+    /// The controller cache, shared by the shards (e.g. 1GiB, 512MiB).
+    #[arg(long, default_value = "1GiB")]
+    cache_size: String,
     #[command(flatten)]
     nbd_limits: nbd_limits::NbdLimitArgs,
 }
@@ -73,9 +81,15 @@ pub fn run(args: &Args) -> Result<(), String> {
     let (offered, startup_events) =
         if default_layout { drives::open_default(&args.data_dir, first_start)? } else { drives::open_specs(&args.drives, first_start)? };
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
-    let engine = Arc::new(Engine::start(EngineConfig { shard_count, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
+    let cache_bytes = drive::parse_size_bytes(&args.cache_size).map_err(|e| format!("--cache-size {}: {e}", args.cache_size))?;
+    let journal = match args.journal.as_slice() {
+        [] => None,
+        [spec] => Some(drives::open_journal(spec)?),
+        _ => return Err("--journal is given more than once: a mirrored pair of journals is not built yet; give one".into()),
+    };
+    let engine = Arc::new(Engine::start(EngineConfig { shard_count, cache_bytes, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
     let event_log_path = Some(args.data_dir.join("events.log"));
-    let options = ControllerOptions { ours, event_log_path, startup_events };
+    let options = ControllerOptions { ours, event_log_path, startup_events, journal };
     let controller = Controller::open(Arc::clone(&engine), offered, options).map_err(|e| e.to_string())?;
     let id = controller.config().controller_id;
     data_dir::write_owner_only(&id_file, &format!("{:032x}\n", id.0)).map_err(|e| format!("cannot write {}: {e}", id_file.display()))?;

@@ -107,7 +107,10 @@ pub(crate) mod counts {
     pub const CC_DELAY_HOURS: Field = Field::new("cc_delay_hours", 22, 2);
     pub const PATROL_LAST_START_UNIX_SECS: Field = Field::new("patrol_last_start_unix_secs", 24, 8);
     pub const CC_NEXT_START_UNIX_SECS: Field = Field::new("cc_next_start_unix_secs", 32, 8);
-    pub const RESERVED_TAIL: Field = Field::new("reserved", 40, 8);
+    /// Version 7: the journal the cache trusts, in what version 6 kept reserved.
+    pub const JOURNAL_ID: Field = Field::new("journal_id", 40, 8);
+    /// Version 6: bytes 40 to 47 are reserved.
+    pub const RESERVED_TAIL_V6: Field = Field::new("reserved", 40, 8);
     pub const ALL: [Field; 16] = [
         DRIVE_COUNT,
         VD_COUNT,
@@ -124,7 +127,7 @@ pub(crate) mod counts {
         CC_DELAY_HOURS,
         PATROL_LAST_START_UNIX_SECS,
         CC_NEXT_START_UNIX_SECS,
-        RESERVED_TAIL,
+        JOURNAL_ID,
     ];
     /// `patrol_flags` bit 0: patrol read is off; bit 1: it starts only by hand (mode manual);
     /// bit 2: it reads solid-state drives too.
