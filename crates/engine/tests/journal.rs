@@ -1,0 +1,183 @@
+//! The cache's journal through the controller: write-back data that only the journal held is
+//! replayed after a crash; a journal that fails or whose file is removed is detached (WB runs
+//! WT, nothing acknowledged is lost) and never replayed afterwards; a journal assigned again
+//! brings WB back; a deleted VD's records never reach the VD that takes its id.
+
+mod common;
+
+use common::{engine, mem_drives, pattern, spec};
+use drive::{Drive, FaultyDrive, FileDrive, FileDriveConfig, MemDrive};
+use engine::config::{ControllerId, WritePolicy};
+use engine::controller::{Controller, ControllerOptions, JournalOffer, JournalState, OfferedDrive, VdChanges};
+use engine::{Engine, VirtualDrive};
+use layout::{Level, MIB};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const DRIVE_BYTES: u64 = 64 * MIB;
+const JOURNAL_BYTES: u64 = 32 * MIB;
+
+fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], ours: Option<ControllerId>, journal: Option<JournalOffer>) -> Arc<Controller> {
+    let offered = drives.iter().enumerate().map(|(i, d)| OfferedDrive { drive: Arc::clone(d), source: format!("mem{i}") }).collect();
+    Controller::open(Arc::clone(engine), offered, ControllerOptions { ours, journal, ..ControllerOptions::default() }).unwrap()
+}
+
+fn mem_journal(drive: &Arc<dyn Drive>) -> Option<JournalOffer> {
+    Some(JournalOffer { drive: Arc::clone(drive), source: "mem-journal".into(), path: None })
+}
+
+fn wb_raid5(controller: &Controller) -> Arc<VirtualDrive> {
+    let mut vd_spec = spec(Level::Raid5, &[0, 1, 2, 3], "db");
+    vd_spec.write_policy = WritePolicy::WriteBack;
+    controller.create_vd(vd_spec).unwrap();
+    controller.vd(0).unwrap().1
+}
+
+fn wait_until(what: &str, controller: &Controller, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        let events: Vec<String> = controller.events().into_iter().rev().take(8).map(|e| e.description).collect();
+        assert!(Instant::now() < deadline, "{what} never happened; recent events: {events:#?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn events(controller: &Controller) -> Vec<String> {
+    controller.events().into_iter().map(|e| e.description).collect()
+}
+
+fn check(engine: &Engine, vd: &Arc<VirtualDrive>, image: &[u8], when: &str) {
+    let read = engine.read_at(vd, 0, image.len()).unwrap_or_else(|e| panic!("{when}: {e}"));
+    let wrong = read.as_slice().iter().zip(image).position(|(a, b)| a != b);
+    assert_eq!(wrong, None, "{when}: first wrong byte");
+}
+
+/// Writes 4 KiB pieces all over the first `span` bytes and records them in `image`.
+fn scatter(engine: &Engine, vd: &Arc<VirtualDrive>, image: &mut [u8], seed: u8, count: u64) {
+    for index in 0..count {
+        let offset = (index * 7919 * 4096 + u64::from(seed) * 8192) % (image.len() as u64 - 4096);
+        let data = pattern(4096, seed.wrapping_add(index as u8));
+        engine.write_at(vd, offset, &data).unwrap();
+        image[offset as usize..offset as usize + 4096].copy_from_slice(&data);
+    }
+}
+
+#[test]
+fn write_back_data_held_only_by_the_journal_is_replayed_after_a_crash() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let journal: Arc<dyn Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let mut image = vec![0u8; 16 * MIB as usize];
+    let id = {
+        let engine = engine();
+        let controller = open(&engine, &drives, None, mem_journal(&journal));
+        assert_eq!(controller.journal_view().state, JournalState::Optimal);
+        let vd = wb_raid5(&controller);
+        scatter(&engine, &vd, &mut image, 1, 300);
+        check(&engine, &vd, &image, "from the cache");
+        assert!(controller.journal_view().used_bytes > 0, "the records are in the journal");
+        controller.config().controller_id
+        // Dropped without a shutdown, within the age limit: the members never saw most of it.
+    };
+    let engine = engine();
+    let controller = open(&engine, &drives, Some(id), mem_journal(&journal));
+    let view = controller.journal_view();
+    assert!(view.replay.records >= 300, "every write was replayed: {view:?}");
+    assert!(events(&controller).iter().any(|e| e.contains("replayed")), "{:#?}", events(&controller));
+    let (_, vd) = controller.vd(0).unwrap();
+    check(&engine, &vd, &image, "after replay");
+    controller.shutdown();
+}
+
+#[test]
+fn a_failed_journal_turns_write_back_into_write_through_and_loses_nothing() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let faulty = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
+    let journal: Arc<dyn Drive> = Arc::clone(&faulty) as Arc<dyn Drive>;
+    let engine = engine();
+    let controller = open(&engine, &drives, None, mem_journal(&journal));
+    let vd = wb_raid5(&controller);
+    let mut image = vec![0u8; 16 * MIB as usize];
+    scatter(&engine, &vd, &mut image, 1, 100);
+    faulty.set_failed(true);
+    // The next writes find the journal failed: they wait for the detach, then go through.
+    scatter(&engine, &vd, &mut image, 2, 100);
+    wait_until("the journal detached", &controller, || controller.journal_view().state == JournalState::Failed);
+    assert!(!controller.journal_usable());
+    assert_eq!(controller.config().settings.journal_id, 0, "the metadata no longer trusts it");
+    assert!(events(&controller).iter().any(|e| e.contains("WB VDs run WT")), "{:#?}", events(&controller));
+    engine.flush(&vd).unwrap();
+    check(&engine, &vd, &image, "after the journal failed");
+    let id = controller.config().controller_id;
+    drop(controller);
+    drop(engine);
+
+    // It comes back readable, holding records older than writes the members took without it:
+    // it is not replayed over them.
+    faulty.set_failed(false);
+    let engine = self::engine();
+    let controller = open(&engine, &drives, Some(id), mem_journal(&journal));
+    let view = controller.journal_view();
+    assert!(view.replay.untrusted && view.replay.records == 0, "{view:?}");
+    let (_, vd) = controller.vd(0).unwrap();
+    check(&engine, &vd, &image, "after a restart with the old journal");
+    controller.shutdown();
+}
+
+#[test]
+fn a_removed_journal_file_is_detached_and_a_new_one_brings_write_back_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.img");
+    let file = |path: &std::path::Path| {
+        let config = FileDriveConfig { create_size_bytes: Some(JOURNAL_BYTES), ..FileDriveConfig::default() };
+        let drive: Arc<dyn Drive> = Arc::new(FileDrive::open(path, &config).unwrap());
+        Some(JournalOffer { drive, source: path.display().to_string(), path: Some(path.to_path_buf()) })
+    };
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let engine = engine();
+    let controller = open(&engine, &drives, None, file(&path));
+    let vd = wb_raid5(&controller);
+    let mut image = vec![0u8; 16 * MIB as usize];
+    scatter(&engine, &vd, &mut image, 3, 100);
+    std::fs::remove_file(&path).unwrap();
+    wait_until("the removal noticed", &controller, || controller.journal_view().state == JournalState::Failed);
+    assert!(events(&controller).iter().any(|e| e.contains("was removed")), "{:#?}", events(&controller));
+    scatter(&engine, &vd, &mut image, 4, 100);
+    check(&engine, &vd, &image, "after the removal");
+
+    let other = dir.path().join("journal2.img");
+    let view = controller.attach_journal(file(&other).unwrap()).unwrap();
+    assert_eq!(view.state, JournalState::Optimal);
+    assert!(controller.journal_usable());
+    assert_ne!(controller.config().settings.journal_id, 0);
+    scatter(&engine, &vd, &mut image, 5, 100);
+    assert!(controller.journal_view().used_bytes > 0, "WB logs to the new journal");
+    let error = controller.attach_journal(file(&dir.path().join("third.img")).unwrap()).unwrap_err();
+    assert!(error.to_string().contains("attached already"), "{error}");
+    check(&engine, &vd, &image, "with the new journal");
+    controller.shutdown();
+}
+
+#[test]
+fn a_deleted_vds_records_never_reach_the_vd_that_takes_its_id() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let journal: Arc<dyn Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let id = {
+        let engine = engine();
+        let controller = open(&engine, &drives, None, mem_journal(&journal));
+        let vd = wb_raid5(&controller);
+        engine.write_at(&vd, 0, &pattern(1 << 20, 7)).unwrap();
+        controller.delete_vd(0, true, false).unwrap();
+        assert_eq!(controller.journal_view().used_bytes, 0, "deleting emptied the journal");
+        let fresh = wb_raid5(&controller);
+        controller.set_vd(0, VdChanges { write_policy: Some(WritePolicy::WriteThrough), ..VdChanges::default() }).unwrap();
+        engine.write_at(&fresh, 4 << 20, &pattern(4096, 9)).unwrap();
+        controller.config().controller_id
+    };
+    let engine = engine();
+    let controller = open(&engine, &drives, Some(id), mem_journal(&journal));
+    let (_, vd) = controller.vd(0).unwrap();
+    let head = engine.read_at(&vd, 0, 1 << 20).unwrap();
+    assert!(head.as_slice() != pattern(1 << 20, 7).as_slice(), "the deleted VD's write was replayed into the new one");
+    assert_eq!(engine.read_at(&vd, 4 << 20, 4096).unwrap().as_slice(), pattern(4096, 9).as_slice());
+    controller.shutdown();
+}
