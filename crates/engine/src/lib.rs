@@ -109,6 +109,8 @@ enum ShardMsg {
     },
     /// The cache's periodic nudge: destage what grew old, checkpoint the journal.
     Tick,
+    /// Write everything cached out (see [`Engine::quiesce`]).
+    Quiesce { done: Box<dyn FnOnce(Result<(), String>) + Send> },
     Stop,
 }
 
@@ -197,6 +199,21 @@ impl Engine {
     }
 
     /// Drops a deleted VD's cached data on every shard.
+    /// Writes everything cached to the members, makes it durable there, and checkpoints a
+    /// healthy journal to its head. Blocks until every shard is done: control plane only.
+    ///
+    /// # Errors
+    /// The first shard's failure (cached data that cannot be written).
+    pub fn quiesce(&self) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for shard in &self.shards {
+            let tx = tx.clone();
+            shard.send(ShardMsg::Quiesce { done: Box::new(move |result| drop(tx.send(result))) });
+        }
+        drop(tx);
+        rx.iter().take(self.shards.len()).collect()
+    }
+
     /// Drops a deleted VD's cached data on every shard, then writes everything else cached to
     /// the members and empties the journal, so that no record of the VD can be replayed into
     /// a VD that takes its id later. Blocks until every shard is done: control plane only.
@@ -638,6 +655,10 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
         }
         ShardMsg::Tick => {
             cache::tick(&reactor);
+            false
+        }
+        ShardMsg::Quiesce { done } => {
+            executor.spawn(async move { done(cache::quiesce(&reactor).await) });
             false
         }
         ShardMsg::Stop => true,

@@ -29,6 +29,30 @@ impl LocalEngine {
         self.executor.spawn(async move { done(crate::cache::serve(reactor, vd, request).await) });
     }
 
+    /// The shard's journal partition from now on (the journal must have one partition).
+    pub fn set_journal(&mut self, journal: Option<&crate::journal::Journal>) {
+        if let Some(journal) = journal {
+            assert_eq!(journal.superblock().partition_count, 1, "a local engine is one shard");
+        }
+        self.executor.reactor().cache().set_journal(journal.map(|j| Rc::new(j.part_spec(0).build())));
+    }
+
+    /// The cache's periodic nudge (the engine's ticker does this every 100 ms).
+    pub fn tick(&mut self) {
+        crate::cache::tick(self.executor.reactor());
+    }
+
+    /// Queues [`crate::Engine::quiesce`] of this shard; `done` runs during a later step.
+    pub fn quiesce(&mut self, done: impl FnOnce(Result<(), String>) + 'static) {
+        let reactor = Rc::clone(self.executor.reactor());
+        self.executor.spawn(async move { done(crate::cache::quiesce(&reactor).await) });
+    }
+
+    /// Dirty bytes the cache holds.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.executor.reactor().cache().dirty_bytes()
+    }
+
     /// Queues a rebuild of the strips `targets` hold in row `row` (see [`crate::Engine::rebuild_row`]);
     /// `done` runs during a later [`LocalEngine::step`], or at once for a bad row or member.
     pub fn rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet, done: impl FnOnce(Result<(), VdError>) + 'static) {

@@ -101,7 +101,8 @@ fn a_failed_journal_turns_write_back_into_write_through_and_loses_nothing() {
     faulty.set_failed(true);
     // The next writes find the journal failed: they wait for the detach, then go through.
     scatter(&engine, &vd, &mut image, 2, 100);
-    wait_until("the journal detached", &controller, || controller.journal_view().state == JournalState::Failed);
+    wait_until("the journal detached", &controller, || controller.config().settings.journal_id == 0);
+    assert_eq!(controller.journal_view().state, JournalState::Failed);
     assert!(!controller.journal_usable());
     assert_eq!(controller.config().settings.journal_id, 0, "the metadata no longer trusts it");
     assert!(events(&controller).iter().any(|e| e.contains("WB VDs run WT")), "{:#?}", events(&controller));
@@ -140,6 +141,7 @@ fn a_removed_journal_file_is_detached_and_a_new_one_brings_write_back_back() {
     scatter(&engine, &vd, &mut image, 3, 100);
     std::fs::remove_file(&path).unwrap();
     wait_until("the removal noticed", &controller, || controller.journal_view().state == JournalState::Failed);
+    wait_until("the journal detached", &controller, || controller.config().settings.journal_id == 0);
     assert!(events(&controller).iter().any(|e| e.contains("was removed")), "{:#?}", events(&controller));
     scatter(&engine, &vd, &mut image, 4, 100);
     check(&engine, &vd, &image, "after the removal");

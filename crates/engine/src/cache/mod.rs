@@ -69,6 +69,7 @@ pub struct ShardCache {
     /// Requests waiting for everything un-journaled (or everything) to go out.
     forced: Cell<usize>,
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    admission: Admission,
     /// VDs destaged to since the last journal checkpoint: flushed before the next one.
     destaged_to: RefCell<HashMap<u64, Arc<VirtualDrive>>>,
 }
@@ -91,6 +92,7 @@ impl ShardCache {
             draining: Cell::new(false),
             forced: Cell::new(0),
             waiters: RefCell::new(Vec::new()),
+            admission: Admission::default(),
             destaged_to: RefCell::new(HashMap::new()),
         }
     }
@@ -146,6 +148,32 @@ impl ShardCache {
             }
         }
         self.wake_all();
+    }
+}
+
+/// The order in which writes enter the cache: tickets taken on arrival, served in turn.
+#[derive(Default)]
+struct Admission {
+    next_ticket: Cell<u64>,
+    serving: Cell<u64>,
+}
+
+impl Admission {
+    fn take_ticket(&self) -> u64 {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        ticket
+    }
+
+    fn serving(&self) -> u64 {
+        self.serving.get()
+    }
+
+    /// The write being served is in: the next one's turn.
+    fn next(&self, cache: &ShardCache) {
+        self.serving.set(self.serving.get() + 1);
+        assert!(self.serving.get() <= self.next_ticket.get(), "a turn is served only after its ticket was taken");
+        cache.wake_all();
     }
 }
 
@@ -206,40 +234,50 @@ fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
 
 async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
-    // A journal that failed stays trusted by the metadata until the controller detaches it;
-    // until then a write that skipped it could be overwritten by its replay after a crash.
-    while cache.journal().is_some_and(|j| !j.health().is_usable()) {
-        cache.wait_for_change().await;
-    }
-    let journal = cache.journal();
-    let mode = mode_for(&vd, journal.as_deref());
-    if mode == Mode::Through && journal.is_none() && !cache.has_dirty(&vd) {
-        return io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
-    }
-    vd.note_write();
     let len_bytes = buf.len() as u64;
-    // Room first: a write waits while the cache is full (destaging frees it).
-    while cache.bytes.get() + len_bytes > cache.limit_bytes.get() && cache.bytes.get() > 0 {
-        cache.draining.set(true);
-        pump(&reactor);
-        cache.wait_for_change().await;
-    }
-    let placed = match &journal {
-        Some(journal) => loop {
-            if let Some(placed) = journal.place(buf.len(), mode == Mode::Back) {
-                break Some(placed);
-            }
-            // The ring is full: destaging and a checkpoint free it.
-            cache.draining.set(true);
-            pump(&reactor);
+    // Writes are admitted in the order they arrived, so that overlapping writes land in that
+    // order even when one has to wait for room.
+    let ticket = cache.admission.take_ticket();
+    let (journal, mode, placed) = loop {
+        if cache.admission.serving() != ticket {
             cache.wait_for_change().await;
-        },
-        None => None,
+            continue;
+        }
+        // A journal that failed stays trusted by the metadata until the controller detaches it;
+        // until then a write that skipped it could be overwritten by its replay after a crash.
+        if cache.journal().is_some_and(|j| !j.health().is_usable()) {
+            cache.wait_for_change().await;
+            continue;
+        }
+        let journal = cache.journal();
+        let mode = mode_for(&vd, journal.as_deref());
+        if mode == Mode::Through && journal.is_none() && !cache.has_dirty(&vd) {
+            // Nothing cached to overtake: the direct path, which queues for its row locks now.
+            cache.admission.next(&cache);
+            return io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
+        }
+        // Room first (destaging frees it), then room in the journal (a checkpoint frees it).
+        let room = cache.bytes.get() + len_bytes <= cache.limit_bytes.get() || cache.bytes.get() == 0;
+        let placed = match (&journal, room) {
+            (_, false) => None,
+            (None, true) => Some(None),
+            (Some(journal), true) => journal.place(buf.len(), mode == Mode::Back).map(Some),
+        };
+        match placed {
+            Some(placed) => break (journal, mode, placed),
+            None => {
+                cache.draining.set(true);
+                pump(&reactor);
+                cache.wait_for_change().await;
+            }
+        }
     };
+    vd.note_write();
     // The cache keeps its own copy: the caller's buffer goes back to it (a request cut into
     // pieces is joined again from its views).
     let data = Rc::new(IoBuf::from_slice(buf.as_slice()));
     let ours = insert(&cache, &vd, offset_bytes, &data, placed.as_deref());
+    cache.admission.next(&cache);
     pump(&reactor);
     let logged = match (&journal, &placed) {
         (Some(journal), Some(placed)) if mode == Mode::Always => {
@@ -521,7 +559,9 @@ async fn flush_destaged(reactor: &Rc<Reactor>) -> Result<(), String> {
 
 /// Writes everything cached to the members and checkpoints the journal up to its head, so that
 /// it holds nothing replay would apply: before a VD id can be used again (a deleted VD's
-/// records must not be replayed into its successor).
+/// records must not be replayed into its successor), and before a failed journal is detached
+/// (what only it held must be durable on the members first; a healthy-but-failed journal
+/// cannot be checkpointed, so the members are flushed instead).
 ///
 /// # Errors
 /// Data that cannot be destaged (its VD is offline), or a failed checkpoint.
@@ -541,6 +581,11 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
     };
     cache.forced.set(cache.forced.get() - 1);
     drained?;
+    if !cache.journal().is_some_and(|j| j.health().is_usable()) {
+        // No journal to checkpoint (or one that failed): the members' flush is what makes the
+        // data durable.
+        return flush_destaged(reactor).await;
+    }
     while let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
         if !journal.checkpoint_due() && !journal.is_checkpointing() {
             return Ok(());

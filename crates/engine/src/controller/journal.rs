@@ -237,11 +237,13 @@ impl Controller {
             let Some(reason) = attached.journal.health().failure() else { return };
             (attached.source.clone(), reason)
         };
-        let persisted = {
+        // What only the journal held is written to the members and made durable there first,
+        // while writes wait: once the metadata stops trusting the journal, nothing replays it.
+        let persisted = self.engine.quiesce().map_err(super::ControlError::Io).and_then(|()| {
             let mut state = self.state.lock().expect("controller lock");
             state.config.settings.journal_id = 0;
             self.persist(&mut state)
-        };
+        });
         let mut slot = self.journal.lock().expect("journal lock");
         if let Err(error) = persisted {
             // The shards keep holding writes, and this is tried again at the next look: better
