@@ -110,7 +110,9 @@ enum ShardMsg {
     /// The cache's periodic nudge: destage what grew old, checkpoint the journal.
     Tick,
     /// Write everything cached out (see [`Engine::quiesce`]).
-    Quiesce { done: Box<dyn FnOnce(Result<(), String>) + Send> },
+    Quiesce {
+        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+    },
     Stop,
 }
 

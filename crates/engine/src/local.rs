@@ -48,6 +48,11 @@ impl LocalEngine {
         self.executor.spawn(async move { done(crate::cache::quiesce(&reactor).await) });
     }
 
+    /// The cache's size and the age at which dirty data is destaged, however small.
+    pub fn set_cache_limits(&mut self, bytes: u64, age_limit: std::time::Duration) {
+        self.executor.reactor().cache().set_limits_for_tests(bytes, age_limit);
+    }
+
     /// Dirty bytes the cache holds.
     pub fn dirty_bytes(&self) -> u64 {
         self.executor.reactor().cache().dirty_bytes()

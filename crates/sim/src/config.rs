@@ -1,5 +1,6 @@
 //! What one run does, derived from its seed alone.
 
+use engine::config::WritePolicy;
 use layout::{Level, KIB};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -40,6 +41,16 @@ pub struct RunConfig {
     /// The VD is created over members full of old data: every region starts unsynced and a
     /// background initialization runs amid the workload (redundant levels).
     pub bgi: bool,
+    /// The cache's policy for the VD's writes.
+    pub write_policy: WritePolicy,
+    /// The cache has a journal (on a volatile drive that crashes like the members).
+    pub journal: bool,
+    /// The operation at which the journal fails (and is detached), if it does.
+    pub journal_fail_at_operation: Option<usize>,
+    /// The shard's cache size: small, so that destaging runs all the time.
+    pub cache_bytes: u64,
+    /// Dirty data is destaged at a tick once it is older than this (zero: at every tick).
+    pub destage_age_ms: u64,
 }
 
 impl RunConfig {
@@ -76,6 +87,12 @@ impl RunConfig {
             re_add_at_operations: re_add_points(&mut rng, operation_count, redundant && rebuild_at_operation.is_none()),
             copy_at_operation: (redundant && rng.gen_bool(0.5)).then(|| rng.gen_range(0..operation_count)),
             bgi: redundant && rng.gen_bool(0.35),
+            write_policy: [WritePolicy::WriteThrough, WritePolicy::WriteBack, WritePolicy::WriteBack, WritePolicy::AlwaysWriteBack]
+                [rng.gen_range(0..4)],
+            journal: rng.gen_bool(0.75),
+            journal_fail_at_operation: rng.gen_bool(0.2).then(|| rng.gen_range(0..operation_count)),
+            cache_bytes: [16 * KIB, 64 * KIB, 256 * KIB, 4096 * KIB][rng.gen_range(0..4)],
+            destage_age_ms: [0, 0, 1000][rng.gen_range(0..3)],
         }
     }
 }

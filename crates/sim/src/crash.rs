@@ -130,7 +130,8 @@ impl Sim {
         let unflushed_rows = self.model.unflushed_rows(self.vd.geometry().row_data_bytes());
         let recorded = self.recorded_members();
         let mut tally = CrashTally::default();
-        for drive in self.drives.iter().chain(self.copy.as_ref().map(|copy| &copy.target)) {
+        let journal = self.journal.as_ref().map(|j| &j.drive);
+        for drive in self.drives.iter().chain(self.copy.as_ref().map(|copy| &copy.target)).chain(journal) {
             tally.add(drive.cache.crash(&mut self.rng));
         }
         let undecided_sector_count = self.model.crash();
@@ -149,6 +150,7 @@ impl Sim {
             return Err(format!("the bitmap said the VD stopped cleanly at the crash before op {operation}"));
         }
         self.flush_resync()?;
+        self.restart_cache().map_err(|problem| format!("after the crash before op {operation}: {problem}"))?;
         let rebuild_resumed = self.rebuild.as_ref().map(|r| (r.member, r.next_row));
         let report = CrashReport {
             at_operation: operation,

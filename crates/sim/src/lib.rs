@@ -34,6 +34,7 @@
 //! instead of `crash::Sim::restart`.
 
 mod bgi;
+mod cache;
 mod check;
 mod config;
 mod copy;

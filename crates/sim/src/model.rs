@@ -103,6 +103,11 @@ impl Model {
         }
     }
 
+    /// Write `id` was acknowledged durable (it is in the journal): as if a FLUSH covered it.
+    pub fn make_durable(&mut self, id: WriteId) {
+        self.complete_flush(FlushCovers(vec![id]));
+    }
+
     /// A FLUSH is submitted now: it covers the writes completed so far.
     pub fn submit_flush(&self) -> FlushCovers {
         FlushCovers(self.writes.iter().filter(|(_, (_, completed))| *completed).map(|(&id, _)| id).collect())

@@ -114,6 +114,8 @@ pub(crate) struct Sim {
     /// The background initialization, while it is pending (runs over old data only).
     pub bgi: Option<crate::bgi::Bgi>,
     pub bgi_report: crate::bgi::BgiReport,
+    /// The cache's journal, if the run has one.
+    pub journal: Option<crate::cache::SimJournal>,
 }
 
 impl Sim {
@@ -175,11 +177,21 @@ impl Sim {
             checks_settled: 0,
             bgi,
             bgi_report: Default::default(),
+            journal: None,
         }
     }
 
     pub fn workload(&mut self) -> Result<(), String> {
+        self.start_cache()?;
+        let trace = std::env::var_os("STORC_SIM_TRACE").is_some();
+        if trace {
+            eprintln!("{:?}", self.config);
+        }
         for operation in 0..self.config.operation_count {
+            if trace {
+                eprintln!("op {operation}: in flight {}, dirty {}", self.in_flight_count(), self.engine.dirty_bytes());
+            }
+            self.journal_some(operation)?;
             if self.config.crash_at_operations.contains(&operation) {
                 self.crash_and_restart(operation)?;
             }
@@ -206,6 +218,9 @@ impl Sim {
             self.check_some()?;
             self.bgi_some()?;
             self.submit_random();
+            if self.rng.gen_bool(0.2) {
+                self.engine.tick();
+            }
             // Let the engine make some progress between submissions, sometimes none.
             for _ in 0..self.rng.gen_range(0..3) {
                 self.step()?;
@@ -472,6 +487,9 @@ impl Sim {
             }
             Op::Write(_, id) => {
                 self.model.complete_write(id);
+                if self.acknowledged_is_durable() {
+                    self.model.make_durable(id);
+                }
                 Ok(())
             }
             Op::Flush(covers) => {

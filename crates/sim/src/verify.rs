@@ -71,7 +71,12 @@ impl Sim {
     /// The rows of `range` whose refusal would be right now.
     pub(crate) fn refusable_rows(&self, range: &Range<u64>) -> Vec<u64> {
         let row_bytes = self.vd.geometry().row_data_bytes();
-        (range.start / row_bytes..range.end.div_ceil(row_bytes)).filter(|&row| self.refusal_is_correct(row, None)).collect()
+        // A member may fail while the read is in flight (faults are injected between steps),
+        // so an unsynced parity row may be refused even if nothing lacked when it was submitted.
+        let parity = matches!(self.vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity);
+        (range.start / row_bytes..range.end.div_ceil(row_bytes))
+            .filter(|&row| self.refusal_is_correct(row, None) || (parity && self.row_unsynced(row)))
+            .collect()
     }
 
     /// Reads row `row` one data strip at a time: only strips whose member lacks may be refused.

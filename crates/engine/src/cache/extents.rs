@@ -17,6 +17,10 @@ pub struct Extent {
     pub at: usize,
     /// The journal record that holds these bytes, if the write was journaled.
     pub sequence: Option<u64>,
+    /// Records of older writes this extent replaced whole. They stay held until this extent is
+    /// on the members: if they left the journal before this extent's own record were durable,
+    /// a crash could lose both the old acknowledged data and the new.
+    pub superseded: Vec<u64>,
     /// Unique per shard: tells a destage whether the extent it wrote is still the one cached.
     pub id: u64,
     pub born: Instant,
@@ -33,8 +37,9 @@ impl Extent {
 /// What an insert did to the extents it overlapped, for the journal's hold counts.
 #[derive(Debug, Default)]
 pub struct Displaced {
-    /// Sequences whose pieces left the map (one entry per piece).
-    pub released: Vec<u64>,
+    /// Holds of pieces that left the map whole (one entry per hold): the new extent takes them
+    /// over.
+    pub superseded: Vec<u64>,
     /// Sequences that gained a piece (an extent split in two).
     pub held: Vec<u64>,
     /// Bytes the map lost.
@@ -87,9 +92,10 @@ impl DirtyMap {
     }
 
     /// Adds `extent` at `offset`, trimming or dropping what it overlaps.
-    pub fn insert(&mut self, offset: u64, extent: Extent) -> Displaced {
+    pub fn insert(&mut self, offset: u64, mut extent: Extent) -> Displaced {
         let end = offset + extent.len_bytes;
         let displaced = self.remove_range(offset..end);
+        extent.superseded.extend_from_slice(&displaced.superseded);
         self.bytes += extent.len_bytes;
         assert!(self.extents.insert(offset, extent).is_none(), "the range was cleared");
         displaced
@@ -120,12 +126,11 @@ impl DirtyMap {
                 self.extents.insert(range.end, tail);
                 kept += 1;
             }
-            if let Some(sequence) = extent.sequence {
-                match kept {
-                    0 => displaced.released.push(sequence),
-                    1 => {}
-                    _ => displaced.held.push(sequence),
-                }
+            match kept {
+                0 => displaced.superseded.extend(extent.sequence.iter().chain(&extent.superseded)),
+                1 => {}
+                // Both pieces hold what the extent held.
+                _ => displaced.held.extend(extent.sequence.iter().chain(&extent.superseded)),
             }
         }
         displaced
@@ -156,7 +161,10 @@ impl DirtyMap {
 
     /// Drops every extent's journal record (the journal left).
     pub fn forget_sequences(&mut self) {
-        self.extents.values_mut().for_each(|e| e.sequence = None);
+        self.extents.values_mut().for_each(|e| {
+            e.sequence = None;
+            e.superseded.clear();
+        });
     }
 
     /// Whether extent `id` is still at `offset` and a destage of it failed.
@@ -189,6 +197,7 @@ mod tests {
             data: Rc::new(IoBuf::from_slice(&vec![fill; len as usize])),
             at: 0,
             sequence: Some(sequence),
+            superseded: Vec::new(),
             id,
             born: Instant::now(),
             stuck: false,
@@ -196,13 +205,13 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_write_trims_splits_and_drops_what_it_overlaps() {
+    fn a_newer_write_trims_splits_and_takes_over_what_it_replaces_whole() {
         let mut map = DirtyMap::default();
         map.insert(0, extent(1, 4096, 10, 1));
         map.insert(8192, extent(2, 4096, 11, 2));
-        // Splits the first? No: covers its tail and the gap and the head of the second.
+        // Covers the first one's tail, the gap and the second one's head: both keep a piece.
         let displaced = map.insert(2048, extent(3, 8192, 12, 3));
-        assert!(displaced.released.is_empty() && displaced.held.is_empty(), "both keep a piece");
+        assert!(displaced.superseded.is_empty() && displaced.held.is_empty(), "both keep a piece");
         assert_eq!(map.bytes(), 2048 + 8192 + 2048);
         let mut out = vec![0u8; 12288];
         map.overlay(0..12288, &mut out);
@@ -213,12 +222,16 @@ mod tests {
         // A write inside one extent splits it: its record gains a holder.
         let displaced = map.insert(4096, extent(4, 512, 13, 4));
         assert_eq!(displaced.held, vec![12]);
-        // A write over everything drops every piece.
+        // A write over everything replaces every piece: the new extent holds their records
+        // until it is on the members.
         let displaced = map.insert(0, extent(5, 12288, 14, 5));
-        let mut released = displaced.released.clone();
-        released.sort();
-        assert_eq!(released, vec![10, 11, 12, 12, 13]);
+        let mut superseded = displaced.superseded.clone();
+        superseded.sort();
+        assert_eq!(superseded, vec![10, 11, 12, 12, 13]);
         assert_eq!(map.bytes(), 12288);
+        let mut held = map.all().next().unwrap().superseded.clone();
+        held.sort();
+        assert_eq!(held, superseded);
         assert!(map.remove_if(0, 4).is_none() && map.remove_if(0, 5).is_some() && map.is_empty());
     }
 }

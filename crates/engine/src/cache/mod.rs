@@ -61,6 +61,8 @@ struct VdCache {
 pub struct ShardCache {
     vds: RefCell<HashMap<u64, VdCache>>,
     limit_bytes: Cell<u64>,
+    /// Dirty data older than this is destaged at the next tick ([`AGE_LIMIT`]).
+    age_limit: Cell<Duration>,
     bytes: Cell<u64>,
     journal: RefCell<Option<Rc<JournalPart>>>,
     next_id: Cell<u64>,
@@ -85,6 +87,7 @@ impl ShardCache {
         ShardCache {
             vds: RefCell::new(HashMap::new()),
             limit_bytes: Cell::new(DEFAULT_CACHE_BYTES),
+            age_limit: Cell::new(AGE_LIMIT),
             bytes: Cell::new(0),
             journal: RefCell::new(None),
             next_id: Cell::new(1),
@@ -99,6 +102,12 @@ impl ShardCache {
 
     pub fn set_limit_bytes(&self, bytes: u64) {
         self.limit_bytes.set(bytes.max(RUN_BYTES_MAX * 4));
+    }
+
+    /// Any size and age limit, however small: the simulator keeps destaging busy with them.
+    pub fn set_limits_for_tests(&self, bytes: u64, age_limit: Duration) {
+        self.limit_bytes.set(bytes);
+        self.age_limit.set(age_limit);
     }
 
     /// The shard's journal partition from now on. Cached data keeps no hold on the journal it
@@ -142,10 +151,8 @@ impl ShardCache {
         let Some(cache) = self.vds.borrow_mut().remove(&vd.instance_id()) else { return };
         self.bytes.set(self.bytes.get() - cache.dirty.bytes());
         let journal = self.journal();
-        for extent in cache.dirty.all() {
-            if let (Some(sequence), Some(journal)) = (extent.sequence, &journal) {
-                journal.release(sequence);
-            }
+        if let Some(journal) = &journal {
+            cache.dirty.all().for_each(|extent| release_extent(journal, extent));
         }
         self.wake_all();
     }
@@ -224,6 +231,9 @@ async fn read(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, mu
 }
 
 fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
+    if vd.is_replaying() {
+        return Mode::Through;
+    }
     match vd.write_policy() {
         WritePolicy::WriteThrough => Mode::Through,
         WritePolicy::WriteBack if journal.is_some_and(JournalPart::takes_write_back) => Mode::Back,
@@ -266,9 +276,11 @@ async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, b
         match placed {
             Some(placed) => break (journal, mode, placed),
             None => {
-                cache.draining.set(true);
+                // Below the watermarks nothing would be destaged for this write: it asks.
+                cache.forced.set(cache.forced.get() + 1);
                 pump(&reactor);
                 cache.wait_for_change().await;
+                cache.forced.set(cache.forced.get() - 1);
             }
         }
     };
@@ -313,6 +325,11 @@ async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, b
     VdCompletion { result, buf: Some(buf) }
 }
 
+/// An extent left the cache (on the members, or its VD deleted): its holds on records end.
+fn release_extent(journal: &JournalPart, extent: &Extent) {
+    extent.sequence.iter().chain(&extent.superseded).for_each(|&s| journal.release(s));
+}
+
 /// The writer hands its hold on each record over to the cached pieces.
 fn release_writer(journal: &JournalPart, placed: &[crate::journal::part::Placed]) {
     for piece in placed {
@@ -349,13 +366,22 @@ fn insert(
         if let (Some(sequence), Some(journal)) = (sequence, &journal) {
             journal.hold(sequence);
         }
-        let extent = Extent { len_bytes: len as u64, data: Rc::clone(data), at, sequence, id, born: Instant::now(), stuck: false };
+        let extent = Extent {
+            len_bytes: len as u64,
+            data: Rc::clone(data),
+            at,
+            sequence,
+            superseded: Vec::new(),
+            id,
+            born: Instant::now(),
+            stuck: false,
+        };
         ours.push((offset_bytes + at as u64, id));
         let displaced = entry.dirty.insert(offset_bytes + at as u64, extent);
         cache.bytes.set(cache.bytes.get() + len as u64 - displaced.bytes_removed);
         if let Some(journal) = &journal {
+            // Superseded holds moved to the new extent as they were; a split piece adds one.
             displaced.held.iter().for_each(|&s| journal.hold(s));
-            displaced.released.iter().for_each(|&s| journal.release(s));
         }
     }
     ours
@@ -423,7 +449,7 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
         cache.draining.set(false);
     }
     let urgent = cache.draining.get() || cache.forced.get() > 0;
-    let old_before = Instant::now().checked_sub(AGE_LIMIT);
+    let old_before = Instant::now().checked_sub(cache.age_limit.get());
     while cache.runs_in_flight.get() < RUNS_IN_FLIGHT_MAX {
         let Some((vd, offset, pieces)) = pick_run(cache, urgent, old_before) else { break };
         cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);
@@ -501,8 +527,8 @@ async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: 
                     Ok(()) => {
                         if let Some(removed) = entry.dirty.remove_if(*offset, extent.id) {
                             cache.bytes.set(cache.bytes.get() - removed.len_bytes);
-                            if let (Some(sequence), Some(journal)) = (removed.sequence, &journal) {
-                                journal.release(sequence);
+                            if let Some(journal) = &journal {
+                                release_extent(journal, &removed);
                             }
                         }
                     }
@@ -538,11 +564,11 @@ fn checkpoint_if_due(reactor: &Rc<Reactor>) {
     let reactor2 = Rc::clone(reactor);
     reactor.spawn(async move {
         let cache = Rc::clone(reactor2.cache());
-        match journal.checkpoint(&reactor2, flush_destaged(&reactor2)).await {
-            Ok(true) => cache.wake_all(),
-            Ok(false) => {}
-            Err(error) => tracing::warn!("journal checkpoint failed: {error}"),
+        if let Err(error) = journal.checkpoint(&reactor2, flush_destaged(&reactor2)).await {
+            tracing::warn!("journal checkpoint failed: {error}");
         }
+        // Writers wait for ring space, and a quiesce for this checkpoint to end, either way.
+        cache.wake_all();
     });
 }
 
@@ -576,6 +602,7 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
         if cache.bytes.get() == 0 && cache.runs_in_flight.get() == 0 {
             break Ok(());
         }
+
         pump(reactor);
         cache.wait_for_change().await;
     };
@@ -594,10 +621,13 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
             Ok(true) => cache.wake_all(),
             // Another checkpoint is under way: wait for it, then look again.
             Ok(false) => cache.wait_for_change().await,
+            // The journal failed meanwhile: the members' flush makes the data durable.
+            Err(crate::journal::JournalError::Failed(_)) => return flush_destaged(reactor).await,
             Err(error) => return Err(error.to_string()),
         }
     }
-    Ok(())
+    // The journal failed (or left) while this waited.
+    flush_destaged(reactor).await
 }
 
 /// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.

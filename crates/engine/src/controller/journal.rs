@@ -105,8 +105,10 @@ impl Controller {
             };
             self.engine.write_at(vd, record.vd_offset_bytes, &record.data).map_err(|e| e.to_string())
         };
-        let opened =
-            Journal::open(Arc::clone(&offer.drive), self.config().controller_id.0, self.engine.shard_count() as u32, trusted, &mut apply);
+        let (controller_id, partitions) = (self.config().controller_id.0, self.engine.shard_count() as u32);
+        vds.iter().for_each(|(_, vd)| vd.set_replaying(true));
+        let opened = Journal::open(Arc::clone(&offer.drive), controller_id, partitions, trusted, &mut apply);
+        vds.iter().for_each(|(_, vd)| vd.set_replaying(false));
         let journal = opened.and_then(|journal| {
             for (record, vd) in &vds {
                 self.engine.flush(vd).map_err(|e| format!("v{}: flush after the journal's replay failed: {e}", record.vd_id))?;

@@ -109,8 +109,8 @@ impl JournalPart {
             .step_by(RECORD_DATA_BYTES_MAX as usize)
             .map(|at| (at, (len_bytes - at).min(RECORD_DATA_BYTES_MAX as usize)))
             .collect();
-        let total: u64 = pieces.iter().map(|&(_, len)| record_bytes_for(len as u64) + BLOCK_BYTES).sum();
-        if ring.free_bytes() < total + reserve {
+        let record_sizes: Vec<u64> = pieces.iter().map(|&(_, len)| record_bytes_for(len as u64)).collect();
+        if !ring.fits(&record_sizes, reserve) {
             return None;
         }
         let placed = pieces

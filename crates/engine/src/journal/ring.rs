@@ -102,6 +102,26 @@ impl Ring {
         self.start_bytes
     }
 
+    /// Whether records of `record_sizes` bytes, placed one after the other, would all fit
+    /// (beyond `reserve_bytes`): what [`Ring::place`] would say of each, without placing any.
+    pub fn fits(&self, record_sizes: &[u64], reserve_bytes: u64) -> bool {
+        let (mut head, mut used) = (self.head_bytes, self.used_bytes);
+        for &record_bytes in record_sizes {
+            let room_before_end = self.end_bytes - head;
+            let wraps = room_before_end < record_bytes;
+            let needed = record_bytes + if wraps { room_before_end } else { 0 };
+            if used + needed + reserve_bytes > self.capacity_bytes() {
+                return false;
+            }
+            used += needed;
+            head = if wraps { self.start_bytes + record_bytes } else { head + record_bytes };
+            if head == self.end_bytes {
+                head = self.start_bytes;
+            }
+        }
+        true
+    }
+
     /// Places a record of `record_bytes` (header and data blocks), held by its writer, or `None`
     /// when the ring has not the space (beyond `reserve_bytes`, which stays free).
     pub fn place(&mut self, record_bytes: u64, reserve_bytes: u64) -> Option<Placement> {
@@ -208,8 +228,11 @@ mod tests {
         ring.release(101);
         assert_eq!(ring.live_tail(), (24 * B, 102));
         assert_eq!(ring.place(8 * B, 0), None, "released but not checkpointed");
+        assert!(!ring.fits(&[8 * B], 0), "fits says what place says");
         ring.checkpointed(ring.live_tail());
         assert_eq!(ring.used_bytes(), 0);
+        // Four blocks before the end: one 8-block record needs 12 blocks, two need 20 (a ring).
+        assert!(ring.fits(&[8 * B], 0) && ring.fits(&[8 * B, 8 * B], 0) && !ring.fits(&[8 * B, 8 * B, 4 * B], 0));
         let third = ring.place(8 * B, 0).unwrap();
         assert_eq!(third, Placement { sequence: 103, position_bytes: 8 * B, wrap: Some((102, 24 * B)) });
         assert_eq!(ring.used_bytes(), 12 * B);

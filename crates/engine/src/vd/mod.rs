@@ -191,6 +191,8 @@ pub struct VirtualDrive {
     bad_blocks: BadBlocks,
     /// The write policy the cache applies (a [`WritePolicy`] code), changeable live.
     write_policy: AtomicU8,
+    /// The journal is being replayed into it (see `io::parity::replayed_data_only`).
+    replaying: AtomicBool,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -256,7 +258,18 @@ impl VirtualDrive {
             acks_gated: AtomicBool::new(false),
             write_intent: std::sync::OnceLock::new(),
             write_policy: AtomicU8::new(WritePolicy::WriteThrough as u8),
+            replaying: AtomicBool::new(false),
         })
+    }
+
+    /// While set, writes are journal records being replayed: they go through as WT and, in a
+    /// row that lacks a member and is not resynced, write the data they can.
+    pub fn set_replaying(&self, replaying: bool) {
+        self.replaying.store(replaying, Ordering::Release);
+    }
+
+    pub fn is_replaying(&self) -> bool {
+        self.replaying.load(Ordering::Acquire)
     }
 
     /// The write policy the cache applies to this VD (WT until the controller sets it).

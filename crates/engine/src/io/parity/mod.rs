@@ -192,7 +192,12 @@ async fn read_modify_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Atte
 /// A write to a row with lost members: rebuild the touched columns of every strip in memory,
 /// apply the new data, recompute parity and write what still has a member to go to.
 async fn degraded_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>, unreadable: MemberSet, unwritable: MemberSet) -> Attempt<()> {
-    let mut columns = read_and_recover_columns(env, row, row.lo, row.hi, unreadable).await?;
+    let mut columns = match read_and_recover_columns(env, row, row.lo, row.hi, unreadable).await {
+        // Members that cannot be read are written all the same (one being rebuilt, one that
+        // failed a read): only those that take no writes are skipped.
+        Err(AttemptError::Unsynced { .. }) if env.vd.is_replaying() => return replayed_data_only(env, row, views, unwritable).await,
+        other => other?,
+    };
     let m = row.map.data_strip_count();
     for (i, piece) in row.pieces.iter().enumerate() {
         let at = (piece.offset_in_strip_bytes - row.lo) as usize;
@@ -201,6 +206,33 @@ async fn degraded_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>, unreadable
     let data: Vec<&[u8]> = columns[..m].iter().map(|c| c.as_slice()).collect();
     let (p, q) = new_parity(env, row, &data);
     write_row(env, row, views, p, q, unwritable).await
+}
+
+/// A journal record replayed into a row that lacks a member and whose parity may be stale
+/// (the crash that left the record also tore the row): its parity can neither be trusted nor
+/// computed, so only the data pieces whose members are there are written. The row stays
+/// unsynced, so reads that need its parity (the absent member's data, this record's part of it
+/// included) keep being refused: nothing is made up, and what the members hold is the newest.
+async fn replayed_data_only(env: &Env, row: &Row, views: &mut [IoBuf], absent: MemberSet) -> Attempt<()> {
+    let members = row.span_members();
+    let writes: Vec<(usize, DriveOp)> = row
+        .pieces
+        .iter()
+        .zip(views.iter())
+        .map(|(piece, view)| (members[piece.strip_index], piece, view))
+        .filter(|((member, _), _, _)| !absent.contains(*member))
+        .map(|((member, strip_offset), piece, view)| {
+            let offset_bytes = strip_offset + piece.offset_in_strip_bytes;
+            (member, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(view.as_slice()) })
+        })
+        .collect();
+    let places: Vec<usize> = writes.iter().map(|(member, _)| *member).collect();
+    let done = join_all(writes.into_iter().map(|(member, op)| super::row::member_io(env, member, op))).await;
+    // A member that fails is booked by the caller and the row tried again without it.
+    match places.into_iter().zip(done).find_map(|(index, (result, _))| result.err().map(|error| (index, error))) {
+        Some((index, error)) => Err(AttemptError::Member { index, kind: OpKind::Write, error }),
+        None => Ok(()),
+    }
 }
 
 /// Reads columns `[lo, hi)` of every member of the row's span that is available and recovers
