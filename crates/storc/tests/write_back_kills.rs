@@ -1,0 +1,195 @@
+//! kill -9 of the real daemon while a client writes to a write-back VD whose cache is protected
+//! by a journal file (issue 11): after every restart, every write the daemon acknowledged must
+//! read back (under WB an acknowledgement means the journal has it), whether or not a FLUSH or
+//! FUA followed; a write cut short by the kill may read as its old or its new contents.
+//!
+//! `STORC_WB_KILLS` sets the number of kills (20 by default, what CI runs); `scripts/wb-kills`
+//! runs 1000. `STORC_WB_KILLS_SEED` changes the seeded timing.
+
+mod common;
+
+use common::api_types::{JournalView, SetVd, VdView};
+use common::{Daemon, Scratch, MIB};
+use nbd::{Client, ClientConfig, NbdUri};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const DRIVE_COUNT: u32 = 5;
+const DRIVE_BYTES: u64 = 96 * MIB;
+const BLOCK_BYTES: usize = 16 << 10;
+const BLOCK_COUNT: u64 = 512;
+const KILLS_DEFAULT: u32 = 20;
+
+/// xorshift64*, so that a failing kill can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, upper: u64) -> u64 {
+        self.next() % upper
+    }
+}
+
+/// What a block may hold: the version last acknowledged, and one written after it that the
+/// kill may have cut short.
+#[derive(Default, Clone, Copy)]
+struct BlockModel {
+    acknowledged: u64,
+    in_flight: Option<u64>,
+}
+
+#[derive(Default)]
+struct Tally {
+    /// Writes acknowledged: each had to survive.
+    acknowledged: u64,
+    /// Of them, FUA writes and writes a completed FLUSH covered.
+    fua_or_flushed: u64,
+}
+
+fn contents(block: u64, version: u64) -> Vec<u8> {
+    if version == 0 {
+        return vec![0; BLOCK_BYTES];
+    }
+    let mut rng = Rng(block.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version ^ 1);
+    let mut bytes = Vec::with_capacity(BLOCK_BYTES);
+    while bytes.len() < BLOCK_BYTES {
+        bytes.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    bytes[..8].copy_from_slice(&block.to_le_bytes());
+    bytes[8..16].copy_from_slice(&version.to_le_bytes());
+    bytes
+}
+
+/// Blocks are spread over the VD, most of them sharing rows with others (partial-stripe
+/// writes), some of them neighbours (merged destaging).
+fn block_offset_bytes(block: u64) -> u64 {
+    (block / 4) * (256 << 10) + (block % 4) * BLOCK_BYTES as u64
+}
+
+fn client(daemon: &Daemon, export: &str) -> Client {
+    let uri = NbdUri::Unix { socket_path: daemon.api_socket().with_file_name("nbd.sock"), export_name: export.to_string() };
+    Client::connect(&uri, &ClientConfig { structured_replies: true }).unwrap_or_else(|e| panic!("NBD connect to {export}: {e}"))
+}
+
+/// Reads every block: each must hold its acknowledged version or the one in flight at the kill.
+/// Returns the blocks whose acknowledged write was lost.
+fn verify(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
+    let mut nbd = client(daemon, "wb");
+    let mut lost = 0;
+    for (block, state) in model.iter_mut().enumerate() {
+        let block = block as u64;
+        let data =
+            nbd.read(block_offset_bytes(block), BLOCK_BYTES as u32).unwrap_or_else(|e| panic!("kill {kill}: read of block {block}: {e}"));
+        let allowed = [Some(state.acknowledged), state.in_flight];
+        match allowed.iter().flatten().find(|v| data == contents(block, **v)) {
+            Some(&found) => *state = BlockModel { acknowledged: found, in_flight: None },
+            None => {
+                let header = (u64::from_le_bytes(data[..8].try_into().unwrap()), u64::from_le_bytes(data[8..16].try_into().unwrap()));
+                eprintln!("kill {kill}: block {block} holds none of versions {allowed:?}; its header says (block, version) = {header:?}");
+                lost += 1;
+                *state = BlockModel { acknowledged: header.1, in_flight: None };
+            }
+        }
+    }
+    lost
+}
+
+/// Writes blocks in a seeded order, some FUA, with a FLUSH now and then, until `stop` or the
+/// daemon is gone.
+fn write_until_stopped(mut nbd: Client, model: Arc<Mutex<Vec<BlockModel>>>, tally: Arc<Mutex<Tally>>, seed: u64, stop: Arc<AtomicBool>) {
+    let mut rng = Rng(seed | 1);
+    let mut since_flush = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let block = rng.below(BLOCK_COUNT);
+        let version = {
+            let mut model = model.lock().unwrap();
+            let state = &mut model[block as usize];
+            let version = state.acknowledged + 1 + rng.below(1000);
+            state.in_flight = Some(version);
+            version
+        };
+        let fua = rng.below(8) == 0;
+        if nbd.write(block_offset_bytes(block), &contents(block, version), fua).is_err() {
+            return;
+        }
+        model.lock().unwrap()[block as usize] = BlockModel { acknowledged: version, in_flight: None };
+        {
+            let mut tally = tally.lock().unwrap();
+            tally.acknowledged += 1;
+            tally.fua_or_flushed += u64::from(fua);
+        }
+        since_flush += u64::from(!fua);
+        if rng.below(16) == 0 {
+            if nbd.flush().is_err() {
+                return;
+            }
+            tally.lock().unwrap().fua_or_flushed += since_flush;
+            since_flush = 0;
+        }
+    }
+}
+
+fn set_write_back(daemon: &Daemon) {
+    let body = SetVd { write_policy: Some("wb".into()), read_policy: None, io_policy: None, name: None };
+    let reply = daemon.api("PATCH", "/api/v1/vds/0", Some(&body));
+    assert!(reply.status < 300, "set wrcache=wb: {} {}", reply.status, reply.body);
+}
+
+#[test]
+fn kill_9_of_a_write_back_vd_with_a_journal_never_loses_an_acknowledged_write() {
+    let kills: u32 = std::env::var("STORC_WB_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS_DEFAULT);
+    let seed: u64 = std::env::var("STORC_WB_KILLS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0xB0B);
+    let scratch = Scratch::new("wb-kills");
+    let drives: Vec<String> =
+        (0..DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let journal = scratch.join("journal.img").display().to_string();
+    let args = ["--journal", journal.as_str(), "--cache-size", "64MiB"];
+    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+    let vd: VdView = daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
+    assert!(vd.size_bytes >= block_offset_bytes(BLOCK_COUNT));
+    set_write_back(&daemon);
+    daemon.stop();
+    let model = Arc::new(Mutex::new(vec![BlockModel::default(); BLOCK_COUNT as usize]));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut rng = Rng(seed);
+    let started = Instant::now();
+    let (mut lost_total, mut replayed_total) = (0, 0);
+    for kill in 0..=kills {
+        let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+        let journal: JournalView = daemon.get("/api/v1/journal");
+        assert_eq!(journal.state, "Optimal", "kill {kill}: {journal:?}");
+        replayed_total += journal.replayed_records;
+        let vd = daemon.vd_named("wb");
+        assert_eq!((vd.write_policy_effective.as_str(), vd.state.as_str()), ("wb", "Optl"), "kill {kill}");
+        lost_total += verify(&daemon, &mut model.lock().unwrap(), kill);
+        if kill == kills {
+            daemon.stop();
+            break;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (nbd, model, tally, stop, seed) =
+                (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&tally), Arc::clone(&stop), rng.next());
+            std::thread::spawn(move || write_until_stopped(nbd, model, tally, seed, stop))
+        };
+        std::thread::sleep(Duration::from_millis(30 + rng.below(470)));
+        daemon.kill9();
+        stop.store(true, Ordering::SeqCst);
+        writer.join().expect("writer");
+    }
+    let tally = tally.lock().unwrap();
+    println!(
+        "{kills} kill -9 of a WB VD with a journal in {:.1} s: {} acknowledged writes had to survive ({} of them FUA or flushed), {lost_total} lost; {replayed_total} journal records replayed at the restarts",
+        started.elapsed().as_secs_f64(),
+        tally.acknowledged,
+        tally.fua_or_flushed,
+    );
+    assert_eq!(lost_total, 0, "acknowledged writes lost");
+    assert!(tally.acknowledged > u64::from(kills), "the writer wrote something between kills");
+}
