@@ -23,7 +23,7 @@ TARGET is one of:
   nbd://HOST[:PORT]/EXPORT          an NBD export over TCP (one connection per worker)
   nbd+unix:///EXPORT?socket=PATH    an NBD export over a Unix socket
   PATH                              an existing file or block device (O_DIRECT through io_uring)
-  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N]
+  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:journal=DRIVE]
                                     a virtual drive built in this process, no daemon:
     LEVEL   r0 r1 r1e r5 r6 r10 r50 r60 jbod
     COUNT   member drives
@@ -32,7 +32,10 @@ TARGET is one of:
             ssd:sata|sas|nvme:SIZE[,OPTION...]  emulated SSD, real clock
             file:DIR:SIZE                       sparse files made in DIR, removed at exit
     strip   strip size in KiB (default 64); span: drives per span for r10/r50/r60
-  e.g. vd:r5:8xhdd:15k:600GiB:strip=64   vd:r10:4xmem:1GiB   vd:r6:6xfile:/var/tmp:2GiB";
+    POLICY  wt|wb|awb (write, default wt), nora|ra|adra (read-ahead), direct|cached (IO)
+    journal the cache's journal (WB needs one; last, as it may hold colons): a DRIVE as above
+  e.g. vd:r5:8xhdd:15k:600GiB:strip=64   vd:r10:4xmem:1GiB   vd:r6:6xfile:/var/tmp:2GiB
+       vd:r5:8xhdd:15k:600GiB:wb:journal=ssd:sata:8GiB";
 
 /// A parsed `--target`.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +53,11 @@ pub struct VdSpec {
     pub drive: MemberSpec,
     pub strip_size_bytes: u64,
     pub drives_per_span: Option<usize>,
+    pub write_policy: WritePolicy,
+    pub read_policy: ReadPolicy,
+    pub io_policy: IoPolicy,
+    /// The cache's journal drive.
+    pub journal: Option<MemberSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -89,6 +97,11 @@ impl TargetSpec {
 }
 
 fn parse_vd(rest: &str) -> Result<VdSpec, String> {
+    // `journal=` comes last: its drive may hold colons.
+    let (rest, journal) = match rest.split_once(":journal=") {
+        Some((before, journal)) => (before, Some(parse_member(&journal.split(':').collect::<Vec<_>>()).map_err(|e| format!("journal: {e}"))?)),
+        None => (rest, None),
+    };
     let (level_text, rest) = rest.split_once(':').ok_or("expected vd:LEVEL:COUNTxDRIVE")?;
     let level = Level::parse(level_text).map_err(|_| format!("unknown level {level_text:?}; allowed: r0 r1 r1e r5 r6 r10 r50 r60 jbod"))?;
     let (count_text, rest) = rest.split_once('x').ok_or_else(|| format!("expected COUNTxDRIVE after the level, found {rest:?}"))?;
@@ -99,17 +112,28 @@ fn parse_vd(rest: &str) -> Result<VdSpec, String> {
     let mut segments: Vec<&str> = rest.split(':').collect();
     let mut strip_kib = STRIP_KIB_DEFAULT;
     let mut drives_per_span = None;
-    while let Some(option) = segments.last().and_then(|s| s.split_once('=')).filter(|(key, _)| matches!(*key, "strip" | "span")) {
-        let (key, value) = option;
-        let number: u64 = value.parse().map_err(|_| format!("{key}={value:?} is not a number"))?;
-        match key {
-            "strip" => strip_kib = number,
-            _ => drives_per_span = Some(number as usize),
+    let (mut write_policy, mut read_policy, mut io_policy) = (WritePolicy::WriteThrough, ReadPolicy::NoReadAhead, IoPolicy::Direct);
+    // Options come after the drive, in any order.
+    while let Some(&last) = segments.last() {
+        if let Some(policy) = WritePolicy::ALL.into_iter().find(|p| p.short_name() == last) {
+            write_policy = policy;
+        } else if let Some(policy) = ReadPolicy::ALL.into_iter().find(|p| p.short_name() == last) {
+            read_policy = policy;
+        } else if let Some(policy) = IoPolicy::ALL.into_iter().find(|p| p.short_name() == last) {
+            io_policy = policy;
+        } else if let Some((key @ ("strip" | "span"), value)) = last.split_once('=') {
+            let number: u64 = value.parse().map_err(|_| format!("{key}={value:?} is not a number"))?;
+            match key {
+                "strip" => strip_kib = number,
+                _ => drives_per_span = Some(number as usize),
+            }
+        } else {
+            break;
         }
         segments.pop();
     }
     let drive = parse_member(&segments)?;
-    Ok(VdSpec { level, drive_count, drive, strip_size_bytes: strip_kib * 1024, drives_per_span })
+    Ok(VdSpec { level, drive_count, drive, strip_size_bytes: strip_kib * 1024, drives_per_span, write_policy, read_policy, io_policy, journal })
 }
 
 fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
@@ -304,6 +328,8 @@ fn open_vd(spec: &VdSpec, options: OpenOptions) -> Result<OpenTarget, String> {
         format!("--target vd:{}: {e}", spec.level)
     })?;
     let engine = start_engine(options).inspect_err(|_| cleanup(&created_files))?;
+    let journal = attach_journal(spec, &engine, &mut created_files).inspect_err(|_| cleanup(&created_files))?;
+    vd.set_write_policy(spec.write_policy);
     let target = Arc::new(VdTarget { engine: Arc::clone(&engine), vd: Arc::new(vd) });
     let model = match &spec.drive {
         MemberSpec::Emulated(emulated) => Some(emulated.class.model().to_string()),
@@ -327,12 +353,7 @@ fn open_vd(spec: &VdSpec, options: OpenOptions) -> Result<OpenTarget, String> {
         drive_count: Some(geometry.drive_count()),
         strip_size_bytes: Some(spec.strip_size_bytes),
         drives: drives.iter().map(|d| describe_drive(d.as_ref(), model.clone())).collect(),
-        policies: Some(Policies {
-            write: WritePolicy::WriteThrough.short_name().into(),
-            read: ReadPolicy::NoReadAhead.short_name().into(),
-            io: IoPolicy::Direct.short_name().into(),
-            note: "the engine has no controller cache yet: every VD is write-through, no read-ahead, direct".into(),
-        }),
+        policies: Some(policies_in_effect(spec, journal.as_ref())),
         direct_io: Some(drives.iter().all(|d| d.info().direct_io)),
         engine_shards: Some(engine.shard_count()),
     };
@@ -341,21 +362,53 @@ fn open_vd(spec: &VdSpec, options: OpenOptions) -> Result<OpenTarget, String> {
 
 fn make_members(spec: &VdSpec, created_files: &mut Vec<PathBuf>) -> Result<Vec<Arc<dyn Drive>>, String> {
     let clock = Arc::new(RealClock::new());
-    let mut drives: Vec<Arc<dyn Drive>> = Vec::with_capacity(spec.drive_count);
-    for index in 0..spec.drive_count {
-        let drive: Arc<dyn Drive> = match &spec.drive {
-            MemberSpec::Mem { capacity_bytes } => Arc::new(MemDrive::named(format!("mem:{capacity_bytes}#{index}"), *capacity_bytes)),
-            MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::new(emulated, clock.clone())),
-            MemberSpec::Files { dir, capacity_bytes } => {
-                let path = dir.join(format!("storc-bench-{}-{index}.img", std::process::id()));
-                let config = FileDriveConfig { create_size_bytes: Some(*capacity_bytes), ..FileDriveConfig::default() };
-                created_files.push(path.clone());
-                Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
-            }
-        };
-        drives.push(drive);
+    (0..spec.drive_count).map(|index| make_drive(&spec.drive, &index.to_string(), &clock, created_files)).collect()
+}
+
+fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, created_files: &mut Vec<PathBuf>) -> Result<Arc<dyn Drive>, String> {
+    Ok(match spec {
+        MemberSpec::Mem { capacity_bytes } => Arc::new(MemDrive::named(format!("mem:{capacity_bytes}#{name}"), *capacity_bytes)),
+        MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::new(emulated, clock.clone())),
+        MemberSpec::Files { dir, capacity_bytes } => {
+            let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));
+            let config = FileDriveConfig { create_size_bytes: Some(*capacity_bytes), ..FileDriveConfig::default() };
+            created_files.push(path.clone());
+            Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
+        }
+    })
+}
+
+/// Formats the `journal=` drive and hands it to the engine's shards, as a controller does.
+fn attach_journal(spec: &VdSpec, engine: &Engine, created_files: &mut Vec<PathBuf>) -> Result<Option<Arc<dyn Drive>>, String> {
+    let Some(journal_spec) = &spec.journal else { return Ok(None) };
+    let drive = make_drive(journal_spec, "journal", &Arc::new(RealClock::new()), created_files)?;
+    let journal = engine::journal::Journal::open(Arc::clone(&drive), 1, engine.shard_count() as u32, 0, &mut |_| Ok(()))
+        .and_then(|journal| journal.finish_replay().map(|()| journal))
+        .map_err(|e| format!("journal={}: {e}", member_spec_text(journal_spec)))?;
+    engine.set_journal(Some(&journal));
+    Ok(Some(drive))
+}
+
+/// What the report says of the policies: the ones asked for, and what runs where that differs.
+fn policies_in_effect(spec: &VdSpec, journal: Option<&Arc<dyn Drive>>) -> Policies {
+    let mut notes = Vec::new();
+    let write = match (spec.write_policy, journal) {
+        (WritePolicy::WriteBack, None) => {
+            notes.push("wb asked without a journal runs as wt (a bad battery)".to_string());
+            "wt".to_string()
+        }
+        (policy, _) => policy.short_name().to_string(),
+    };
+    if let Some(journal) = journal {
+        notes.push(format!("journal on {}", journal.info().name));
     }
-    Ok(drives)
+    if spec.read_policy != ReadPolicy::NoReadAhead {
+        notes.push(format!("{} asked: read-ahead is not built yet, reads run as nora", spec.read_policy.short_name()));
+    }
+    if spec.io_policy == IoPolicy::Cached {
+        notes.push("cached asked: the read cache is not built yet; reads are served from dirty cached data only".into());
+    }
+    Policies { write, read: ReadPolicy::NoReadAhead.short_name().into(), io: IoPolicy::Direct.short_name().into(), note: notes.join("; ") }
 }
 
 fn member_text(member: &MemberSpec) -> String {
@@ -385,7 +438,9 @@ fn size_text(bytes: u64) -> String {
 fn vd_spec_text(spec: &VdSpec) -> String {
     let member = member_spec_text(&spec.drive);
     let span = spec.drives_per_span.map(|n| format!(":span={n}")).unwrap_or_default();
-    format!("{}:{}x{member}:strip={}{span}", spec.level.short_name(), spec.drive_count, spec.strip_size_bytes / 1024)
+    let policies = format!(":{}:{}:{}", spec.write_policy.short_name(), spec.read_policy.short_name(), spec.io_policy.short_name());
+    let journal = spec.journal.as_ref().map(|j| format!(":journal={}", member_spec_text(j))).unwrap_or_default();
+    format!("{}:{}x{member}:strip={}{span}{policies}{journal}", spec.level.short_name(), spec.drive_count, spec.strip_size_bytes / 1024)
 }
 
 fn describe_drive(drive: &dyn Drive, model: Option<String>) -> DriveDescription {
@@ -420,6 +475,11 @@ mod tests {
         let spec = vd("vd:r5:8xhdd:15k:600GiB:strip=64");
         assert_eq!((spec.level, spec.drive_count, spec.strip_size_bytes), (Level::Raid5, 8, 64 * 1024));
         assert_eq!(spec.drive, MemberSpec::Emulated(EmulatedDriveSpec::new(EmulatedClass::Hdd15k, 600 << 30)));
+        let spec = vd("vd:r5:8xhdd:15k:600GiB:wb:adra:strip=32:journal=ssd:sata:8GiB");
+        assert_eq!((spec.write_policy, spec.read_policy, spec.io_policy), (WritePolicy::WriteBack, ReadPolicy::Adaptive, IoPolicy::Direct));
+        assert_eq!(spec.journal, Some(MemberSpec::Emulated(EmulatedDriveSpec::new(EmulatedClass::SsdSata, 8 << 30))));
+        assert_eq!(spec.strip_size_bytes, 32 * 1024);
+        assert_eq!(vd("vd:r0:2xmem:1GiB:awb:cached").io_policy, IoPolicy::Cached);
         let spec = vd("vd:r50:8xmem:1GiB:strip=128:span=4");
         assert_eq!(spec.drive, MemberSpec::Mem { capacity_bytes: 1 << 30 });
         assert_eq!((spec.strip_size_bytes, spec.drives_per_span), (128 * 1024, Some(4)));
