@@ -99,7 +99,9 @@ impl TargetSpec {
 fn parse_vd(rest: &str) -> Result<VdSpec, String> {
     // `journal=` comes last: its drive may hold colons.
     let (rest, journal) = match rest.split_once(":journal=") {
-        Some((before, journal)) => (before, Some(parse_member(&journal.split(':').collect::<Vec<_>>()).map_err(|e| format!("journal: {e}"))?)),
+        Some((before, journal)) => {
+            (before, Some(parse_member(&journal.split(':').collect::<Vec<_>>()).map_err(|e| format!("journal: {e}"))?))
+        }
         None => (rest, None),
     };
     let (level_text, rest) = rest.split_once(':').ok_or("expected vd:LEVEL:COUNTxDRIVE")?;
@@ -133,7 +135,17 @@ fn parse_vd(rest: &str) -> Result<VdSpec, String> {
         segments.pop();
     }
     let drive = parse_member(&segments)?;
-    Ok(VdSpec { level, drive_count, drive, strip_size_bytes: strip_kib * 1024, drives_per_span, write_policy, read_policy, io_policy, journal })
+    Ok(VdSpec {
+        level,
+        drive_count,
+        drive,
+        strip_size_bytes: strip_kib * 1024,
+        drives_per_span,
+        write_policy,
+        read_policy,
+        io_policy,
+        journal,
+    })
 }
 
 fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {

@@ -183,3 +183,25 @@ fn a_deleted_vds_records_never_reach_the_vd_that_takes_its_id() {
     assert_eq!(engine.read_at(&vd, 4 << 20, 4096).unwrap().as_slice(), pattern(4096, 9).as_slice());
     controller.shutdown();
 }
+
+#[test]
+fn a_clean_stop_writes_the_cache_out_and_leaves_nothing_to_replay() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let journal: Arc<dyn Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let mut image = vec![0u8; 16 * MIB as usize];
+    let id = {
+        let engine = engine();
+        let controller = open(&engine, &drives, None, mem_journal(&journal));
+        let vd = wb_raid5(&controller);
+        scatter(&engine, &vd, &mut image, 6, 200);
+        controller.shutdown();
+        assert_eq!(controller.journal_view().used_bytes, 0, "the journal was checkpointed empty");
+        controller.config().controller_id
+    };
+    let engine = engine();
+    let controller = open(&engine, &drives, Some(id), mem_journal(&journal));
+    assert_eq!(controller.journal_view().replay.records, 0);
+    let (_, vd) = controller.vd(0).unwrap();
+    check(&engine, &vd, &image, "after a clean stop");
+    controller.shutdown();
+}

@@ -1,0 +1,208 @@
+//! Destaging: what goes to the members when, in VD order, and the journal checkpoints that
+//! follow. See the module above for the rules it keeps.
+
+use super::extents::Extent;
+use super::{release_extent, ShardCache, RUNS_IN_FLIGHT_MAX, RUN_BYTES_MAX};
+use crate::io;
+use crate::runtime::Reactor;
+use crate::vd::{VdRequest, VirtualDrive};
+use drive::IoBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Starts destage runs while there is reason to and room in flight.
+pub(crate) fn pump(reactor: &Rc<Reactor>) {
+    let cache = reactor.cache();
+    let limit = cache.limit_bytes.get();
+    if cache.bytes.get() > limit / 2 {
+        cache.draining.set(true);
+    } else if cache.bytes.get() <= limit / 4 {
+        cache.draining.set(false);
+    }
+    let urgent = cache.draining.get() || cache.forced.get() > 0;
+    let old_before = Instant::now().checked_sub(cache.age_limit.get());
+    while cache.runs_in_flight.get() < RUNS_IN_FLIGHT_MAX {
+        let Some((vd, offset, pieces)) = pick_run(cache, urgent, old_before) else { break };
+        cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);
+        let reactor2 = Rc::clone(reactor);
+        reactor.spawn(async move { destage_run(reactor2, vd, offset, pieces).await });
+    }
+    checkpoint_if_due(reactor);
+}
+
+/// The next run to destage: contiguous extents of one VD from its cursor on, none busy.
+/// A destage run: its VD, where it starts, and the extents it writes (contiguous, in order).
+type Run = (Arc<VirtualDrive>, u64, Vec<(u64, Extent)>);
+
+fn pick_run(cache: &ShardCache, urgent: bool, old_before: Option<Instant>) -> Option<Run> {
+    let mut vds = cache.vds.borrow_mut();
+    for entry in vds.values_mut() {
+        let eligible = |e: &Extent| urgent || old_before.is_some_and(|t| e.born <= t);
+        let busy = |offset: u64, e: &Extent| entry.busy.iter().any(|r| offset < r.end && r.start < offset + e.len_bytes);
+        let mut run: Vec<(u64, Extent)> = Vec::new();
+        for (offset, extent) in entry.dirty.candidates(entry.cursor) {
+            if busy(offset, extent) {
+                if run.is_empty() {
+                    continue;
+                }
+                break;
+            }
+            match run.last() {
+                None if eligible(extent) => run.push((offset, extent.clone())),
+                None => continue,
+                Some((last, e))
+                    if last + e.len_bytes == offset && run_bytes(&run) + extent.len_bytes <= RUN_BYTES_MAX.max(row_bytes(&entry.vd)) =>
+                {
+                    run.push((offset, extent.clone()))
+                }
+                Some(_) => break,
+            }
+        }
+        if let Some(&(start, _)) = run.first() {
+            let end = run.last().map(|(o, e)| o + e.len_bytes).expect("a run");
+            entry.busy.push(start..end);
+            entry.cursor = end;
+            return Some((Arc::clone(&entry.vd), start, run));
+        }
+    }
+    None
+}
+
+fn run_bytes(run: &[(u64, Extent)]) -> u64 {
+    run.iter().map(|(_, e)| e.len_bytes).sum()
+}
+
+fn row_bytes(vd: &VirtualDrive) -> u64 {
+    vd.geometry().row_data_bytes()
+}
+
+/// Writes one run to the members through the VD's write path, then drops what it wrote from
+/// the cache (the extents that are still the ones it took).
+async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, pieces: Vec<(u64, Extent)>) {
+    let total = run_bytes(&pieces);
+    let mut buf = IoBuf::zeroed(total as usize);
+    let mut at = 0;
+    for (_, extent) in &pieces {
+        buf.as_mut_slice()[at..at + extent.len_bytes as usize].copy_from_slice(extent.bytes());
+        at += extent.len_bytes as usize;
+    }
+    let completion = io::serve(Rc::clone(&reactor), Arc::clone(&vd), VdRequest::Write { offset_bytes, buf }).await;
+    let cache = Rc::clone(reactor.cache());
+    let journal = cache.journal();
+    {
+        let mut vds = cache.vds.borrow_mut();
+        if let Some(entry) = vds.get_mut(&vd.instance_id()) {
+            entry.busy.retain(|r| r.start != offset_bytes);
+            for (offset, extent) in &pieces {
+                match &completion.result {
+                    Ok(()) => {
+                        if let Some(removed) = entry.dirty.remove_if(*offset, extent.id) {
+                            cache.bytes.set(cache.bytes.get() - removed.len_bytes);
+                            if let Some(journal) = &journal {
+                                release_extent(journal, &removed);
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        entry.last_error = Some(error.clone());
+                        tracing::warn!("{}: destage of {} bytes at {offset} failed: {error}", vd.name(), extent.len_bytes);
+                        entry.dirty.mark_stuck(*offset, extent.id);
+                    }
+                }
+            }
+        }
+        if completion.result.is_ok() {
+            cache.destaged_to.borrow_mut().insert(vd.instance_id(), Arc::clone(&vd));
+        }
+    }
+    cache.runs_in_flight.set(cache.runs_in_flight.get() - 1);
+    cache.wake_all();
+    pump(&reactor);
+}
+
+/// Writes a journal checkpoint when the live tail moved and either destaging went idle or the
+/// ring is a quarter full.
+fn checkpoint_if_due(reactor: &Rc<Reactor>) {
+    let cache = reactor.cache();
+    let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) else { return };
+    if !journal.checkpoint_due() {
+        return;
+    }
+    let (used, capacity) = journal.usage();
+    if cache.runs_in_flight.get() > 0 && used < capacity / 4 {
+        return;
+    }
+    let reactor2 = Rc::clone(reactor);
+    reactor.spawn(async move {
+        let cache = Rc::clone(reactor2.cache());
+        if let Err(error) = journal.checkpoint(&reactor2, flush_destaged(&reactor2)).await {
+            tracing::warn!("journal checkpoint failed: {error}");
+        }
+        // Writers wait for ring space, and a quiesce for this checkpoint to end, either way.
+        cache.wake_all();
+    });
+}
+
+/// Flushes the members of every VD destaged to since the last checkpoint. The set is taken
+/// when the future first runs, in the same step as the checkpoint takes its tail.
+async fn flush_destaged(reactor: &Rc<Reactor>) -> Result<(), String> {
+    let vds: Vec<Arc<VirtualDrive>> = reactor.cache().destaged_to.borrow_mut().drain().map(|(_, vd)| vd).collect();
+    for vd in vds {
+        let done = io::serve(Rc::clone(reactor), vd, VdRequest::Flush).await;
+        done.result.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Writes everything cached to the members and checkpoints the journal up to its head, so that
+/// it holds nothing replay would apply: before a VD id can be used again (a deleted VD's
+/// records must not be replayed into its successor), and before a failed journal is detached
+/// (what only it held must be durable on the members first; a healthy-but-failed journal
+/// cannot be checkpointed, so the members are flushed instead).
+///
+/// # Errors
+/// Data that cannot be destaged (its VD is offline), or a failed checkpoint.
+pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
+    let cache = Rc::clone(reactor.cache());
+    cache.forced.set(cache.forced.get() + 1);
+    let drained = loop {
+        let stuck = cache.vds.borrow().values().any(|c| c.dirty.all().any(|e| e.stuck));
+        if stuck && cache.runs_in_flight.get() == 0 {
+            break Err("cached data cannot be written to its VD".to_string());
+        }
+        if cache.bytes.get() == 0 && cache.runs_in_flight.get() == 0 {
+            break Ok(());
+        }
+
+        pump(reactor);
+        cache.wait_for_change().await;
+    };
+    cache.forced.set(cache.forced.get() - 1);
+    drained?;
+    if !cache.journal().is_some_and(|j| j.health().is_usable()) {
+        // No journal to checkpoint (or one that failed): the members' flush is what makes the
+        // data durable.
+        return flush_destaged(reactor).await;
+    }
+    while let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
+        if !journal.checkpoint_due() && !journal.is_checkpointing() {
+            return Ok(());
+        }
+        match journal.checkpoint(reactor, flush_destaged(reactor)).await {
+            Ok(true) => cache.wake_all(),
+            // Another checkpoint is under way: wait for it, then look again.
+            Ok(false) => cache.wait_for_change().await,
+            // The journal failed meanwhile: the members' flush makes the data durable.
+            Err(crate::journal::JournalError::Failed(_)) => return flush_destaged(reactor).await,
+            Err(error) => return Err(error.to_string()),
+        }
+    }
+    // The journal failed (or left) while this waited.
+    flush_destaged(reactor).await
+}
+
+/// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.
+pub(crate) fn tick(reactor: &Rc<Reactor>) {
+    pump(reactor);
+}

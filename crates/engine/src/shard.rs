@@ -1,0 +1,132 @@
+//! A shard's thread: its loop, the messages it serves, and the ticker that nudges its cache.
+
+use crate::runtime::{CompletionOrder, Executor, Reactor};
+use crate::{cache, io, EngineConfig, RowJob, ShardHandle, ShardMsg, VdRequest, VirtualDrive};
+use crossbeam_channel::{Receiver, Sender};
+use drive::{Completion, IoCtx, IoCtxConfig, ShardWaker};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+pub(crate) fn start_shard(index: usize, config: EngineConfig) -> std::io::Result<ShardHandle> {
+    let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(config.inbox_depth);
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new().name(format!("storc-shard-{index}")).spawn(move || {
+        let ctx = match IoCtx::new(IoCtxConfig { ring_entries: config.ring_entries }) {
+            Ok(ctx) => ctx,
+            Err(error) => return ready_tx.send(Err(error)).expect("starter waits"),
+        };
+        shard_main(index, config, ctx, inbox_rx, ready_tx);
+    })?;
+    let waker = ready_rx.recv().expect("shard reports whether it started")?;
+    Ok(ShardHandle { inbox: inbox_tx, waker, thread: Some(thread) })
+}
+
+type ReadyTx = std::sync::mpsc::SyncSender<std::io::Result<Arc<ShardWaker>>>;
+
+/// How often the shards' caches are nudged (age-limited destaging, checkpoints).
+const TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The thread that sends every shard a [`ShardMsg::Tick`] each [`TICK`] until its channel
+/// closes. A tick is skipped for a shard whose inbox is full: it is busy anyway.
+pub(crate) fn start_ticker(shards: Vec<(Sender<ShardMsg>, Arc<ShardWaker>)>) -> std::io::Result<(Sender<()>, JoinHandle<()>)> {
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let thread = std::thread::Builder::new().name("storc-cache-tick".into()).spawn(move || {
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(TICK) {
+            for (inbox, waker) in &shards {
+                if inbox.try_send(ShardMsg::Tick).is_ok() {
+                    waker.wake();
+                }
+            }
+        }
+    })?;
+    Ok((stop_tx, thread))
+}
+
+/// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
+fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
+    let waker = ctx.waker();
+    ready.send(Ok(Arc::clone(&waker))).expect("starter waits");
+    let reactor = Reactor::new(ctx, CompletionOrder::Fifo);
+    reactor.set_shard_index(index);
+    reactor.cache().set_limit_bytes(config.cache_bytes / config.shard_count as u64);
+    let mut executor = Executor::new(Rc::clone(&reactor));
+    let mut stopping = false;
+    loop {
+        while let Ok(msg) = inbox.try_recv() {
+            stopping |= spawn_msg(&mut executor, msg);
+        }
+        if stopping && executor.live_tasks() == 0 && reactor.in_flight() == 0 {
+            return;
+        }
+        waker.prepare_sleep();
+        if !inbox.is_empty() {
+            waker.cancel_sleep();
+            continue;
+        }
+        executor.turn(true);
+        waker.cancel_sleep();
+    }
+}
+
+/// Turns a message into a task. Returns whether it asked the shard to stop.
+fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
+    let reactor = Rc::clone(executor.reactor());
+    match msg {
+        ShardMsg::Request { vd, request, done } => {
+            let write = matches!(request, VdRequest::Write { .. });
+            executor.spawn(async move {
+                let completion = cache::serve(reactor, Arc::clone(&vd), request).await;
+                vd.finish(completion, done, write);
+            });
+            false
+        }
+        ShardMsg::Raw { drive, op, done } => {
+            executor.spawn(async move {
+                let finished = reactor.submit(&*drive, op).await;
+                done(Completion { token: 0, result: finished.result, buf: finished.buf, bufs: finished.bufs });
+            });
+            false
+        }
+        ShardMsg::Row { vd, row, job } => {
+            executor.spawn(async move {
+                run_row_job(reactor, &vd, row, job).await;
+                vd.end_request();
+            });
+            false
+        }
+        ShardMsg::CleanIntent { vd, stopping, done } => {
+            executor.spawn(async move {
+                done(io::clean_write_intent(reactor, Arc::clone(&vd), stopping).await);
+                vd.end_request();
+            });
+            false
+        }
+        ShardMsg::Journal(spec) => {
+            reactor.cache().set_journal(spec.map(|spec| Rc::new(spec.build())));
+            false
+        }
+        ShardMsg::Forget { vd, done } => {
+            reactor.cache().forget(&vd);
+            executor.spawn(async move { done(cache::quiesce(&reactor).await) });
+            false
+        }
+        ShardMsg::Tick => {
+            cache::tick(&reactor);
+            false
+        }
+        ShardMsg::Quiesce { done } => {
+            executor.spawn(async move { done(cache::quiesce(&reactor).await) });
+            false
+        }
+        ShardMsg::Stop => true,
+    }
+}
+
+async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
+    match job {
+        RowJob::Rebuild { row_count, targets, done } => done(io::rebuild_rows(reactor, Arc::clone(vd), row, row_count, targets).await),
+        RowJob::Check { row_count, mode, done } => done(io::check_rows(reactor, Arc::clone(vd), row, row_count, mode).await),
+        RowJob::Copy { member, done } => done(io::copy_row(reactor, Arc::clone(vd), row, member).await),
+    }
+}

@@ -1,0 +1,111 @@
+//! A VD's requests in flight: counted from submission to delivery, held while a member failure
+//! is unrecorded (the ack gate's release is in `mod.rs`), refused once the VD is retired or
+//! being initialized, and waited for before its drives are freed.
+
+use super::*;
+
+impl VirtualDrive {
+    /// Counts a request piece handed to a shard; [`VirtualDrive::finish`] ends it.
+    pub(crate) fn begin_request(&self) {
+        self.requests_in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Delivers a finished request piece, holding a write's acknowledgement while a member
+    /// failure is unrecorded (see [`AckGate`]).
+    pub(crate) fn finish(&self, completion: VdCompletion, done: Done, write: bool) {
+        if write && completion.result.is_ok() && self.is_retired() {
+            // Deleted meanwhile: nothing will settle a held acknowledgement now, and the
+            // client's data is gone with the VD anyway.
+            let refused = VdCompletion { result: Err(VdError::Deleted { vd: self.name() }), buf: completion.buf };
+            return self.complete(done, refused);
+        }
+        // SeqCst pairs with the store in `member_error`, made before the member's state changed:
+        // a write that saw the member out of service sees the gate closed.
+        if write && completion.result.is_ok() && self.acks_gated.load(Ordering::SeqCst) {
+            let mut gate = self.acks.lock().expect("ack gate poisoned");
+            if gate.failures_unrecorded > 0 {
+                return gate.held.push((done, completion));
+            }
+            if let Some(detail) = gate.record_error.clone() {
+                drop(gate);
+                let refused = VdCompletion { result: Err(VdError::FailureUnrecorded { vd: self.name(), detail }), buf: completion.buf };
+                return self.complete(done, refused);
+            }
+        }
+        self.complete(done, completion);
+    }
+
+    /// Publishes whether the gate holds or refuses acknowledgements; called under its lock.
+    pub(super) fn set_gated(&self, gate: &AckGate) {
+        self.acks_gated.store(gate.failures_unrecorded > 0 || gate.record_error.is_some(), Ordering::SeqCst);
+    }
+
+    pub(super) fn complete(&self, done: Done, completion: VdCompletion) {
+        done(completion);
+        self.end_request();
+    }
+
+    /// Ends a request piece or a row job counted by [`VirtualDrive::begin_request`].
+    pub(crate) fn end_request(&self) {
+        let before = self.requests_in_flight.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "v{}: more requests finished than began", self.id);
+    }
+
+    /// Notes that a client submitted a request now.
+    pub(crate) fn note_client_request(&self) {
+        self.last_client_request_ns.store(clock_epoch().elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// When a client last submitted a request (the process's start if none has).
+    pub fn last_client_request(&self) -> Instant {
+        clock_epoch() + Duration::from_nanos(self.last_client_request_ns.load(Ordering::Relaxed))
+    }
+
+    pub fn requests_in_flight(&self) -> usize {
+        self.requests_in_flight.load(Ordering::Acquire)
+    }
+
+    /// Takes the VD out of service for good (it is being deleted): new requests fail, and held
+    /// acknowledgements fail too, since nothing will record their member failures now.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.bad_blocks.abandon(&format!("virtual drive {} was deleted", self.name()));
+        let held = std::mem::take(&mut self.acks.lock().expect("ack gate poisoned").held);
+        for (done, completion) in held {
+            self.complete(done, VdCompletion { result: Err(VdError::Deleted { vd: self.name() }), buf: completion.buf });
+        }
+    }
+
+    /// Undoes [`VirtualDrive::retire`] when a deletion is abandoned.
+    pub fn unretire(&self) {
+        self.retired.store(false, Ordering::Release);
+        self.bad_blocks.revive();
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// A full initialization starts (`true`) or ends: client requests are refused meanwhile
+    /// (wait for those in flight with [`VirtualDrive::wait_idle`]).
+    pub fn set_initializing(&self, initializing: bool) {
+        self.initializing.store(initializing, Ordering::Release);
+    }
+
+    pub fn is_initializing(&self) -> bool {
+        self.initializing.load(Ordering::Acquire)
+    }
+
+    /// Waits until no request of this VD is queued or running; returns whether that happened
+    /// within `timeout`. Control plane only.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.requests_in_flight() > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+}
