@@ -154,6 +154,9 @@ fn kill_9_of_a_write_back_vd_with_a_journal_never_loses_an_acknowledged_write() 
     let vd: VdView = daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
     assert!(vd.size_bytes >= block_offset_bytes(BLOCK_COUNT));
     set_write_back(&daemon);
+    let shown = daemon.cli(&["/c0/bbu", "show"]);
+    assert!(shown.contains("Journal State = Optimal") && shown.contains("WB VDs run WB"), "{shown}");
+    assert!(daemon.cli(&["/c0/vall", "show"]).contains("NRWBD"), "the Cache column says WB runs");
     daemon.stop();
     let model = Arc::new(Mutex::new(vec![BlockModel::default(); BLOCK_COUNT as usize]));
     let tally = Arc::new(Mutex::new(Tally::default()));

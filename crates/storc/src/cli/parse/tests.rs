@@ -215,3 +215,17 @@ fn number_lists() {
     assert!(list(&format!("0-{}", LIST_ENTRIES_MAX - 1)).is_ok());
     assert!(list(&format!("0-{}", LIST_ENTRIES_MAX)).is_err());
 }
+
+#[test]
+fn the_journal_is_the_battery() {
+    check("/c0/bbu show", "GET /api/v1/journal");
+    check("/c0/journal show all", "GET /api/v1/journal");
+    check("/c0/BBU show status", "GET /api/v1/journal");
+    // The device keeps its case: it is a path.
+    check("/c0 set journal=/Data/Journal.img", r#"POST /api/v1/journal {"source":"/Data/Journal.img"}"#);
+    check("/c0 set journal=ssd:sata:8GiB", r#"POST /api/v1/journal {"source":"ssd:sata:8GiB"}"#);
+    check(
+        "/c0/bbu start learn",
+        "usage: unknown command \"/c0/bbu start learn\"; allowed after /c0/bbu: show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE)",
+    );
+}
