@@ -378,12 +378,14 @@ fn make_members(spec: &VdSpec, created_files: &mut Vec<PathBuf>) -> Result<Vec<A
 }
 
 fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, created_files: &mut Vec<PathBuf>) -> Result<Arc<dyn Drive>, String> {
+    // A journal file is allocated up front, as `storc serve --journal` makes one.
+    let preallocate = name == "journal";
     Ok(match spec {
         MemberSpec::Mem { capacity_bytes } => Arc::new(MemDrive::named(format!("mem:{capacity_bytes}#{name}"), *capacity_bytes)),
         MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::new(emulated, clock.clone())),
         MemberSpec::Files { dir, capacity_bytes } => {
             let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));
-            let config = FileDriveConfig { create_size_bytes: Some(*capacity_bytes), ..FileDriveConfig::default() };
+            let config = FileDriveConfig { create_size_bytes: Some(*capacity_bytes), preallocate, ..FileDriveConfig::default() };
             created_files.push(path.clone());
             Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
         }

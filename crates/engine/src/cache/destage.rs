@@ -21,7 +21,8 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
         cache.draining.set(false);
     }
     let urgent = cache.draining.get() || cache.forced.get() > 0;
-    let old_before = Instant::now().checked_sub(cache.age_limit.get());
+    // Looking for old data means scanning every extent: only while a tick found some.
+    let old_before = if cache.aging.get() { Instant::now().checked_sub(cache.age_limit.get()) } else { None };
     while cache.runs_in_flight.get() < RUNS_IN_FLIGHT_MAX {
         let Some((vd, offset, pieces)) = pick_run(cache, urgent, old_before) else { break };
         cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);
@@ -31,17 +32,35 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
     checkpoint_if_due(reactor);
 }
 
-/// The next run to destage: contiguous extents of one VD from its cursor on, none busy.
 /// A destage run: its VD, where it starts, and the extents it writes (contiguous, in order).
 type Run = (Arc<VirtualDrive>, u64, Vec<(u64, Extent)>);
 
+/// Extents a look for old data examines per VD and pump: the dirty map is not ordered by age,
+/// so the look goes round it a slice at a time instead of scanning all of it on every write.
+const AGE_SCAN_EXTENTS: usize = 64;
+
+/// The next run to destage: contiguous extents of one VD from its cursor on, none busy; when
+/// not urgent, only one that starts with an extent older than `old_before`.
 fn pick_run(cache: &ShardCache, urgent: bool, old_before: Option<Instant>) -> Option<Run> {
     let mut vds = cache.vds.borrow_mut();
     for entry in vds.values_mut() {
+        if !urgent && old_before.is_none() {
+            return None;
+        }
         let eligible = |e: &Extent| urgent || old_before.is_some_and(|t| e.born <= t);
         let busy = |offset: u64, e: &Extent| entry.busy.iter().any(|r| offset < r.end && r.start < offset + e.len_bytes);
         let mut run: Vec<(u64, Extent)> = Vec::new();
+        let mut scanned = 0;
+        let mut next_look = None;
         for (offset, extent) in entry.dirty.candidates(entry.cursor) {
+            if run.is_empty() {
+                scanned += 1;
+                if !urgent && scanned > AGE_SCAN_EXTENTS {
+                    // Nothing old in this slice: the next look starts after it.
+                    next_look = Some(offset);
+                    break;
+                }
+            }
             if busy(offset, extent) {
                 if run.is_empty() {
                     continue;
@@ -58,6 +77,9 @@ fn pick_run(cache: &ShardCache, urgent: bool, old_before: Option<Instant>) -> Op
                 }
                 Some(_) => break,
             }
+        }
+        if let Some(offset) = next_look {
+            entry.cursor = offset;
         }
         if let Some(&(start, _)) = run.first() {
             let end = run.last().map(|(o, e)| o + e.len_bytes).expect("a run");
@@ -204,5 +226,6 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
 
 /// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.
 pub(crate) fn tick(reactor: &Rc<Reactor>) {
+    reactor.cache().aging.set(true);
     pump(reactor);
 }

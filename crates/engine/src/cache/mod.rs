@@ -71,6 +71,9 @@ pub struct ShardCache {
     next_id: Cell<u64>,
     runs_in_flight: Cell<usize>,
     draining: Cell<bool>,
+    /// A tick asked for data older than the age limit to be destaged (cleared once none is
+    /// found).
+    aging: Cell<bool>,
     /// Requests waiting for everything un-journaled (or everything) to go out.
     forced: Cell<usize>,
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
@@ -96,6 +99,7 @@ impl ShardCache {
             next_id: Cell::new(1),
             runs_in_flight: Cell::new(0),
             draining: Cell::new(false),
+            aging: Cell::new(false),
             forced: Cell::new(0),
             waiters: RefCell::new(Vec::new()),
             admission: Admission::default(),

@@ -275,6 +275,12 @@ impl Controller {
                 "v{vd_id} still has requests in flight after 30 s; nothing was written, try again"
             )));
         }
+        // What the cache holds of the VD is older than the zeros: dropped, not written over them
+        // (and the journal emptied, so that no replay brings it back).
+        if let Err(error) = self.engine.forget(&vd) {
+            vd.set_initializing(false);
+            return Err(ControlError::Conflict(format!("v{vd_id}: the cache cannot be emptied ({error}); nothing was written, try again")));
+        }
         // No resync may walk the VD while its members are overwritten, nor mark a region synced
         // once they are marked unsynced below: it is stopped, and waited for.
         self.bgi_stopped.lock().expect("bgi lock").insert(vd_id);

@@ -71,8 +71,8 @@ pub fn open_default(data_dir: &Path, first_start: bool) -> Result<Opened, String
     Ok(opened)
 }
 
-/// A journal file `--journal PATH` creates when it does not exist (sparse, owner-only): as large
-/// as the default cache, which it protects.
+/// A journal file `--journal PATH` creates when it does not exist (allocated, owner-only): as
+/// large as the default cache, which it protects.
 pub const JOURNAL_DEFAULT_BYTES: u64 = 1 << 30;
 
 /// Opens a journal device: `ssd:sata|sas|nvme:SIZE` (or any emulated or `mem:` spec), or a path
@@ -85,7 +85,7 @@ pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, Stri
     }
     let path = Path::new(spec);
     let create_size_bytes = (!path.exists()).then_some(JOURNAL_DEFAULT_BYTES);
-    let config = FileDriveConfig { create_size_bytes, ..Default::default() };
+    let config = FileDriveConfig { create_size_bytes, preallocate: true, ..Default::default() };
     let drive = FileDrive::open(path, &config).map_err(|e| format!("--journal {spec}: {e}"))?;
     super::data_dir::warn_if_open_to_others(spec, path);
     Ok(engine::controller::JournalOffer { drive: Arc::new(drive), source: spec.to_string(), path: Some(path.to_path_buf()) })
