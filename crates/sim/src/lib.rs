@@ -2,7 +2,9 @@
 //!
 //! One run is a pure function of its seed: the seed picks a level, a drive count, a strip size,
 //! a workload, its faults and its crashes, and it orders every drive completion (through
-//! [`engine::CompletionOrder`]), so a failing seed replays exactly with `storc-sim --seed N`.
+//! [`engine::CompletionOrder`]), so a failing seed replays exactly with `storc-sim --seed N`
+//! (`STORC_SIM_TRACE=1` prints its configuration and each operation's requests in flight and
+//! dirty cache bytes).
 //!
 //! A run drives the real engine paths ([`engine::LocalEngine`]) over memory drives with a
 //! volatile write cache ([`crate::drive::VolatileDrive`]) wrapped in fault injection, and
