@@ -80,9 +80,12 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// Whether some power cut came with client writes unflushed (and so could tear rows).
+    /// Whether some power cut came with client writes unflushed or tore drive writes.
     pub fn tore_writes(&self) -> bool {
-        self.crashes.iter().any(|c| c.unflushed_row_count > 0)
+        // Under write-back with a journal, acknowledged writes are durable in the journal and
+        // no client write is left unflushed: what a crash tears there is the members' writes
+        // of destaged data, which the replay and the resync must put right.
+        self.crashes.iter().any(|c| c.unflushed_row_count > 0 || c.tally.torn > 0)
     }
 }
 
