@@ -76,6 +76,10 @@ pub struct RunReport {
     pub checks: usize,
     /// What the background initialization did (runs over old data).
     pub bgi: BgiReport,
+    /// Journal records the restarts replayed into the VD.
+    pub journal_records_replayed: u64,
+    /// The journal failed and was detached (the cache written out first).
+    pub journal_detached: bool,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -177,6 +181,8 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             checks: sim.checks_settled,
             bgi: sim.bgi_report,
             members_copied: sim.members_copied,
+            journal_records_replayed: sim.journal.as_ref().map_or(0, |j| j.replayed_records),
+            journal_detached: sim.journal.as_ref().is_some_and(|j| j.detached),
             crashes: sim.crashes,
         }),
         Err(problem) => Err(RunFailure { config: Box::new(config), problem, faults: sim.faults, crashes: sim.crashes }),
@@ -215,6 +221,10 @@ pub struct LevelCoverage {
     pub bgi: usize,
     /// Runs whose BGI a crash interrupted with regions left, and that ended with it complete.
     pub bgi_crashed: usize,
+    /// Runs whose restart replayed journal records into the VD.
+    pub journal_replayed: usize,
+    /// Runs whose journal failed and was detached amid the workload.
+    pub journal_detached: usize,
 }
 
 impl Coverage {
@@ -237,6 +247,8 @@ impl Coverage {
         level.copied += usize::from(report.members_copied > 0);
         level.bgi += usize::from(report.bgi.rows_done > 0);
         level.bgi_crashed += usize::from(report.bgi.left_at_crash > 0 && report.bgi.completed);
+        level.journal_replayed += usize::from(report.journal_records_replayed > 0);
+        level.journal_detached += usize::from(report.journal_detached);
     }
 
     pub fn of(&self, level: layout::Level) -> LevelCoverage {
@@ -248,12 +260,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -266,7 +278,9 @@ impl fmt::Display for Coverage {
                 c.crashed,
                 c.tore_writes,
                 c.crashed_in_rebuild,
-                c.resync_repaired
+                c.resync_repaired,
+                c.journal_replayed,
+                c.journal_detached
             )?;
         }
         Ok(())

@@ -1,5 +1,6 @@
 //! Thousands of seeded simulator runs across every level, with faults, member replacement and
-//! rebuild, re-add, copyback, flushes and power cuts. A failure names its seed; replay it with
+//! rebuild, re-add, copyback, the cache under WT, WB and AWB with a journal that may fail,
+//! flushes and power cuts. A failure names its seed; replay it with
 //! `cargo run -p sim -- --seed N`. `STORC_SIM_RUNS` changes the count (default 10,000).
 
 use layout::Level;
@@ -44,8 +45,9 @@ fn seeded_runs_across_every_level_match_the_model() {
 /// The seeds must keep exercising what they are for: rebuilds, re-adds, copies, client reads of
 /// a member's rebuilt rows, consistency checks while clients write, power cuts at every level,
 /// most of them tearing writes, some in the middle of a rebuild, resyncs that had something
-/// to repair, and background initializations over old data, while clients wrote and across a
-/// crash that left regions for the restart to finish.
+/// to repair, background initializations over old data, while clients wrote and across a
+/// crash that left regions for the restart to finish, and journals replayed after crashes or
+/// failing amid the writes.
 /// (Fractions of each level's runs, so that any `STORC_SIM_RUNS` of a few hundred per level
 /// holds them.)
 fn assert_every_level_crashes(coverage: &sim::Coverage) {
@@ -54,6 +56,9 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
         let percent = |count: usize| count * 100 / c.runs.max(1);
         assert!(percent(c.crashed) >= 65, "{level}: only {} of {} runs crashed", c.crashed, c.runs);
         assert!(percent(c.tore_writes) >= 35, "{level}: only {} of {} runs tore writes", c.tore_writes, c.runs);
+        // The cache's journal: replayed into the VD after a crash, and failing amid the writes.
+        assert!(percent(c.journal_replayed) >= 30, "{level}: only {} of {} runs replayed a journal", c.journal_replayed, c.runs);
+        assert!(percent(c.journal_detached) >= 8, "{level}: only {} of {} runs detached a failed journal", c.journal_detached, c.runs);
         if !matches!(level, Level::Raid0 | Level::Jbod) {
             // A parity rebuild gives up at a region a crash left unsynced while the member was
             // out (nothing is reconstructed from parity that may be stale), so fewer finish.
