@@ -15,7 +15,7 @@
 mod assemble;
 mod codec;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use assemble::{assemble, Assembly, ConfigGroup, StaleDrive};
 pub use codec::{decode, encode, FORMAT_VERSION, HEADER_BYTES, MAGIC};

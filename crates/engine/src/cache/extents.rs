@@ -181,10 +181,6 @@ impl DirtyMap {
     pub fn holds(&self, offset: u64, id: u64) -> bool {
         self.extents.get(&offset).is_some_and(|e| e.id == id)
     }
-
-    pub fn oldest(&self) -> Option<Instant> {
-        self.extents.values().map(|e| e.born).min()
-    }
 }
 
 #[cfg(test)]

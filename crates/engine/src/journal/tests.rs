@@ -4,27 +4,11 @@
 use super::format::{checkpoint, record, superblock, Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES};
 use super::*;
 use crate::config::WritePolicy;
-use crate::metadata::Field;
+use crate::metadata::tests::check_byte_table;
 use crate::vd::{VdLayout, VirtualDrive, MEMBER_RESERVED_BYTES};
 use crate::{Engine, EngineConfig};
 use drive::MemDrive;
 use layout::{Level, KIB, MIB};
-
-const DOC: &str = include_str!("../../../../docs/on-disk-format.md");
-
-fn check_byte_table(heading: &str, fields: &[Field]) {
-    let mut lines = DOC.lines().skip_while(|line| *line != format!("### {heading}"));
-    assert!(lines.next().is_some(), "docs/on-disk-format.md has no `### {heading}` section");
-    let documented: Vec<(usize, usize, String)> = lines
-        .take_while(|line| !line.starts_with('#'))
-        .filter(|line| line.starts_with('|'))
-        .map(|line| line.trim_matches('|').split('|').map(|cell| cell.trim().replace('`', "")).collect::<Vec<_>>())
-        .filter(|cells| cells[0].parse::<u64>().is_ok())
-        .map(|row| (row[0].parse().unwrap(), row[1].parse().unwrap(), row[3].clone()))
-        .collect();
-    let coded: Vec<(usize, usize, String)> = fields.iter().map(|f| (f.offset, f.size, f.name.to_string())).collect();
-    assert_eq!(documented, coded, "docs/on-disk-format.md `### {heading}` vs the code (offset, size, field)");
-}
 
 #[test]
 fn doc_tables_match_the_code() {

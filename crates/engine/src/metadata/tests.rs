@@ -20,7 +20,7 @@ fn doc_table(heading: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn check_byte_table(heading: &str, fields: &[Field]) {
+pub(crate) fn check_byte_table(heading: &str, fields: &[Field]) {
     let documented: Vec<(usize, usize, String)> =
         doc_table(heading).iter().map(|row| (row[0].parse().unwrap(), row[1].parse().unwrap(), row[3].clone())).collect();
     let coded: Vec<(usize, usize, String)> = fields.iter().map(|f| (f.offset, f.size, f.name.to_string())).collect();
