@@ -342,6 +342,7 @@ fn open_vd(spec: &VdSpec, options: OpenOptions) -> Result<OpenTarget, String> {
     let engine = start_engine(options).inspect_err(|_| cleanup(&created_files))?;
     let journal = attach_journal(spec, &engine, &mut created_files).inspect_err(|_| cleanup(&created_files))?;
     vd.set_write_policy(spec.write_policy);
+    vd.set_read_policies(spec.read_policy, spec.io_policy);
     let target = Arc::new(VdTarget { engine: Arc::clone(&engine), vd: Arc::new(vd) });
     let model = match &spec.drive {
         MemberSpec::Emulated(emulated) => Some(emulated.class.model().to_string()),
@@ -416,13 +417,7 @@ fn policies_in_effect(spec: &VdSpec, journal: Option<&Arc<dyn Drive>>) -> Polici
     if let Some(journal) = journal {
         notes.push(format!("journal on {}", journal.info().name));
     }
-    if spec.read_policy != ReadPolicy::NoReadAhead {
-        notes.push(format!("{} asked: read-ahead is not built yet, reads run as nora", spec.read_policy.short_name()));
-    }
-    if spec.io_policy == IoPolicy::Cached {
-        notes.push("cached asked: the read cache is not built yet; reads are served from dirty cached data only".into());
-    }
-    Policies { write, read: ReadPolicy::NoReadAhead.short_name().into(), io: IoPolicy::Direct.short_name().into(), note: notes.join("; ") }
+    Policies { write, read: spec.read_policy.short_name().into(), io: spec.io_policy.short_name().into(), note: notes.join("; ") }
 }
 
 fn member_text(member: &MemberSpec) -> String {

@@ -1,3 +1,6 @@
+// The fault lists are lists of ranges, however many a test needs.
+#![allow(clippy::single_range_in_vec_init)]
+
 use super::*;
 use std::sync::Arc;
 

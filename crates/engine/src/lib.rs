@@ -24,6 +24,7 @@ pub mod cache;
 pub mod config;
 pub mod controller;
 pub mod io;
+mod join;
 pub mod journal;
 mod local;
 pub mod metadata;
@@ -40,8 +41,8 @@ pub use vd::{
 
 use crossbeam_channel::Sender;
 use drive::{Completion, Drive, DriveOp, IoBuf, ShardWaker};
+use join::{validate, validate_row, validate_run, Joiner, RunJoin};
 use shard::{start_shard, start_ticker};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -70,12 +71,20 @@ pub struct EngineConfig {
     pub inbox_depth: usize,
     /// The controller cache, shared equally by the shards (`--cache-size`).
     pub cache_bytes: u64,
+    /// How far RA (`rdcache=ra`) reads past every read (`--read-ahead`).
+    pub read_ahead_bytes: u64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(bitmap::ondisk::SHARD_SLOTS_MAX);
-        EngineConfig { shard_count: cores, ring_entries: 512, inbox_depth: 4096, cache_bytes: cache::DEFAULT_CACHE_BYTES }
+        EngineConfig {
+            shard_count: cores,
+            ring_entries: 512,
+            inbox_depth: 4096,
+            cache_bytes: cache::DEFAULT_CACHE_BYTES,
+            read_ahead_bytes: vd::policy::DEFAULT_READ_AHEAD_BYTES,
+        }
     }
 }
 
@@ -84,6 +93,11 @@ enum ShardMsg {
         vd: Arc<VirtualDrive>,
         request: VdRequest,
         done: Done,
+    },
+    /// Read a range (owned by the shard) into the cache ahead of the client.
+    Prefetch {
+        vd: Arc<VirtualDrive>,
+        range: std::ops::Range<u64>,
     },
     Raw {
         drive: Arc<dyn Drive>,
@@ -109,6 +123,10 @@ enum ShardMsg {
     },
     /// The cache's periodic nudge: destage what grew old, checkpoint the journal.
     Tick,
+    /// The cache's counters (see [`Engine::cache_stats`]).
+    Stats {
+        done: Box<dyn FnOnce(cache::CacheStats) + Send>,
+    },
     /// Write everything cached out (see [`Engine::quiesce`]).
     Quiesce {
         done: Box<dyn FnOnce(Result<(), String>) + Send>,
@@ -159,6 +177,7 @@ pub struct Engine {
     /// Stops the ticker thread when the engine is dropped.
     ticker: Option<(Sender<()>, JoinHandle<()>)>,
     cache_bytes: u64,
+    read_ahead_bytes: u64,
 }
 
 impl Engine {
@@ -181,12 +200,28 @@ impl Engine {
             shards.push(start_shard(index, config)?);
         }
         let ticker = start_ticker(shards.iter().map(|s| (s.inbox.clone(), Arc::clone(&s.waker))).collect())?;
-        Ok(Engine { shards, ticker: Some(ticker), cache_bytes: config.cache_bytes })
+        Ok(Engine { shards, ticker: Some(ticker), cache_bytes: config.cache_bytes, read_ahead_bytes: config.read_ahead_bytes })
     }
 
     /// The controller cache's size, over every shard.
     pub fn cache_bytes(&self) -> u64 {
         self.cache_bytes
+    }
+
+    /// The cache's counters, summed over the shards. Blocks until every shard answered:
+    /// control plane only.
+    pub fn cache_stats(&self) -> cache::CacheStats {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for shard in &self.shards {
+            let tx = tx.clone();
+            shard.send(ShardMsg::Stats {
+                done: Box::new(move |stats| {
+                    let _ = tx.send(stats);
+                }),
+            });
+        }
+        drop(tx);
+        rx.iter().take(self.shards.len()).fold(cache::CacheStats::default(), |sum, stats| sum.plus(&stats))
     }
 
     /// Hands each shard its partition of `journal` (which must have one per shard), or takes
@@ -200,7 +235,6 @@ impl Engine {
         }
     }
 
-    /// Drops a deleted VD's cached data on every shard.
     /// Writes everything cached to the members, makes it durable there, and checkpoints a
     /// healthy journal to its head. Blocks until every shard is done: control plane only.
     ///
@@ -253,7 +287,13 @@ impl Engine {
                     self.send_request(index, vd, VdRequest::Flush, done);
                 }
             }
-            VdRequest::Read { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, false, done),
+            VdRequest::Read { offset_bytes, buf } => {
+                let range = offset_bytes..offset_bytes + buf.len() as u64;
+                self.submit_pieces(vd, offset_bytes, buf, false, done);
+                if let Some(ahead) = read_ahead_for(vd, range, self.read_ahead_bytes) {
+                    self.prefetch(vd, ahead);
+                }
+            }
             VdRequest::Write { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, true, done),
         }
     }
@@ -287,6 +327,23 @@ impl Engine {
             let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
             self.send_request(shard, vd, request(offset, buf), done);
         }
+    }
+
+    /// Sends each shard its part of a read-ahead, counted in the VD's requests in flight.
+    fn prefetch(&self, vd: &Arc<VirtualDrive>, range: std::ops::Range<u64>) {
+        let mut start = range.start;
+        let mut shard: Option<usize> = None;
+        for row in vd.geometry().rows(range.start, range.end - range.start) {
+            let row_shard = self.shard_of_row(vd.geometry(), row.row);
+            if let Some(previous) = shard.filter(|&s| s != row_shard) {
+                vd.begin_request();
+                self.shards[previous].send(ShardMsg::Prefetch { vd: Arc::clone(vd), range: start..row.vd_offset_bytes });
+                start = row.vd_offset_bytes;
+            }
+            shard = Some(row_shard);
+        }
+        vd.begin_request();
+        self.shards[shard.expect("a read-ahead is never empty")].send(ShardMsg::Prefetch { vd: Arc::clone(vd), range: start..range.end });
     }
 
     /// Hands one request piece to a shard, counted in the VD's requests in flight until
@@ -445,6 +502,14 @@ impl Drop for Engine {
     }
 }
 
+/// What to read ahead of a client read of `range`, whole pages only (see [`vd::policy`]).
+fn read_ahead_for(vd: &VirtualDrive, range: std::ops::Range<u64>, ra_bytes: u64) -> Option<std::ops::Range<u64>> {
+    let page = cache::clean::PAGE_BYTES;
+    let ahead = vd.policies().read_ahead(range, vd.capacity_bytes(), ra_bytes)?;
+    let ahead = ahead.start.next_multiple_of(page)..ahead.end / page * page;
+    (ahead.start < ahead.end).then_some(ahead)
+}
+
 /// VD bytes a shard owns in a row before the next shard's turn: large enough that a 1 MiB
 /// sequential request usually stays on one shard, where its member I/Os can be merged.
 pub const SHARD_STRIDE_BYTES: u64 = 1 << 20;
@@ -458,134 +523,6 @@ fn shard_stride_rows(geometry: &layout::Geometry) -> u64 {
 /// by one shard, with member I/Os of up to this many strips.
 pub fn run_rows_for(geometry: &layout::Geometry) -> u64 {
     shard_stride_rows(geometry)
-}
-
-/// A run of rows cut where the shard that owns them changes: (first row, row count) each.
-fn run_parts(geometry: &layout::Geometry, first_row: u64, row_count: u64) -> Vec<(u64, u64)> {
-    let stride_rows = shard_stride_rows(geometry);
-    let end_row = first_row + row_count;
-    let mut parts = Vec::new();
-    let mut row = first_row;
-    while row < end_row {
-        let part_end = ((row / stride_rows + 1) * stride_rows).min(end_row);
-        parts.push((row, part_end - row));
-        row = part_end;
-    }
-    parts
-}
-
-/// Gathers the parts of a run of rebuilt rows served by several shards.
-/// Gathers the results of a run's parts (one per shard) into one list, in row order.
-struct RunJoin<T> {
-    remaining: usize,
-    results: Vec<Option<T>>,
-    done: Option<Box<dyn FnOnce(Vec<T>) + Send>>,
-}
-
-impl<T: Send + 'static> RunJoin<T> {
-    /// The parts of the run of `row_count` rows from `first_row`, each with the completion that
-    /// files its results; `done` gets them all, in order, once the last part reported.
-    #[allow(clippy::type_complexity)]
-    fn split(
-        geometry: &layout::Geometry,
-        first_row: u64,
-        row_count: u64,
-        done: Box<dyn FnOnce(Vec<T>) + Send>,
-    ) -> Vec<(u64, u64, Box<dyn FnOnce(Vec<T>) + Send>)> {
-        let parts = run_parts(geometry, first_row, row_count);
-        let results = (0..row_count).map(|_| None).collect();
-        let joined = Arc::new(Mutex::new(RunJoin { remaining: parts.len(), results, done: Some(done) }));
-        let file = move |part_first: u64| -> Box<dyn FnOnce(Vec<T>) + Send> {
-            let joined = Arc::clone(&joined);
-            Box::new(move |results: Vec<T>| {
-                let mut join = joined.lock().expect("run join lock");
-                let at = (part_first - first_row) as usize;
-                for (slot, result) in join.results[at..at + results.len()].iter_mut().zip(results) {
-                    *slot = Some(result);
-                }
-                join.remaining -= 1;
-                if join.remaining == 0 {
-                    let results = join.results.drain(..).map(|r| r.expect("every part reports its rows")).collect();
-                    let done = join.done.take().expect("a run completes once");
-                    drop(join);
-                    done(results);
-                }
-            })
-        };
-        parts.into_iter().map(|(part_first, part_count)| (part_first, part_count, file(part_first))).collect()
-    }
-}
-
-/// [`validate_row`] of a run of `row_count` (at least one) rows from `first_row`: its first and
-/// last rows bound it.
-fn validate_run(vd: &VirtualDrive, first_row: u64, row_count: u64, targets: MemberSet) -> Result<(), VdError> {
-    validate_row(vd, first_row, targets).and_then(|()| validate_row(vd, first_row.saturating_add(row_count - 1), targets))
-}
-
-/// Checks a row job's row and members against the VD before anything is queued.
-fn validate_row(vd: &VirtualDrive, row: u64, targets: MemberSet) -> Result<(), VdError> {
-    if vd.is_retired() {
-        return Err(VdError::Deleted { vd: vd.name() });
-    }
-    let row_count = vd.geometry().row_count();
-    if row >= row_count {
-        return Err(VdError::RowOutOfRange { vd: vd.name(), row, row_count });
-    }
-    let member_count = vd.members().len();
-    match targets.iter().find(|&member| member >= member_count) {
-        Some(member) => Err(VdError::MemberOutOfRange { vd: vd.name(), member, member_count }),
-        None => Ok(()),
-    }
-}
-
-/// Checks a request against the VD before anything is queued.
-fn validate(vd: &VirtualDrive, request: &VdRequest) -> Result<(), VdError> {
-    if vd.is_retired() {
-        return Err(VdError::Deleted { vd: vd.name() });
-    }
-    if vd.is_initializing() {
-        return Err(VdError::Initializing { vd: vd.name() });
-    }
-    match request.range_bytes() {
-        Some((offset_bytes, len_bytes)) => vd.check_range(offset_bytes, len_bytes),
-        None => Ok(()),
-    }
-}
-
-/// Gathers the pieces of a request served by several shards.
-struct Joiner {
-    remaining: AtomicUsize,
-    state: Mutex<JoinState>,
-}
-
-struct JoinState {
-    bufs: Vec<Option<IoBuf>>,
-    error: Option<VdError>,
-    done: Option<Done>,
-}
-
-impl Joiner {
-    fn new(piece_count: usize, done: Done) -> Arc<Joiner> {
-        let bufs = (0..piece_count).map(|_| None).collect();
-        Arc::new(Joiner { remaining: AtomicUsize::new(piece_count), state: Mutex::new(JoinState { bufs, error: None, done: Some(done) }) })
-    }
-
-    fn piece_done(&self, index: usize, completion: VdCompletion) {
-        let mut state = self.state.lock().expect("joiner poisoned");
-        state.bufs[index] = completion.buf;
-        if let Err(error) = completion.result {
-            state.error.get_or_insert(error);
-        }
-        if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return;
-        }
-        // A flush's pieces (one per shard) carry no buffer; a read's or write's all do.
-        let bufs: Option<Vec<IoBuf>> = state.bufs.drain(..).collect();
-        let result = state.error.take().map_or(Ok(()), Err);
-        let done = state.done.take().expect("completed once");
-        drop(state);
-        done(VdCompletion { result, buf: bufs.map(IoBuf::join) });
-    }
 }
 
 #[cfg(test)]

@@ -25,8 +25,19 @@ impl LocalEngine {
             return done(VdCompletion { result: Err(error), buf: request.into_buf() });
         }
         let reactor = Rc::clone(self.executor.reactor());
-        let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(crate::cache::serve(reactor, vd, request).await) });
+        let ahead = match &request {
+            VdRequest::Read { offset_bytes, buf } => {
+                crate::read_ahead_for(vd, *offset_bytes..offset_bytes + buf.len() as u64, crate::vd::policy::DEFAULT_READ_AHEAD_BYTES)
+            }
+            _ => None,
+        };
+        let (reactor2, vd2) = (Rc::clone(&reactor), Arc::clone(vd));
+        self.executor.spawn(async move { done(crate::cache::serve(reactor2, vd2, request).await) });
+        if let Some(ahead) = ahead {
+            // After the read, as on a shard.
+            let vd = Arc::clone(vd);
+            self.executor.spawn(async move { crate::cache::prefetch(reactor, vd, ahead).await });
+        }
     }
 
     /// The shard's journal partition from now on (the journal must have one partition).
@@ -56,6 +67,11 @@ impl LocalEngine {
     /// Dirty bytes the cache holds.
     pub fn dirty_bytes(&self) -> u64 {
         self.executor.reactor().cache().dirty_bytes()
+    }
+
+    /// The clean cache's counters.
+    pub fn clean_stats(&self) -> crate::cache::clean::CleanStats {
+        self.executor.reactor().cache().clean_stats()
     }
 
     /// Queues a rebuild of the strips `targets` hold in row `row` (see [`crate::Engine::rebuild_row`]);
@@ -126,7 +142,7 @@ impl LocalEngine {
         }
         let reactor = Rc::clone(self.executor.reactor());
         let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::check_rows(reactor, vd, first_row, row_count, mode).await) });
+        self.executor.spawn(async move { done(crate::cache::checked_rows(reactor, &vd, first_row, row_count, mode).await) });
     }
 
     /// Queues a clean pass of `vd`'s bitmap (see [`Engine::clean_write_intent`]).

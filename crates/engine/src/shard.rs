@@ -81,6 +81,13 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
             });
             false
         }
+        ShardMsg::Prefetch { vd, range } => {
+            executor.spawn(async move {
+                cache::prefetch(reactor, Arc::clone(&vd), range).await;
+                vd.end_request();
+            });
+            false
+        }
         ShardMsg::Raw { drive, op, done } => {
             executor.spawn(async move {
                 let finished = reactor.submit(&*drive, op).await;
@@ -111,6 +118,10 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
             executor.spawn(async move { done(cache::quiesce(&reactor).await) });
             false
         }
+        ShardMsg::Stats { done } => {
+            done(reactor.cache().stats());
+            false
+        }
         ShardMsg::Tick => {
             cache::tick(&reactor);
             false
@@ -126,7 +137,7 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
 async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
     match job {
         RowJob::Rebuild { row_count, targets, done } => done(io::rebuild_rows(reactor, Arc::clone(vd), row, row_count, targets).await),
-        RowJob::Check { row_count, mode, done } => done(io::check_rows(reactor, Arc::clone(vd), row, row_count, mode).await),
+        RowJob::Check { row_count, mode, done } => done(cache::checked_rows(reactor, vd, row, row_count, mode).await),
         RowJob::Copy { member, done } => done(io::copy_row(reactor, Arc::clone(vd), row, member).await),
     }
 }

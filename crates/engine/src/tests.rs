@@ -1,6 +1,7 @@
 use super::*;
 use drive::{Faults, FaultyDrive, MemDrive};
 use layout::{Level, KIB, MIB};
+use std::sync::atomic::Ordering;
 
 const MEMBER_BYTES: u64 = MEMBER_RESERVED_BYTES + 2 * MIB;
 

@@ -29,9 +29,18 @@ fn write_direct(drive: &dyn Drive, offset_bytes: u64, data: &[u8]) {
     assert_eq!(completions[0].result, Ok(()));
 }
 
-fn wait_for_cc(controller: &Controller, vd_id: u32) {
+/// Waits until the check of `vd_id` left the list and its end event (done, stopped or cannot
+/// go on) is in the log after the first `events_before` events: the check leaves the list
+/// before that event is written.
+fn wait_for_cc(controller: &Controller, vd_id: u32, events_before: usize) {
     let deadline = Instant::now() + CC_TIMEOUT;
-    while controller.checks().iter().any(|c| c.vd_id == vd_id) {
+    let prefix = format!("consistency check of v{vd_id}");
+    let is_end = |e: &String| e.starts_with(&prefix) && (e.contains(" done in ") || e.contains(" stopped: ") || e.contains("cannot go on"));
+    loop {
+        let running = controller.checks().iter().any(|c| c.vd_id == vd_id);
+        if !running && events_since(controller, events_before).iter().any(is_end) {
+            return;
+        }
         assert!(Instant::now() < deadline, "the consistency check never ended");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -98,7 +107,7 @@ fn a_corrupt_strip_is_found_named_and_repaired_and_redundancy_holds_after() {
 
         let before = controller.events().len();
         controller.start_cc(0, true).unwrap();
-        wait_for_cc(&controller, 0);
+        wait_for_cc(&controller, 0, before);
         let events = events_since(&controller, before);
         let reported: Vec<&String> = events.iter().filter(|e| e.contains("inconsistent:")).collect();
         assert_eq!(reported.len(), 1, "{level}: exactly the corrupted row is reported: {events:#?}");
@@ -113,7 +122,7 @@ fn a_corrupt_strip_is_found_named_and_repaired_and_redundancy_holds_after() {
         // still reads back.
         let before = controller.events().len();
         controller.start_cc(0, false).unwrap();
-        wait_for_cc(&controller, 0);
+        wait_for_cc(&controller, 0, before);
         let events = events_since(&controller, before);
         assert!(events.iter().any(|e| e.contains("0 inconsistent")), "{level}: a second check finds nothing: {events:#?}");
         check_vd(&engine, &vd, &model, &format!("{level} after the repair"));
@@ -144,13 +153,14 @@ fn bad_requests_start_nothing_and_say_what_is_allowed() {
     let (_, vd) = controller.vd(1).unwrap();
     engine.write_at(&vd, 0, &pattern(vd.capacity_bytes() as usize, 1)).unwrap();
     controller.set_controller(ControllerChanges { cc_rate_percent: Some(0), ..Default::default() }).unwrap();
+    let before = controller.events().len();
     controller.start_cc(1, true).unwrap();
     controller.cc_command(1, CcCommand::Pause).unwrap();
     assert!(matches!(controller.start_cc(1, true), Err(ControlError::Conflict(_))));
     let error = controller.cc_command(1, CcCommand::Pause).unwrap_err();
     assert!(error.to_string().contains("allowed only when it is in progress"), "{error}");
     controller.cc_command(1, CcCommand::Resume).unwrap();
-    wait_for_cc(&controller, 1);
+    wait_for_cc(&controller, 1, before);
 
     // Degraded: nothing to compare.
     controller.set_drive(2, DriveCommand::Offline).unwrap();
@@ -223,7 +233,7 @@ fn a_read_error_during_a_check_is_repaired_and_the_check_goes_on() {
         faulty[place.drive].set_faults(Faults { medium_error_ranges: vec![bad], ..Faults::default() });
         let before = controller.events().len();
         controller.start_cc(0, true).unwrap();
-        wait_for_cc(&controller, 0);
+        wait_for_cc(&controller, 0, before);
         let said = events_since(&controller, before);
         let slot = place.drive;
         let repaired = format!("row {row}: slot {slot} could not be read");

@@ -41,9 +41,17 @@ impl Sim {
         u128::from(self.config.seed) | 1 << 64
     }
 
+    /// The clean cache's counters over all of the run's engines.
+    pub(crate) fn clean_stats(&self) -> engine::cache::clean::CleanStats {
+        // Bytes held are the current engine's; the counters are all of them.
+        let now = self.engine.clean_stats();
+        engine::cache::clean::CleanStats { bytes: now.bytes, ..now.plus(&self.clean_before) }
+    }
+
     /// At the start of a run: the VD's policy, the cache's limits, and a blank journal.
     pub(crate) fn start_cache(&mut self) -> Result<(), String> {
         self.vd.set_write_policy(self.config.write_policy);
+        self.vd.set_read_policies(self.config.read_policy, self.config.io_policy);
         self.engine.set_cache_limits(self.config.cache_bytes, Duration::from_millis(self.config.destage_age_ms));
         if !self.config.journal {
             return Ok(());
@@ -131,6 +139,7 @@ impl Sim {
     /// trusted journal is replayed.
     pub(crate) fn restart_cache(&mut self) -> Result<(), String> {
         self.vd.set_write_policy(self.config.write_policy);
+        self.vd.set_read_policies(self.config.read_policy, self.config.io_policy);
         self.engine.set_cache_limits(self.config.cache_bytes, Duration::from_millis(self.config.destage_age_ms));
         if let Some(journal) = &mut self.journal {
             journal.attached = false;

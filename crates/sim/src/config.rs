@@ -1,6 +1,6 @@
 //! What one run does, derived from its seed alone.
 
-use engine::config::WritePolicy;
+use engine::config::{IoPolicy, ReadPolicy, WritePolicy};
 use layout::{Level, KIB};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -51,6 +51,10 @@ pub struct RunConfig {
     pub cache_bytes: u64,
     /// Dirty data is destaged at a tick once it is older than this (zero: at every tick).
     pub destage_age_ms: u64,
+    /// The VD's read-ahead policy: RA and ADRA read into the clean cache.
+    pub read_policy: ReadPolicy,
+    /// Cached keeps what reads bring in.
+    pub io_policy: IoPolicy,
 }
 
 impl RunConfig {
@@ -93,6 +97,8 @@ impl RunConfig {
             journal_fail_at_operation: rng.gen_bool(0.2).then(|| rng.gen_range(0..operation_count)),
             cache_bytes: [16 * KIB, 64 * KIB, 256 * KIB, 4096 * KIB][rng.gen_range(0..4)],
             destage_age_ms: [0, 0, 1000][rng.gen_range(0..3)],
+            read_policy: ReadPolicy::ALL[rng.gen_range(0..3)],
+            io_policy: IoPolicy::ALL[rng.gen_range(0..2)],
         }
     }
 }

@@ -80,6 +80,9 @@ pub struct RunReport {
     pub journal_records_replayed: u64,
     /// The journal failed and was detached (the cache written out first).
     pub journal_detached: bool,
+    /// Reads served from clean data, and bytes read ahead, over all the run's engines.
+    pub clean_hits: u64,
+    pub read_ahead_bytes: u64,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -170,6 +173,8 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
     let mut sim = run::Sim::new(config.clone());
     match sim.workload().and_then(|()| sim.verify_everything()) {
         Ok(()) => Ok(RunReport {
+            clean_hits: sim.clean_stats().hits,
+            read_ahead_bytes: sim.clean_stats().read_ahead_bytes,
             config,
             reads: sim.reads,
             writes: sim.writes,
@@ -225,6 +230,10 @@ pub struct LevelCoverage {
     pub journal_replayed: usize,
     /// Runs whose journal failed and was detached amid the workload.
     pub journal_detached: usize,
+    /// Runs where reads were served from clean data.
+    pub clean_hits: usize,
+    /// Runs that read ahead.
+    pub read_ahead: usize,
 }
 
 impl Coverage {
@@ -249,6 +258,8 @@ impl Coverage {
         level.bgi_crashed += usize::from(report.bgi.left_at_crash > 0 && report.bgi.completed);
         level.journal_replayed += usize::from(report.journal_records_replayed > 0);
         level.journal_detached += usize::from(report.journal_detached);
+        level.clean_hits += usize::from(report.clean_hits > 0);
+        level.read_ahead += usize::from(report.read_ahead_bytes > 0);
     }
 
     pub fn of(&self, level: layout::Level) -> LevelCoverage {
@@ -260,12 +271,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  clean-hits  read-ahead"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>11} {:>11}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -280,7 +291,9 @@ impl fmt::Display for Coverage {
                 c.crashed_in_rebuild,
                 c.resync_repaired,
                 c.journal_replayed,
-                c.journal_detached
+                c.journal_detached,
+                c.clean_hits,
+                c.read_ahead
             )?;
         }
         Ok(())

@@ -77,6 +77,8 @@ pub(crate) struct Sim {
     pub rng: SmallRng,
     pub layout: VdLayout,
     pub engine: LocalEngine,
+    /// The clean cache's counters of the engines that crashed.
+    pub clean_before: engine::cache::clean::CleanStats,
     pub vd: Arc<VirtualDrive>,
     pub drives: Vec<SimDrive>,
     pub model: Model,
@@ -151,6 +153,7 @@ impl Sim {
         Sim {
             rng: SmallRng::seed_from_u64(config.seed),
             engine: LocalEngine::new(CompletionOrder::seeded(config.seed.wrapping_mul(31))),
+            clean_before: Default::default(),
             at_risk: vec![false; config.drive_count],
             model,
             config,

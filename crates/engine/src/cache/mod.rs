@@ -12,18 +12,23 @@
 //!   same bytes is destaged later and queues later, so members never go back in time. Extents
 //!   leave the cache only once their member write completed, and a destage never overlaps
 //!   another that is in flight (the RAID0 path has no row locks to order them).
-//! - **reads** take a snapshot of the dirty extents they overlap before reading the members and
-//!   lay it over what the members returned; a read wholly covered needs no member at all.
+//! - **reads** are served from memory when dirty and clean data ([`clean`]) hold every byte;
+//!   otherwise they take a snapshot of the dirty extents they overlap before reading the
+//!   members and lay it over what the members returned. Under `iopolicy=cached` the result is
+//!   kept as clean data; read-ahead ([`prefetch`]) keeps what it reads under either policy.
 //!
 //! Destaging starts above the high watermark (half the shard's share of the cache) and goes on
 //! down to the low one (a quarter), takes any extent older than [`AGE_LIMIT`], and runs at
 //! once for WT writes and flushes that wait for it. Runs merge contiguous extents up to
 //! [`RUN_BYTES_MAX`], so a row filled by small writes goes out as one full-stripe write.
 
+pub mod clean;
 mod destage;
 pub mod extents;
+mod read;
 
 pub(crate) use destage::{pump, quiesce, tick};
+pub(crate) use read::prefetch;
 
 use crate::config::WritePolicy;
 use crate::io;
@@ -80,6 +85,8 @@ pub struct ShardCache {
     admission: Admission,
     /// VDs destaged to since the last journal checkpoint: flushed before the next one.
     destaged_to: RefCell<HashMap<u64, Arc<VirtualDrive>>>,
+    /// Clean data (read and read ahead), in the room dirty data leaves.
+    clean: RefCell<clean::CleanLines>,
 }
 
 impl Default for ShardCache {
@@ -104,6 +111,7 @@ impl ShardCache {
             waiters: RefCell::new(Vec::new()),
             admission: Admission::default(),
             destaged_to: RefCell::new(HashMap::new()),
+            clean: RefCell::new(clean::CleanLines::default()),
         }
     }
 
@@ -137,6 +145,26 @@ impl ShardCache {
         self.bytes.get()
     }
 
+    /// The clean cache's counters and size.
+    pub fn clean_stats(&self) -> clean::CleanStats {
+        let clean = self.clean.borrow();
+        clean::CleanStats { bytes: clean.bytes(), ..clean.stats }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats { dirty_bytes: self.dirty_bytes(), clean: self.clean_stats() }
+    }
+
+    /// A repair may change what `range` of `vd` reads: until [`ShardCache::end_repair`] no
+    /// clean data of it is kept or served.
+    pub(crate) fn begin_repair(&self, vd: &VirtualDrive, range: Range<u64>) -> u64 {
+        self.clean.borrow_mut().begin_direct_write(vd.instance_id(), range)
+    }
+
+    pub(crate) fn end_repair(&self, id: u64) {
+        self.clean.borrow_mut().end_direct_write(id);
+    }
+
     fn has_dirty(&self, vd: &VirtualDrive) -> bool {
         self.vds.borrow().get(&vd.instance_id()).is_some_and(|c| !c.dirty.is_empty())
     }
@@ -155,6 +183,7 @@ impl ShardCache {
 
     /// Drops a VD's cached data (it was deleted) and its holds on journal records.
     pub fn forget(&self, vd: &VirtualDrive) {
+        self.clean.borrow_mut().forget_vd(vd.instance_id());
         let Some(cache) = self.vds.borrow_mut().remove(&vd.instance_id()) else { return };
         self.bytes.set(self.bytes.get() - cache.dirty.bytes());
         let journal = self.journal();
@@ -162,6 +191,38 @@ impl ShardCache {
             cache.dirty.all().for_each(|extent| release_extent(journal, extent));
         }
         self.wake_all();
+    }
+}
+
+/// Checks a run of rows (see [`io::check_rows`]); while a repair may change what the rows
+/// read, no clean data of them is kept or served.
+pub(crate) async fn checked_rows(
+    reactor: Rc<Reactor>,
+    vd: &Arc<VirtualDrive>,
+    first_row: u64,
+    row_count: u64,
+    mode: crate::CheckMode,
+) -> Vec<Result<crate::CheckOutcome, VdError>> {
+    let row_bytes = vd.geometry().row_data_bytes();
+    let range = first_row * row_bytes..(first_row + row_count) * row_bytes;
+    let repair = (!matches!(mode, crate::CheckMode::Report)).then(|| reactor.cache().begin_repair(vd, range));
+    let results = io::check_rows(Rc::clone(&reactor), Arc::clone(vd), first_row, row_count, mode).await;
+    if let Some(id) = repair {
+        reactor.cache().end_repair(id);
+    }
+    results
+}
+
+/// What a cache holds and has done (one shard's, or summed over the shards).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheStats {
+    pub dirty_bytes: u64,
+    pub clean: clean::CleanStats,
+}
+
+impl CacheStats {
+    pub fn plus(&self, other: &CacheStats) -> CacheStats {
+        CacheStats { dirty_bytes: self.dirty_bytes + other.dirty_bytes, clean: self.clean.plus(&other.clean) }
     }
 }
 
@@ -208,33 +269,10 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: 
         return io::serve(reactor, vd, request).await;
     }
     match request {
-        VdRequest::Read { offset_bytes, buf } => read(reactor, vd, offset_bytes, buf).await,
+        VdRequest::Read { offset_bytes, buf } => read::read(reactor, vd, offset_bytes, buf).await,
         VdRequest::Write { offset_bytes, buf } => write(reactor, vd, offset_bytes, buf).await,
         VdRequest::Flush => flush(reactor, vd).await,
     }
-}
-
-async fn read(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf) -> VdCompletion {
-    let range = offset_bytes..offset_bytes + buf.len() as u64;
-    let snapshot: Option<Vec<(u64, Extent)>> = match reactor.cache().vds.borrow().get(&vd.instance_id()) {
-        None => None,
-        Some(cache) if cache.dirty.covers(range.clone()) => {
-            cache.dirty.overlay(range, buf.as_mut_slice());
-            return VdCompletion { result: Ok(()), buf: Some(buf) };
-        }
-        Some(cache) => Some(cache.dirty.overlapping(range.clone()).map(|(o, e)| (o, e.clone())).collect()),
-    };
-    let Some(snapshot) = snapshot else { return io::serve(reactor, vd, VdRequest::Read { offset_bytes, buf }).await };
-    let mut completion = io::serve(reactor, vd, VdRequest::Read { offset_bytes, buf }).await;
-    if completion.result.is_ok() && !snapshot.is_empty() {
-        let out = completion.buf.as_mut().expect("a read returns its buffer");
-        let mut overlay = DirtyMap::default();
-        for (offset, extent) in snapshot {
-            overlay.insert(offset, extent);
-        }
-        overlay.overlay(range, out.as_mut_slice());
-    }
-    completion
 }
 
 fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
@@ -270,8 +308,12 @@ async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, b
         let mode = mode_for(&vd, journal.as_deref());
         if mode == Mode::Through && journal.is_none() && !cache.has_dirty(&vd) {
             // Nothing cached to overtake: the direct path, which queues for its row locks now.
+            let range = offset_bytes..offset_bytes + len_bytes;
+            let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), range);
             cache.admission.next(&cache);
-            return io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
+            let completion = io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
+            cache.clean.borrow_mut().end_direct_write(direct);
+            return completion;
         }
         // Room first (destaging frees it), then room in the journal (a checkpoint frees it).
         let room = cache.bytes.get() + len_bytes <= cache.limit_bytes.get() || cache.bytes.get() == 0;
@@ -391,6 +433,10 @@ fn insert(
             displaced.held.iter().for_each(|&s| journal.hold(s));
         }
     }
+    drop(vds);
+    let mut clean = cache.clean.borrow_mut();
+    clean.update(vd.instance_id(), offset_bytes, data.as_slice());
+    clean.evict_to(cache.limit_bytes.get().saturating_sub(cache.bytes.get()));
     ours
 }
 

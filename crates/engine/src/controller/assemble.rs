@@ -17,12 +17,12 @@ impl Controller {
         let ours_id = state.config.controller_id;
         let mut offered: Vec<Option<OfferedDrive>> = offered.into_iter().map(Some).collect();
         // Our drives keep their recorded slots.
-        for index in 0..offered.len() {
+        for (index, offer) in offered.iter_mut().enumerate() {
             let Some(sb) = superblock_of(index) else { continue };
             if sb.controller_id != ours_id || state.config.drives.iter().all(|d| d.drive_id != sb.drive_id) {
                 continue;
             }
-            let offer = offered[index].take().expect("each drive once");
+            let offer = offer.take().expect("each drive once");
             let slot = state.config.drives.iter().find(|d| d.drive_id == sb.drive_id).expect("checked").slot;
             if sb.generation < state.config.generation {
                 // Configuration changes are written drive by drive, so a crash leaves some drives

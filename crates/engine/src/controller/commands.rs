@@ -40,6 +40,7 @@ impl Controller {
         let vd = VirtualDrive::new(u64::from(vd_id), &name, layout, members)
             .map_err(|e| ControlError::BadInput(format!("{e}: slots {}", slot_list(&spec.slots))))?;
         vd.set_write_policy(spec.write_policy);
+        vd.set_read_policies(spec.read_policy, spec.io_policy);
         let record = VdRecord {
             vd_id,
             drive_group: vd_id,
@@ -187,6 +188,7 @@ impl Controller {
         }
         let persisted = self.persist(&mut state);
         state.vds[&vd_id].set_write_policy(record.write_policy);
+        state.vds[&vd_id].set_read_policies(record.read_policy, record.io_policy);
         drop(state);
         if record.write_policy == WritePolicy::WriteBack && !self.journal_usable() {
             self.log(Severity::Warning, format!("v{vd_id} is WB and runs as WT: the journal is not usable (a bad battery)"));

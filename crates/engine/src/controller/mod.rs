@@ -282,6 +282,7 @@ impl Controller {
         }
         vd.set_notifier(self.member_events.clone());
         vd.set_write_policy(record.write_policy);
+        vd.set_read_policies(record.read_policy, record.io_policy);
         self.open_write_intent(state.config.controller_id, record.vd_id, &vd, crate::bitmap::control::Opening::Assembled);
         vd.bad_blocks().load(&record.bad_blocks);
         vd.bad_blocks().set_notifier(self.bad_block_events.clone());

@@ -3,11 +3,12 @@
 
 mod bad_blocks;
 mod copy;
+pub mod policy;
 mod rebuilt;
 mod request;
 mod requests_in_flight;
 
-use crate::config::WritePolicy;
+use crate::config::{IoPolicy, ReadPolicy, WritePolicy};
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
@@ -190,8 +191,8 @@ pub struct VirtualDrive {
     write_intent: std::sync::OnceLock<crate::bitmap::WriteIntent>,
     /// VD ranges whose data is lost: reads of them fail (see `bad_blocks`).
     bad_blocks: BadBlocks,
-    /// The write policy the cache applies (a [`WritePolicy`] code), changeable live.
-    write_policy: AtomicU8,
+    /// The policies the cache applies, changeable live, and the read-ahead streams.
+    policies: policy::Policies,
     /// The journal is being replayed into it (see `io::parity::replayed_data_only`).
     replaying: AtomicBool,
 }
@@ -258,7 +259,7 @@ impl VirtualDrive {
             acks: Mutex::new(AckGate::default()),
             acks_gated: AtomicBool::new(false),
             write_intent: std::sync::OnceLock::new(),
-            write_policy: AtomicU8::new(WritePolicy::WriteThrough as u8),
+            policies: policy::Policies::default(),
             replaying: AtomicBool::new(false),
         })
     }
@@ -275,13 +276,32 @@ impl VirtualDrive {
 
     /// The write policy the cache applies to this VD (WT until the controller sets it).
     pub fn write_policy(&self) -> WritePolicy {
-        WritePolicy::ALL[usize::from(self.write_policy.load(Ordering::Relaxed))]
+        self.policies.write()
     }
 
     /// Takes effect for the next write each shard serves.
     pub fn set_write_policy(&self, policy: WritePolicy) {
-        let index = WritePolicy::ALL.iter().position(|&p| p == policy).expect("every policy is listed");
-        self.write_policy.store(index as u8, Ordering::Relaxed);
+        self.policies.set_write(policy);
+    }
+
+    /// The read-ahead policy (NORA until the controller sets it).
+    pub fn read_policy(&self) -> ReadPolicy {
+        self.policies.read()
+    }
+
+    /// Whether reads keep their data in the cache (Direct until the controller sets it).
+    pub fn io_policy(&self) -> IoPolicy {
+        self.policies.io()
+    }
+
+    /// Sets the read-ahead and I/O policies for the next reads.
+    pub fn set_read_policies(&self, read: ReadPolicy, io: IoPolicy) {
+        self.policies.set_read(read);
+        self.policies.set_io(io);
+    }
+
+    pub fn policies(&self) -> &policy::Policies {
+        &self.policies
     }
 
     /// Member failures found by I/O and not yet recorded by the controller.

@@ -53,6 +53,9 @@ pub struct Args {
     /// The controller cache, shared by the shards (e.g. 1GiB, 512MiB).
     #[arg(long, default_value = "1GiB")]
     cache_size: String,
+    /// How far VDs with rdcache=ra read past every read (ADRA sizes its own windows).
+    #[arg(long, default_value = "256KiB")]
+    read_ahead: String,
     #[command(flatten)]
     nbd_limits: nbd_limits::NbdLimitArgs,
 }
@@ -82,12 +85,18 @@ pub fn run(args: &Args) -> Result<(), String> {
         if default_layout { drives::open_default(&args.data_dir, first_start)? } else { drives::open_specs(&args.drives, first_start)? };
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
     let cache_bytes = drive::parse_size_bytes(&args.cache_size).map_err(|e| format!("--cache-size {}: {e}", args.cache_size))?;
+    let read_ahead_bytes = drive::parse_size_bytes(&args.read_ahead).map_err(|e| format!("--read-ahead {}: {e}", args.read_ahead))?;
+    if read_ahead_bytes < 4096 || read_ahead_bytes > cache_bytes / 16 {
+        return Err(format!("--read-ahead {}: from 4KiB up to a sixteenth of --cache-size", args.read_ahead));
+    }
     let journal = match args.journal.as_slice() {
         [] => None,
         [spec] => Some(drives::open_journal(spec)?),
         _ => return Err("--journal is given more than once: a mirrored pair of journals is not built yet; give one".into()),
     };
-    let engine = Arc::new(Engine::start(EngineConfig { shard_count, cache_bytes, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
+    let engine = Arc::new(
+        Engine::start(EngineConfig { shard_count, cache_bytes, read_ahead_bytes, ..EngineConfig::default() }).map_err(|e| e.to_string())?,
+    );
     let event_log_path = Some(args.data_dir.join("events.log"));
     let options = ControllerOptions { ours, event_log_path, startup_events, journal };
     let controller = Controller::open(Arc::clone(&engine), offered, options).map_err(|e| e.to_string())?;
