@@ -18,8 +18,10 @@ pub const CREATE_MODE: u32 = 0o600;
 pub struct FileDriveConfig {
     /// Create the file (sparse, owner-only) with this size if it does not exist.
     pub create_size_bytes: Option<u64>,
-    /// Allocate every block of a file it creates (fallocate) instead of leaving it sparse: a
-    /// journal's flushes then commit no filesystem metadata for blocks written the first time.
+    /// Write zeros over every block of a file it creates instead of leaving it sparse: a
+    /// journal's flushes then commit no filesystem metadata for blocks written the first time
+    /// (fallocate would not do: its extents stay "unwritten" until their first write, and
+    /// converting them is a metadata change that every data sync must commit).
     pub preallocate: bool,
     pub direct_io: DirectIo,
 }
@@ -196,19 +198,19 @@ fn block_device_size_bytes(file: &File) -> io::Result<u64> {
     Ok(size)
 }
 
-/// Gives a new file its size: allocated (where the filesystem can; sparse otherwise), or sparse.
+/// Gives a new file its size: written with zeros and synced, or sparse.
 fn preallocate_or_extend(file: &std::fs::File, size_bytes: u64, preallocate: bool) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    if preallocate {
-        // SAFETY: fallocate on a descriptor this function borrows; no memory is passed.
-        let outcome = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size_bytes as libc::off_t) };
-        if outcome == 0 {
-            return Ok(());
-        }
-        let error = std::io::Error::last_os_error();
-        if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
-            return Err(error);
-        }
+    use std::os::unix::fs::FileExt;
+    if !preallocate {
+        return file.set_len(size_bytes);
     }
-    file.set_len(size_bytes)
+    const CHUNK_BYTES: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK_BYTES as usize];
+    let mut offset = 0;
+    while offset < size_bytes {
+        let len = CHUNK_BYTES.min(size_bytes - offset) as usize;
+        file.write_all_at(&zeros[..len], offset)?;
+        offset += len as u64;
+    }
+    file.sync_all()
 }

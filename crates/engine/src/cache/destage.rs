@@ -23,8 +23,10 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
     let urgent = cache.draining.get() || cache.forced.get() > 0;
     // Looking for old data means scanning every extent: only while a tick found some.
     let old_before = if cache.aging.get() { Instant::now().checked_sub(cache.age_limit.get()) } else { None };
+    let reclaiming = journal_short_of_room(cache);
     while cache.runs_in_flight.get() < RUNS_IN_FLIGHT_MAX {
-        let Some((vd, offset, pieces)) = pick_run(cache, urgent, old_before) else { break };
+        let picked = if reclaiming { pick_oldest(cache) } else { None };
+        let Some((vd, offset, pieces)) = picked.or_else(|| pick_run(cache, urgent, old_before)) else { break };
         cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);
         let reactor2 = Rc::clone(reactor);
         reactor.spawn(async move { destage_run(reactor2, vd, offset, pieces).await });
@@ -89,6 +91,77 @@ fn pick_run(cache: &ShardCache, urgent: bool, old_before: Option<Instant>) -> Op
         }
     }
     None
+}
+
+/// Whether the journal's records span more than half its ring: space comes back only as the
+/// oldest records' data reaches the members, so destaging goes oldest first until it is not.
+/// (In LBA order alone, the oldest record waits for a full sweep of the cache, and writers for
+/// journal room with it.)
+fn journal_short_of_room(cache: &ShardCache) -> bool {
+    cache.journal().is_some_and(|journal| {
+        let (used_bytes, capacity_bytes) = journal.usage();
+        used_bytes > capacity_bytes / 2
+    })
+}
+
+/// Extents found per look for the oldest records (a look scans every extent).
+const RECLAIM_BATCH: usize = 64;
+
+/// A run that starts with the extent holding the oldest journal record still cached (of those
+/// not being destaged), and goes on over its contiguous neighbours.
+fn pick_oldest(cache: &ShardCache) -> Option<Run> {
+    if cache.reclaim.borrow().is_empty() {
+        find_oldest(cache);
+    }
+    let mut vds = cache.vds.borrow_mut();
+    while let Some((instance, offset, id)) = cache.reclaim.borrow_mut().pop_front() {
+        let Some(entry) = vds.get_mut(&instance) else { continue };
+        if !entry.dirty.holds(offset, id) {
+            continue;
+        }
+        let run = run_from(entry, offset);
+        let Some(end) = run.last().map(|(o, e)| o + e.len_bytes) else { continue };
+        entry.busy.push(offset..end);
+        return Some((Arc::clone(&entry.vd), offset, run));
+    }
+    None
+}
+
+/// Fills the reclaim queue with the [`RECLAIM_BATCH`] extents that hold the oldest records.
+fn find_oldest(cache: &ShardCache) {
+    let mut oldest: std::collections::BinaryHeap<(u64, u64, u64, u64)> = std::collections::BinaryHeap::new();
+    for (&instance, entry) in cache.vds.borrow().iter() {
+        for (offset, extent) in entry.dirty.candidates(0) {
+            let Some(sequence) = extent.sequence.iter().chain(&extent.superseded).min() else { continue };
+            if oldest.len() < RECLAIM_BATCH || oldest.peek().is_some_and(|top| *sequence < top.0) {
+                oldest.push((*sequence, instance, offset, extent.id));
+                if oldest.len() > RECLAIM_BATCH {
+                    oldest.pop();
+                }
+            }
+        }
+    }
+    let mut queue = cache.reclaim.borrow_mut();
+    queue.extend(oldest.into_sorted_vec().into_iter().map(|(_, instance, offset, id)| (instance, offset, id)));
+}
+
+/// The run from the extent at `offset` over its contiguous, idle neighbours (empty if that
+/// extent is being destaged).
+fn run_from(entry: &super::VdCache, offset: u64) -> Vec<(u64, Extent)> {
+    let busy = |o: u64, e: &Extent| entry.busy.iter().any(|r| o < r.end && r.start < o + e.len_bytes);
+    let limit = RUN_BYTES_MAX.max(row_bytes(&entry.vd));
+    let mut run: Vec<(u64, Extent)> = Vec::new();
+    for (o, extent) in entry.dirty.candidates(offset) {
+        let follows = match run.last() {
+            None => o == offset,
+            Some((last, e)) => last + e.len_bytes == o && run_bytes(&run) + extent.len_bytes <= limit,
+        };
+        if !follows || busy(o, extent) {
+            break;
+        }
+        run.push((o, extent.clone()));
+    }
+    run
 }
 
 fn run_bytes(run: &[(u64, Extent)]) -> u64 {

@@ -87,6 +87,9 @@ pub struct ShardCache {
     destaged_to: RefCell<HashMap<u64, Arc<VirtualDrive>>>,
     /// Clean data (read and read ahead), in the room dirty data leaves.
     clean: RefCell<clean::CleanLines>,
+    /// The extents holding the journal's oldest records, to destage first while the journal
+    /// is short of room: (VD instance, offset, extent id), oldest first.
+    reclaim: RefCell<std::collections::VecDeque<(u64, u64, u64)>>,
 }
 
 impl Default for ShardCache {
@@ -112,6 +115,7 @@ impl ShardCache {
             admission: Admission::default(),
             destaged_to: RefCell::new(HashMap::new()),
             clean: RefCell::new(clean::CleanLines::default()),
+            reclaim: RefCell::new(std::collections::VecDeque::new()),
         }
     }
 
