@@ -77,7 +77,9 @@ async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
         *view = buf.expect("read returns its buffer");
         match result {
             Ok(()) => {
-                repair_copies(env, &repair, view).await;
+                if !repair.is_empty() {
+                    repair_under_lock(env, row, piece, &repair, avoid).await;
+                }
                 return Ok(());
             }
             Err(error) => {
@@ -89,6 +91,20 @@ async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
         }
     }
     Err(env.vd.offline_error())
+}
+
+/// Writes a good copy of `piece` over the copies that failed to read it (md's read repair),
+/// read again under the row lock: the read that found the error took no lock, and a write may
+/// have landed on every copy since; writing back what that read returned would put older data
+/// over newer on the repaired copy. Nothing is repaired if the good copy cannot be read now.
+async fn repair_under_lock(env: &Env, row: &Row, piece: &DataPiece, repair: &[(usize, u64)], avoid: MemberSet) {
+    let _lock = env.lock_row(row.map.row).await;
+    let unavailable = env.vd.unavailable_for_read(row.map.row).union(avoid);
+    let Some((member, offset_bytes)) = choose_copy(env, row, piece, unavailable) else { return };
+    let (result, buf) = member_io(env, member, DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(piece.len_bytes as usize) }).await;
+    if result.is_ok() {
+        repair_copies(env, repair, &buf.expect("read returns its buffer")).await;
+    }
 }
 
 async fn mirror_write(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {

@@ -150,19 +150,37 @@ pub(super) async fn member_io(env: &Env, index: usize, op: DriveOp) -> (Result<(
     (done.result, done.buf)
 }
 
-/// Runs member operations concurrently. Returns the buffers in order and the first error.
+/// Runs member operations concurrently. Returns the buffers in order and the first error, for
+/// the caller to book; see [`first_error_booking_writes`] for the others.
 pub(super) async fn run_all(env: &Env, ops: Vec<(usize, DriveOp)>) -> (Vec<Option<IoBuf>>, Option<AttemptError>) {
     let kinds: Vec<(usize, OpKind)> = ops.iter().map(|(index, op)| (*index, op.kind())).collect();
     let results = join_all(ops.into_iter().map(|(index, op)| member_io(env, index, op))).await;
-    let mut first_error = None;
+    let mut errors = Vec::new();
     let mut bufs = Vec::with_capacity(results.len());
     for ((index, kind), (result, buf)) in kinds.into_iter().zip(results) {
-        if let (Err(error), None) = (result, &first_error) {
-            first_error = Some(AttemptError::Member { index, kind, error });
+        if let Err(error) = result {
+            errors.push((index, kind, error));
         }
         bufs.push(buf);
     }
-    (bufs, first_error)
+    (bufs, first_error_booking_writes(env, errors))
+}
+
+/// The first of an attempt's member errors, to be booked by the caller; every other member
+/// that failed a write (or flush) is booked now. Such a member holds stale data where the
+/// attempt wrote: a retry that still counted it in service would compute parity from it (a
+/// RAID6 row that lost a data strip's and P's writes in one attempt would rebuild the strip
+/// from the old P, and write the garbage into Q). A member that failed a read needs no haste:
+/// its data is not used, and the retry meets the error again.
+pub(super) fn first_error_booking_writes(env: &Env, errors: Vec<(usize, OpKind, DriveError)>) -> Option<AttemptError> {
+    let mut errors = errors.into_iter();
+    let (index, kind, error) = errors.next()?;
+    for (other, other_kind, other_error) in errors {
+        if other_kind != OpKind::Read {
+            env.vd.member_error(other, other_kind, &other_error);
+        }
+    }
+    Some(AttemptError::Member { index, kind, error })
 }
 
 pub(super) fn read_op(offset_bytes: u64, len_bytes: usize) -> DriveOp {

@@ -229,10 +229,8 @@ async fn replayed_data_only(env: &Env, row: &Row, views: &mut [IoBuf], absent: M
     let places: Vec<usize> = writes.iter().map(|(member, _)| *member).collect();
     let done = join_all(writes.into_iter().map(|(member, op)| super::row::member_io(env, member, op))).await;
     // A member that fails is booked by the caller and the row tried again without it.
-    match places.into_iter().zip(done).find_map(|(index, (result, _))| result.err().map(|error| (index, error))) {
-        Some((index, error)) => Err(AttemptError::Member { index, kind: OpKind::Write, error }),
-        None => Ok(()),
-    }
+    let errors = places.into_iter().zip(done).filter_map(|(index, (result, _))| result.err().map(|error| (index, OpKind::Write, error)));
+    super::row::first_error_booking_writes(env, errors.collect()).map_or(Ok(()), Err)
 }
 
 /// Reads columns `[lo, hi)` of every member of the row's span that is available and recovers
