@@ -3,8 +3,9 @@
 //! One run is a pure function of its seed: the seed picks a level, a drive count, a strip size,
 //! a workload, its faults and its crashes, and it orders every drive completion (through
 //! [`engine::CompletionOrder`]), so a failing seed replays exactly with `storc-sim --seed N`
-//! (`STORC_SIM_TRACE=1` prints its configuration and each operation's requests in flight and
-//! dirty cache bytes).
+//! (`STORC_SIM_TRACE=1` prints its configuration, each operation's requests in flight and
+//! dirty cache bytes, each fault as it is injected, and the member states before the final
+//! verification).
 //!
 //! A run drives the real engine paths ([`engine::LocalEngine`]) over memory drives with a
 //! volatile write cache ([`crate::drive::VolatileDrive`]) wrapped in fault injection, and

@@ -533,6 +533,9 @@ impl Sim {
                 format!("member {member} write errors {range:?}")
             }
         };
+        if std::env::var_os("STORC_SIM_TRACE").is_some() {
+            eprintln!("  fault: {description}");
+        }
         self.faults.push(description);
     }
 

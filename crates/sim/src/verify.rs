@@ -12,6 +12,10 @@ impl Sim {
     /// written wrong cannot hide behind a healthy member.
     pub fn verify_everything(&mut self) -> Result<(), String> {
         self.settle_floating();
+        if std::env::var_os("STORC_SIM_TRACE").is_some() {
+            let states: Vec<String> = self.vd.members().iter().map(|m| format!("{:?}", m.state())).collect();
+            eprintln!("  members before verification: {states:?}");
+        }
         self.check_every_row()?;
         self.read_all("whole read")?;
         for member in 0..self.config.drive_count {

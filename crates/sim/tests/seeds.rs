@@ -46,8 +46,8 @@ fn seeded_runs_across_every_level_match_the_model() {
 /// a member's rebuilt rows, consistency checks while clients write, power cuts at every level,
 /// most of them tearing writes, some in the middle of a rebuild, resyncs that had something
 /// to repair, background initializations over old data, while clients wrote and across a
-/// crash that left regions for the restart to finish, and journals replayed after crashes or
-/// failing amid the writes.
+/// crash that left regions for the restart to finish, journals replayed after crashes or
+/// failing amid the writes, and reads served from clean lines and read-ahead.
 /// (Fractions of each level's runs, so that any `STORC_SIM_RUNS` of a few hundred per level
 /// holds them.)
 fn assert_every_level_crashes(coverage: &sim::Coverage) {
@@ -59,6 +59,9 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
         // The cache's journal: replayed into the VD after a crash, and failing amid the writes.
         assert!(percent(c.journal_replayed) >= 30, "{level}: only {} of {} runs replayed a journal", c.journal_replayed, c.runs);
         assert!(percent(c.journal_detached) >= 8, "{level}: only {} of {} runs detached a failed journal", c.journal_detached, c.runs);
+        // The read side: reads served from clean lines, and read-ahead, amid the writes.
+        assert!(percent(c.clean_hits) >= 30, "{level}: only {} of {} runs had clean hits", c.clean_hits, c.runs);
+        assert!(percent(c.read_ahead) >= 40, "{level}: only {} of {} runs read ahead", c.read_ahead, c.runs);
         if !matches!(level, Level::Raid0 | Level::Jbod) {
             // A parity rebuild gives up at a region a crash left unsynced while the member was
             // out (nothing is reconstructed from parity that may be stale), so fewer finish.
