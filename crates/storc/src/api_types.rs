@@ -141,6 +141,13 @@ pub struct JournalView {
     pub reason: Option<String>,
     /// The controller cache (`--cache-size`) and what of it is dirty now.
     pub cache_bytes: u64,
+    pub dirty_bytes: u64,
+    /// Clean data held (read and read ahead), reads served from the cache and not, and the
+    /// bytes read ahead, since the start.
+    pub clean_bytes: u64,
+    pub read_hits: u64,
+    pub read_misses: u64,
+    pub read_ahead_bytes: u64,
 }
 
 /// `/c0 set journal=DEVICE`: a journal assigned at run time.

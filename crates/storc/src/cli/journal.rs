@@ -21,6 +21,10 @@ pub fn report(description: &str, view: &JournalView, answer: &Value) -> Report {
         ("Used", format!("{} of {} ({used_percent:.1}%)", mib(view.used_bytes), mib(view.ring_bytes))),
         ("Replayed At Start", format!("{} records, {}", view.replayed_records, mib(view.replayed_bytes))),
         ("Cache Size", mib(view.cache_bytes)),
+        ("Cache Dirty", mib(view.dirty_bytes)),
+        ("Cache Clean", mib(view.clean_bytes)),
+        ("Read Hits/Misses", format!("{}/{}", view.read_hits, view.read_misses)),
+        ("Read Ahead", mib(view.read_ahead_bytes)),
         ("Write Policy In Effect", write_back.to_string()),
         ("Reason", view.reason.clone().unwrap_or_else(|| "-".into())),
     ];

@@ -6,8 +6,10 @@ use crate::api_types::{AttachJournal, JournalView};
 use axum::extract::State;
 use std::sync::Arc;
 
+/// Blocks on the shards for the cache's counters: called off the async runtime.
 fn journal_view(state: &Shared) -> JournalView {
     let view = state.controller.journal_view();
+    let cache = state.controller.engine().cache_stats();
     JournalView {
         state: view.state.short_name().to_string(),
         source: view.source,
@@ -19,16 +21,21 @@ fn journal_view(state: &Shared) -> JournalView {
         replayed_bytes: view.replay.data_bytes,
         reason: view.reason,
         cache_bytes: state.controller.engine().cache_bytes(),
+        dirty_bytes: cache.dirty_bytes,
+        clean_bytes: cache.clean.bytes,
+        read_hits: cache.clean.hits,
+        read_misses: cache.clean.misses,
+        read_ahead_bytes: cache.clean.read_ahead_bytes,
     }
 }
 
 pub(super) async fn journal(State(state): State<Shared>) -> Reply<JournalView> {
-    ok(journal_view(&state))
+    ok(blocking(move || Ok(journal_view(&state))).await?)
 }
 
 pub(super) async fn attach_journal(State(state): State<Shared>, ApiJson(body): ApiJson<AttachJournal>) -> Reply<JournalView> {
     let offer = super::drives::open_journal(&body.source).map_err(|e| bad(e.replacen("--journal", "journal=", 1)))?;
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.attach_journal(offer)).await?;
-    ok(journal_view(&state))
+    ok(blocking(move || Ok(journal_view(&state))).await?)
 }
