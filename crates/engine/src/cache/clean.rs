@@ -42,6 +42,9 @@ struct Line {
 pub(crate) struct Fill {
     vd: u64,
     range: Range<u64>,
+    /// [`crate::VirtualDrive::init_epoch`] when it began: an initialization since (which
+    /// writes the members behind the cache's back) makes what it read worthless.
+    pub init_epoch: u64,
     prefetch: bool,
     poisoned: Cell<bool>,
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
@@ -205,9 +208,9 @@ impl CleanLines {
         self.invalidate(vd, &range);
     }
 
-    pub fn begin_fill(&mut self, vd: u64, range: Range<u64>, prefetch: bool) -> Rc<Fill> {
+    pub fn begin_fill(&mut self, vd: u64, range: Range<u64>, prefetch: bool, init_epoch: u64) -> Rc<Fill> {
         let poisoned = self.direct_writes.iter().any(|(_, v, r)| *v == vd && overlaps(r, &range));
-        let fill = Rc::new(Fill { vd, range, prefetch, poisoned: Cell::new(poisoned), waiters: RefCell::new(Vec::new()) });
+        let fill = Rc::new(Fill { vd, range, init_epoch, prefetch, poisoned: Cell::new(poisoned), waiters: RefCell::new(Vec::new()) });
         self.fills.push(Rc::clone(&fill));
         fill
     }
@@ -298,8 +301,8 @@ mod tests {
     fn a_write_updates_what_is_held_and_poisons_fills_in_flight() {
         let mut clean = CleanLines::default();
         clean.insert(1, 0, &pattern(LINE_BYTES as usize, 1), ROOM);
-        let fill = clean.begin_fill(1, LINE_BYTES..2 * LINE_BYTES, false);
-        let other = clean.begin_fill(1, 4 * LINE_BYTES..5 * LINE_BYTES, false);
+        let fill = clean.begin_fill(1, LINE_BYTES..2 * LINE_BYTES, false, 0);
+        let other = clean.begin_fill(1, 4 * LINE_BYTES..5 * LINE_BYTES, false, 0);
         let write = pattern(2 * LINE_BYTES as usize, 9);
         clean.update(1, 100, &write[..LINE_BYTES as usize]);
         assert!(fill.is_poisoned() && !other.is_poisoned());
@@ -316,10 +319,10 @@ mod tests {
         let mut out = vec![0; 4096];
         assert!(!clean.copy_out(1, 8192..12288, &mut out));
         assert!(clean.copy_out(1, 0..4096, &mut out), "other pages stay");
-        let during = clean.begin_fill(1, 0..LINE_BYTES, false);
+        let during = clean.begin_fill(1, 0..LINE_BYTES, false, 0);
         assert!(during.is_poisoned());
         clean.end_direct_write(id);
-        assert!(!clean.begin_fill(1, 0..LINE_BYTES, false).is_poisoned());
+        assert!(!clean.begin_fill(1, 0..LINE_BYTES, false, 0).is_poisoned());
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub(super) async fn read(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_byt
 /// Reads `range` (owned by this shard) into the clean cache, unless it is held or on its way
 /// already, or too many read-aheads are in flight.
 pub(crate) async fn prefetch(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, range: Range<u64>) {
-    if vd.is_retired() || vd.state() == crate::VdState::Offline {
+    if vd.is_retired() || vd.is_initializing() || vd.state() == crate::VdState::Offline {
         return;
     }
     let cache = Rc::clone(reactor.cache());
@@ -113,7 +113,7 @@ impl ShardCache {
             Some(cache) => cache.dirty.overlapping(range.clone()).map(|(o, e)| (o, e.clone())).collect(),
             None => Vec::new(),
         };
-        let fill = keep.then(|| self.clean.borrow_mut().begin_fill(vd.instance_id(), range.clone(), prefetch));
+        let fill = keep.then(|| self.clean.borrow_mut().begin_fill(vd.instance_id(), range.clone(), prefetch, vd.init_epoch()));
         (snapshot, fill)
     }
 
@@ -122,7 +122,8 @@ impl ShardCache {
     fn end_member_read(&self, vd: &VirtualDrive, fill: Option<Rc<Fill>>, range: &Range<u64>, data: Option<&IoBuf>) {
         let Some(fill) = fill else { return };
         let mut clean = self.clean.borrow_mut();
-        if let Some(data) = data.filter(|_| !fill.is_poisoned() && !vd.is_retired()) {
+        let current = !fill.is_poisoned() && !vd.is_retired() && !vd.is_initializing() && vd.init_epoch() == fill.init_epoch;
+        if let Some(data) = data.filter(|_| current) {
             let room = self.limit_bytes.get().saturating_sub(self.bytes.get());
             clean.insert(vd.instance_id(), range.start, data.as_slice(), room);
         }

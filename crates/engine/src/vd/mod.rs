@@ -173,9 +173,12 @@ pub struct VirtualDrive {
     state_change: Mutex<()>,
     /// Where member failures found by I/O are reported (the controller's watcher).
     notifier: std::sync::OnceLock<crossbeam_channel::Sender<MemberEvent>>,
-    /// Set once the VD is deleted: every request fails from then on.
     /// A full initialization writes its members: client requests are refused meanwhile.
     initializing: AtomicBool,
+    /// Counts initializations begun and ended: data read before a change of it may be older
+    /// than what the members hold (the cache keeps no such data).
+    init_epoch: AtomicU64,
+    /// Set once the VD is deleted: every request fails from then on.
     retired: AtomicBool,
     /// When a client last submitted a request, in ns since [`clock_epoch`]: background
     /// operations slow down to their rate while clients are busy.
@@ -254,6 +257,7 @@ impl VirtualDrive {
             notifier: std::sync::OnceLock::new(),
             retired: AtomicBool::new(false),
             initializing: AtomicBool::new(false),
+            init_epoch: AtomicU64::new(0),
             last_client_request_ns: AtomicU64::new(0),
             requests_in_flight: AtomicUsize::new(0),
             acks: Mutex::new(AckGate::default()),

@@ -89,7 +89,13 @@ impl VirtualDrive {
     /// A full initialization starts (`true`) or ends: client requests are refused meanwhile
     /// (wait for those in flight with [`VirtualDrive::wait_idle`]).
     pub fn set_initializing(&self, initializing: bool) {
+        self.init_epoch.fetch_add(1, Ordering::AcqRel);
         self.initializing.store(initializing, Ordering::Release);
+    }
+
+    /// Changes whenever an initialization begins or ends.
+    pub fn init_epoch(&self) -> u64 {
+        self.init_epoch.load(Ordering::Acquire)
     }
 
     pub fn is_initializing(&self) -> bool {
