@@ -8,7 +8,7 @@
 mod common;
 
 use common::api_types::{AddHotSpare, ControllerView, SetVd, VdView};
-use common::{Daemon, Scratch, MIB};
+use common::{block_contents, Daemon, Rng, Scratch, MIB};
 use nbd::{Client, ClientConfig, NbdUri};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,21 +24,6 @@ const WRITES_PER_FLUSH: usize = 4;
 const CYCLES_DEFAULT: u32 = 20;
 const VD_NAMES: [&str; 2] = ["db", "db-renamed"];
 
-/// A tiny deterministic generator (xorshift64*), so that a failing cycle can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, upper: u64) -> u64 {
-        self.next() % upper
-    }
-}
-
 /// What each block may hold: the version last made durable by an acknowledged flush, and a
 /// version written after it whose write or flush the crash may have cut short.
 #[derive(Default, Clone, Copy)]
@@ -47,19 +32,8 @@ struct BlockModel {
     pending_version: Option<u64>,
 }
 
-/// The contents of `block` at `version`; version 0 is the zeros of a block never written.
 fn contents(block: u64, version: u64) -> Vec<u8> {
-    if version == 0 {
-        return vec![0; BLOCK_BYTES];
-    }
-    let mut rng = Rng(block.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version ^ 1);
-    let mut bytes = Vec::with_capacity(BLOCK_BYTES);
-    while bytes.len() < BLOCK_BYTES {
-        bytes.extend_from_slice(&rng.next().to_le_bytes());
-    }
-    bytes[..8].copy_from_slice(&block.to_le_bytes());
-    bytes[8..16].copy_from_slice(&version.to_le_bytes());
-    bytes
+    block_contents(block, version, BLOCK_BYTES)
 }
 
 fn block_offset_bytes(block: u64, vd_bytes: u64) -> u64 {

@@ -9,7 +9,7 @@
 mod common;
 
 use common::api_types::{JournalView, SetVd, VdView};
-use common::{Daemon, Scratch, MIB};
+use common::{block_contents, Daemon, Rng, Scratch, MIB};
 use nbd::{Client, ClientConfig, NbdUri};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,21 +20,6 @@ const DRIVE_BYTES: u64 = 96 * MIB;
 const BLOCK_BYTES: usize = 16 << 10;
 const BLOCK_COUNT: u64 = 512;
 const KILLS_DEFAULT: u32 = 20;
-
-/// xorshift64*, so that a failing kill can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, upper: u64) -> u64 {
-        self.next() % upper
-    }
-}
 
 /// What a block may hold: the version last acknowledged, and one written after it that the
 /// kill may have cut short.
@@ -53,17 +38,7 @@ struct Tally {
 }
 
 fn contents(block: u64, version: u64) -> Vec<u8> {
-    if version == 0 {
-        return vec![0; BLOCK_BYTES];
-    }
-    let mut rng = Rng(block.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version ^ 1);
-    let mut bytes = Vec::with_capacity(BLOCK_BYTES);
-    while bytes.len() < BLOCK_BYTES {
-        bytes.extend_from_slice(&rng.next().to_le_bytes());
-    }
-    bytes[..8].copy_from_slice(&block.to_le_bytes());
-    bytes[8..16].copy_from_slice(&version.to_le_bytes());
-    bytes
+    block_contents(block, version, BLOCK_BYTES)
 }
 
 /// Blocks are spread over the VD, most of them sharing rows with others (partial-stripe

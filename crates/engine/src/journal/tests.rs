@@ -121,6 +121,26 @@ fn raid5(members: &[Arc<dyn drive::Drive>]) -> Arc<VirtualDrive> {
     Arc::new(VirtualDrive::new(3, "v3", layout, members.to_vec()).unwrap())
 }
 
+fn mem_members() -> Vec<Arc<dyn drive::Drive>> {
+    (0..4).map(|_| Arc::new(MemDrive::new(MEMBER_BYTES)) as Arc<dyn drive::Drive>).collect()
+}
+
+fn two_shards() -> EngineConfig {
+    EngineConfig { shard_count: 2, ..EngineConfig::default() }
+}
+
+/// An engine of two shards with a blank journal on `journal_drive` and a WB RAID5 over
+/// `members`.
+fn write_back_rig(members: &[Arc<dyn drive::Drive>], journal_drive: &Arc<dyn drive::Drive>) -> (Engine, Arc<VirtualDrive>, Journal) {
+    let engine = Engine::start(two_shards()).unwrap();
+    let vd = raid5(members);
+    let journal = Journal::open(Arc::clone(journal_drive), CONTROLLER, 2, 0, &mut |_| panic!("blank")).unwrap();
+    journal.finish_replay().unwrap();
+    engine.set_journal(Some(&journal));
+    vd.set_write_policy(WritePolicy::WriteBack);
+    (engine, vd, journal)
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -129,20 +149,14 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// destaged: the age limit had not passed), and back after replay.
 #[test]
 fn write_back_data_only_in_the_journal_is_replayed_after_a_crash() {
-    let members: Vec<Arc<dyn drive::Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(MEMBER_BYTES)) as Arc<dyn drive::Drive>).collect();
+    let members = mem_members();
     let journal_drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
-    let config = EngineConfig { shard_count: 2, ..EngineConfig::default() };
     let trusted;
     let writes: Vec<(u64, Vec<u8>)> =
         vec![(0, pattern(64 * KIB as usize, 1)), (4 * MIB, pattern(3 * MIB as usize, 2)), (8 * KIB, pattern(4 * KIB as usize, 3))];
     {
-        let engine = Engine::start(config).unwrap();
-        let vd = raid5(&members);
-        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, 0, &mut |_| panic!("blank")).unwrap();
-        journal.finish_replay().unwrap();
+        let (engine, vd, journal) = write_back_rig(&members, &journal_drive);
         trusted = journal.journal_id();
-        engine.set_journal(Some(&journal));
-        vd.set_write_policy(WritePolicy::WriteBack);
         for (offset, data) in &writes {
             engine.write_at(&vd, *offset, data).unwrap();
         }
@@ -151,7 +165,7 @@ fn write_back_data_only_in_the_journal_is_replayed_after_a_crash() {
         // Dropped at once: nothing was old enough to destage.
     }
     let vd = raid5(&members);
-    let plain = Engine::start(config).unwrap();
+    let plain = Engine::start(two_shards()).unwrap();
     let before = plain.read_at(&vd, 8 * KIB, 4096).unwrap();
     assert_ne!(before.as_slice(), &writes[2].1[..], "the data never reached the members");
     let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, trusted, &mut |record| {
@@ -174,19 +188,13 @@ fn write_back_data_only_in_the_journal_is_replayed_after_a_crash() {
 /// the journal, and a crash afterwards has nothing to replay.
 #[test]
 fn destaged_data_is_on_the_members_and_the_checkpoint_empties_the_journal() {
-    let members: Vec<Arc<dyn drive::Drive>> = (0..4).map(|_| Arc::new(MemDrive::new(MEMBER_BYTES)) as Arc<dyn drive::Drive>).collect();
+    let members = mem_members();
     let journal_drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
-    let config = EngineConfig { shard_count: 2, ..EngineConfig::default() };
     let data = pattern(2 * MIB as usize, 9);
     let trusted;
     {
-        let engine = Engine::start(config).unwrap();
-        let vd = raid5(&members);
-        let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, 0, &mut |_| panic!("blank")).unwrap();
-        journal.finish_replay().unwrap();
+        let (engine, vd, journal) = write_back_rig(&members, &journal_drive);
         trusted = journal.journal_id();
-        engine.set_journal(Some(&journal));
-        vd.set_write_policy(WritePolicy::WriteBack);
         for chunk in 0..(data.len() / 8192) {
             engine.write_at(&vd, chunk as u64 * 8192, &data[chunk * 8192..(chunk + 1) * 8192]).unwrap();
         }
@@ -196,7 +204,7 @@ fn destaged_data_is_on_the_members_and_the_checkpoint_empties_the_journal() {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
-    let plain = Engine::start(config).unwrap();
+    let plain = Engine::start(two_shards()).unwrap();
     let vd = raid5(&members);
     let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, trusted, &mut |_| panic!("nothing to replay")).unwrap();
     assert_eq!(journal.replay_report().records, 0);

@@ -46,7 +46,7 @@ pub struct Args {
     /// Engine shards (default: one per core).
     #[arg(long)]
     shards: Option<usize>,
-    /// The cache's journal (its battery): a file (created at 1 GiB, allocated, if missing), a block
+    /// The cache's journal (its battery): a file (created at 1 GiB, zero-filled, if missing), a block
     /// device, or an emulated SSD (ssd:sata|sas|nvme:SIZE). Without one, WB VDs run WT.
     #[arg(long)]
     journal: Vec<String>,

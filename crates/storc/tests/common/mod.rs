@@ -495,3 +495,36 @@ pub fn nbdinfo_export_size(text: &str) -> u64 {
         .and_then(|size| size.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no export-size in nbdinfo output:\n{text}"))
 }
+
+/// A tiny deterministic generator (xorshift64*), so that a failing cycle or kill can be
+/// replayed from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, upper: u64) -> u64 {
+        self.next() % upper
+    }
+}
+
+/// The `len_bytes` contents of `block` at `version`, named by both in its first 16 bytes;
+/// version 0 is the zeros of a block never written.
+pub fn block_contents(block: u64, version: u64, len_bytes: usize) -> Vec<u8> {
+    if version == 0 {
+        return vec![0; len_bytes];
+    }
+    let mut rng = Rng(block.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version ^ 1);
+    let mut bytes = Vec::with_capacity(len_bytes);
+    while bytes.len() < len_bytes {
+        bytes.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    bytes[..8].copy_from_slice(&block.to_le_bytes());
+    bytes[8..16].copy_from_slice(&version.to_le_bytes());
+    bytes
+}
