@@ -2,7 +2,7 @@
 //! follow. See the module above for the rules it keeps.
 
 use super::extents::Extent;
-use super::{release_extent, ShardCache, RUNS_IN_FLIGHT_MAX, RUN_BYTES_MAX};
+use super::{release_extent, ShardCache, BACKGROUND_RUNS_IN_FLIGHT_MAX, RUNS_IN_FLIGHT_MAX, RUN_BYTES_MAX};
 use crate::io;
 use crate::runtime::Reactor;
 use crate::vd::{VdRequest, VirtualDrive};
@@ -24,7 +24,8 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
     // Looking for old data means scanning every extent: only while a tick found some.
     let old_before = if cache.aging.get() { Instant::now().checked_sub(cache.age_limit.get()) } else { None };
     let reclaiming = journal_short_of_room(cache);
-    while cache.runs_in_flight.get() < RUNS_IN_FLIGHT_MAX {
+    let runs_max = if urgent { RUNS_IN_FLIGHT_MAX } else { BACKGROUND_RUNS_IN_FLIGHT_MAX };
+    while cache.runs_in_flight.get() < runs_max {
         let picked = if reclaiming { pick_oldest(cache) } else { None };
         let Some((vd, offset, pieces)) = picked.or_else(|| pick_run(cache, urgent, old_before)) else { break };
         cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);

@@ -49,8 +49,13 @@ use std::time::{Duration, Instant};
 pub const AGE_LIMIT: Duration = Duration::from_secs(1);
 /// A destage run's largest member write (several rows of most layouts).
 pub const RUN_BYTES_MAX: u64 = 1 << 20;
-/// Destage runs in flight per shard at most.
+/// Destage runs in flight per shard at most, when writers wait for room or the cache is above
+/// its high watermark.
 pub const RUNS_IN_FLIGHT_MAX: usize = 16;
+/// Destage runs in flight per shard at most otherwise (data grown old, journal room): few, so
+/// that client reads queue behind a few destage writes on the members, not dozens (a
+/// controller's cache yields to host reads the same way).
+pub const BACKGROUND_RUNS_IN_FLIGHT_MAX: usize = 2;
 /// The default cache size of a controller: the SAS3108's 1 GiB.
 pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
 
