@@ -45,53 +45,43 @@ const AGE_SCAN_EXTENTS: usize = 64;
 /// The next run to destage: contiguous extents of one VD from its cursor on, none busy; when
 /// not urgent, only one that starts with an extent older than `old_before`.
 fn pick_run(cache: &ShardCache, urgent: bool, old_before: Option<Instant>) -> Option<Run> {
+    if !urgent && old_before.is_none() {
+        return None;
+    }
     let mut vds = cache.vds.borrow_mut();
     for entry in vds.values_mut() {
-        if !urgent && old_before.is_none() {
-            return None;
-        }
         let eligible = |e: &Extent| urgent || old_before.is_some_and(|t| e.born <= t);
-        let busy = |offset: u64, e: &Extent| entry.busy.iter().any(|r| offset < r.end && r.start < offset + e.len_bytes);
-        let mut run: Vec<(u64, Extent)> = Vec::new();
-        let mut scanned = 0;
-        let mut next_look = None;
-        for (offset, extent) in entry.dirty.candidates(entry.cursor) {
-            if run.is_empty() {
-                scanned += 1;
-                if !urgent && scanned > AGE_SCAN_EXTENTS {
-                    // Nothing old in this slice: the next look starts after it.
-                    next_look = Some(offset);
-                    break;
-                }
-            }
-            if busy(offset, extent) {
-                if run.is_empty() {
-                    continue;
-                }
+        let mut start = None;
+        for (scanned, (offset, extent)) in entry.dirty.candidates(entry.cursor).enumerate() {
+            if !urgent && scanned >= AGE_SCAN_EXTENTS {
+                // Nothing old in this slice: the next look starts after it.
+                entry.cursor = offset;
                 break;
             }
-            match run.last() {
-                None if eligible(extent) => run.push((offset, extent.clone())),
-                None => continue,
-                Some((last, e))
-                    if last + e.len_bytes == offset && run_bytes(&run) + extent.len_bytes <= RUN_BYTES_MAX.max(row_bytes(&entry.vd)) =>
-                {
-                    run.push((offset, extent.clone()))
-                }
-                Some(_) => break,
+            if eligible(extent) && !is_busy(entry, offset, extent) {
+                start = Some(offset);
+                break;
             }
         }
-        if let Some(offset) = next_look {
-            entry.cursor = offset;
-        }
-        if let Some(&(start, _)) = run.first() {
-            let end = run.last().map(|(o, e)| o + e.len_bytes).expect("a run");
-            entry.busy.push(start..end);
-            entry.cursor = end;
-            return Some((Arc::clone(&entry.vd), start, run));
+        if let Some(run) = start.and_then(|offset| take_run(entry, offset)) {
+            return Some(run);
         }
     }
     None
+}
+
+fn is_busy(entry: &super::VdCache, offset: u64, extent: &Extent) -> bool {
+    entry.busy.iter().any(|r| offset < r.end && r.start < offset + extent.len_bytes)
+}
+
+/// The run from the extent at `offset` (see [`run_from`]), marked busy, the elevator's cursor
+/// moved past it; `None` if that extent is being destaged.
+fn take_run(entry: &mut super::VdCache, offset: u64) -> Option<Run> {
+    let run = run_from(entry, offset);
+    let end = run.last().map(|(o, e)| o + e.len_bytes)?;
+    entry.busy.push(offset..end);
+    entry.cursor = end;
+    Some((Arc::clone(&entry.vd), offset, run))
 }
 
 /// Whether the journal's records span more than half its ring: space comes back only as the
@@ -120,10 +110,9 @@ fn pick_oldest(cache: &ShardCache) -> Option<Run> {
         if !entry.dirty.holds(offset, id) {
             continue;
         }
-        let run = run_from(entry, offset);
-        let Some(end) = run.last().map(|(o, e)| o + e.len_bytes) else { continue };
-        entry.busy.push(offset..end);
-        return Some((Arc::clone(&entry.vd), offset, run));
+        if let Some(run) = take_run(entry, offset) {
+            return Some(run);
+        }
     }
     None
 }
@@ -149,7 +138,6 @@ fn find_oldest(cache: &ShardCache) {
 /// The run from the extent at `offset` over its contiguous, idle neighbours (empty if that
 /// extent is being destaged).
 fn run_from(entry: &super::VdCache, offset: u64) -> Vec<(u64, Extent)> {
-    let busy = |o: u64, e: &Extent| entry.busy.iter().any(|r| o < r.end && r.start < o + e.len_bytes);
     let limit = RUN_BYTES_MAX.max(row_bytes(&entry.vd));
     let mut run: Vec<(u64, Extent)> = Vec::new();
     for (o, extent) in entry.dirty.candidates(offset) {
@@ -157,7 +145,7 @@ fn run_from(entry: &super::VdCache, offset: u64) -> Vec<(u64, Extent)> {
             None => o == offset,
             Some((last, e)) => last + e.len_bytes == o && run_bytes(&run) + extent.len_bytes <= limit,
         };
-        if !follows || busy(o, extent) {
+        if !follows || is_busy(entry, o, extent) {
             break;
         }
         run.push((o, extent.clone()));
