@@ -397,7 +397,7 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, created_fil
 fn attach_journal(spec: &VdSpec, engine: &Engine, created_files: &mut Vec<PathBuf>) -> Result<Option<Arc<dyn Drive>>, String> {
     let Some(journal_spec) = &spec.journal else { return Ok(None) };
     let drive = make_drive(journal_spec, "journal", &Arc::new(RealClock::new()), created_files)?;
-    let journal = engine::journal::Journal::open(Arc::clone(&drive), 1, engine.shard_count() as u32, 0, &mut |_| Ok(()))
+    let journal = engine::journal::Journal::open(vec![Arc::clone(&drive)], 1, engine.shard_count() as u32, 0, &mut |_| Ok(()))
         .and_then(|journal| journal.finish_replay().map(|()| journal))
         .map_err(|e| format!("journal={}: {e}", member_spec_text(journal_spec)))?;
     engine.set_journal(Some(&journal));

@@ -171,6 +171,9 @@ pub struct ControllerSettings {
     /// journal, cleared before writes go on without one that failed, so that a journal which
     /// comes back after missing writes is never replayed over them.
     pub journal_id: u64,
+    /// Legs of the trusted journal (bit per `leg_index`) that missed acknowledged records: a
+    /// leg of a mirrored pair that failed while the other went on. Never replayed.
+    pub journal_stale_legs: u8,
 }
 
 /// When consistency checks start on their own (`/c0 set cc=off|seq|conc delay=HOURS
@@ -256,6 +259,7 @@ impl Default for ControllerSettings {
             patrol: PatrolSettings::default(),
             cc_schedule: CcSchedule::default(),
             journal_id: 0,
+            journal_stale_legs: 0,
         }
     }
 }

@@ -11,12 +11,15 @@ use std::sync::Arc;
 /// deterministic simulator and unit tests drive the real I/O paths through it.
 pub struct LocalEngine {
     executor: Executor,
+    /// What runs before every turn in the control plane's place (a watcher thread in the
+    /// daemon); when it returns true the cache gets a tick.
+    watcher: Option<Box<dyn FnMut() -> bool>>,
 }
 
 impl LocalEngine {
     pub fn new(order: CompletionOrder) -> LocalEngine {
         let reactor = Reactor::new(IoCtx::without_ring(), order);
-        LocalEngine { executor: Executor::new(reactor) }
+        LocalEngine { executor: Executor::new(reactor), watcher: None }
     }
 
     /// Queues a request; `done` runs during a later [`LocalEngine::step`].
@@ -209,8 +212,16 @@ impl LocalEngine {
         self.wait_for(|engine, done| engine.check_row(vd, row, mode, done))
     }
 
-    /// One turn of the loop. Returns whether anything happened.
+    /// Runs `watcher` before every turn from now on (see [`LocalEngine::step`]).
+    pub fn set_watcher(&mut self, watcher: Option<Box<dyn FnMut() -> bool>>) {
+        self.watcher = watcher;
+    }
+
+    /// One turn of the loop, after the watcher. Returns whether anything happened.
     pub fn step(&mut self) -> bool {
+        if self.watcher.as_mut().is_some_and(|watch| watch()) {
+            crate::cache::tick(self.executor.reactor());
+        }
         self.executor.turn(false)
     }
 

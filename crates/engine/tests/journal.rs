@@ -1,7 +1,8 @@
 //! The cache's journal through the controller: write-back data that only the journal held is
 //! replayed after a crash; a journal that fails or whose file is removed is detached (WB runs
 //! WT, nothing acknowledged is lost) and never replayed afterwards; a journal assigned again
-//! brings WB back; a deleted VD's records never reach the VD that takes its id.
+//! brings WB back; a deleted VD's records never reach the VD that takes its id; a mirrored pair
+//! goes on with one leg, whose stale partner is never replayed, and is replaced at run time.
 
 mod common;
 
@@ -17,13 +18,17 @@ use std::time::{Duration, Instant};
 const DRIVE_BYTES: u64 = 64 * MIB;
 const JOURNAL_BYTES: u64 = 32 * MIB;
 
-fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], ours: Option<ControllerId>, journal: Option<JournalOffer>) -> Arc<Controller> {
+fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], ours: Option<ControllerId>, journal: Vec<JournalOffer>) -> Arc<Controller> {
     let offered = drives.iter().enumerate().map(|(i, d)| OfferedDrive { drive: Arc::clone(d), source: format!("mem{i}") }).collect();
     Controller::open(Arc::clone(engine), offered, ControllerOptions { ours, journal, ..ControllerOptions::default() }).unwrap()
 }
 
-fn mem_journal(drive: &Arc<dyn Drive>) -> Option<JournalOffer> {
-    Some(JournalOffer { drive: Arc::clone(drive), source: "mem-journal".into(), path: None })
+fn mem_journal(drive: &Arc<dyn Drive>) -> Vec<JournalOffer> {
+    vec![leg(drive, "mem-journal")]
+}
+
+fn leg(drive: &Arc<dyn Drive>, source: &str) -> JournalOffer {
+    JournalOffer { drive: Arc::clone(drive), source: source.into(), path: None }
 }
 
 fn wb_raid5(controller: &Controller) -> Arc<VirtualDrive> {
@@ -131,7 +136,7 @@ fn a_removed_journal_file_is_detached_and_a_new_one_brings_write_back_back() {
     let file = |path: &std::path::Path| {
         let config = FileDriveConfig { create_size_bytes: Some(JOURNAL_BYTES), ..FileDriveConfig::default() };
         let drive: Arc<dyn Drive> = Arc::new(FileDrive::open(path, &config).unwrap());
-        Some(JournalOffer { drive, source: path.display().to_string(), path: Some(path.to_path_buf()) })
+        vec![JournalOffer { drive, source: path.display().to_string(), path: Some(path.to_path_buf()) }]
     };
     let drives = mem_drives(4, DRIVE_BYTES);
     let engine = engine();
@@ -147,14 +152,14 @@ fn a_removed_journal_file_is_detached_and_a_new_one_brings_write_back_back() {
     check(&engine, &vd, &image, "after the removal");
 
     let other = dir.path().join("journal2.img");
-    let view = controller.attach_journal(file(&other).unwrap()).unwrap();
+    let view = controller.attach_journal(file(&other)).unwrap();
     assert_eq!(view.state, JournalState::Optimal);
     assert!(controller.journal_usable());
     assert_ne!(controller.config().settings.journal_id, 0);
     scatter(&engine, &vd, &mut image, 5, 100);
     assert!(controller.journal_view().used_bytes > 0, "WB logs to the new journal");
-    let error = controller.attach_journal(file(&dir.path().join("third.img")).unwrap()).unwrap_err();
-    assert!(error.to_string().contains("attached already"), "{error}");
+    let error = controller.attach_journal(file(&dir.path().join("third.img"))).unwrap_err();
+    assert!(error.to_string().contains("full service already"), "{error}");
     check(&engine, &vd, &image, "with the new journal");
     controller.shutdown();
 }
@@ -203,5 +208,114 @@ fn a_clean_stop_writes_the_cache_out_and_leaves_nothing_to_replay() {
     assert_eq!(controller.journal_view().replay.records, 0);
     let (_, vd) = controller.vd(0).unwrap();
     check(&engine, &vd, &image, "after a clean stop");
+    controller.shutdown();
+}
+
+/// A mirrored pair: one leg fails under write-back, the other goes on (Degraded, still WB) once
+/// the metadata names the failed one stale. After a crash the failed leg comes back holding
+/// what it held: it is not replayed, the survivor is, and nothing acknowledged is lost. A
+/// restart with the stale leg alone finds nothing it may replay and says so.
+#[test]
+fn a_mirrored_journal_goes_on_with_one_leg_and_never_replays_the_stale_one() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let failing = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
+    let legs: [Arc<dyn Drive>; 2] = [Arc::new(MemDrive::new(JOURNAL_BYTES)), Arc::clone(&failing) as Arc<dyn Drive>];
+    let pair = || vec![leg(&legs[0], "leg-a"), leg(&legs[1], "leg-b")];
+    let mut image = vec![0u8; 16 * MIB as usize];
+    let id = {
+        let engine = engine();
+        let controller = open(&engine, &drives, None, pair());
+        assert_eq!(controller.journal_view().state, JournalState::Optimal);
+        assert_eq!(controller.journal_view().legs.len(), 2);
+        let vd = wb_raid5(&controller);
+        scatter(&engine, &vd, &mut image, 1, 100);
+        failing.set_failed(true);
+        // Acknowledged only once the metadata names leg b stale (the watcher does it).
+        scatter(&engine, &vd, &mut image, 2, 200);
+        let view = controller.journal_view();
+        assert_eq!(view.state, JournalState::Degraded, "{view:?}");
+        assert!(controller.journal_usable(), "a degraded pair keeps write-back");
+        assert_eq!(controller.config().settings.journal_stale_legs, 0b10);
+        assert!(view.legs[0].in_service && !view.legs[1].in_service, "{view:?}");
+        assert!(events(&controller).iter().any(|e| e.contains("degraded")), "{:#?}", events(&controller));
+        assert!(controller.journal_view().used_bytes > 0, "records wait in the surviving leg");
+        check(&engine, &vd, &image, "from the cache");
+        controller.config().controller_id
+        // Dropped without a shutdown: most of it is only in leg a.
+    };
+    // The failed leg is back with what it held: the stale mark keeps it out of the replay.
+    failing.set_failed(false);
+    {
+        let engine = engine();
+        let controller = open(&engine, &drives, Some(id), pair());
+        let view = controller.journal_view();
+        assert!(view.replay.found && view.replay.records >= 300, "the survivor replayed everything: {view:?}");
+        assert_eq!(view.state, JournalState::Optimal, "both legs laid out anew: {view:?}");
+        assert_eq!(controller.config().settings.journal_stale_legs, 0);
+        let (_, vd) = controller.vd(0).unwrap();
+        check(&engine, &vd, &image, "after replay from the surviving leg");
+        scatter(&engine, &vd, &mut image, 3, 50);
+        // Dropped again without a shutdown: both legs hold these.
+    }
+    // Either leg alone holds every acknowledged write.
+    let engine = engine();
+    let controller = open(&engine, &drives, Some(id), vec![leg(&legs[1], "leg-b")]);
+    assert!(controller.journal_view().replay.records >= 50, "{:?}", controller.journal_view());
+    let (_, vd) = controller.vd(0).unwrap();
+    check(&engine, &vd, &image, "after replay from leg b alone");
+    controller.shutdown();
+}
+
+/// The stale leg alone: nothing is replayed from it, the event says that writes are lost, and
+/// the metadata stops trusting the journal.
+#[test]
+fn a_stale_leg_alone_is_never_replayed() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let failing = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
+    let legs: [Arc<dyn Drive>; 2] = [Arc::new(MemDrive::new(JOURNAL_BYTES)), Arc::clone(&failing) as Arc<dyn Drive>];
+    let mut image = vec![0u8; 16 * MIB as usize];
+    let id = {
+        let engine = engine();
+        let controller = open(&engine, &drives, None, vec![leg(&legs[0], "leg-a"), leg(&legs[1], "leg-b")]);
+        let vd = wb_raid5(&controller);
+        scatter(&engine, &vd, &mut image, 1, 50);
+        failing.set_failed(true);
+        scatter(&engine, &vd, &mut image, 2, 50);
+        assert_eq!(controller.config().settings.journal_stale_legs, 0b10);
+        controller.config().controller_id
+    };
+    failing.set_failed(false);
+    let engine = engine();
+    let controller = open(&engine, &drives, Some(id), vec![leg(&legs[1], "leg-b")]);
+    let view = controller.journal_view();
+    assert!(!view.replay.found && view.replay.untrusted && view.replay.records == 0, "{view:?}");
+    assert!(events(&controller).iter().any(|e| e.contains("are lost")), "{:#?}", events(&controller));
+    assert_ne!(controller.config().settings.journal_id, 0, "the new layout is trusted");
+    controller.shutdown();
+}
+
+/// A degraded pair is replaced at run time: the cache is written out, the old journal
+/// detached, the new pair laid out and trusted; a healthy journal is not replaced.
+#[test]
+fn a_degraded_pair_is_replaced_at_run_time() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let failing = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
+    let legs: [Arc<dyn Drive>; 2] = [Arc::new(MemDrive::new(JOURNAL_BYTES)), Arc::clone(&failing) as Arc<dyn Drive>];
+    let engine = engine();
+    let controller = open(&engine, &drives, None, vec![leg(&legs[0], "leg-a"), leg(&legs[1], "leg-b")]);
+    let vd = wb_raid5(&controller);
+    let mut image = vec![0u8; 16 * MIB as usize];
+    scatter(&engine, &vd, &mut image, 1, 50);
+    let healthy = controller.attach_journal(vec![leg(&legs[0], "leg-a")]).unwrap_err();
+    assert!(healthy.to_string().contains("full service already"), "{healthy}");
+    failing.set_failed(true);
+    scatter(&engine, &vd, &mut image, 2, 50);
+    assert_eq!(controller.journal_view().state, JournalState::Degraded);
+    let fresh: Arc<dyn Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let view = controller.attach_journal(vec![leg(&legs[0], "leg-a"), leg(&fresh, "leg-c")]).unwrap();
+    assert_eq!(view.state, JournalState::Optimal, "{view:?}");
+    assert_eq!(controller.config().settings.journal_stale_legs, 0);
+    scatter(&engine, &vd, &mut image, 3, 50);
+    check(&engine, &vd, &image, "with the new pair");
     controller.shutdown();
 }

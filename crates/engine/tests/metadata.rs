@@ -93,6 +93,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
         patrol,
         cc_schedule: CcSchedule { mode: CcMode::Concurrent, delay_hours: 0x0102, next_start_unix_secs: 1_800_000_777 },
         journal_id: 0x0123_4567_89ab_cdef,
+        journal_stale_legs: 0b10,
     };
     ControllerConfig { controller_id: ControllerId(controller), generation, drives, vds, hot_spares, settings }
 }
@@ -340,7 +341,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&7u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&8u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -407,8 +408,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 8), |_| UnknownVersion { found: 8, supported: 7 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 7 });
+    check_decode("unknown version", |b| set_u32(b, 8, 9), |_| UnknownVersion { found: 9, supported: 8 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 8 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -528,7 +529,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 8), "metadata format version 8 is unknown; this storc reads versions 1 to 7");
+    check("version", |b| set_u32(b, 8, 9), "metadata format version 9 is unknown; this storc reads versions 1 to 8");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -919,7 +920,16 @@ fn patrol_read_settings_are_kept_and_checked() {
                 known: "bit 0 (patrol read off), bit 1 (manual), bit 2 (SSDs included)".into(),
             },
         ),
-        (PAYLOAD + 21, 1, MetadataError::ReservedNotZero { record: counts(), field: "reserved", offset_bytes: 21 }),
+        (
+            PAYLOAD + 21,
+            4,
+            MetadataError::UnknownCode {
+                record: counts(),
+                field: "journal_stale_legs",
+                code: 4,
+                known: "bit 0 (leg 0), bit 1 (leg 1)".into(),
+            },
+        ),
         (
             PAYLOAD + 17,
             101,
@@ -970,5 +980,14 @@ fn the_consistency_check_schedule_is_kept_and_checked() {
     with_journal.config.settings.journal_id = 0xfeed_f00d;
     let bytes = encode(&with_journal, 0).unwrap();
     assert_eq!(bytes[PAYLOAD + 40..PAYLOAD + 48], 0xfeed_f00du64.to_le_bytes());
+    assert_eq!(decode(&bytes), Ok(with_journal.clone()));
+    // Version 7 kept byte 21 reserved; version 8 names the stale legs of a mirrored journal there.
+    with_journal.config.settings.journal_stale_legs = 0b01;
+    let bytes = encode(&with_journal, 0).unwrap();
+    assert_eq!(bytes[PAYLOAD + 21], 1);
     assert_eq!(decode(&bytes), Ok(with_journal));
+    let mut v7 = bytes.clone();
+    set_u32(&mut v7, 8, 7);
+    reseal(&mut v7);
+    assert_eq!(decode(&v7).err(), Some(MetadataError::ReservedNotZero { record: counts(), field: "journal_stale_legs", offset_bytes: 21 }));
 }

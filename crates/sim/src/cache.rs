@@ -8,6 +8,12 @@
 //! replays the trusted journal through the VD's write path, flushes, and lays the journal out
 //! anew.
 //!
+//! A mirrored journal may lose one leg at a seeded moment: the engine takes it out of service,
+//! and the simulator, as the controller's watcher, names it stale in "the metadata" before
+//! the engine acknowledges anything again. At a restart the failed leg may be back with what
+//! it held (stale, never to be replayed) or missing, and a healthy pair may restart with
+//! either leg alone: each leg in service holds every acknowledged write.
+//!
 //! What the oracle may rely on: a write acknowledged while a journal is attached, under WT or
 //! WB, is in the journal (WT logs before it writes the members), so it survives a crash; under
 //! AWB, or without a journal, only a completed FLUSH makes writes durable.
@@ -17,7 +23,8 @@ use engine::config::WritePolicy;
 use engine::journal::Journal;
 use engine::VdRequest;
 use layout::MIB;
-use std::cell::RefCell;
+use rand::Rng;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +33,16 @@ use std::time::Duration;
 const JOURNAL_BYTES: u64 = 4 * MIB;
 
 pub(crate) struct SimJournal {
-    pub drive: SimDrive,
+    /// One drive, or the two legs of a mirrored pair.
+    pub legs: Vec<SimDrive>,
     /// The journal id "the metadata" names (0: none is trusted).
     pub trusted_id: u64,
+    /// The legs "the metadata" names stale (the watcher records them), and which leg failed.
+    pub stale_legs: Rc<Cell<u8>>,
+    pub failed_leg: Option<usize>,
+    /// A leg failed in this run, and a restart since replayed records.
+    pub leg_failed: bool,
+    pub replayed_after_leg_failed: bool,
     /// Whether the engine has it now.
     pub attached: bool,
     /// Records replayed over every restart.
@@ -56,9 +70,14 @@ impl Sim {
         if !self.config.journal {
             return Ok(());
         }
+        let leg_count = if self.config.journal_mirrored { 2 } else { 1 };
         self.journal = Some(SimJournal {
-            drive: SimDrive::blank(JOURNAL_BYTES),
+            legs: (0..leg_count).map(|_| SimDrive::blank(JOURNAL_BYTES)).collect(),
             trusted_id: 0,
+            stale_legs: Rc::new(Cell::new(0)),
+            failed_leg: None,
+            leg_failed: false,
+            replayed_after_leg_failed: false,
             attached: false,
             replayed_records: 0,
             detached: false,
@@ -73,8 +92,8 @@ impl Sim {
         if journal.detached {
             return Ok(());
         }
-        let drive = Arc::clone(&journal.drive.faulty) as Arc<dyn drive::Drive>;
-        let trusted = journal.trusted_id;
+        let trusted = engine::journal::Trust { journal_id: journal.trusted_id, stale_legs: journal.stale_legs.get() };
+        let legs = self.legs_to_offer();
         let controller_id = self.controller_id();
         let (engine, vd) = (&mut self.engine, Arc::clone(&self.vd));
         let mut apply = |record: &engine::journal::ReplayRecord| {
@@ -85,18 +104,60 @@ impl Sim {
             })
         };
         vd.set_replaying(true);
-        let opened = Journal::open(drive, controller_id, 1, trusted, &mut apply).map_err(|e| format!("journal replay: {e}"));
+        let opened = Journal::open(legs, controller_id, 1, trusted, &mut apply).map_err(|e| format!("journal replay: {e}"));
         vd.set_replaying(false);
         let opened = opened?;
         let done = self.engine.run(&self.vd, VdRequest::Flush);
         done.result.map_err(|error| format!("flush after the journal's replay: {error}"))?;
         opened.finish_replay().map_err(|e| format!("journal layout after replay: {e}"))?;
+        if trusted.journal_id != 0 && !opened.replay_report().found {
+            return Err(format!("the trusted journal {trusted:?} was offered but not found"));
+        }
+        let trust = opened.trust();
+        opened.health().legs_recorded_stale(trust.stale_legs);
         self.engine.set_journal(Some(&opened));
         let journal = self.journal.as_mut().expect("checked above");
         journal.replayed_records += opened.replay_report().records;
-        journal.trusted_id = opened.journal_id();
+        journal.replayed_after_leg_failed |= journal.leg_failed && opened.replay_report().records > 0;
+        journal.trusted_id = trust.journal_id;
+        journal.stale_legs.set(trust.stale_legs);
         journal.attached = true;
+        let (health, recorded) = (Arc::clone(opened.health()), Rc::clone(&journal.stale_legs));
+        self.engine.set_watcher(Some(Box::new(move || watch_legs(&health, &recorded))));
         Ok(())
+    }
+
+    /// The legs offered at a (re)start. After a leg failed: the survivor alone, or both with
+    /// the failed one back holding what it held (stale). A healthy pair: both, or either alone
+    /// (each holds every acknowledged write).
+    fn legs_to_offer(&mut self) -> Vec<Arc<dyn drive::Drive>> {
+        let journal = self.journal.as_ref().expect("a journal");
+        let as_drive = |leg: &SimDrive| Arc::clone(&leg.faulty) as Arc<dyn drive::Drive>;
+        let offered: Vec<usize> = match (journal.legs.len(), journal.failed_leg) {
+            (1, _) => vec![0],
+            (_, Some(failed)) if self.rng.gen_bool(0.5) => vec![1 - failed],
+            // Not yet named stale: nothing was acknowledged without it, so it may come back
+            // alone.
+            (_, Some(failed)) if journal.stale_legs.get() & (1 << failed) == 0 && self.rng.gen_bool(0.5) => {
+                journal.legs[failed].faulty.set_failed(false);
+                vec![failed]
+            }
+            (_, Some(failed)) => {
+                journal.legs[failed].faulty.set_failed(false);
+                vec![0, 1]
+            }
+            (_, None) => [vec![0, 1], vec![0], vec![1]][self.rng.gen_range(0..3)].clone(),
+        };
+        let journal = self.journal.as_mut().expect("a journal");
+        if offered.len() == 1 && journal.legs.len() == 2 {
+            // The one left out is gone for good: the pair is the one offered from now on.
+            journal.legs = vec![journal.legs.swap_remove(offered[0])];
+            journal.failed_leg = None;
+        } else if journal.failed_leg.is_some() {
+            // Back, and laid out anew with the other at this start.
+            journal.failed_leg = None;
+        }
+        journal.legs.iter().map(as_drive).collect()
     }
 
     /// At the seeded operation the journal fails; the controller's part: write the cache out
@@ -106,7 +167,7 @@ impl Sim {
             return Ok(());
         }
         let Some(journal) = &self.journal else { return Ok(()) };
-        journal.drive.faulty.set_failed(true);
+        journal.legs.iter().for_each(|leg| leg.faulty.set_failed(true));
         self.faults.push("journal failed".into());
         let outcome = Rc::new(RefCell::new(None));
         let filed = Rc::clone(&outcome);
@@ -126,8 +187,25 @@ impl Sim {
         journal.trusted_id = 0;
         journal.attached = false;
         journal.detached = true;
+        self.engine.set_watcher(None);
         self.engine.set_journal(None);
         Ok(())
+    }
+
+    /// At the seeded operation one leg of a mirrored journal fails.
+    pub(crate) fn journal_leg_some(&mut self, operation: usize) {
+        if self.config.journal_leg_fail_at_operation != Some(operation) {
+            return;
+        }
+        let Some(journal) = &mut self.journal else { return };
+        if journal.legs.len() < 2 || !journal.attached {
+            return;
+        }
+        let leg = self.rng.gen_range(0..2);
+        journal.legs[leg].faulty.set_failed(true);
+        journal.failed_leg = Some(leg);
+        journal.leg_failed = true;
+        self.faults.push(format!("journal leg {leg} failed"));
     }
 
     /// Whether a write acknowledged now is durable (see the module's comment).
@@ -146,4 +224,17 @@ impl Sim {
         }
         self.open_journal()
     }
+}
+
+/// The controller's watcher, run before every turn of the engine: a leg out of service is
+/// named stale in "the metadata" (`recorded`), then the engine may acknowledge again (the
+/// returned true gives it a tick).
+fn watch_legs(health: &engine::journal::Health, recorded: &Cell<u8>) -> bool {
+    if !health.legs_pending() {
+        return false;
+    }
+    let mask = health.stale_mask();
+    recorded.set(mask);
+    health.legs_recorded_stale(mask);
+    true
 }

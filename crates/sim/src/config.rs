@@ -55,6 +55,11 @@ pub struct RunConfig {
     pub read_policy: ReadPolicy,
     /// Cached keeps what reads bring in.
     pub io_policy: IoPolicy,
+    /// The journal is a mirrored pair (when there is a journal).
+    pub journal_mirrored: bool,
+    /// The operation at which one leg of a mirrored journal fails, if one does: the other goes
+    /// on, and the failed one comes back stale at some restarts.
+    pub journal_leg_fail_at_operation: Option<usize>,
 }
 
 impl RunConfig {
@@ -99,6 +104,9 @@ impl RunConfig {
             destage_age_ms: [0, 0, 1000][rng.gen_range(0..3)],
             read_policy: ReadPolicy::ALL[rng.gen_range(0..3)],
             io_policy: IoPolicy::ALL[rng.gen_range(0..2)],
+            journal_mirrored: rng.gen_bool(0.5),
+            // In the first half, so that most such runs crash afterwards.
+            journal_leg_fail_at_operation: rng.gen_bool(0.5).then(|| rng.gen_range(0..operation_count / 2 + 1)),
         }
     }
 }

@@ -130,7 +130,7 @@ impl Sim {
         let unflushed_rows = self.model.unflushed_rows(self.vd.geometry().row_data_bytes());
         let recorded = self.recorded_members();
         let mut tally = CrashTally::default();
-        let journal = self.journal.as_ref().map(|j| &j.drive);
+        let journal = self.journal.iter().flat_map(|j| &j.legs);
         for drive in self.drives.iter().chain(self.copy.as_ref().map(|copy| &copy.target)).chain(journal) {
             tally.add(drive.cache.crash(&mut self.rng));
         }

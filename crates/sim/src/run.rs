@@ -195,6 +195,7 @@ impl Sim {
                 eprintln!("op {operation}: in flight {}, dirty {}", self.in_flight_count(), self.engine.dirty_bytes());
             }
             self.journal_some(operation)?;
+            self.journal_leg_some(operation);
             if self.config.crash_at_operations.contains(&operation) {
                 self.crash_and_restart(operation)?;
             }

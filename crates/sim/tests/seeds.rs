@@ -59,6 +59,14 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
         // The cache's journal: replayed into the VD after a crash, and failing amid the writes.
         assert!(percent(c.journal_replayed) >= 30, "{level}: only {} of {} runs replayed a journal", c.journal_replayed, c.runs);
         assert!(percent(c.journal_detached) >= 8, "{level}: only {} of {} runs detached a failed journal", c.journal_detached, c.runs);
+        // A mirrored journal replayed after one of its legs failed (from the survivor, or from
+        // a leg that failed before it was named stale).
+        assert!(
+            c.journal_leg_replayed * 1000 / c.runs.max(1) >= 10,
+            "{level}: only {} of {} runs replayed a journal after a leg failed",
+            c.journal_leg_replayed,
+            c.runs
+        );
         // The read side: reads served from clean lines, and read-ahead, amid the writes.
         assert!(percent(c.clean_hits) >= 30, "{level}: only {} of {} runs had clean hits", c.clean_hits, c.runs);
         assert!(percent(c.read_ahead) >= 40, "{level}: only {} of {} runs read ahead", c.read_ahead, c.runs);

@@ -124,7 +124,7 @@ pub struct PatrolReadView {
 /// `/c0/bbu show`, `/c0/journal show`: the cache's journal, MegaRAID's battery.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct JournalView {
-    /// "Optimal", "Failed" or "Missing".
+    /// "Optimal", "Degraded" (a mirrored pair on one leg), "Failed" or "Missing".
     pub state: String,
     /// The device, as given (`--journal` or `set journal=`); absent without one.
     pub source: Option<String>,
@@ -148,13 +148,27 @@ pub struct JournalView {
     pub read_hits: u64,
     pub read_misses: u64,
     pub read_ahead_bytes: u64,
+    /// Each device of the journal (two for a mirrored pair).
+    #[serde(default)]
+    pub legs: Vec<JournalLegView>,
+}
+
+/// One device of the journal.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JournalLegView {
+    pub source: String,
+    /// "Online" or "Failed".
+    pub state: String,
+    pub reason: Option<String>,
 }
 
 /// `/c0 set journal=DEVICE`: a journal assigned at run time.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AttachJournal {
-    /// A file path (created if missing), a block device, or `ssd:sata|sas|nvme:SIZE`.
+    /// A file path (created if missing), a block device, or `ssd:sata|sas|nvme:SIZE`; two of
+    /// them separated by a comma for a mirrored pair.
     pub source: String,
 }
 

@@ -3,6 +3,9 @@
 //! read back (under WB an acknowledgement means the journal has it), whether or not a FLUSH or
 //! FUA followed; a write cut short by the kill may read as its old or its new contents.
 //!
+//! A mirrored pair of journals loses one leg amid the writes and a kill -9 follows: nothing
+//! acknowledged is lost either.
+//!
 //! `STORC_WB_KILLS` sets the number of kills (20 by default, what CI runs); `scripts/wb-kills`
 //! runs 1000. `STORC_WB_KILLS_SEED` changes the seeded timing.
 
@@ -170,4 +173,64 @@ fn kill_9_of_a_write_back_vd_with_a_journal_never_loses_an_acknowledged_write() 
     );
     assert_eq!(lost_total, 0, "acknowledged writes lost");
     assert!(tally.acknowledged > u64::from(kills), "the writer wrote something between kills");
+}
+
+/// A mirrored pair of journal files: one leg's file is removed while a client writes under WB;
+/// the pair goes Degraded and WB goes on; kill -9; a replacement file is given for that leg at
+/// the restart, and every acknowledged write reads back, replayed from the surviving leg.
+#[test]
+fn a_mirrored_journal_survives_the_loss_of_one_leg_and_a_kill_9() {
+    let scratch = Scratch::new("wb-mirror");
+    let drives: Vec<String> =
+        (0..DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let legs = [scratch.sparse_file("ja.img", 64 * MIB), scratch.sparse_file("jb.img", 64 * MIB)];
+    let (ja, jb) = (legs[0].display().to_string(), legs[1].display().to_string());
+    let args = ["--journal", ja.as_str(), "--journal", jb.as_str(), "--cache-size", "64MiB"];
+    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+    daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
+    set_write_back(&daemon);
+    let shown = daemon.cli(&["/c0/bbu", "show"]);
+    assert!(shown.contains("Journal State = Optimal") && shown.contains("mirrored pair"), "{shown}");
+
+    let model = Arc::new(Mutex::new(vec![BlockModel::default(); BLOCK_COUNT as usize]));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (nbd, model, tally, stop) = (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&tally), Arc::clone(&stop));
+        std::thread::spawn(move || write_until_stopped(nbd, model, tally, 7, stop))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::remove_file(&legs[1]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let journal: JournalView = daemon.get("/api/v1/journal");
+        if journal.state == "Degraded" {
+            assert!(journal.legs[0].state == "Online" && journal.legs[1].state == "Failed", "{journal:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the removed leg was never noticed: {journal:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let acknowledged_at_degraded = tally.lock().unwrap().acknowledged;
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(daemon.cli(&["/c0/vall", "show"]).contains("NRWBD"), "a degraded pair keeps write-back");
+    daemon.kill9();
+    stop.store(true, Ordering::SeqCst);
+    writer.join().expect("writer");
+    let acknowledged = tally.lock().unwrap().acknowledged;
+    assert!(acknowledged > acknowledged_at_degraded, "writes went on with one leg");
+
+    // A replacement file for the lost leg.
+    scratch.sparse_file("jb.img", 64 * MIB);
+    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+    let journal: JournalView = daemon.get("/api/v1/journal");
+    assert_eq!(journal.state, "Optimal", "{journal:?}");
+    let lost = verify(&daemon, &mut model.lock().unwrap(), 1);
+    println!(
+        "mirrored journal: {acknowledged} acknowledged writes ({} after leg b was lost), {} records replayed from leg a, {lost} lost",
+        acknowledged - acknowledged_at_degraded,
+        journal.replayed_records
+    );
+    assert_eq!(lost, 0, "acknowledged writes lost");
+    daemon.stop();
 }

@@ -289,5 +289,8 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
 /// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.
 pub(crate) fn tick(reactor: &Rc<Reactor>) {
     reactor.cache().aging.set(true);
+    if let Some(journal) = reactor.cache().journal() {
+        journal.poke();
+    }
     pump(reactor);
 }

@@ -5,11 +5,13 @@
 //! (`journal_id`). It names a journal before the cache logs anything to it, and stops naming
 //! it before any write goes to the members without it (the shards hold such writes until the
 //! controller has detached a failed journal). So a journal that comes back after the members
-//! took writes without it is never replayed over them.
+//! took writes without it is never replayed over them. The same rule holds for one leg of a
+//! mirrored pair: a leg that failed while the other went on is named stale in the metadata
+//! (`journal_stale_legs`) before any record is acknowledged without it.
 
 use super::{Controller, Severity};
 use crate::config::WritePolicy;
-use crate::journal::{Journal, ReplayReport};
+use crate::journal::{Journal, LegState, ReplayReport, Trust};
 use drive::Drive;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -19,7 +21,7 @@ use std::time::Duration;
 /// How often the journal watcher looks at the journal.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
-/// A journal device the daemon opened.
+/// A journal device (or one leg of a mirrored pair) the daemon opened.
 pub struct JournalOffer {
     pub drive: Arc<dyn Drive>,
     /// What the user named (`--journal` or `set journal=`).
@@ -32,6 +34,8 @@ pub struct JournalOffer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JournalState {
     Optimal,
+    /// A mirrored pair running on one leg: write-back goes on.
+    Degraded,
     Failed,
     Missing,
 }
@@ -40,6 +44,7 @@ impl JournalState {
     pub fn short_name(self) -> &'static str {
         match self {
             JournalState::Optimal => "Optimal",
+            JournalState::Degraded => "Degraded",
             JournalState::Failed => "Failed",
             JournalState::Missing => "Missing",
         }
@@ -61,15 +66,36 @@ pub struct JournalView {
     pub replay: ReplayReport,
     /// Why it failed or is missing.
     pub reason: Option<String>,
+    /// Each leg: what the user named, whether it is in service, and why not.
+    pub legs: Vec<LegView>,
+}
+
+/// One leg of the journal in [`JournalView`].
+#[derive(Clone, Debug)]
+pub struct LegView {
+    pub source: String,
+    pub in_service: bool,
+    pub reason: Option<String>,
 }
 
 /// The journal the controller runs with.
 pub(super) struct Attached {
     journal: Journal,
+    /// Each leg's source, file and (device, inode) of that file when it was opened: a file
+    /// removed or replaced takes its leg out of service.
+    legs: Vec<AttachedLeg>,
+}
+
+struct AttachedLeg {
     source: String,
     path: Option<PathBuf>,
-    /// (device, inode) of the file when it was opened: a file removed or replaced is gone.
     inode: Option<(u64, u64)>,
+}
+
+impl Attached {
+    fn source(&self) -> String {
+        self.legs.iter().map(|leg| leg.source.as_str()).collect::<Vec<_>>().join(" + ")
+    }
 }
 
 /// The journal slot of the controller: attached, or why not.
@@ -91,13 +117,14 @@ impl Controller {
     /// At start, after assembly and before anything is served: replays the journal the
     /// metadata trusts into the VDs, flushes them, lays the journal out anew, trusts it (in the
     /// metadata) and hands it to the shards.
-    pub(super) fn open_journal(&self, offer: Option<JournalOffer>) {
-        let Some(offer) = offer else {
+    pub(super) fn open_journal(&self, offers: Vec<JournalOffer>) {
+        let trust = self.journal_trust();
+        if offers.is_empty() {
             self.journal.lock().expect("journal lock").reason = Some("no journal was given (storc serve --journal)".into());
+            self.abandon_trusted_journal(trust, "no journal was given");
             self.warn_write_back_without_journal("no journal");
             return;
-        };
-        let trusted = self.config().settings.journal_id;
+        }
         let vds = self.vds();
         let mut apply = |record: &crate::journal::ReplayRecord| {
             let Some((_, vd)) = vds.iter().find(|(r, _)| r.vd_id == record.vd_id) else {
@@ -106,8 +133,10 @@ impl Controller {
             self.engine.write_at(vd, record.vd_offset_bytes, &record.data).map_err(|e| e.to_string())
         };
         let (controller_id, partitions) = (self.config().controller_id.0, self.engine.shard_count() as u32);
+        let legs = offers.iter().map(|offer| Arc::clone(&offer.drive)).collect();
+        let source = offers.iter().map(|offer| offer.source.as_str()).collect::<Vec<_>>().join(" + ");
         vds.iter().for_each(|(_, vd)| vd.set_replaying(true));
-        let opened = Journal::open(Arc::clone(&offer.drive), controller_id, partitions, trusted, &mut apply);
+        let opened = Journal::open(legs, controller_id, partitions, trust, &mut apply);
         vds.iter().for_each(|(_, vd)| vd.set_replaying(false));
         let journal = opened.and_then(|journal| {
             for (record, vd) in &vds {
@@ -122,12 +151,16 @@ impl Controller {
                 let said = match (report.found, report.untrusted) {
                     (true, _) => format!("replayed {} records ({} bytes)", report.records, report.data_bytes),
                     (false, true) => {
-                        "held records the metadata does not trust (written before it was detached): formatted anew, nothing replayed".into()
+                        "held no journal the metadata trusts (it was detached, or its legs are stale): formatted anew, nothing replayed"
+                            .into()
                     }
                     (false, false) => "formatted".into(),
                 };
-                self.log(Severity::Info, format!("journal {}: {said}", offer.source));
-                if let Err(error) = self.trust_and_attach(journal, offer, report) {
+                self.log(Severity::Info, format!("journal {source}: {said}"));
+                if !report.found {
+                    self.abandon_trusted_journal(trust, &format!("{source} does not hold it"));
+                }
+                if let Err(error) = self.trust_and_attach(journal, offers, report) {
                     self.log(Severity::Critical, format!("journal cannot be trusted in the metadata: {error}; WB VDs run WT"));
                 }
             }
@@ -136,29 +169,61 @@ impl Controller {
                 slot.reason = Some(error.clone());
                 slot.failed = true;
                 drop(slot);
-                self.log(Severity::Critical, format!("journal {} cannot be used: {error}", offer.source));
+                self.log(Severity::Critical, format!("journal {source} cannot be used: {error}"));
                 self.warn_write_back_without_journal("the journal failed");
             }
         }
     }
 
-    /// Names `journal` in the metadata, then gives it to the shards.
-    fn trust_and_attach(&self, journal: Journal, offer: JournalOffer, replay: ReplayReport) -> Result<(), String> {
+    fn journal_trust(&self) -> Trust {
+        let settings = self.config().settings;
+        Trust { journal_id: settings.journal_id, stale_legs: settings.journal_stale_legs }
+    }
+
+    /// The metadata trusts a journal that is not here: whatever it held is lost, and it must
+    /// never be replayed later over what the members take from now on.
+    fn abandon_trusted_journal(&self, trust: Trust, why: &str) {
+        if trust.journal_id == 0 {
+            return;
+        }
+        self.log(
+            Severity::Critical,
+            format!(
+                "the metadata trusts journal {:016x} but {why}: writes it held that were not yet on the members are lost; it is no longer trusted",
+                trust.journal_id
+            ),
+        );
+        let mut state = self.state.lock().expect("controller lock");
+        state.config.settings.journal_id = 0;
+        state.config.settings.journal_stale_legs = 0;
+        if let Err(error) = self.persist(&mut state) {
+            drop(state);
+            self.log(Severity::Critical, format!("the journal's trust cannot be cleared in the metadata: {error}"));
+        }
+    }
+
+    /// Names `journal` in the metadata (with the legs out of service already), then gives it
+    /// to the shards.
+    fn trust_and_attach(&self, journal: Journal, offers: Vec<JournalOffer>, replay: ReplayReport) -> Result<(), String> {
+        let trust = journal.trust();
         {
             let mut state = self.state.lock().expect("controller lock");
-            state.config.settings.journal_id = journal.journal_id();
+            state.config.settings.journal_id = trust.journal_id;
+            state.config.settings.journal_stale_legs = trust.stale_legs;
             self.persist(&mut state).map_err(|e| e.to_string())?;
         }
+        journal.health().legs_recorded_stale(trust.stale_legs);
         self.engine.set_journal(Some(&journal));
-        let inode = offer.path.as_deref().and_then(inode_of);
+        let legs = offers
+            .into_iter()
+            .map(|offer| {
+                let inode = offer.path.as_deref().and_then(inode_of);
+                AttachedLeg { source: offer.source, path: offer.path, inode }
+            })
+            .collect();
         let mut slot = self.journal.lock().expect("journal lock");
-        *slot = JournalSlot {
-            attached: Some(Attached { journal, source: offer.source, path: offer.path, inode }),
-            reason: None,
-            failed: false,
-            replay,
-            detach_failed_logged: false,
-        };
+        *slot =
+            JournalSlot { attached: Some(Attached { journal, legs }), reason: None, failed: false, replay, detach_failed_logged: false };
         Ok(())
     }
 
@@ -170,23 +235,32 @@ impl Controller {
         }
     }
 
-    /// Assigns a journal at run time (`/c0 set journal=PATH`): formatted anew, trusted, attached;
-    /// WB VDs run WB again.
+    /// Assigns a journal at run time (`/c0 set journal=PATH[,PATH]`): formatted anew, trusted,
+    /// attached; WB VDs run WB again. A degraded pair is replaced this way: the cache is
+    /// written out and the old journal detached first.
     ///
     /// # Errors
-    /// A journal is attached and healthy already, or the device cannot be used.
-    pub fn attach_journal(&self, offer: JournalOffer) -> Result<JournalView, super::ControlError> {
-        if self.journal.lock().expect("journal lock").attached.is_some() {
+    /// A journal is attached and in full service already, or the devices cannot be used.
+    pub fn attach_journal(&self, offers: Vec<JournalOffer>) -> Result<JournalView, super::ControlError> {
+        if offers.is_empty() || offers.len() > crate::journal::format::LEGS_MAX {
+            return Err(super::ControlError::BadInput(format!("a journal is one device or a mirrored pair of two, not {}", offers.len())));
+        }
+        if self.journal_view().state == JournalState::Optimal {
             return Err(super::ControlError::Conflict(
-                "a journal is attached already; it is replaced only after it fails or is removed".into(),
+                "a journal is attached and in full service already; it is replaced only after it (or one of its legs) fails or is removed"
+                    .into(),
             ));
         }
-        let journal =
-            Journal::open(Arc::clone(&offer.drive), self.config().controller_id.0, self.engine.shard_count() as u32, 0, &mut |_| Ok(()))
-                .and_then(|journal| journal.finish_replay().map(|()| journal))
-                .map_err(super::ControlError::BadInput)?;
-        let source = offer.source.clone();
-        self.trust_and_attach(journal, offer, ReplayReport::default()).map_err(super::ControlError::Io)?;
+        if self.journal.lock().expect("journal lock").attached.is_some() {
+            self.detach_journal("it is replaced").map_err(super::ControlError::Io)?;
+        }
+        let legs = offers.iter().map(|offer| Arc::clone(&offer.drive)).collect();
+        let partitions = self.engine.shard_count() as u32;
+        let journal = Journal::open(legs, self.config().controller_id.0, partitions, 0, &mut |_| Ok(()))
+            .and_then(|journal| journal.finish_replay().map(|()| journal))
+            .map_err(super::ControlError::BadInput)?;
+        let source = offers.iter().map(|offer| offer.source.as_str()).collect::<Vec<_>>().join(" + ");
+        self.trust_and_attach(journal, offers, ReplayReport::default()).map_err(super::ControlError::Io)?;
         self.log(Severity::Info, format!("journal {source} attached: WB VDs run WB"));
         Ok(self.journal_view())
     }
@@ -196,15 +270,31 @@ impl Controller {
         match &slot.attached {
             Some(attached) => {
                 let health = attached.journal.health();
+                let legs: Vec<LegView> = attached
+                    .legs
+                    .iter()
+                    .zip(health.legs())
+                    .map(|(leg, (_, state, reason))| LegView {
+                        source: leg.source.clone(),
+                        in_service: state == LegState::InService,
+                        reason,
+                    })
+                    .collect();
+                let state = match (health.is_usable(), legs.iter().all(|leg| leg.in_service)) {
+                    (false, _) => JournalState::Failed,
+                    (true, true) => JournalState::Optimal,
+                    (true, false) => JournalState::Degraded,
+                };
                 JournalView {
-                    state: if health.is_usable() { JournalState::Optimal } else { JournalState::Failed },
-                    source: Some(attached.source.clone()),
+                    state,
+                    source: Some(attached.source()),
                     capacity_bytes: attached.journal.superblock().capacity_bytes,
                     ring_bytes: health.ring_bytes(),
                     used_bytes: health.used_bytes(),
                     partitions: attached.journal.superblock().partition_count,
                     replay: slot.replay,
-                    reason: health.failure(),
+                    reason: health.failure().or_else(|| legs.iter().find_map(|leg| leg.reason.clone())),
+                    legs,
                 }
             }
             None => JournalView {
@@ -216,55 +306,112 @@ impl Controller {
                 partitions: 0,
                 replay: slot.replay,
                 reason: slot.reason.clone(),
+                legs: Vec::new(),
             },
         }
     }
 
     /// Whether WB VDs run WB now.
     pub fn journal_usable(&self) -> bool {
-        self.journal_view().state == JournalState::Optimal
+        matches!(self.journal_view().state, JournalState::Optimal | JournalState::Degraded)
     }
 
-    /// One look at the journal: a removed file fails it; a failed journal is detached (the
-    /// metadata stops trusting it, then the shards let go of it and run WT).
+    /// One look at the journal: a removed file takes its leg out of service; a leg out of
+    /// service is named stale in the metadata (acknowledgements wait for that); a failed
+    /// journal is detached (the metadata stops trusting it, then the shards let go of it and
+    /// run WT).
     fn check_journal(&self) {
-        let (source, reason) = {
+        let (source, reason, health) = {
             let slot = self.journal.lock().expect("journal lock");
             let Some(attached) = &slot.attached else { return };
-            if let Some(path) = &attached.path {
-                if inode_of(path) != attached.inode {
-                    attached.journal.health().fail(&format!("the journal file {} was removed or replaced", path.display()));
+            let health = Arc::clone(attached.journal.health());
+            for (index, leg) in attached.legs.iter().enumerate() {
+                let Some(path) = &leg.path else { continue };
+                if inode_of(path) != leg.inode {
+                    health.fail_leg(index, &format!("the journal file {} was removed or replaced", path.display()));
                 }
             }
-            let Some(reason) = attached.journal.health().failure() else { return };
-            (attached.source.clone(), reason)
+            (attached.source(), health.failure(), health)
         };
-        // What only the journal held is written to the members and made durable there first,
-        // while writes wait: once the metadata stops trusting the journal, nothing replays it.
-        let persisted = self.engine.quiesce().map_err(super::ControlError::Io).and_then(|()| {
-            let mut state = self.state.lock().expect("controller lock");
-            state.config.settings.journal_id = 0;
-            self.persist(&mut state)
-        });
-        let mut slot = self.journal.lock().expect("journal lock");
-        if let Err(error) = persisted {
-            // The shards keep holding writes, and this is tried again at the next look: better
-            // stalled than overwritten by a replay.
-            if !slot.detach_failed_logged {
-                slot.detach_failed_logged = true;
-                drop(slot);
-                self.log(Severity::Critical, format!("journal {source} failed ({reason}) and cannot be detached in the metadata: {error}"));
-            }
+        if reason.is_none() && health.legs_pending() {
+            self.record_stale_legs(&source, &health);
             return;
         }
-        self.engine.set_journal(None);
-        *slot =
-            JournalSlot { attached: None, reason: Some(reason.clone()), failed: true, replay: slot.replay, detach_failed_logged: false };
-        drop(slot);
+        let Some(reason) = reason else { return };
+        match self.detach_journal(&reason) {
+            Ok(()) => self.log(
+                Severity::Critical,
+                format!("journal {source} failed: {reason}; WB VDs run WT until a journal is assigned (/c0 set journal=PATH)"),
+            ),
+            Err(error) => {
+                // The shards keep holding writes, and this is tried again at the next look:
+                // better stalled than overwritten by a replay.
+                let mut slot = self.journal.lock().expect("journal lock");
+                if !slot.detach_failed_logged {
+                    slot.detach_failed_logged = true;
+                    drop(slot);
+                    self.log(
+                        Severity::Critical,
+                        format!("journal {source} failed ({reason}) and cannot be detached in the metadata: {error}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// A leg failed while the other goes on: the metadata names it stale, then the shards may
+    /// acknowledge again.
+    fn record_stale_legs(&self, source: &str, health: &crate::journal::Health) {
+        let mask = health.stale_mask();
+        let persisted = {
+            let mut state = self.state.lock().expect("controller lock");
+            state.config.settings.journal_stale_legs = mask;
+            self.persist(&mut state)
+        };
+        if let Err(error) = persisted {
+            self.log(
+                Severity::Critical,
+                format!("journal {source}: a failed leg cannot be named stale in the metadata ({error}); writes wait"),
+            );
+            return;
+        }
+        health.legs_recorded_stale(mask);
+        let failed: Vec<String> = health
+            .legs()
+            .into_iter()
+            .filter(|(_, state, _)| *state != LegState::InService)
+            .map(|(name, _, why)| format!("{name} ({})", why.unwrap_or_default()))
+            .collect();
         self.log(
             Severity::Critical,
-            format!("journal {source} failed: {reason}; WB VDs run WT until a journal is assigned (/c0 set journal=PATH)"),
+            format!(
+                "journal {source} is degraded: leg {} out of service; WB goes on with one copy of the cache (assign a new pair with /c0 set journal=PATH,PATH)",
+                failed.join(", ")
+            ),
         );
+    }
+
+    /// Writes what only the journal held to the members and makes it durable there (writes
+    /// wait meanwhile), stops trusting the journal in the metadata, then takes it from the
+    /// shards: once the metadata stops trusting it, nothing replays it.
+    fn detach_journal(&self, reason: &str) -> Result<(), String> {
+        self.engine.quiesce()?;
+        {
+            let mut state = self.state.lock().expect("controller lock");
+            state.config.settings.journal_id = 0;
+            state.config.settings.journal_stale_legs = 0;
+            self.persist(&mut state).map_err(|e| e.to_string())?;
+        }
+        let mut slot = self.journal.lock().expect("journal lock");
+        self.engine.set_journal(None);
+        *slot = JournalSlot {
+            attached: None,
+            reason: Some(reason.to_string()),
+            failed: true,
+            replay: slot.replay,
+            detach_failed_logged: false,
+        };
+        Ok(())
     }
 
     /// Starts the thread that looks at the journal every [`WATCH_INTERVAL`].

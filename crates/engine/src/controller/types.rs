@@ -14,8 +14,9 @@ pub struct ControllerOptions {
     /// What the caller found before the controller existed (a drive that cannot be opened),
     /// logged as the first events of this start.
     pub startup_events: Vec<(Severity, String)>,
-    /// The cache's journal device (`storc serve --journal`).
-    pub journal: Option<super::JournalOffer>,
+    /// The cache's journal: no device, one, or a mirrored pair (`storc serve --journal`,
+    /// given once or twice).
+    pub journal: Vec<super::JournalOffer>,
 }
 
 /// A drive offered to the controller at start: the drive and where it came from.

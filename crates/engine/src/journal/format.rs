@@ -18,7 +18,13 @@ use crate::metadata::{tiles, Field};
 
 /// Every block of the journal is this long and aligned to it.
 pub const BLOCK_BYTES: u64 = 4096;
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2 names each leg of a mirrored pair in the superblock (`leg_index`, `leg_count`);
+/// version 1 devices (those bytes zero) are read as the one leg of a single journal.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format replay still reads.
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
+/// Legs a journal has at most: one, or a mirrored pair.
+pub const LEGS_MAX: usize = 2;
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"STORCJSB";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"STORCJCP";
 pub const RECORD_MAGIC: [u8; 8] = *b"STORCJRC";
@@ -48,9 +54,12 @@ pub(crate) mod superblock {
     pub const PARTITION_BYTES: Field = Field::new("partition_bytes", 48, 8);
     pub const GENERATION: Field = Field::new("generation", 56, 8);
     pub const WRITTEN_UNIX_NS: Field = Field::new("written_unix_ns", 64, 8);
-    pub const RESERVED: Field = Field::new("reserved", 72, 4020);
+    /// Version 2: which leg of the journal this device is, and how many it has.
+    pub const LEG_INDEX: Field = Field::new("leg_index", 72, 4);
+    pub const LEG_COUNT: Field = Field::new("leg_count", 76, 4);
+    pub const RESERVED: Field = Field::new("reserved", 80, 4012);
     pub const CRC32C: Field = Field::new("block_crc32c", 4092, 4);
-    pub const ALL: [Field; 11] = [
+    pub const ALL: [Field; 13] = [
         MAGIC,
         VERSION,
         PARTITION_COUNT,
@@ -60,6 +69,8 @@ pub(crate) mod superblock {
         PARTITION_BYTES,
         GENERATION,
         WRITTEN_UNIX_NS,
+        LEG_INDEX,
+        LEG_COUNT,
         RESERVED,
         CRC32C,
     ];
@@ -145,6 +156,10 @@ pub struct Superblock {
     pub partition_bytes: u64,
     /// Incremented on every rewrite (a new layout after replay); checkpoints name theirs.
     pub generation: u64,
+    /// Which leg of a mirrored pair this device is (0 for a single journal), and how many legs
+    /// the journal was laid out with: every leg holds the same blocks but these.
+    pub leg_index: u32,
+    pub leg_count: u32,
 }
 
 impl Superblock {
@@ -161,7 +176,16 @@ impl Superblock {
                 needed.div_ceil(1 << 20)
             ));
         }
-        Ok(Superblock { controller_id, journal_id, capacity_bytes, partition_count, partition_bytes, generation: 1 })
+        Ok(Superblock {
+            controller_id,
+            journal_id,
+            capacity_bytes,
+            partition_count,
+            partition_bytes,
+            generation: 1,
+            leg_index: 0,
+            leg_count: 1,
+        })
     }
 
     /// Where partition `index` starts on the device.
@@ -182,6 +206,8 @@ impl Superblock {
         put(&mut bytes, f::PARTITION_BYTES, &self.partition_bytes.to_le_bytes());
         put(&mut bytes, f::GENERATION, &self.generation.to_le_bytes());
         put(&mut bytes, f::WRITTEN_UNIX_NS, &written_unix_ns.to_le_bytes());
+        put(&mut bytes, f::LEG_INDEX, &self.leg_index.to_le_bytes());
+        put(&mut bytes, f::LEG_COUNT, &self.leg_count.to_le_bytes());
         seal(&mut bytes, seed, f::CRC32C);
         bytes
     }
@@ -197,8 +223,13 @@ impl Superblock {
             partition_count: get_u32(bytes, f::PARTITION_COUNT),
             partition_bytes: get_u64(bytes, f::PARTITION_BYTES),
             generation: get_u64(bytes, f::GENERATION),
+            leg_index: get_u32(bytes, f::LEG_INDEX),
+            // Version 1 kept these bytes zero: one leg.
+            leg_count: get_u32(bytes, f::LEG_COUNT).max(1),
         };
-        let fits = sb.partition_count > 0
+        let fits = sb.leg_index < sb.leg_count
+            && sb.leg_count as usize <= LEGS_MAX
+            && sb.partition_count > 0
             && sb.partition_bytes.is_multiple_of(BLOCK_BYTES)
             && sb.partition_bytes >= RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN
             && u64::from(sb.partition_count)
@@ -207,8 +238,8 @@ impl Superblock {
                 .is_some_and(|end| end <= sb.capacity_bytes);
         if !fits {
             return Err(format!(
-                "journal superblock describes {} partitions of {} bytes that do not fit its {} bytes",
-                sb.partition_count, sb.partition_bytes, sb.capacity_bytes
+                "journal superblock describes {} partitions of {} bytes that do not fit its {} bytes, or leg {} of {}",
+                sb.partition_count, sb.partition_bytes, sb.capacity_bytes, sb.leg_index, sb.leg_count
             ));
         }
         Ok(sb)
@@ -454,8 +485,11 @@ fn check_block(
     if seed.crc(&bytes[..crc_field.offset]) != get_u32(bytes, crc_field) {
         return Err(format!("{what} checksum mismatch (torn, corrupted or another controller's)"));
     }
-    if get_u32(bytes, version) != FORMAT_VERSION {
-        return Err(format!("{what} format version {} is unknown (this storc writes {FORMAT_VERSION})", get_u32(bytes, version)));
+    if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&get_u32(bytes, version)) {
+        return Err(format!(
+            "{what} format version {} is unknown (this storc reads {FORMAT_VERSION_OLDEST} to {FORMAT_VERSION})",
+            get_u32(bytes, version)
+        ));
     }
     if bytes[reserved.range()].iter().any(|&b| b != 0) {
         return Err(format!("{what} has reserved bytes set"));

@@ -35,20 +35,109 @@ pub enum JournalError {
     Members(String),
 }
 
-/// What the shards and the control plane share about a journal: whether it works, and how
-/// full each partition is.
+/// Where a leg of the journal stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegState {
+    /// Written and flushed with every record.
+    InService,
+    /// It failed a write or a flush; records go on to the other leg, but none is acknowledged
+    /// until the metadata names this leg stale (a restart must never replay it).
+    Failed,
+    /// Named stale in the metadata: out of the journal for good.
+    Stale,
+}
+
+#[derive(Debug)]
+struct Leg {
+    name: String,
+    state: Mutex<(LegState, Option<String>)>,
+}
+
+/// What the shards and the control plane share about a journal: whether it works, which of
+/// its legs are in service, and how full each partition is.
 #[derive(Debug)]
 pub struct Health {
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
+    legs: Vec<Leg>,
+    /// Some leg is [`LegState::Failed`]: acknowledgements wait.
+    legs_pending: AtomicBool,
     used_bytes: Vec<AtomicU64>,
     capacity_bytes: Vec<AtomicU64>,
 }
 
 impl Health {
-    fn new(partition_count: u32) -> Health {
+    fn new(partition_count: u32, leg_names: Vec<String>) -> Health {
+        assert!((1..=format::LEGS_MAX).contains(&leg_names.len()), "a journal has one or two legs");
         let counters = || (0..partition_count).map(|_| AtomicU64::new(0)).collect();
-        Health { failed: AtomicBool::new(false), failure: Mutex::new(None), used_bytes: counters(), capacity_bytes: counters() }
+        let legs = leg_names.into_iter().map(|name| Leg { name, state: Mutex::new((LegState::InService, None)) }).collect();
+        Health {
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            legs,
+            legs_pending: AtomicBool::new(false),
+            used_bytes: counters(),
+            capacity_bytes: counters(),
+        }
+    }
+
+    pub fn leg_count(&self) -> usize {
+        self.legs.len()
+    }
+
+    /// Each leg's name, state and why it left service.
+    pub fn legs(&self) -> Vec<(String, LegState, Option<String>)> {
+        self.legs
+            .iter()
+            .map(|leg| {
+                let (state, why) = leg.state.lock().expect("journal leg lock").clone();
+                (leg.name.clone(), state, why)
+            })
+            .collect()
+    }
+
+    pub fn leg_in_service(&self, index: usize) -> bool {
+        self.legs[index].state.lock().expect("journal leg lock").0 == LegState::InService
+    }
+
+    /// Takes leg `index` out of service. When no leg is left in service the journal fails.
+    pub fn fail_leg(&self, index: usize, why: &str) {
+        {
+            let mut state = self.legs[index].state.lock().expect("journal leg lock");
+            if state.0 != LegState::InService {
+                return;
+            }
+            *state = (LegState::Failed, Some(why.to_string()));
+        }
+        if (0..self.legs.len()).any(|i| self.leg_in_service(i)) {
+            self.legs_pending.store(true, Ordering::Release);
+        } else {
+            self.fail(&format!("leg {} failed: {why}, and no leg is left", self.legs[index].name));
+        }
+    }
+
+    /// Whether a failed leg waits to be named stale in the metadata.
+    pub fn legs_pending(&self) -> bool {
+        self.legs_pending.load(Ordering::Acquire)
+    }
+
+    /// The legs that are not in service, a bit per leg: what the metadata must name stale.
+    pub fn stale_mask(&self) -> u8 {
+        (0..self.legs.len()).filter(|&i| !self.leg_in_service(i)).fold(0, |mask, i| mask | 1 << i)
+    }
+
+    /// The metadata names the legs of `mask` stale now: once no failed leg waits for that,
+    /// acknowledgements go on.
+    pub fn legs_recorded_stale(&self, mask: u8) {
+        let mut pending = false;
+        for (index, leg) in self.legs.iter().enumerate() {
+            let mut state = leg.state.lock().expect("journal leg lock");
+            if state.0 == LegState::Failed && mask & (1 << index) != 0 {
+                state.0 = LegState::Stale;
+            }
+            pending |= state.0 == LegState::Failed;
+        }
+        self.legs_pending.store(pending, Ordering::Release);
     }
 
     pub fn is_usable(&self) -> bool {
@@ -109,10 +198,31 @@ pub struct ReplayReport {
     pub untrusted: bool,
 }
 
-/// An opened journal device (control plane).
+/// Which journal the metadata trusts: its id (0: none) and the legs it must not replay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trust {
+    pub journal_id: u64,
+    /// A bit per `leg_index` ([`format::Superblock::leg_index`]).
+    pub stale_legs: u8,
+}
+
+impl From<u64> for Trust {
+    fn from(journal_id: u64) -> Trust {
+        Trust { journal_id, stale_legs: 0 }
+    }
+}
+
+impl Trust {
+    /// Whether the leg whose superblock is `sb` may be replayed.
+    fn trusts(&self, sb: &Superblock) -> bool {
+        self.journal_id != 0 && sb.journal_id == self.journal_id && self.stale_legs & (1 << sb.leg_index) == 0
+    }
+}
+
+/// An opened journal device (control plane): one drive, or the two legs of a mirrored pair.
 pub struct Journal {
     name: String,
-    drive: Arc<dyn Drive>,
+    legs: Vec<Arc<dyn Drive>>,
     seed: Seed,
     superblock: Superblock,
     /// The sequence every partition starts from after replay.
@@ -122,48 +232,75 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens the journal on `drive` for a controller with `partition_count` shards: replays what
-    /// an earlier run left (each record handed to `apply`, partition by partition, in order) if
-    /// its id is `trusted_id` (the one the metadata names; 0 trusts none), and returns the
-    /// journal, which [`Journal::finish_replay`] must then lay out anew.
+    /// Opens the journal on `legs` (one drive, or a mirrored pair) for a controller with
+    /// `partition_count` shards: replays what an earlier run left (each record handed to
+    /// `apply`, partition by partition, in order) if the metadata trusts it (`trust`), and
+    /// returns the journal, which [`Journal::finish_replay`] must then lay out anew. Each
+    /// partition is replayed from the trusted leg whose records go furthest; a leg that cannot
+    /// be read is out of service (the journal runs on the other).
     ///
     /// # Errors
-    /// The device is too small, belongs to another controller, cannot be read, or `apply` failed.
+    /// The device is too small, belongs to another controller, no leg can be read, or `apply`
+    /// failed.
     pub fn open(
-        drive: Arc<dyn Drive>,
+        legs: Vec<Arc<dyn Drive>>,
         controller_id: u128,
         partition_count: u32,
-        trusted_id: u64,
+        trust: impl Into<Trust>,
         apply: &mut dyn FnMut(&ReplayRecord) -> Result<(), String>,
     ) -> Result<Journal, String> {
-        let name = drive.info().name.clone();
-        let capacity_bytes = drive.info().capacity_bytes / BLOCK_BYTES * BLOCK_BYTES;
+        assert!((1..=format::LEGS_MAX).contains(&legs.len()), "a journal has one or two legs");
+        let trust = trust.into();
+        let name = legs.iter().map(|leg| leg.info().name.clone()).collect::<Vec<_>>().join(" + ");
+        let health = Arc::new(Health::new(partition_count, legs.iter().map(|leg| leg.info().name.clone()).collect()));
+        let capacity_bytes = legs.iter().map(|leg| leg.info().capacity_bytes).min().expect("a leg") / BLOCK_BYTES * BLOCK_BYTES;
         let seed = Seed::of_controller(controller_id);
-        let on_device = read_superblock(&*drive, seed)?;
-        let untrusted = on_device.is_some_and(|sb| trusted_id == 0 || sb.journal_id != trusted_id);
+        let mut on_device = Vec::with_capacity(legs.len());
+        for (index, leg) in legs.iter().enumerate() {
+            match read_superblock(&**leg, seed) {
+                Ok(sb) => on_device.push(sb),
+                Err(SuperblockError::Foreign(why)) => return Err(why),
+                Err(SuperblockError::Unreadable(why)) if legs.len() > 1 => {
+                    health.fail_leg(index, &why);
+                    on_device.push(None);
+                }
+                Err(SuperblockError::Unreadable(why)) => return Err(why),
+            }
+        }
+        if let Some(why) = health.failure() {
+            return Err(why);
+        }
+        let newest_trusted = on_device.iter().flatten().filter(|sb| trust.trusts(sb)).map(|sb| sb.generation).max();
+        // The trusted legs of the newest layout: the ones that may hold acknowledged records.
+        let sources: Vec<usize> = (0..legs.len())
+            .filter(|&i| on_device[i].is_some_and(|sb| trust.trusts(&sb) && Some(sb.generation) == newest_trusted))
+            .collect();
+        let found = sources.first().and_then(|&i| on_device[i]);
         // An untrusted journal may hold records older than writes the members took without it.
-        let found = on_device.filter(|_| !untrusted);
+        let untrusted = found.is_none() && on_device.iter().any(Option::is_some);
         let mut replay = ReplayReport { found: found.is_some(), untrusted, ..ReplayReport::default() };
         let mut last_sequence = 0;
         if let Some(sb) = &found {
             for index in 0..sb.partition_count {
-                last_sequence = last_sequence.max(replay_partition(&*drive, sb, seed, index, &mut replay, apply)?);
+                let leg = furthest_leg(&legs, &sources, sb, seed, index);
+                last_sequence = last_sequence.max(replay_partition(&*legs[leg], sb, seed, index, &mut replay, apply)?);
             }
         }
         let journal_id = found.map_or_else(|| rand::random::<u64>().max(1), |sb| sb.journal_id);
         let mut superblock = Superblock::plan(controller_id, journal_id, capacity_bytes, partition_count)?;
-        superblock.generation = on_device.map_or(1, |sb| sb.generation + 1);
+        superblock.generation = on_device.iter().flatten().map(|sb| sb.generation).max().map_or(1, |g| g + 1);
+        superblock.leg_count = legs.len() as u32;
         // Above every sequence the device can hold: it holds at most one record per block.
         let next_sequence = last_sequence + capacity_bytes / BLOCK_BYTES + 1;
-        let health = Arc::new(Health::new(partition_count));
-        Ok(Journal { name, drive, seed, superblock, next_sequence, health, replay })
+        Ok(Journal { name, legs, seed, superblock, next_sequence, health, replay })
     }
 
-    /// Writes the new layout: every partition empty, sequences above any on the device. Call it
-    /// once the replayed records are durable on the members.
+    /// Writes the new layout to every leg in service: every partition empty, sequences above
+    /// any on the device. Call it once the replayed records are durable on the members. A leg
+    /// that fails is out of service ([`Health::stale_mask`] then names it for the metadata).
     ///
     /// # Errors
-    /// A write or flush of the device failed.
+    /// No leg took the new layout.
     pub fn finish_replay(&self) -> Result<(), String> {
         let sb = &self.superblock;
         for index in 0..sb.partition_count {
@@ -178,31 +315,40 @@ impl Journal {
             };
             // Both blocks: a block left from the old layout names the old generation anyway.
             for block in 0..2 {
-                self.write_block(sb.partition_offset_bytes(index) + block * BLOCK_BYTES, &checkpoint.encode(self.seed))?;
+                self.on_every_leg(|_| DriveOp::Write {
+                    offset_bytes: sb.partition_offset_bytes(index) + block * BLOCK_BYTES,
+                    buf: IoBuf::from_slice(&checkpoint.encode(self.seed)),
+                })?;
             }
         }
-        self.flush()?;
+        self.on_every_leg(|_| DriveOp::Flush)?;
         let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         for copy in 0..2 {
-            self.write_block(copy * BLOCK_BYTES, &sb.encode(self.seed, now_ns))?;
+            self.on_every_leg(|leg| {
+                let ours = Superblock { leg_index: leg as u32, ..*sb };
+                DriveOp::Write { offset_bytes: copy * BLOCK_BYTES, buf: IoBuf::from_slice(&ours.encode(self.seed, now_ns)) }
+            })?;
         }
-        self.flush()
+        self.on_every_leg(|_| DriveOp::Flush)
     }
 
-    fn write_block(&self, offset_bytes: u64, bytes: &[u8]) -> Result<(), String> {
-        submit_and_wait(&*self.drive, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(bytes) })
-            .map(|_| ())
-            .map_err(|e| format!("journal {}: write at byte {offset_bytes} failed: {e}", self.name))
-    }
-
-    fn flush(&self) -> Result<(), String> {
-        submit_and_wait(&*self.drive, DriveOp::Flush).map(|_| ()).map_err(|e| format!("journal {}: flush failed: {e}", self.name))
+    /// Runs `op_for(leg)` on every leg in service, taking out of service each that fails.
+    ///
+    /// # Errors
+    /// No leg is left in service.
+    fn on_every_leg(&self, op_for: impl Fn(usize) -> DriveOp) -> Result<(), String> {
+        for (index, leg) in self.legs.iter().enumerate().filter(|&(index, _)| self.health.leg_in_service(index)) {
+            if let Err(error) = submit_and_wait(&**leg, op_for(index)) {
+                self.health.fail_leg(index, &format!("journal {}: {error}", leg.info().name));
+            }
+        }
+        self.health.failure().map_or(Ok(()), Err)
     }
 
     /// What a shard needs to run partition `index` (after [`Journal::finish_replay`]).
     pub fn part_spec(&self, index: u32) -> PartSpec {
         PartSpec {
-            drive: Arc::clone(&self.drive),
+            legs: self.legs.clone(),
             superblock: self.superblock,
             seed: self.seed,
             index,
@@ -215,8 +361,8 @@ impl Journal {
         &self.name
     }
 
-    pub fn drive(&self) -> &Arc<dyn Drive> {
-        &self.drive
+    pub fn legs(&self) -> &[Arc<dyn Drive>] {
+        &self.legs
     }
 
     pub fn health(&self) -> &Arc<Health> {
@@ -235,12 +381,32 @@ impl Journal {
     pub fn journal_id(&self) -> u64 {
         self.superblock.journal_id
     }
+
+    /// What the metadata must say for this journal to be replayed after a crash: its id, and
+    /// the legs out of service now.
+    pub fn trust(&self) -> Trust {
+        Trust { journal_id: self.journal_id(), stale_legs: self.health.stale_mask() }
+    }
+}
+
+/// Of the `sources` legs, the one whose partition `index` holds the furthest valid record (a
+/// leg that failed while the other went on stops earlier): found by a scan that applies
+/// nothing. A leg that cannot be scanned is passed over.
+fn furthest_leg(legs: &[Arc<dyn Drive>], sources: &[usize], sb: &Superblock, seed: Seed, index: u32) -> usize {
+    if sources.len() == 1 {
+        return sources[0];
+    }
+    let reach = |&leg: &usize| {
+        let mut scratch = ReplayReport::default();
+        replay_partition(&*legs[leg], sb, seed, index, &mut scratch, &mut |_| Ok(())).unwrap_or(0)
+    };
+    *sources.iter().max_by_key(|leg| reach(leg)).expect("a source leg")
 }
 
 /// A partition handed to its shard, which builds its [`part::JournalPart`] from it.
 #[derive(Clone)]
 pub struct PartSpec {
-    pub drive: Arc<dyn Drive>,
+    pub legs: Vec<Arc<dyn Drive>>,
     pub superblock: Superblock,
     pub seed: Seed,
     pub index: u32,
@@ -250,7 +416,7 @@ pub struct PartSpec {
 
 impl PartSpec {
     pub fn build(self) -> part::JournalPart {
-        part::JournalPart::new(self.drive, &self.superblock, self.seed, self.index, self.sequence, 0, self.health)
+        part::JournalPart::new(self.legs, &self.superblock, self.seed, self.index, self.sequence, 0, self.health)
     }
 }
 
@@ -260,24 +426,30 @@ fn read_block(drive: &dyn Drive, offset_bytes: u64, len_bytes: u64) -> Result<Ve
     Ok(done.buf.expect("a read returns its buffer").as_slice().to_vec())
 }
 
+enum SuperblockError {
+    Unreadable(String),
+    /// Another controller's journal: never formatted over.
+    Foreign(String),
+}
+
 /// The newest valid superblock copy, `None` for a blank device.
 ///
 /// # Errors
 /// A read fails, or a copy is another controller's (its own CRC seed validates it).
-fn read_superblock(drive: &dyn Drive, seed: Seed) -> Result<Option<Superblock>, String> {
+fn read_superblock(drive: &dyn Drive, seed: Seed) -> Result<Option<Superblock>, SuperblockError> {
     let mut newest: Option<Superblock> = None;
     for copy in 0..2 {
-        let bytes = read_block(drive, copy * BLOCK_BYTES, BLOCK_BYTES)?;
+        let bytes = read_block(drive, copy * BLOCK_BYTES, BLOCK_BYTES).map_err(SuperblockError::Unreadable)?;
         match Superblock::decode(&bytes, seed) {
             Ok(sb) if newest.is_none_or(|n| sb.generation > n.generation) => newest = Some(sb),
             Ok(_) => {}
             Err(_) if bytes[..8] == format::SUPERBLOCK_MAGIC => {
                 let theirs = u128::from_le_bytes(bytes[format::superblock::CONTROLLER_ID.range()].try_into().expect("16 bytes"));
                 if Superblock::decode(&bytes, Seed::of_controller(theirs)).is_ok() {
-                    return Err(format!(
+                    return Err(SuperblockError::Foreign(format!(
                         "journal {} belongs to controller {theirs:032x}; clear it (overwrite its first 8 KiB) to use it here",
                         drive.info().name
-                    ));
+                    )));
                 }
             }
             Err(_) => {}

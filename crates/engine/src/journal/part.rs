@@ -7,6 +7,11 @@
 //! record that fails its checks: a later record that reached the device while an earlier one
 //! was torn would be skipped, so it must not have been acknowledged. One flush covers every
 //! record written before it was issued (group commit); waiters re-check after each event.
+//!
+//! A mirrored pair gets every write and flush on both legs. A leg that fails one is taken out
+//! of service and the other goes on, but nothing is reported durable while a failed leg waits
+//! to be named stale in the metadata (see [`Health::fail_leg`]): until then a restart could
+//! replay it, and it lacks what the other leg took since.
 
 use super::format::{
     record_bytes_for, Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES, RECORD_DATA_BYTES_MAX, RING_OFFSET_IN_PARTITION_BYTES,
@@ -30,7 +35,7 @@ pub struct Placed {
 }
 
 pub struct JournalPart {
-    drive: Arc<dyn Drive>,
+    legs: Vec<Arc<dyn Drive>>,
     seed: Seed,
     journal_id: u64,
     superblock_generation: u64,
@@ -55,7 +60,7 @@ impl JournalPart {
     /// Partition `index` of the journal `sb` describes, empty, its next record `sequence` at
     /// the start of its ring, and checkpoint counter `counter`.
     pub fn new(
-        drive: Arc<dyn Drive>,
+        legs: Vec<Arc<dyn Drive>>,
         sb: &Superblock,
         seed: Seed,
         index: u32,
@@ -71,7 +76,7 @@ impl JournalPart {
         let reserve_bytes = (ring.capacity_bytes() / 8).max(record_bytes_for(RECORD_DATA_BYTES_MAX) + BLOCK_BYTES);
         health.set_capacity(index, ring.capacity_bytes());
         JournalPart {
-            drive,
+            legs,
             seed,
             journal_id: sb.journal_id,
             superblock_generation: sb.generation,
@@ -177,8 +182,36 @@ impl JournalPart {
     }
 
     async fn submit_write(&self, reactor: &Reactor, offset_bytes: u64, bufs: Vec<IoBuf>) -> Result<(), JournalError> {
-        let done = reactor.submit(&*self.drive, DriveOp::WriteV { offset_bytes, bufs }).await;
-        done.result.map_err(|error| self.failed(format!("write at byte {offset_bytes} failed: {error}")))
+        let op = |_| DriveOp::WriteV { offset_bytes, bufs: bufs.iter().map(|buf| IoBuf::from_slice(buf.as_slice())).collect() };
+        self.on_every_leg(reactor, op, &format!("write at byte {offset_bytes}")).await
+    }
+
+    /// Runs `op_for(leg)` on every leg in service at once; a leg that fails it leaves service.
+    ///
+    /// # Errors
+    /// No leg is left in service: the journal failed.
+    async fn on_every_leg(&self, reactor: &Reactor, op_for: impl Fn(usize) -> DriveOp, what: &str) -> Result<(), JournalError> {
+        let legs: Vec<usize> = (0..self.legs.len()).filter(|&leg| self.health.leg_in_service(leg)).collect();
+        let submits = legs.iter().map(|&leg| reactor.submit(&*self.legs[leg], op_for(leg)));
+        let done = futures::future::join_all(submits).await;
+        for (&leg, done) in legs.iter().zip(done) {
+            if let Err(error) = done.result {
+                self.health.fail_leg(leg, &format!("{what} on {} failed: {error}", self.legs[leg].info().name));
+                self.wake_all();
+            }
+        }
+        match self.health.failure() {
+            Some(why) => Err(self.failed(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// A nudge from the shard's ticker: waiters look again (a failed leg may have been named
+    /// stale meanwhile).
+    pub fn poke(&self) {
+        if !self.waiters.borrow().is_empty() {
+            self.wake_all();
+        }
     }
 
     fn failed(&self, why: String) -> JournalError {
@@ -212,17 +245,15 @@ impl JournalPart {
             if let Some(why) = self.health.failure() {
                 return Err(JournalError::Failed(why));
             }
-            if self.durable_below.get() > sequence {
+            if self.durable_below.get() > sequence && !self.health.legs_pending() {
                 return Ok(());
             }
             if !self.flushing.get() && self.written_below.get() > self.durable_below.get() {
                 self.flushing.set(true);
                 let covered = self.written_below.get();
-                let done = reactor.submit(&*self.drive, DriveOp::Flush).await;
+                let flushed = self.on_every_leg(reactor, |_| DriveOp::Flush, "flush").await;
                 self.flushing.set(false);
-                if let Err(error) = done.result {
-                    return Err(self.failed(format!("flush failed: {error}")));
-                }
+                flushed?;
                 self.durable_below.set(self.durable_below.get().max(covered));
                 self.wake_all();
                 continue;
@@ -296,8 +327,7 @@ impl JournalPart {
         };
         let offset_bytes = self.partition_offset_bytes + checkpoint.block_index() * BLOCK_BYTES;
         self.submit_write(reactor, offset_bytes, vec![IoBuf::from_slice(&checkpoint.encode(self.seed))]).await?;
-        let done = reactor.submit(&*self.drive, DriveOp::Flush).await;
-        done.result.map_err(|error| self.failed(format!("flush of a checkpoint failed: {error}")))?;
+        self.on_every_leg(reactor, |_| DriveOp::Flush, "flush of a checkpoint").await?;
         self.checkpoint_counter.set(counter);
         let mut ring = self.ring.borrow_mut();
         ring.checkpointed(tail);

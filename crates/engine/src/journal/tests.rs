@@ -58,7 +58,7 @@ fn hand_made(records: &[(u64, u8, usize)]) -> (Arc<dyn drive::Drive>, Vec<u64>) 
 
 fn replayed(drive: &Arc<dyn drive::Drive>) -> (Journal, Vec<ReplayRecord>) {
     let mut seen = Vec::new();
-    let journal = Journal::open(Arc::clone(drive), CONTROLLER, 1, 77, &mut |r| {
+    let journal = Journal::open(vec![Arc::clone(drive)], CONTROLLER, 1, 77, &mut |r| {
         seen.push(r.clone());
         Ok(())
     })
@@ -96,7 +96,7 @@ fn after_replay_the_sequence_jumps_so_stale_records_never_validate() {
     assert!(seen.is_empty(), "stale records replayed again: {seen:?}");
     // A journal the metadata does not name is never replayed.
     let (drive, _) = hand_made(&[(0, 1, 4096)]);
-    let journal2 = Journal::open(Arc::clone(&drive), CONTROLLER, 1, 78, &mut |_| panic!("untrusted")).unwrap();
+    let journal2 = Journal::open(vec![Arc::clone(&drive)], CONTROLLER, 1, 78, &mut |_| panic!("untrusted")).unwrap();
     assert!(journal2.replay_report().untrusted && journal2.journal_id() != 77);
     assert!(journal.replay_report().found);
 }
@@ -104,13 +104,13 @@ fn after_replay_the_sequence_jumps_so_stale_records_never_validate() {
 #[test]
 fn another_controllers_journal_is_refused_and_a_blank_one_formatted() {
     let (drive, _) = hand_made(&[(0, 1, 4096)]);
-    let error = Journal::open(Arc::clone(&drive), CONTROLLER + 1, 1, 77, &mut |_| Ok(())).err().unwrap();
+    let error = Journal::open(vec![Arc::clone(&drive)], CONTROLLER + 1, 1, 77, &mut |_| Ok(())).err().unwrap();
     assert!(error.contains("belongs to controller"), "{error}");
     let blank: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
-    let journal = Journal::open(blank, CONTROLLER, 2, 0, &mut |_| panic!("nothing to replay")).unwrap();
+    let journal = Journal::open(vec![blank], CONTROLLER, 2, 0, &mut |_| panic!("nothing to replay")).unwrap();
     assert!(!journal.replay_report().found);
     let tiny: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(2 * MIB));
-    let error = Journal::open(tiny, CONTROLLER, 2, 0, &mut |_| Ok(())).err().unwrap();
+    let error = Journal::open(vec![tiny], CONTROLLER, 2, 0, &mut |_| Ok(())).err().unwrap();
     assert!(error.contains("too small"), "{error}");
 }
 
@@ -134,7 +134,7 @@ fn two_shards() -> EngineConfig {
 fn write_back_rig(members: &[Arc<dyn drive::Drive>], journal_drive: &Arc<dyn drive::Drive>) -> (Engine, Arc<VirtualDrive>, Journal) {
     let engine = Engine::start(two_shards()).unwrap();
     let vd = raid5(members);
-    let journal = Journal::open(Arc::clone(journal_drive), CONTROLLER, 2, 0, &mut |_| panic!("blank")).unwrap();
+    let journal = Journal::open(vec![Arc::clone(journal_drive)], CONTROLLER, 2, 0, &mut |_| panic!("blank")).unwrap();
     journal.finish_replay().unwrap();
     engine.set_journal(Some(&journal));
     vd.set_write_policy(WritePolicy::WriteBack);
@@ -168,7 +168,7 @@ fn write_back_data_only_in_the_journal_is_replayed_after_a_crash() {
     let plain = Engine::start(two_shards()).unwrap();
     let before = plain.read_at(&vd, 8 * KIB, 4096).unwrap();
     assert_ne!(before.as_slice(), &writes[2].1[..], "the data never reached the members");
-    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, trusted, &mut |record| {
+    let journal = Journal::open(vec![Arc::clone(&journal_drive)], CONTROLLER, 2, trusted, &mut |record| {
         assert_eq!(record.vd_id, 3);
         plain.write_at(&vd, record.vd_offset_bytes, &record.data).map_err(|e| e.to_string())
     })
@@ -206,7 +206,7 @@ fn destaged_data_is_on_the_members_and_the_checkpoint_empties_the_journal() {
     }
     let plain = Engine::start(two_shards()).unwrap();
     let vd = raid5(&members);
-    let journal = Journal::open(Arc::clone(&journal_drive), CONTROLLER, 2, trusted, &mut |_| panic!("nothing to replay")).unwrap();
+    let journal = Journal::open(vec![Arc::clone(&journal_drive)], CONTROLLER, 2, trusted, &mut |_| panic!("nothing to replay")).unwrap();
     assert_eq!(journal.replay_report().records, 0);
     assert!(plain.read_at(&vd, 0, data.len()).unwrap().as_slice() == &data[..], "destaged contents differ");
 }

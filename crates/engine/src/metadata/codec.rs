@@ -22,7 +22,8 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// consistency check rate. Version 6 adds the background initialization rate, VD flags
 /// (background initialization pending), the patrol read settings and the consistency check
 /// schedule (the counts grow to 48 bytes). Version 7 adds the id of the journal the cache trusts.
-pub const FORMAT_VERSION: u32 = 7;
+/// Version 8 adds the legs of a mirrored journal that must not be replayed.
+pub const FORMAT_VERSION: u32 = 8;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
@@ -33,6 +34,8 @@ const FORMAT_VERSION_CC_RATE: u32 = 5;
 const FORMAT_VERSION_BGI: u32 = 6;
 /// The first version with the trusted journal's id.
 const FORMAT_VERSION_JOURNAL: u32 = 7;
+/// The first version with the stale legs of a mirrored journal.
+const FORMAT_VERSION_JOURNAL_LEGS: u32 = 8;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -142,6 +145,7 @@ fn encode_payload(config: &ControllerConfig) -> Result<Vec<u8>, MetadataError> {
     put(&mut fixed, counts::CC_DELAY_HOURS, &cc.delay_hours.to_le_bytes());
     put(&mut fixed, counts::CC_NEXT_START_UNIX_SECS, &cc.next_start_unix_secs.to_le_bytes());
     put(&mut fixed, counts::JOURNAL_ID, &config.settings.journal_id.to_le_bytes());
+    put(&mut fixed, counts::JOURNAL_STALE_LEGS, &[config.settings.journal_stale_legs]);
     out.extend_from_slice(&fixed);
     config.drives.iter().for_each(|drive| encode_drive(drive, &mut out));
     config.vds.iter().for_each(|vd| encode_vd(vd, &mut out));
@@ -375,6 +379,24 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
         ..FORMAT_VERSION_BGI => (PatrolSettings::default(), CcSchedule::default()),
         _ => (decode_patrol(fixed, percent(counts::PATROL_RATE_PERCENT)?)?, decode_cc_schedule(fixed)?),
     };
+    let journal_stale_legs = match version {
+        ..FORMAT_VERSION_BGI => 0,
+        FORMAT_VERSION_BGI..FORMAT_VERSION_JOURNAL_LEGS => {
+            // Reserved, zero.
+            check_zero(fixed, counts::JOURNAL_STALE_LEGS, || "record counts".to_string())?;
+            0
+        }
+        _ => get::<1>(fixed, counts::JOURNAL_STALE_LEGS)[0],
+    };
+    if journal_stale_legs & !counts::JOURNAL_STALE_LEGS_KNOWN != 0 {
+        let known = "bit 0 (leg 0), bit 1 (leg 1)".to_string();
+        return Err(MetadataError::UnknownCode {
+            record: "record counts".into(),
+            field: counts::JOURNAL_STALE_LEGS.name,
+            code: journal_stale_legs,
+            known,
+        });
+    }
     let journal_id = match version {
         ..FORMAT_VERSION_BGI => 0,
         FORMAT_VERSION_BGI..FORMAT_VERSION_JOURNAL => {
@@ -385,6 +407,7 @@ fn decode_settings(fixed: &[u8], version: u32) -> Result<ControllerSettings, Met
     };
     Ok(ControllerSettings {
         journal_id,
+        journal_stale_legs,
         auto_rebuild: flags & counts::FLAG_AUTO_REBUILD_OFF == 0,
         rebuild_rate_percent,
         copyback: flags & counts::FLAG_COPYBACK_OFF == 0,
@@ -410,7 +433,6 @@ fn decode_cc_schedule(fixed: &[u8]) -> Result<CcSchedule, MetadataError> {
 /// The patrol read settings of version 6.
 fn decode_patrol(fixed: &[u8], rate_percent: u8) -> Result<PatrolSettings, MetadataError> {
     let record = || "record counts".to_string();
-    check_zero(fixed, counts::RESERVED, record)?;
     let flags = get::<1>(fixed, counts::PATROL_FLAGS)[0];
     if flags & !counts::PATROL_FLAGS_KNOWN != 0 {
         let known = "bit 0 (patrol read off), bit 1 (manual), bit 2 (SSDs included)".to_string();

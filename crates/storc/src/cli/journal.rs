@@ -12,10 +12,27 @@ fn mib(bytes: u64) -> String {
 
 pub fn report(description: &str, view: &JournalView, answer: &Value) -> Report {
     let used_percent = if view.ring_bytes == 0 { 0.0 } else { view.used_bytes as f64 * 100.0 / view.ring_bytes as f64 };
-    let write_back = if view.state == "Optimal" { "WB VDs run WB" } else { "WB VDs run WT (bad battery)" };
+    let write_back = match view.state.as_str() {
+        "Optimal" => "WB VDs run WB",
+        "Degraded" => "WB VDs run WB (one copy of the journal left)",
+        _ => "WB VDs run WT (bad battery)",
+    };
+    let legs: Vec<String> = view
+        .legs
+        .iter()
+        .map(|leg| match &leg.reason {
+            Some(why) => format!("{} ({}: {why})", leg.source, leg.state),
+            None => format!("{} ({})", leg.source, leg.state),
+        })
+        .collect();
+    let device = match (legs.len(), &view.source) {
+        (2, _) => format!("mirrored pair: {}", legs.join(", ")),
+        (_, Some(source)) => source.clone(),
+        (_, None) => "-".into(),
+    };
     let properties = [
         ("Journal State", view.state.clone()),
-        ("Device", view.source.clone().unwrap_or_else(|| "-".into())),
+        ("Device", device),
         ("Capacity", if view.capacity_bytes == 0 { "-".into() } else { mib(view.capacity_bytes) }),
         ("Partitions (one per shard)", view.partitions.to_string()),
         ("Used", format!("{} of {} ({used_percent:.1}%)", mib(view.used_bytes), mib(view.ring_bytes))),

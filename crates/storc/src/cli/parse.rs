@@ -126,7 +126,7 @@ pub enum Action {
     ShowPatrolRead,
     /// `/c0/bbu show`, `/c0/journal show`.
     ShowJournal,
-    /// `/c0 set journal=DEVICE`.
+    /// `/c0 set journal=DEVICE[,DEVICE]` (two for a mirrored pair).
     SetJournal(AttachJournal),
     PatrolRead(PatrolReadAction),
     ShowCcSchedule,
@@ -295,7 +295,7 @@ fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
             "show, show all, show rebuild, show copyback, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild, insert dg=D array=A row=R, start copyback target=M, stop|pause|resume copyback"
         }
         Object::Foreign => "show, import, del",
-        Object::Journal => "show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE)",
+        Object::Journal => "show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, or a mirrored pair with journal=PATH,PATH)",
     };
     if tokens.is_empty() {
         return format!("missing command after {path}; allowed: {allowed}");

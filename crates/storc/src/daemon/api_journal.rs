@@ -1,8 +1,9 @@
 //! The journal's routes: `GET /api/v1/journal` (`/c0/bbu show`, `/c0/journal show`) and
-//! `POST /api/v1/journal` (`/c0 set journal=DEVICE`: a journal assigned at run time).
+//! `POST /api/v1/journal` (`/c0 set journal=DEVICE[,DEVICE]`: a journal, or a mirrored pair,
+//! assigned at run time).
 
 use super::api::{bad, blocking, ok, ApiJson, Reply, Shared};
-use crate::api_types::{AttachJournal, JournalView};
+use crate::api_types::{AttachJournal, JournalLegView, JournalView};
 use axum::extract::State;
 use std::sync::Arc;
 
@@ -26,6 +27,15 @@ fn journal_view(state: &Shared) -> JournalView {
         read_hits: cache.clean.hits,
         read_misses: cache.clean.misses,
         read_ahead_bytes: cache.clean.read_ahead_bytes,
+        legs: view
+            .legs
+            .into_iter()
+            .map(|leg| JournalLegView {
+                source: leg.source,
+                state: if leg.in_service { "Online" } else { "Failed" }.to_string(),
+                reason: leg.reason,
+            })
+            .collect(),
     }
 }
 
@@ -34,8 +44,12 @@ pub(super) async fn journal(State(state): State<Shared>) -> Reply<JournalView> {
 }
 
 pub(super) async fn attach_journal(State(state): State<Shared>, ApiJson(body): ApiJson<AttachJournal>) -> Reply<JournalView> {
-    let offer = super::drives::open_journal(&body.source).map_err(|e| bad(e.replacen("--journal", "journal=", 1)))?;
+    let specs: Vec<&str> = body.source.split(',').map(str::trim).collect();
+    if specs.len() > 2 || specs.iter().any(|spec| spec.is_empty()) {
+        return Err(bad(format!("journal={}: one device, or two separated by a comma (a mirrored pair)", body.source)));
+    }
+    let offers = super::drives::open_journal_legs(&specs).map_err(|e| bad(e.replace("--journal", "journal=")))?;
     let controller = Arc::clone(&state.controller);
-    blocking(move || controller.attach_journal(offer)).await?;
+    blocking(move || controller.attach_journal(offers)).await?;
     ok(blocking(move || Ok(journal_view(&state))).await?)
 }

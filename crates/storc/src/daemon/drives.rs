@@ -90,3 +90,15 @@ pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, Stri
     super::data_dir::warn_if_open_to_others(spec, path);
     Ok(engine::controller::JournalOffer { drive: Arc::new(drive), source: spec.to_string(), path: Some(path.to_path_buf()) })
 }
+
+/// Opens the legs of a journal: none, one device, or the two of a mirrored pair (which must be
+/// two different devices: a pair on one file mirrors nothing).
+pub fn open_journal_legs(specs: &[&str]) -> Result<Vec<engine::controller::JournalOffer>, String> {
+    if let [a, b] = specs {
+        let same_file = !a.contains(':') && Path::new(a).canonicalize().ok().is_some_and(|p| Path::new(b).canonicalize().ok() == Some(p));
+        if a == b || same_file {
+            return Err(format!("--journal {a} is given twice: the legs of a mirrored pair are two different devices"));
+        }
+    }
+    specs.iter().map(|spec| open_journal(spec)).collect()
+}

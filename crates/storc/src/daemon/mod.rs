@@ -47,7 +47,8 @@ pub struct Args {
     #[arg(long)]
     shards: Option<usize>,
     /// The cache's journal (its battery): a file (created at 1 GiB, zero-filled, if missing), a block
-    /// device, or an emulated SSD (ssd:sata|sas|nvme:SIZE). Without one, WB VDs run WT.
+    /// device, or an emulated SSD (ssd:sata|sas|nvme:SIZE). Given twice: a mirrored pair, which
+    /// goes on with one leg when the other fails. Without one, WB VDs run WT.
     #[arg(long)]
     journal: Vec<String>,
     /// The controller cache, shared by the shards (e.g. 1GiB, 512MiB).
@@ -89,11 +90,11 @@ pub fn run(args: &Args) -> Result<(), String> {
     if read_ahead_bytes < 4096 || read_ahead_bytes > cache_bytes / 16 {
         return Err(format!("--read-ahead {}: from 4KiB up to a sixteenth of --cache-size", args.read_ahead));
     }
-    let journal = match args.journal.as_slice() {
-        [] => None,
-        [spec] => Some(drives::open_journal(spec)?),
-        _ => return Err("--journal is given more than once: a mirrored pair of journals is not built yet; give one".into()),
-    };
+    if args.journal.len() > 2 {
+        return Err(format!("--journal is given {} times: give one device, or two for a mirrored pair", args.journal.len()));
+    }
+    let specs: Vec<&str> = args.journal.iter().map(String::as_str).collect();
+    let journal = drives::open_journal_legs(&specs)?;
     let engine = Arc::new(
         Engine::start(EngineConfig { shard_count, cache_bytes, read_ahead_bytes, ..EngineConfig::default() }).map_err(|e| e.to_string())?,
     );

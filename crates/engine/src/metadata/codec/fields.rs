@@ -103,7 +103,9 @@ pub(crate) mod counts {
     pub const PATROL_RATE_PERCENT: Field = Field::new("patrol_rate_percent", 17, 1);
     pub const PATROL_DELAY_HOURS: Field = Field::new("patrol_delay_hours", 18, 2);
     pub const CC_MODE: Field = Field::new("cc_mode", 20, 1);
-    pub const RESERVED: Field = Field::new("reserved", 21, 1);
+    /// Version 8: legs of a mirrored journal that must not be replayed (reserved zero before).
+    pub const JOURNAL_STALE_LEGS: Field = Field::new("journal_stale_legs", 21, 1);
+    pub const JOURNAL_STALE_LEGS_KNOWN: u8 = 0b11;
     pub const CC_DELAY_HOURS: Field = Field::new("cc_delay_hours", 22, 2);
     pub const PATROL_LAST_START_UNIX_SECS: Field = Field::new("patrol_last_start_unix_secs", 24, 8);
     pub const CC_NEXT_START_UNIX_SECS: Field = Field::new("cc_next_start_unix_secs", 32, 8);
@@ -123,7 +125,7 @@ pub(crate) mod counts {
         PATROL_RATE_PERCENT,
         PATROL_DELAY_HOURS,
         CC_MODE,
-        RESERVED,
+        JOURNAL_STALE_LEGS,
         CC_DELAY_HOURS,
         PATROL_LAST_START_UNIX_SECS,
         CC_NEXT_START_UNIX_SECS,
