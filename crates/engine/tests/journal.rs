@@ -319,3 +319,55 @@ fn a_degraded_pair_is_replaced_at_run_time() {
     check(&engine, &vd, &image, "with the new pair");
     controller.shutdown();
 }
+
+/// Pinned cache: a WB VD goes offline with writes only the cache and the journal hold. Its data
+/// is preserved (pinned), it neither crowds the other VDs out of the cache nor stops the
+/// journal's ring (its records are logged again at the head as the tail reaches them), and
+/// `delete preservedcache` drops it; an online VD's cache cannot be discarded.
+#[test]
+fn an_offline_vds_pinned_cache_stops_neither_the_cache_nor_the_journal() {
+    let failing: Vec<Arc<FaultyDrive>> = (0..2).map(|_| Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(DRIVE_BYTES))))).collect();
+    let mut drives: Vec<Arc<dyn Drive>> = failing.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
+    drives.extend(mem_drives(3, DRIVE_BYTES));
+    let journal: Arc<dyn Drive> = Arc::new(MemDrive::new(8 * MIB));
+    let config = engine::EngineConfig { shard_count: 1, cache_bytes: 16 * MIB, ..engine::EngineConfig::default() };
+    let engine = Arc::new(Engine::start(config).unwrap());
+    let controller = open(&engine, &drives, None, mem_journal(&journal));
+    let mut pinned_spec = spec(Level::Raid0, &[0, 1], "pinned");
+    pinned_spec.write_policy = WritePolicy::WriteBack;
+    controller.create_vd(pinned_spec).unwrap();
+    let mut other_spec = spec(Level::Raid5, &[2, 3, 4], "other");
+    other_spec.write_policy = WritePolicy::WriteBack;
+    controller.create_vd(other_spec).unwrap();
+    let (pinned, other) = (controller.vd(0).unwrap().1, controller.vd(1).unwrap().1);
+    engine.write_at(&pinned, 0, &pattern(2 * MIB as usize, 1)).unwrap();
+    failing.iter().for_each(|d| d.set_failed(true));
+    // The destage after the age limit fails: the VD goes offline with its data in the cache.
+    wait_until("the VD offline", &controller, || pinned.state() == engine::VdState::Offline);
+    wait_until("its data pinned", &controller, || engine.cache_stats().pinned_bytes > 0);
+    // Eight times the journal and four times the cache, through the other VD (on a thread:
+    // a stalled ring would block it for good).
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let (engine2, other2) = (Arc::clone(&engine), Arc::clone(&other));
+    std::thread::spawn(move || {
+        let mut image = vec![0u8; 16 * MIB as usize];
+        for round in 0..4u8 {
+            for piece in 0..(16 * MIB / (256 * 1024)) {
+                let offset = piece * 256 * 1024;
+                let data = pattern(256 * 1024, round.wrapping_mul(31).wrapping_add(piece as u8));
+                engine2.write_at(&other2, offset, &data).unwrap();
+                image[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+            }
+        }
+        let _ = done_tx.send(image);
+    });
+    let image = done_rx.recv_timeout(Duration::from_secs(60)).expect("writes to the other VD stalled behind the pinned data");
+    check(&engine, &other, &image, "the other VD");
+    assert!(engine.cache_stats().pinned_bytes > 0, "the offline VD's data is still preserved");
+    let refused = controller.discard_preserved_cache(1).unwrap_err();
+    assert!(refused.to_string().contains("not offline"), "{refused}");
+    controller.discard_preserved_cache(0).unwrap();
+    wait_until("the pinned data gone", &controller, || engine.cache_stats().pinned_bytes == 0);
+    assert!(events(&controller).iter().any(|e| e.contains("preserved cache was discarded")), "{:#?}", events(&controller));
+    controller.shutdown();
+}

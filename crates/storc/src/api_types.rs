@@ -142,6 +142,10 @@ pub struct JournalView {
     /// The controller cache (`--cache-size`) and what of it is dirty now.
     pub cache_bytes: u64,
     pub dirty_bytes: u64,
+    /// Dirty bytes of offline VDs: preserved until the VD is back or its cache is discarded
+    /// (`/c0/vN delete preservedcache`).
+    #[serde(default)]
+    pub pinned_bytes: u64,
     /// Clean data held (read and read ahead), reads served from the cache and not, and the
     /// bytes read ahead, since the start.
     pub clean_bytes: u64,

@@ -15,15 +15,20 @@ use std::time::Instant;
 pub(crate) fn pump(reactor: &Rc<Reactor>) {
     let cache = reactor.cache();
     let limit = cache.limit_bytes.get();
-    if cache.bytes.get() > limit / 2 {
+    // Pinned data cannot be destaged: the watermarks look at the rest.
+    let destageable = cache.bytes.get().saturating_sub(cache.pinned_bytes.get());
+    if destageable > limit / 2 {
         cache.draining.set(true);
-    } else if cache.bytes.get() <= limit / 4 {
+    } else if destageable <= limit / 4 {
         cache.draining.set(false);
     }
     let urgent = cache.draining.get() || cache.forced.get() > 0;
     // Looking for old data means scanning every extent: only while a tick found some.
     let old_before = if cache.aging.get() { Instant::now().checked_sub(cache.age_limit.get()) } else { None };
     let reclaiming = journal_short_of_room(cache);
+    if reclaiming && cache.pinned_bytes.get() > 0 {
+        super::relocate::relocate_tail(reactor);
+    }
     let runs_max = if urgent { RUNS_IN_FLIGHT_MAX } else { BACKGROUND_RUNS_IN_FLIGHT_MAX };
     while cache.runs_in_flight.get() < runs_max {
         let picked = if reclaiming { pick_oldest(cache) } else { None };
@@ -289,6 +294,7 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
 /// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.
 pub(crate) fn tick(reactor: &Rc<Reactor>) {
     reactor.cache().aging.set(true);
+    reactor.cache().review_stuck();
     if let Some(journal) = reactor.cache().journal() {
         journal.poke();
     }

@@ -167,6 +167,16 @@ impl DirtyMap {
         });
     }
 
+    /// Makes every stuck extent a candidate again; returns whether there was one.
+    pub fn unstick_all(&mut self) -> bool {
+        let mut any = false;
+        for extent in self.extents.values_mut().filter(|e| e.stuck) {
+            extent.stuck = false;
+            any = true;
+        }
+        any
+    }
+
     /// Whether extent `id` is still at `offset` and a destage of it failed.
     pub fn is_stuck(&self, offset: u64, id: u64) -> bool {
         self.extents.get(&offset).is_some_and(|e| e.id == id && e.stuck)
@@ -175,6 +185,20 @@ impl DirtyMap {
     /// Every extent, in offset order.
     pub fn all(&self) -> impl Iterator<Item = &Extent> {
         self.extents.values()
+    }
+
+    /// Every extent with its offset, in offset order.
+    pub fn all_at(&self) -> impl Iterator<Item = (u64, &Extent)> {
+        self.extents.iter().map(|(&o, e)| (o, e))
+    }
+
+    /// Extent `id` at `offset` is held by record `sequence` from now on (it was logged again):
+    /// returns the holds it gives up, or `None` if the extent is no longer there.
+    pub fn relogged(&mut self, offset: u64, id: u64, sequence: u64) -> Option<Vec<u64>> {
+        let extent = self.extents.get_mut(&offset).filter(|e| e.id == id)?;
+        let mut old: Vec<u64> = std::mem::take(&mut extent.superseded);
+        old.extend(extent.sequence.replace(sequence));
+        Some(old)
     }
 
     /// Whether extent `id` is still at `offset`.

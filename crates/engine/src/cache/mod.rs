@@ -26,6 +26,7 @@ pub mod clean;
 mod destage;
 pub mod extents;
 mod read;
+mod relocate;
 
 pub(crate) use destage::{pump, quiesce, tick};
 pub(crate) use read::prefetch;
@@ -95,6 +96,11 @@ pub struct ShardCache {
     /// The extents holding the journal's oldest records, to destage first while the journal
     /// is short of room: (VD instance, offset, extent id), oldest first.
     reclaim: RefCell<std::collections::VecDeque<(u64, u64, u64)>>,
+    /// Dirty bytes of offline VDs ("pinned": they cannot be destaged until the VD is back or
+    /// its cache is discarded), counted at every tick. They do not crowd the other VDs out.
+    pinned_bytes: Cell<u64>,
+    /// A pinned extent is being logged again ([`relocate`]).
+    relocating: Cell<bool>,
 }
 
 impl Default for ShardCache {
@@ -121,6 +127,8 @@ impl ShardCache {
             destaged_to: RefCell::new(HashMap::new()),
             clean: RefCell::new(clean::CleanLines::default()),
             reclaim: RefCell::new(std::collections::VecDeque::new()),
+            pinned_bytes: Cell::new(0),
+            relocating: Cell::new(false),
         }
     }
 
@@ -161,7 +169,34 @@ impl ShardCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        CacheStats { dirty_bytes: self.dirty_bytes(), clean: self.clean_stats() }
+        CacheStats { dirty_bytes: self.dirty_bytes(), pinned_bytes: self.pinned_bytes.get(), clean: self.clean_stats() }
+    }
+
+    /// At a tick: the stuck data of VDs that are back (no longer offline) is destaged again,
+    /// and what offline VDs hold is counted as pinned.
+    pub(crate) fn review_stuck(&self) {
+        let mut pinned = 0;
+        let mut retried = false;
+        for cache in self.vds.borrow_mut().values_mut() {
+            if cache.vd.state() == crate::VdState::Offline && !cache.vd.is_retired() {
+                pinned += cache.dirty.bytes();
+            } else {
+                retried |= cache.dirty.unstick_all();
+            }
+        }
+        self.pinned_bytes.set(pinned);
+        if retried {
+            self.wake_all();
+        }
+    }
+
+    /// The dirty bytes that count against the cache's room: pinned data counts only up to
+    /// the point where it would leave the other VDs less than an eighth of the cache (so
+    /// memory stays below 9/8 of the cache size, and an offline VD never stalls the others).
+    fn counted_bytes(&self) -> u64 {
+        let floor = (self.limit_bytes.get() / 8).max(RUN_BYTES_MAX * 4);
+        let pinned_allowed = self.limit_bytes.get().saturating_sub(floor);
+        self.bytes.get() - self.pinned_bytes.get().min(self.bytes.get()) + self.pinned_bytes.get().min(pinned_allowed)
     }
 
     /// A repair may change what `range` of `vd` reads: until [`ShardCache::end_repair`] no
@@ -226,12 +261,18 @@ pub(crate) async fn checked_rows(
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CacheStats {
     pub dirty_bytes: u64,
+    /// Dirty bytes of offline VDs (see [`ShardCache::review_stuck`]).
+    pub pinned_bytes: u64,
     pub clean: clean::CleanStats,
 }
 
 impl CacheStats {
     pub fn plus(&self, other: &CacheStats) -> CacheStats {
-        CacheStats { dirty_bytes: self.dirty_bytes + other.dirty_bytes, clean: self.clean.plus(&other.clean) }
+        CacheStats {
+            dirty_bytes: self.dirty_bytes + other.dirty_bytes,
+            pinned_bytes: self.pinned_bytes + other.pinned_bytes,
+            clean: self.clean.plus(&other.clean),
+        }
     }
 }
 
@@ -325,7 +366,7 @@ async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, b
             return completion;
         }
         // Room first (destaging frees it), then room in the journal (a checkpoint frees it).
-        let room = cache.bytes.get() + len_bytes <= cache.limit_bytes.get() || cache.bytes.get() == 0;
+        let room = cache.counted_bytes() + len_bytes <= cache.limit_bytes.get() || cache.bytes.get() == 0;
         let placed = match (&journal, room) {
             (_, false) => None,
             (None, true) => Some(None),

@@ -126,11 +126,24 @@ impl Controller {
             return;
         }
         let vds = self.vds();
+        // A VD that cannot take its records (offline: members missing) loses them, with an
+        // event, rather than the whole journal failing: a journal left trusted but unreplayed
+        // would be replayed later over what the other VDs' members took meanwhile.
+        let unreplayed: std::cell::RefCell<std::collections::BTreeMap<u32, (u64, u64, String)>> = Default::default();
         let mut apply = |record: &crate::journal::ReplayRecord| {
             let Some((_, vd)) = vds.iter().find(|(r, _)| r.vd_id == record.vd_id) else {
                 return Ok(()); // the VD was deleted after the record was written
             };
-            self.engine.write_at(vd, record.vd_offset_bytes, &record.data).map_err(|e| e.to_string())
+            let mut unreplayed = unreplayed.borrow_mut();
+            if let Some(lost) = unreplayed.get_mut(&record.vd_id) {
+                lost.0 += 1;
+                lost.1 += record.data.len() as u64;
+                return Ok(());
+            }
+            if let Err(error) = self.engine.write_at(vd, record.vd_offset_bytes, &record.data) {
+                unreplayed.insert(record.vd_id, (1, record.data.len() as u64, error.to_string()));
+            }
+            Ok(())
         };
         let (controller_id, partitions) = (self.config().controller_id.0, self.engine.shard_count() as u32);
         let legs = offers.iter().map(|offer| Arc::clone(&offer.drive)).collect();
@@ -138,6 +151,12 @@ impl Controller {
         vds.iter().for_each(|(_, vd)| vd.set_replaying(true));
         let opened = Journal::open(legs, controller_id, partitions, trust, &mut apply);
         vds.iter().for_each(|(_, vd)| vd.set_replaying(false));
+        for (vd_id, (records, bytes, error)) in unreplayed.into_inner() {
+            self.log(
+                Severity::Critical,
+                format!("v{vd_id}: {records} journal records ({bytes} bytes) of its cache cannot be replayed ({error}) and are lost"),
+            );
+        }
         let journal = opened.and_then(|journal| {
             for (record, vd) in &vds {
                 self.engine.flush(vd).map_err(|e| format!("v{}: flush after the journal's replay failed: {e}", record.vd_id))?;
@@ -170,6 +189,7 @@ impl Controller {
                 slot.failed = true;
                 drop(slot);
                 self.log(Severity::Critical, format!("journal {source} cannot be used: {error}"));
+                self.abandon_trusted_journal(trust, "it cannot be used");
                 self.warn_write_back_without_journal("the journal failed");
             }
         }
@@ -309,6 +329,28 @@ impl Controller {
                 legs: Vec::new(),
             },
         }
+    }
+
+    /// `/c0/vN delete preservedcache`: drops the dirty data an offline VD holds in the cache
+    /// (pinned: it cannot reach the members until they are back), as MegaRAID's command of
+    /// that name does. Those writes are lost; the VD stays offline.
+    ///
+    /// # Errors
+    /// No such VD, or it is not offline (its cache is written to its members as usual).
+    pub fn discard_preserved_cache(&self, vd_id: u32) -> Result<String, super::ControlError> {
+        let (_, vd) = self.vd(vd_id)?;
+        if vd.state() != crate::VdState::Offline {
+            return Err(super::ControlError::Conflict(format!(
+                "v{vd_id} is not offline: its cached writes go to its members; only an offline VD's preserved cache can be discarded"
+            )));
+        }
+        let pinned_before = self.engine.cache_stats().pinned_bytes;
+        let rest = self.engine.forget(&vd);
+        self.log(Severity::Critical, format!("v{vd_id}: its preserved cache was discarded by request; those writes are lost"));
+        Ok(match rest {
+            Ok(()) => format!("discarded the preserved cache of v{vd_id} (the controller held {pinned_before} pinned bytes)"),
+            Err(error) => format!("discarded the preserved cache of v{vd_id}; the journal keeps its records until the rest of the cache can be written ({error})"),
+        })
     }
 
     /// Whether WB VDs run WB now.

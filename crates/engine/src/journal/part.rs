@@ -43,6 +43,8 @@ pub struct JournalPart {
     partition_offset_bytes: u64,
     ring: RefCell<Ring>,
     reserve_bytes: u64,
+    /// What WT keeps free too: room to log a pinned extent again (see `cache::relocate`).
+    relocation_reserve_bytes: u64,
     checkpoint_counter: Cell<u64>,
     checkpointing: Cell<bool>,
     /// Every sequence below this was written.
@@ -84,6 +86,7 @@ impl JournalPart {
             partition_offset_bytes,
             ring: RefCell::new(ring),
             reserve_bytes,
+            relocation_reserve_bytes: record_bytes_for(RECORD_DATA_BYTES_MAX) + BLOCK_BYTES,
             checkpoint_counter: Cell::new(counter),
             checkpointing: Cell::new(false),
             written_below: Cell::new(sequence),
@@ -106,9 +109,19 @@ impl JournalPart {
     }
 
     /// Places the records of a write of `len_bytes` (one per MiB), each held by the writer, or
-    /// `None` when the ring lacks the space (WB: beyond its reserve; WT: at all).
+    /// `None` when the ring lacks the space (WB: beyond its reserve; WT: beyond the room kept
+    /// to log a pinned extent again).
     pub fn place(&self, len_bytes: usize, write_back: bool) -> Option<Vec<Placed>> {
-        let reserve = if write_back { self.reserve_bytes } else { 0 };
+        let reserve = if write_back { self.reserve_bytes } else { self.relocation_reserve_bytes };
+        self.place_with_reserve(len_bytes, reserve)
+    }
+
+    /// Places the record that logs a pinned extent again: it may use every byte of the ring.
+    pub fn place_relocation(&self, len_bytes: usize) -> Option<Vec<Placed>> {
+        self.place_with_reserve(len_bytes, 0)
+    }
+
+    fn place_with_reserve(&self, len_bytes: usize, reserve: u64) -> Option<Vec<Placed>> {
         let mut ring = self.ring.borrow_mut();
         let pieces: Vec<(usize, usize)> = (0..len_bytes)
             .step_by(RECORD_DATA_BYTES_MAX as usize)
@@ -281,6 +294,11 @@ impl JournalPart {
 
     pub fn is_checkpointing(&self) -> bool {
         self.checkpointing.get()
+    }
+
+    /// The sequence of the oldest record still held: where the ring's space stops returning.
+    pub fn live_tail_sequence(&self) -> u64 {
+        self.ring.borrow().live_tail().1
     }
 
     /// Bytes replay could need now and the ring's capacity.

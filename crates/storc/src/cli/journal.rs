@@ -39,6 +39,7 @@ pub fn report(description: &str, view: &JournalView, answer: &Value) -> Report {
         ("Replayed At Start", format!("{} records, {}", view.replayed_records, mib(view.replayed_bytes))),
         ("Cache Size", mib(view.cache_bytes)),
         ("Cache Dirty", mib(view.dirty_bytes)),
+        ("Cache Pinned (offline VDs)", mib(view.pinned_bytes)),
         ("Cache Clean", mib(view.clean_bytes)),
         ("Read Hits/Misses", format!("{}/{}", view.read_hits, view.read_misses)),
         ("Read Ahead", mib(view.read_ahead_bytes)),

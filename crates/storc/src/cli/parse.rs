@@ -62,6 +62,10 @@ pub enum Action {
         vd: u32,
         force: bool,
     },
+    /// `/c0/vN delete preservedcache`: an offline VD's pinned cache.
+    DeletePreservedCache {
+        vd: u32,
+    },
     SetVd {
         vd: u32,
         changes: SetVd,
@@ -260,6 +264,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Vds(Target::One(vd)), ["start", "init", ..]) => Action::Init { vd, action: super::bgi::parse_init(&tokens[2..])? },
         (Object::Vds(Target::One(vd)), ["del" | "delete"]) => Action::DeleteVd { vd, force: false },
         (Object::Vds(Target::One(vd)), ["del" | "delete", "force"]) => Action::DeleteVd { vd, force: true },
+        (Object::Vds(Target::One(vd)), ["del" | "delete", "preservedcache"]) => Action::DeletePreservedCache { vd },
         (Object::Vds(Target::One(vd)), ["set", ..]) => Action::SetVd { vd, changes: parse_set_vd(&tokens[1..])? },
         (Object::Slots(target), ["show"]) => Action::ShowDrives { target, all: false },
         (Object::Slots(target), ["show", "all"]) => Action::ShowDrives { target, all: true },
@@ -286,7 +291,7 @@ fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
             "show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)"
         }
         Object::Vds(Target::One(_)) => {
-            "show, show all, show badblocks, show cc, show bgi, show init, del [force], set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]"
+            "show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]"
         }
         Object::Slots(Target::All) => {
             "show, show all, show rebuild, show copyback (add, delete, set, rebuild and copyback commands need one slot: /c0/sN)"

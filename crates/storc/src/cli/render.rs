@@ -98,7 +98,9 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
         Action::DeleteHotSpare { .. } => changed_drive_report("Delete Hot Spare Succeeded", &decode(first)?, first),
         Action::SetDriveState { .. } => changed_drive_report("Set Drive State Succeeded", &decode(first)?, first),
         Action::ShowForeign => foreign_report(&decode::<Vec<_>>(first)?, first),
-        Action::DeleteVd { .. } | Action::ImportForeign | Action::DeleteForeign => message_report(first)?,
+        Action::DeleteVd { .. } | Action::DeletePreservedCache { .. } | Action::ImportForeign | Action::DeleteForeign => {
+            message_report(first)?
+        }
         Action::SetController(_) => settings_report(&decode(first)?, first),
         Action::Insert { .. } => changed_drive_report("Insert Drive Succeeded", &decode(first)?, first),
         Action::ShowRebuild { target } => rebuild_report("Show Rebuild Succeeded", *target, &decode::<Vec<RebuildView>>(first)?, first),

@@ -6,7 +6,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use engine::config::{CcMode, DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
 use engine::controller::{
@@ -46,6 +46,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))
         .route("/api/v1/vds/{id}/badblocks", get(bad_blocks))
+        .route("/api/v1/vds/{id}/cache", delete(super::api_journal::discard_preserved_cache))
         .route("/api/v1/drives", get(list_drives))
         .route("/api/v1/drives/{slot}", get(get_drive))
         .route("/api/v1/drives/{slot}/state", post(set_drive_state))

@@ -3,8 +3,9 @@
 //! assigned at run time).
 
 use super::api::{bad, blocking, ok, ApiJson, Reply, Shared};
+use crate::api_types::Message;
 use crate::api_types::{AttachJournal, JournalLegView, JournalView};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use std::sync::Arc;
 
 /// Blocks on the shards for the cache's counters: called off the async runtime.
@@ -23,6 +24,7 @@ fn journal_view(state: &Shared) -> JournalView {
         reason: view.reason,
         cache_bytes: state.controller.engine().cache_bytes(),
         dirty_bytes: cache.dirty_bytes,
+        pinned_bytes: cache.pinned_bytes,
         clean_bytes: cache.clean.bytes,
         read_hits: cache.clean.hits,
         read_misses: cache.clean.misses,
@@ -37,6 +39,13 @@ fn journal_view(state: &Shared) -> JournalView {
             })
             .collect(),
     }
+}
+
+/// `/c0/vN delete preservedcache`.
+pub(super) async fn discard_preserved_cache(State(state): State<Shared>, Path(id): Path<u32>) -> Reply<Message> {
+    let controller = Arc::clone(&state.controller);
+    let message = blocking(move || controller.discard_preserved_cache(id)).await?;
+    ok(Message { message })
 }
 
 pub(super) async fn journal(State(state): State<Shared>) -> Reply<JournalView> {

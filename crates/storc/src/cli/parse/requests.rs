@@ -26,6 +26,7 @@ impl Action {
                 let query = if *force { "?force=true" } else { "" };
                 vec![Request::without_body(Method::Delete, &format!("{VDS}/{vd}{query}"))]
             }
+            Action::DeletePreservedCache { vd } => vec![Request::without_body(Method::Delete, &format!("{VDS}/{vd}/cache"))],
             Action::SetVd { vd, changes } => vec![Request::with_body(Method::Patch, &format!("{VDS}/{vd}"), changes)],
             Action::AddHotSpare { slot, spare } => {
                 vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/hotspare"), spare)]

@@ -185,7 +185,7 @@ fn show_badblocks_needs_one_vd() {
     );
     check(
         "/c0/v2 show badblock",
-        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, show bgi, show init, del [force], set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
+        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
     );
     let args: Vec<String> = ["/c0/v2", "show", "badblocks", "J"].map(String::from).to_vec();
     assert!(parse(&args).unwrap().json_output);
@@ -226,6 +226,8 @@ fn the_journal_is_the_battery() {
     check("/c0 set journal=ssd:sata:8GiB", r#"POST /api/v1/journal {"source":"ssd:sata:8GiB"}"#);
     check(
         "/c0/bbu start learn",
-        "usage: unknown command \"/c0/bbu start learn\"; allowed after /c0/bbu: show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE)",
+        "usage: unknown command \"/c0/bbu start learn\"; allowed after /c0/bbu: show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, or a mirrored pair with journal=PATH,PATH)",
     );
+    check("/c0 set journal=/a.img,/b.img", r#"POST /api/v1/journal {"source":"/a.img,/b.img"}"#);
+    check("/c0/v1 delete preservedcache", "DELETE /api/v1/vds/1/cache");
 }
