@@ -210,3 +210,49 @@ fn destaged_data_is_on_the_members_and_the_checkpoint_empties_the_journal() {
     assert_eq!(journal.replay_report().records, 0);
     assert!(plain.read_at(&vd, 0, data.len()).unwrap().as_slice() == &data[..], "destaged contents differ");
 }
+
+/// A mirrored pair: once a leg fails, a write-back write is not acknowledged until the
+/// metadata names that leg stale (the controller's watcher does it; here the test), even though
+/// the other leg has its record durable. Acknowledging earlier would let a restart that finds
+/// only the failed leg (not yet known stale) replay it without the write.
+#[test]
+fn a_failed_leg_holds_acknowledgements_until_it_is_recorded_stale() {
+    let members = mem_members();
+    let failing = Arc::new(drive::FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
+    let legs: Vec<Arc<dyn drive::Drive>> = vec![Arc::new(MemDrive::new(JOURNAL_BYTES)), Arc::clone(&failing) as Arc<dyn drive::Drive>];
+    let journal = Journal::open(legs, CONTROLLER, 1, 0, &mut |_| panic!("blank")).unwrap();
+    journal.finish_replay().unwrap();
+    let mut engine = crate::LocalEngine::new(crate::runtime::CompletionOrder::Fifo);
+    engine.set_journal(Some(&journal));
+    let vd = raid5(&members);
+    vd.set_write_policy(WritePolicy::WriteBack);
+    let acknowledged = std::rc::Rc::new(std::cell::Cell::new(0));
+    let write = |engine: &mut crate::LocalEngine, seed: u8| {
+        let done = std::rc::Rc::clone(&acknowledged);
+        let request = crate::VdRequest::Write { offset_bytes: u64::from(seed) * 4096, buf: drive::IoBuf::from_slice(&pattern(4096, seed)) };
+        engine.submit(&vd, request, move |completion| {
+            completion.result.unwrap();
+            done.set(done.get() + 1);
+        });
+    };
+    write(&mut engine, 1);
+    engine.run_until_idle();
+    assert_eq!(acknowledged.get(), 1, "both legs in service: acknowledged");
+
+    failing.set_failed(true);
+    write(&mut engine, 2);
+    for _ in 0..200 {
+        engine.step();
+        engine.tick();
+    }
+    assert!(journal.health().legs_pending(), "the failed leg waits to be recorded stale");
+    assert!(journal.health().is_usable(), "one leg is left: the journal works");
+    assert_eq!(acknowledged.get(), 1, "not acknowledged while the failed leg could still be replayed");
+
+    let mask = journal.health().stale_mask();
+    assert_eq!(mask, 0b10);
+    journal.health().legs_recorded_stale(mask);
+    engine.tick();
+    engine.run_until_idle();
+    assert_eq!(acknowledged.get(), 2, "acknowledged once the leg is recorded stale");
+}
