@@ -194,8 +194,12 @@ async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: 
                         }
                     }
                     Err(error) => {
+                        // Stuck data is tried again at every tick while its VD is not offline:
+                        // the same failure is logged once, not ten times a second.
+                        if entry.last_error.as_ref() != Some(error) {
+                            tracing::warn!("{}: destage of {} bytes at {offset} failed: {error}", vd.name(), extent.len_bytes);
+                        }
                         entry.last_error = Some(error.clone());
-                        tracing::warn!("{}: destage of {} bytes at {offset} failed: {error}", vd.name(), extent.len_bytes);
                         entry.dirty.mark_stuck(*offset, extent.id);
                     }
                 }

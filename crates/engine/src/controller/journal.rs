@@ -364,20 +364,21 @@ impl Controller {
     /// journal is detached (the metadata stops trusting it, then the shards let go of it and
     /// run WT).
     fn check_journal(&self) {
-        let (source, reason, health) = {
+        let (source, reason, health, journal_id) = {
             let slot = self.journal.lock().expect("journal lock");
             let Some(attached) = &slot.attached else { return };
             let health = Arc::clone(attached.journal.health());
+            let journal_id = attached.journal.journal_id();
             for (index, leg) in attached.legs.iter().enumerate() {
                 let Some(path) = &leg.path else { continue };
                 if inode_of(path) != leg.inode {
                     health.fail_leg(index, &format!("the journal file {} was removed or replaced", path.display()));
                 }
             }
-            (attached.source(), health.failure(), health)
+            (attached.source(), health.failure(), health, journal_id)
         };
         if reason.is_none() && health.legs_pending() {
-            self.record_stale_legs(&source, &health);
+            self.record_stale_legs(&source, &health, journal_id);
             return;
         }
         let Some(reason) = reason else { return };
@@ -404,10 +405,14 @@ impl Controller {
 
     /// A leg failed while the other goes on: the metadata names it stale, then the shards may
     /// acknowledge again.
-    fn record_stale_legs(&self, source: &str, health: &crate::journal::Health) {
+    fn record_stale_legs(&self, source: &str, health: &crate::journal::Health, journal_id: u64) {
         let mask = health.stale_mask();
         let persisted = {
             let mut state = self.state.lock().expect("controller lock");
+            if state.config.settings.journal_id != journal_id {
+                // Replaced meanwhile (`set journal=`): the mask would be the new journal's.
+                return;
+            }
             state.config.settings.journal_stale_legs = mask;
             self.persist(&mut state)
         };
