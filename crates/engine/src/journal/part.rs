@@ -195,7 +195,13 @@ impl JournalPart {
     }
 
     async fn submit_write(&self, reactor: &Reactor, offset_bytes: u64, bufs: Vec<IoBuf>) -> Result<(), JournalError> {
-        let op = |_| DriveOp::WriteV { offset_bytes, bufs: bufs.iter().map(|buf| IoBuf::from_slice(buf.as_slice())).collect() };
+        let in_service = (0..self.legs.len()).filter(|&leg| self.health.leg_in_service(leg)).count();
+        // The first leg takes the buffers, each other one a copy (a single journal copies nothing).
+        let mut copies: Vec<Vec<IoBuf>> =
+            (1..in_service).map(|_| bufs.iter().map(|buf| IoBuf::from_slice(buf.as_slice())).collect()).collect();
+        let mut original = Some(bufs);
+        let op =
+            |_| DriveOp::WriteV { offset_bytes, bufs: original.take().or_else(|| copies.pop()).expect("buffers for every leg in service") };
         self.on_every_leg(reactor, op, &format!("write at byte {offset_bytes}")).await
     }
 
@@ -203,9 +209,10 @@ impl JournalPart {
     ///
     /// # Errors
     /// No leg is left in service: the journal failed.
-    async fn on_every_leg(&self, reactor: &Reactor, op_for: impl Fn(usize) -> DriveOp, what: &str) -> Result<(), JournalError> {
+    async fn on_every_leg(&self, reactor: &Reactor, mut op_for: impl FnMut(usize) -> DriveOp, what: &str) -> Result<(), JournalError> {
         let legs: Vec<usize> = (0..self.legs.len()).filter(|&leg| self.health.leg_in_service(leg)).collect();
-        let submits = legs.iter().map(|&leg| reactor.submit(&*self.legs[leg], op_for(leg)));
+        let ops: Vec<DriveOp> = legs.iter().map(|&leg| op_for(leg)).collect();
+        let submits = legs.iter().zip(ops).map(|(&leg, op)| reactor.submit(&*self.legs[leg], op));
         let done = futures::future::join_all(submits).await;
         for (&leg, done) in legs.iter().zip(done) {
             if let Err(error) = done.result {
