@@ -31,6 +31,12 @@ fn leg(drive: &Arc<dyn Drive>, source: &str) -> JournalOffer {
     JournalOffer { drive: Arc::clone(drive), source: source.into(), path: None }
 }
 
+/// The two legs of a mirrored journal, the second one able to fail.
+fn failing_pair() -> (Arc<FaultyDrive>, [Arc<dyn Drive>; 2]) {
+    let failing = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
+    (Arc::clone(&failing), [Arc::new(MemDrive::new(JOURNAL_BYTES)), failing as Arc<dyn Drive>])
+}
+
 fn wb_raid5(controller: &Controller) -> Arc<VirtualDrive> {
     let mut vd_spec = spec(Level::Raid5, &[0, 1, 2, 3], "db");
     vd_spec.write_policy = WritePolicy::WriteBack;
@@ -218,8 +224,7 @@ fn a_clean_stop_writes_the_cache_out_and_leaves_nothing_to_replay() {
 #[test]
 fn a_mirrored_journal_goes_on_with_one_leg_and_never_replays_the_stale_one() {
     let drives = mem_drives(4, DRIVE_BYTES);
-    let failing = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
-    let legs: [Arc<dyn Drive>; 2] = [Arc::new(MemDrive::new(JOURNAL_BYTES)), Arc::clone(&failing) as Arc<dyn Drive>];
+    let (failing, legs) = failing_pair();
     let pair = || vec![leg(&legs[0], "leg-a"), leg(&legs[1], "leg-b")];
     let mut image = vec![0u8; 16 * MIB as usize];
     let id = {
@@ -271,8 +276,7 @@ fn a_mirrored_journal_goes_on_with_one_leg_and_never_replays_the_stale_one() {
 #[test]
 fn a_stale_leg_alone_is_never_replayed() {
     let drives = mem_drives(4, DRIVE_BYTES);
-    let failing = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
-    let legs: [Arc<dyn Drive>; 2] = [Arc::new(MemDrive::new(JOURNAL_BYTES)), Arc::clone(&failing) as Arc<dyn Drive>];
+    let (failing, legs) = failing_pair();
     let mut image = vec![0u8; 16 * MIB as usize];
     let id = {
         let engine = engine();
@@ -299,8 +303,7 @@ fn a_stale_leg_alone_is_never_replayed() {
 #[test]
 fn a_degraded_pair_is_replaced_at_run_time() {
     let drives = mem_drives(4, DRIVE_BYTES);
-    let failing = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(JOURNAL_BYTES))));
-    let legs: [Arc<dyn Drive>; 2] = [Arc::new(MemDrive::new(JOURNAL_BYTES)), Arc::clone(&failing) as Arc<dyn Drive>];
+    let (failing, legs) = failing_pair();
     let engine = engine();
     let controller = open(&engine, &drives, None, vec![leg(&legs[0], "leg-a"), leg(&legs[1], "leg-b")]);
     let vd = wb_raid5(&controller);

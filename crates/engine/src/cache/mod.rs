@@ -101,6 +101,9 @@ pub struct ShardCache {
     pinned_bytes: Cell<u64>,
     /// A pinned extent is being logged again ([`relocate`]).
     relocating: Cell<bool>,
+    /// The journal tail no pinned extent held at the last look (looked at again once it moves,
+    /// or at the next tick).
+    relocation_looked_at: Cell<Option<u64>>,
 }
 
 impl Default for ShardCache {
@@ -129,6 +132,7 @@ impl ShardCache {
             reclaim: RefCell::new(std::collections::VecDeque::new()),
             pinned_bytes: Cell::new(0),
             relocating: Cell::new(false),
+            relocation_looked_at: Cell::new(None),
         }
     }
 
@@ -185,6 +189,7 @@ impl ShardCache {
             }
         }
         self.pinned_bytes.set(pinned);
+        self.relocation_looked_at.set(None);
         if retried {
             self.wake_all();
         }

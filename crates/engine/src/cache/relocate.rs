@@ -20,7 +20,14 @@ pub(super) fn relocate_tail(reactor: &Rc<Reactor>) {
     }
     let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) else { return };
     let tail = journal.live_tail_sequence();
-    let Some((vd, offset, id, data)) = pinned_holding(cache, tail) else { return };
+    // pump runs at every write: the pinned extents are looked through once per tail and tick.
+    if cache.relocation_looked_at.get() == Some(tail) {
+        return;
+    }
+    let Some((vd, offset, id, data)) = pinned_holding(cache, tail) else {
+        cache.relocation_looked_at.set(Some(tail));
+        return;
+    };
     // Room anywhere in the ring: relocation is what gives room back.
     let Some(placed) = journal.place_relocation(data.len()) else { return };
     assert_eq!(placed.len(), 1, "an extent is at most one record long");

@@ -81,10 +81,6 @@ impl Health {
         }
     }
 
-    pub fn leg_count(&self) -> usize {
-        self.legs.len()
-    }
-
     /// Each leg's name, state and why it left service.
     pub fn legs(&self) -> Vec<(String, LegState, Option<String>)> {
         self.legs
@@ -359,10 +355,6 @@ impl Journal {
 
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    pub fn legs(&self) -> &[Arc<dyn Drive>] {
-        &self.legs
     }
 
     pub fn health(&self) -> &Arc<Health> {
