@@ -11,6 +11,7 @@
 //! - [`MemDrive`]: sparse RAM, completes synchronously;
 //! - [`FaultyDrive`]: wraps any drive and fails it whole, fails reads or writes in offset ranges,
 //!   returns corrupted data or adds latency, switchable at run time.
+//! - [`Window`]: a part of another drive (a journal past a slot drive's metadata).
 //!
 //! This crate is the only place with io_uring `unsafe`; every `unsafe` block says why it holds.
 
@@ -20,6 +21,7 @@ mod emulated;
 mod faulty;
 mod file;
 mod mem;
+mod window;
 
 pub use buf::{BufPool, IoBuf, BUF_ALIGN_BYTES};
 pub use ctx::{IoCtx, IoCtxConfig, ShardWaker};
@@ -27,6 +29,7 @@ pub use emulated::{Clock, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, RealC
 pub use faulty::{Faults, FaultyDrive};
 pub use file::{DirectIo, FileDrive, FileDriveConfig};
 pub use mem::MemDrive;
+pub use window::Window;
 
 use std::fmt;
 

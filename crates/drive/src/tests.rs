@@ -301,3 +301,25 @@ fn errors_say_what_an_administrator_can_do_about_them() {
     );
     assert_eq!(DriveError::Io(libc::EIO).to_string(), "I/O error: Input/output error (os error 5)");
 }
+
+#[test]
+fn a_window_is_the_part_of_its_drive_past_its_offset_and_nothing_else() {
+    let inner: Arc<dyn Drive> = Arc::new(MemDrive::new(8 << 20));
+    let window = Window::from_offset(Arc::clone(&inner), 4 << 20).unwrap();
+    assert_eq!(window.info().capacity_bytes, 4 << 20);
+    let mut ctx = IoCtx::without_ring();
+    check_round_trip(&window, &mut ctx);
+    // What the window wrote at its offset 0 is at the drive's offset 4 MiB; the drive's own
+    // first MiBs are untouched.
+    let under = run(&*inner, &mut ctx, DriveOp::Read { offset_bytes: 4 << 20, buf: IoBuf::zeroed(8192) });
+    assert_eq!(under.buf.unwrap().as_slice(), pattern(8192, 1).as_slice());
+    let before = run(&*inner, &mut ctx, DriveOp::Read { offset_bytes: 0, buf: IoBuf::zeroed(4 << 20) });
+    assert!(before.buf.unwrap().as_slice().iter().all(|&b| b == 0));
+    // Nothing reaches past its end, and an offset that would wrap is refused, not shifted.
+    let past = run(&window, &mut ctx, DriveOp::Write { offset_bytes: (4 << 20) - 4096, buf: IoBuf::zeroed(8192) });
+    assert!(matches!(past.result, Err(DriveError::OutOfRange { .. })), "{:?}", past.result);
+    let wrap = run(&window, &mut ctx, DriveOp::Read { offset_bytes: u64::MAX - 4095, buf: IoBuf::zeroed(4096) });
+    assert!(matches!(wrap.result, Err(DriveError::OutOfRange { .. })), "{:?}", wrap.result);
+    assert!(Window::from_offset(Arc::clone(&inner), 8 << 20).is_err(), "an empty window");
+    assert!(Window::from_offset(inner, 100).is_err(), "an unaligned window");
+}
