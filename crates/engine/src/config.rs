@@ -36,10 +36,13 @@ pub enum DriveState {
     Copyback,
     /// Failed and in no drive group (`UBad`): not used until the administrator makes it good.
     UnconfiguredBad,
+    /// Holds the cache's journal (or one leg of a mirrored pair) past its metadata area
+    /// (`/c0/sN set journal`): in no drive group.
+    Journal,
 }
 
 impl DriveState {
-    pub const ALL: [DriveState; 9] = [
+    pub const ALL: [DriveState; 10] = [
         DriveState::UnconfiguredGood,
         DriveState::Online,
         DriveState::Offline,
@@ -49,6 +52,7 @@ impl DriveState {
         DriveState::Rebuild,
         DriveState::Copyback,
         DriveState::UnconfiguredBad,
+        DriveState::Journal,
     ];
 
     /// storcli's abbreviation.
@@ -63,6 +67,7 @@ impl DriveState {
             DriveState::Rebuild => "Rbld",
             DriveState::Copyback => "Cpybck",
             DriveState::UnconfiguredBad => "UBad",
+            DriveState::Journal => "Jrnl",
         }
     }
 }

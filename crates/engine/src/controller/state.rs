@@ -64,6 +64,10 @@
 //! | Cpybck | HSP | copyback stopped |
 //! | Cpybck | Rbld | rebuild started |
 //! | UBad | UGood | set good |
+//! | UGood | Jrnl | made the journal |
+//! | Jrnl | UGood | journal replaced |
+//! | Jrnl | UBad | I/O failure |
+//! | Jrnl | Msng | not found at start |
 //!
 //! `HSP` is one state; whether the spare is global (GHS) or dedicated (DHS) is whether its hot
 //! spare record lists drive groups, and the CLI and API show it so.
@@ -87,13 +91,18 @@
 //!   member it copies leaves service, the target takes the member's place and is rebuilt (Rbld).
 //! - At the end of a copy the source leaves the VD: a spare serving as a member (it kept its hot
 //!   spare record: a revertible spare) returns to HSP, any other member becomes UGood.
+//! - A journal drive (`Jrnl`, `/c0/sN set journal`) holds the cache's journal past its
+//!   metadata area. It returns to UGood when another journal replaces it; a leg that fails
+//!   becomes UBad (as a failed copy target does). One that is not found at start is Msng and,
+//!   found again, UGood: the journal ran without it, so what it holds is never replayed (the
+//!   metadata stopped trusting it), and it is assigned again only by the administrator.
 
 use super::DriveCommand;
 use crate::config::{ControllerConfig, DriveState};
 use std::fmt;
 
 use DriveState::{
-    Copyback as Cpybck, Failed, HotSpare as Hsp, Missing as Msng, Offline as Offln, Online as Onln, Rebuild as Rbld,
+    Copyback as Cpybck, Failed, HotSpare as Hsp, Journal as Jrnl, Missing as Msng, Offline as Offln, Online as Onln, Rebuild as Rbld,
     UnconfiguredBad as UBad, UnconfiguredGood as UGood,
 };
 
@@ -131,10 +140,14 @@ pub enum Cause {
     CopybackStopped,
     /// Another drive took the member's place in its VD.
     Replaced,
+    /// The administrator made the drive the journal, or a leg of it (`/c0/sN set journal`).
+    JournalAssigned,
+    /// Another journal took the drive's place.
+    JournalReplaced,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 18] = [
+    pub const ALL: [Cause; 20] = [
         Cause::VdCreated,
         Cause::VdDeleted,
         Cause::SpareAdded,
@@ -153,6 +166,8 @@ impl Cause {
         Cause::CopybackDone,
         Cause::CopybackStopped,
         Cause::Replaced,
+        Cause::JournalAssigned,
+        Cause::JournalReplaced,
     ];
 
     /// How events and the table in the module docs name the cause.
@@ -173,6 +188,8 @@ impl Cause {
             Cause::CopybackDone => "copyback done",
             Cause::CopybackStopped => "copyback stopped",
             Cause::Replaced => "replaced",
+            Cause::JournalAssigned => "made the journal",
+            Cause::JournalReplaced => "journal replaced",
         }
     }
 }
@@ -269,6 +286,10 @@ pub const TRANSITIONS: &[(DriveState, DriveState, Cause)] = &[
     (Cpybck, Hsp, Cause::CopybackStopped),
     (Cpybck, Rbld, Cause::RebuildStarted),
     (UBad, UGood, Cause::Command(DriveCommand::Good)),
+    (UGood, Jrnl, Cause::JournalAssigned),
+    (Jrnl, UGood, Cause::JournalReplaced),
+    (Jrnl, UBad, Cause::IoFailure),
+    (Jrnl, Msng, Cause::Absent),
 ];
 
 /// A change of state the table does not allow.

@@ -7,8 +7,8 @@
 
 use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX, PAYLOAD_BYTES_MAX_V3};
 use crate::config::{
-    BadBlock, CcMode, CcSchedule, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord,
-    PatrolSettings, VdRecord, VD_NAME_BYTES_MAX,
+    BadBlock, CcMode, CcSchedule, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, HotSpareRecord, PatrolSettings,
+    VdRecord, VD_NAME_BYTES_MAX,
 };
 
 pub const MAGIC: [u8; 8] = *b"STORCMD\0";
@@ -22,8 +22,9 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// consistency check rate. Version 6 adds the background initialization rate, VD flags
 /// (background initialization pending), the patrol read settings and the consistency check
 /// schedule (the counts grow to 48 bytes). Version 7 adds the id of the journal the cache trusts.
-/// Version 8 adds the legs of a mirrored journal that must not be replayed.
-pub const FORMAT_VERSION: u32 = 8;
+/// Version 8 adds the legs of a mirrored journal that must not be replayed. Version 9 adds the
+/// drive state `Jrnl` (a slot's drive holding the journal).
+pub const FORMAT_VERSION: u32 = 9;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
@@ -36,6 +37,8 @@ const FORMAT_VERSION_BGI: u32 = 6;
 const FORMAT_VERSION_JOURNAL: u32 = 7;
 /// The first version with the stale legs of a mirrored journal.
 const FORMAT_VERSION_JOURNAL_LEGS: u32 = 8;
+/// The first version with the drive state `Jrnl`.
+const FORMAT_VERSION_JOURNAL_DRIVE: u32 = 9;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -549,17 +552,6 @@ fn decode_bad_blocks(reader: &mut Reader, count: u32, record: impl Fn() -> Strin
         .collect()
 }
 
-/// A drive state code that the record's format version did not have is as unknown as any other:
-/// no storc ever wrote it there.
-fn check_state_in_version(state: DriveState, version: u32, record: impl Fn() -> String) -> Result<(), MetadataError> {
-    if version >= FORMAT_VERSION_COPYBACK_UBAD || !matches!(state, DriveState::Copyback | DriveState::UnconfiguredBad) {
-        return Ok(());
-    }
-    let known_in_version = DriveState::ALL.iter().filter(|s| !matches!(s, DriveState::Copyback | DriveState::UnconfiguredBad));
-    let known = known_in_version.map(|s| format!("{} ({})", s.code(), s.short_name())).collect::<Vec<_>>().join(", ");
-    Err(MetadataError::UnknownCode { record: record(), field: drive_record::STATE.name, code: state.code(), known })
-}
-
 /// What a version-1 storc laid a VD out on: its smallest member as the drive records knew it.
 fn smallest_recorded_capacity_bytes(member_slots: &[u32], drives: &[DriveRecord]) -> u64 {
     let capacity_of = |slot: &u32| drives.iter().find(|d| d.slot == *slot).map(|d| d.capacity_bytes);
@@ -649,5 +641,5 @@ fn get_u128(bytes: &[u8], field: Field) -> u128 {
 }
 
 mod codes;
-use codes::decode_code;
 pub(crate) use codes::Code;
+use codes::{check_state_in_version, decode_code};

@@ -25,25 +25,28 @@ fn letter(cause: Cause) -> char {
         Cause::CopybackDone => 'K',
         Cause::CopybackStopped => 'T',
         Cause::Replaced => 'p',
+        Cause::JournalAssigned => 'j',
+        Cause::JournalReplaced => 'J',
     }
 }
 
-const COLUMNS: [DriveState; 9] = [UGood, Onln, Offln, Failed, Msng, Hsp, Rbld, Cpybck, UBad];
+const COLUMNS: [DriveState; 10] = [UGood, Onln, Offln, Failed, Msng, Hsp, Rbld, Cpybck, UBad, Jrnl];
 
 /// The whole machine written out again, by hand and in another shape: a row per `from`, a column
 /// per `to` (in [`COLUMNS`] order), each cell the letters of the causes that make that change.
 #[rustfmt::skip]
-const MATRIX: [(DriveState, [&str; 9]); 9] = [
-    //          UGood  Onln  Offln  Failed  Msng   HSP  Rbld  Cpybck  UBad
-    (UGood,  [".",   "c",  ".",   ".",    "x",   "a", "R",  "C",    "."]),
-    (Onln,   ["dK",  ".",  "o",   "is",   "mix", "K", ".",  ".",    "."]),
-    (Offln,  ["dgp", "n",  ".",   ".",    "mx",  ".", "R",  ".",    "."]),
-    (Failed, ["g",   "n",  ".",   ".",    "mx",  ".", "R",  ".",    "dp"]),
-    (Msng,   ["b",   "n",  ".",   "b",    ".",   "b", "R",  ".",    "."]),
-    (Hsp,    ["rd",  ".",  ".",   ".",    "x",   ".", "R",  "C",    "."]),
-    (Rbld,   ["d",   "D",  ".",   "i",    "x",   ".", ".",  ".",    "."]),
-    (Cpybck, ["dT",  "K",  ".",   ".",    "x",   "dT", "R", ".",    "i"]),
-    (UBad,   ["g",   ".",  ".",   ".",    ".",   ".", ".",  ".",    "."]),
+const MATRIX: [(DriveState, [&str; 10]); 10] = [
+    //          UGood  Onln  Offln  Failed  Msng   HSP  Rbld  Cpybck  UBad  Jrnl
+    (UGood,  [".",   "c",  ".",   ".",    "x",   "a", "R",  "C",    ".",  "j"]),
+    (Onln,   ["dK",  ".",  "o",   "is",   "mix", "K", ".",  ".",    ".",  "."]),
+    (Offln,  ["dgp", "n",  ".",   ".",    "mx",  ".", "R",  ".",    ".",  "."]),
+    (Failed, ["g",   "n",  ".",   ".",    "mx",  ".", "R",  ".",    "dp", "."]),
+    (Msng,   ["b",   "n",  ".",   "b",    ".",   "b", "R",  ".",    ".",  "."]),
+    (Hsp,    ["rd",  ".",  ".",   ".",    "x",   ".", "R",  "C",    ".",  "."]),
+    (Rbld,   ["d",   "D",  ".",   "i",    "x",   ".", ".",  ".",    ".",  "."]),
+    (Cpybck, ["dT",  "K",  ".",   ".",    "x",   "dT", "R", ".",    "i",  "."]),
+    (UBad,   ["g",   ".",  ".",   ".",    ".",   ".", ".",  ".",    ".",  "."]),
+    (Jrnl,   ["J",   ".",  ".",   ".",    "x",   ".", ".",  ".",    "i",  "."]),
 ];
 
 fn check(from: DriveState, to: DriveState, cause: Cause, expected_allowed: bool) {

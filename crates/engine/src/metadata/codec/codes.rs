@@ -1,7 +1,7 @@
 //! The one-byte enum codes of the format: the code tables in docs/on-disk-format.md. Never
 //! renumber; only add (with a new format version).
 
-use super::{get, Field, MetadataError};
+use super::{drive_record, get, Field, MetadataError};
 use crate::config::{CcMode, DriveState, IoPolicy, ReadPolicy, WritePolicy};
 use layout::Level;
 
@@ -38,6 +38,7 @@ impl Code for DriveState {
             DriveState::Rebuild => 7,
             DriveState::Copyback => 8,
             DriveState::UnconfiguredBad => 9,
+            DriveState::Journal => 10,
         }
     }
     fn from_code(code: u8) -> Option<Self> {
@@ -51,6 +52,7 @@ impl Code for DriveState {
             7 => DriveState::Rebuild,
             8 => DriveState::Copyback,
             9 => DriveState::UnconfiguredBad,
+            10 => DriveState::Journal,
             _ => return None,
         })
     }
@@ -177,4 +179,24 @@ impl Code for IoPolicy {
     fn short_name(self) -> &'static str {
         IoPolicy::short_name(self)
     }
+}
+
+/// The first format version with the drive state `state`.
+fn first_version_of(state: DriveState) -> u32 {
+    match state {
+        DriveState::Copyback | DriveState::UnconfiguredBad => super::FORMAT_VERSION_COPYBACK_UBAD,
+        DriveState::Journal => super::FORMAT_VERSION_JOURNAL_DRIVE,
+        _ => super::FORMAT_VERSION_OLDEST,
+    }
+}
+
+/// A drive state code that the record's format version did not have is as unknown as any other:
+/// no storc ever wrote it there.
+pub(super) fn check_state_in_version(state: DriveState, version: u32, record: impl Fn() -> String) -> Result<(), MetadataError> {
+    if version >= first_version_of(state) {
+        return Ok(());
+    }
+    let known_in_version = DriveState::ALL.iter().filter(|s| version >= first_version_of(**s));
+    let known = known_in_version.map(|s| format!("{} ({})", s.code(), s.short_name())).collect::<Vec<_>>().join(", ");
+    Err(MetadataError::UnknownCode { record: record(), field: drive_record::STATE.name, code: state.code(), known })
 }
