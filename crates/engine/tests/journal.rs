@@ -28,7 +28,7 @@ fn mem_journal(drive: &Arc<dyn Drive>) -> Vec<JournalOffer> {
 }
 
 fn leg(drive: &Arc<dyn Drive>, source: &str) -> JournalOffer {
-    JournalOffer { drive: Arc::clone(drive), source: source.into(), path: None }
+    JournalOffer { drive: Arc::clone(drive), source: source.into(), path: None, slot: None }
 }
 
 /// The two legs of a mirrored journal, the second one able to fail.
@@ -142,7 +142,7 @@ fn a_removed_journal_file_is_detached_and_a_new_one_brings_write_back_back() {
     let file = |path: &std::path::Path| {
         let config = FileDriveConfig { create_size_bytes: Some(JOURNAL_BYTES), ..FileDriveConfig::default() };
         let drive: Arc<dyn Drive> = Arc::new(FileDrive::open(path, &config).unwrap());
-        vec![JournalOffer { drive, source: path.display().to_string(), path: Some(path.to_path_buf()) }]
+        vec![JournalOffer { drive, source: path.display().to_string(), path: Some(path.to_path_buf()), slot: None }]
     };
     let drives = mem_drives(4, DRIVE_BYTES);
     let engine = engine();

@@ -6,6 +6,9 @@
 //! A mirrored pair of journals loses one leg amid the writes and a kill -9 follows: nothing
 //! acknowledged is lost either.
 //!
+//! A slot's drive made the journal (`/c0/sN set journal`) is found again after a kill -9 with no
+//! `--journal` option: the configuration on the drives says where the journal is.
+//!
 //! `STORC_WB_KILLS` sets the number of kills (20 by default, what CI runs); `scripts/wb-kills`
 //! runs 1000. `STORC_WB_KILLS_SEED` changes the seeded timing.
 
@@ -240,5 +243,47 @@ fn a_mirrored_journal_survives_the_loss_of_one_leg_and_a_kill_9() {
         journal.replayed_records
     );
     assert_eq!(lost, 0, "acknowledged writes lost");
+    daemon.stop();
+}
+
+/// `/c0/s5 set journal` on a running daemon with no `--journal`; WB writes; kill -9; the restart,
+/// still without `--journal`, replays the journal from slot 5 and loses nothing.
+#[test]
+fn a_slot_drive_journal_is_replayed_after_a_kill_9_without_a_journal_option() {
+    let scratch = Scratch::new("wb-slot-journal");
+    let drives: Vec<String> =
+        (0..=DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let args = ["--cache-size", "64MiB"];
+    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+    daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
+    set_write_back(&daemon);
+    assert!(daemon.cli(&["/c0/bbu", "show"]).contains("Journal State = Missing"));
+    let (code, refused) = daemon.cli_output(&["/c0/s0", "set", "journal"]);
+    assert!(code != 0 && refused.contains("slot 0 is Onln; only an unconfigured good (UGood) drive can hold the journal"), "{refused}");
+    let set = daemon.cli(&["/c0/s5", "set", "journal"]);
+    assert!(set.contains("Set Journal Succeeded") && set.contains("slot 5"), "{set}");
+    assert!(daemon.cli(&["/c0/s5", "show"]).contains("Jrnl"), "the drive shows its state");
+    assert!(daemon.cli(&["/c0/vall", "show"]).contains("NRWBD"), "WB runs WB");
+
+    let model = Arc::new(Mutex::new(vec![BlockModel::default(); BLOCK_COUNT as usize]));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (nbd, model, tally, stop) = (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&tally), Arc::clone(&stop));
+        std::thread::spawn(move || write_until_stopped(nbd, model, tally, 11, stop))
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    daemon.kill9();
+    stop.store(true, Ordering::SeqCst);
+    writer.join().expect("writer");
+    let acknowledged = tally.lock().unwrap().acknowledged;
+
+    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+    let journal: JournalView = daemon.get("/api/v1/journal");
+    assert_eq!((journal.state.as_str(), journal.source.as_deref()), ("Optimal", Some("slot 5")), "{journal:?}");
+    let lost = verify(&daemon, &mut model.lock().unwrap(), 1);
+    println!("journal on slot 5: {acknowledged} acknowledged writes, {} records replayed, {lost} lost", journal.replayed_records);
+    assert_eq!(lost, 0, "acknowledged writes lost");
+    assert!(acknowledged > 0, "the writer wrote something");
     daemon.stop();
 }

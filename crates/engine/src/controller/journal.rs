@@ -29,6 +29,9 @@ pub struct JournalOffer {
     pub source: String,
     /// The file behind it, watched for removal (none for emulated drives).
     pub path: Option<PathBuf>,
+    /// The slot whose drive holds it (`/c0/sN set journal`), or none for a device named by
+    /// path (`--journal`, `set journal=`).
+    pub slot: Option<u32>,
 }
 
 /// The journal's state, as `/c0/bbu show` names a battery's.
@@ -88,9 +91,11 @@ pub(super) struct Attached {
 }
 
 struct AttachedLeg {
+    drive: Arc<dyn Drive>,
     source: String,
     path: Option<PathBuf>,
     inode: Option<(u64, u64)>,
+    slot: Option<u32>,
 }
 
 impl Attached {
@@ -121,7 +126,8 @@ impl Controller {
     pub(super) fn open_journal(&self, offers: Vec<JournalOffer>) {
         let trust = self.journal_trust();
         if offers.is_empty() {
-            self.journal.lock().expect("journal lock").reason = Some("no journal was given (storc serve --journal)".into());
+            self.journal.lock().expect("journal lock").reason =
+                Some("no journal was given (storc serve --journal, /c0 set journal=PATH or /c0/sN set journal)".into());
             self.abandon_trusted_journal(trust, "no journal was given");
             self.warn_write_back_without_journal("no journal");
             return;
@@ -239,7 +245,7 @@ impl Controller {
             .into_iter()
             .map(|offer| {
                 let inode = offer.path.as_deref().and_then(inode_of);
-                AttachedLeg { source: offer.source, path: offer.path, inode }
+                AttachedLeg { drive: offer.drive, source: offer.source, path: offer.path, inode, slot: offer.slot }
             })
             .collect();
         let mut slot = self.journal.lock().expect("journal lock");
@@ -272,6 +278,12 @@ impl Controller {
                     .into(),
             ));
         }
+        self.replace_journal(offers)
+    }
+
+    /// Lays a journal out on `offers` and attaches it in place of the one attached, if any
+    /// (written out and detached first), then frees the slot drives the old one held.
+    pub(super) fn replace_journal(&self, offers: Vec<JournalOffer>) -> Result<JournalView, super::ControlError> {
         if self.journal.lock().expect("journal lock").attached.is_some() {
             self.detach_journal("it is replaced").map_err(super::ControlError::Io)?;
         }
@@ -281,8 +293,10 @@ impl Controller {
             .and_then(|journal| journal.finish_replay().map(|()| journal))
             .map_err(super::ControlError::BadInput)?;
         let source = offers.iter().map(|offer| offer.source.as_str()).collect::<Vec<_>>().join(" + ");
+        let kept: Vec<u32> = offers.iter().filter_map(|offer| offer.slot).collect();
         self.trust_and_attach(journal, offers, ReplayReport::default()).map_err(super::ControlError::Io)?;
         self.log(Severity::Info, format!("journal {source} attached: WB VDs run WB"));
+        self.free_journal_drives(&kept);
         Ok(self.journal_view())
     }
 
@@ -354,6 +368,26 @@ impl Controller {
         })
     }
 
+    /// The legs of the attached journal still in service, as offers to lay a new journal out
+    /// on (a leg added to them: `/c0/sN set journal`).
+    pub(super) fn legs_in_service(&self) -> Vec<JournalOffer> {
+        let slot = self.journal.lock().expect("journal lock");
+        let Some(attached) = &slot.attached else { return Vec::new() };
+        let health = attached.journal.health();
+        attached
+            .legs
+            .iter()
+            .zip(health.legs())
+            .filter(|(_, (_, state, _))| *state == LegState::InService)
+            .map(|(leg, _)| JournalOffer {
+                drive: Arc::clone(&leg.drive),
+                source: leg.source.clone(),
+                path: leg.path.clone(),
+                slot: leg.slot,
+            })
+            .collect()
+    }
+
     /// Whether WB VDs run WB now.
     pub fn journal_usable(&self) -> bool {
         matches!(self.journal_view().state, JournalState::Optimal | JournalState::Degraded)
@@ -364,7 +398,7 @@ impl Controller {
     /// journal is detached (the metadata stops trusting it, then the shards let go of it and
     /// run WT).
     fn check_journal(&self) {
-        let (source, reason, health, journal_id) = {
+        let (source, reason, health, journal_id, out) = {
             let slot = self.journal.lock().expect("journal lock");
             let Some(attached) = &slot.attached else { return };
             let health = Arc::clone(attached.journal.health());
@@ -375,8 +409,17 @@ impl Controller {
                     health.fail_leg(index, &format!("the journal file {} was removed or replaced", path.display()));
                 }
             }
-            (attached.source(), health.failure(), health, journal_id)
+            let out: Vec<(u32, String)> = attached
+                .legs
+                .iter()
+                .zip(health.legs())
+                .filter(|(_, (_, state, _))| *state != LegState::InService)
+                .filter_map(|(leg, (_, _, why))| leg.slot.map(|slot| (slot, why.unwrap_or_default())))
+                .collect();
+            (attached.source(), health.failure(), health, journal_id, out)
         };
+        // Outside the journal lock: this takes the controller's.
+        self.fail_journal_drives(&out);
         if reason.is_none() && health.legs_pending() {
             self.record_stale_legs(&source, &health, journal_id);
             return;
@@ -385,7 +428,7 @@ impl Controller {
         match self.detach_journal(&reason) {
             Ok(()) => self.log(
                 Severity::Critical,
-                format!("journal {source} failed: {reason}; WB VDs run WT until a journal is assigned (/c0 set journal=PATH)"),
+                format!("journal {source} failed: {reason}; WB VDs run WT until a journal is assigned (/c0 set journal=PATH or /c0/sN set journal)"),
             ),
             Err(error) => {
                 // The shards keep holding writes, and this is tried again at the next look:

@@ -23,6 +23,7 @@ mod commands;
 mod copyback;
 mod events;
 mod journal;
+mod journal_drive;
 mod patrol;
 mod rebuild;
 mod resync;
@@ -36,6 +37,7 @@ pub use bgi::{BgiCommand, BgiView, InitView, FAST_INIT_BYTES};
 pub use check::{CcCommand, CcTally, CcView, CC_ROW_EVENTS_MAX};
 pub use copyback::{CopyView, CopybackCommand};
 pub use journal::{JournalOffer, JournalState, JournalView};
+pub use journal_drive::JOURNAL_DRIVE_OFFSET_BYTES;
 pub use patrol::{PatrolCommand, PatrolTally, PatrolView, PATROL_READ_BYTES, PROBE_BYTES};
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
@@ -134,7 +136,7 @@ fn member_state_of(state: DriveState) -> MemberState {
         DriveState::Missing => MemberState::Missing,
         DriveState::Rebuild => MemberState::Rebuilding,
         DriveState::Offline | DriveState::Failed | DriveState::Copyback => MemberState::Failed,
-        DriveState::UnconfiguredGood | DriveState::HotSpare | DriveState::UnconfiguredBad => MemberState::Failed,
+        DriveState::UnconfiguredGood | DriveState::HotSpare | DriveState::UnconfiguredBad | DriveState::Journal => MemberState::Failed,
     }
 }
 
@@ -234,7 +236,8 @@ impl Controller {
             controller.log(severity, description);
         }
         controller.assemble(offered, found, assembly)?;
-        controller.open_journal(options.journal);
+        let journal_offers = controller.journal_offers_at_start(options.journal);
+        controller.open_journal(journal_offers);
         controller.start_journal_watch().map_err(|e| ControlError::Io(format!("cannot start the journal thread: {e}")))?;
         controller.start_bitmap_daemon().map_err(|e| ControlError::Io(format!("cannot start the bitmap thread: {e}")))?;
         let watcher = Arc::downgrade(&controller);

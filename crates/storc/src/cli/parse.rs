@@ -132,6 +132,10 @@ pub enum Action {
     ShowJournal,
     /// `/c0 set journal=DEVICE[,DEVICE]` (two for a mirrored pair).
     SetJournal(AttachJournal),
+    /// `/c0/sN set journal`: the slot's drive holds the journal (or its second leg).
+    SetDriveJournal {
+        slot: u32,
+    },
     PatrolRead(PatrolReadAction),
     ShowCcSchedule,
 }
@@ -272,6 +276,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
             Action::AddHotSpare { slot, spare: parse_hot_spare(&tokens[2..])? }
         }
         (Object::Slots(Target::One(slot)), ["del" | "delete", "hotsparedrive"]) => Action::DeleteHotSpare { slot },
+        (Object::Slots(Target::One(slot)), ["set", "journal"]) => Action::SetDriveJournal { slot },
         (Object::Slots(Target::One(slot)), ["set", ..]) => Action::SetDriveState { slot, state: parse_drive_state(&words[1..])? },
         (Object::Foreign, ["show"] | ["show", "all"]) => Action::ShowForeign,
         (Object::Foreign, ["import"]) => Action::ImportForeign,
@@ -280,32 +285,6 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         _ => return usage(unknown_command(object, path, tokens)),
     };
     Ok(action)
-}
-
-fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
-    let allowed = match object {
-        Object::Controller => {
-            "show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH"
-        }
-        Object::Vds(Target::All) => {
-            "show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)"
-        }
-        Object::Vds(Target::One(_)) => {
-            "show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]"
-        }
-        Object::Slots(Target::All) => {
-            "show, show all, show rebuild, show copyback (add, delete, set, rebuild and copyback commands need one slot: /c0/sN)"
-        }
-        Object::Slots(Target::One(_)) => {
-            "show, show all, show rebuild, show copyback, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good, start|stop|pause|resume rebuild, insert dg=D array=A row=R, start copyback target=M, stop|pause|resume copyback"
-        }
-        Object::Foreign => "show, import, del",
-        Object::Journal => "show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, or a mirrored pair with journal=PATH,PATH)",
-    };
-    if tokens.is_empty() {
-        return format!("missing command after {path}; allowed: {allowed}");
-    }
-    format!("unknown command \"{path} {}\"; allowed after {path}: {allowed}", tokens.join(" "))
 }
 
 /// One of a fixed set of words (a policy, a drive state), named for error messages.
@@ -586,7 +565,7 @@ fn parse_hot_spare(tokens: &[String]) -> Result<AddHotSpare, UsageError> {
 }
 
 fn parse_drive_state(words: &[&str]) -> Result<SetDriveState, UsageError> {
-    let allowed = DRIVE_STATES.join(", ");
+    let allowed = format!("{} (or journal: the drive holds the cache's journal)", DRIVE_STATES.join(", "));
     match words {
         [word] if DRIVE_STATES.contains(word) => Ok(SetDriveState { state: word.to_string(), force: None }),
         ["online", "force"] => Ok(SetDriveState { state: "online".to_string(), force: Some(true) }),
@@ -595,8 +574,11 @@ fn parse_drive_state(words: &[&str]) -> Result<SetDriveState, UsageError> {
     }
 }
 
+mod help;
 mod requests;
 mod settings;
+
+use help::unknown_command;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -51,6 +51,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/drives/{slot}", get(get_drive))
         .route("/api/v1/drives/{slot}/state", post(set_drive_state))
         .route("/api/v1/drives/{slot}/hotspare", post(add_hot_spare).delete(delete_hot_spare))
+        .route("/api/v1/drives/{slot}/journal", post(super::api_journal::assign_journal_drive))
         .route("/api/v1/events", get(events))
         .route("/api/v1/foreign", get(foreign).delete(clear_foreign))
         .route("/api/v1/foreign/import", post(import_foreign))

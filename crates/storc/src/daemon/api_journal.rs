@@ -1,6 +1,7 @@
 //! The journal's routes: `GET /api/v1/journal` (`/c0/bbu show`, `/c0/journal show`) and
 //! `POST /api/v1/journal` (`/c0 set journal=DEVICE[,DEVICE]`: a journal, or a mirrored pair,
-//! assigned at run time).
+//! assigned at run time), and `POST /api/v1/drives/{slot}/journal` (`/c0/sN set journal`: a
+//! slot's drive as the journal, or as the second leg of a mirrored pair).
 
 use super::api::{bad, blocking, ok, ApiJson, Reply, Shared};
 use crate::api_types::Message;
@@ -60,5 +61,11 @@ pub(super) async fn attach_journal(State(state): State<Shared>, ApiJson(body): A
     let offers = super::drives::open_journal_legs(&specs).map_err(|e| bad(e.replace("--journal", "journal=")))?;
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.attach_journal(offers)).await?;
+    ok(blocking(move || Ok(journal_view(&state))).await?)
+}
+
+pub(super) async fn assign_journal_drive(State(state): State<Shared>, Path(slot): Path<u32>) -> Reply<JournalView> {
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.assign_journal_drive(slot)).await?;
     ok(blocking(move || Ok(journal_view(&state))).await?)
 }

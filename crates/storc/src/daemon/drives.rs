@@ -81,14 +81,14 @@ pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, Stri
     let emulated = spec.starts_with("mem:") || spec.starts_with("hdd:") || spec.starts_with("ssd:");
     if emulated {
         let offered = open_spec(spec).map_err(|e| e.replacen("--drive", "--journal", 1))?;
-        return Ok(engine::controller::JournalOffer { drive: offered.drive, source: spec.to_string(), path: None });
+        return Ok(engine::controller::JournalOffer { drive: offered.drive, source: spec.to_string(), path: None, slot: None });
     }
     let path = Path::new(spec);
     let create_size_bytes = (!path.exists()).then_some(JOURNAL_DEFAULT_BYTES);
     let config = FileDriveConfig { create_size_bytes, preallocate: true, ..Default::default() };
     let drive = FileDrive::open(path, &config).map_err(|e| format!("--journal {spec}: {e}"))?;
     super::data_dir::warn_if_open_to_others(spec, path);
-    Ok(engine::controller::JournalOffer { drive: Arc::new(drive), source: spec.to_string(), path: Some(path.to_path_buf()) })
+    Ok(engine::controller::JournalOffer { drive: Arc::new(drive), source: spec.to_string(), path: Some(path.to_path_buf()), slot: None })
 }
 
 /// Opens the legs of a journal: none, one device, or the two of a mirrored pair (which must be

@@ -56,6 +56,7 @@ impl Action {
             Action::ShowPatrolRead => vec![Request::get("/api/v1/patrolread")],
             Action::ShowJournal => vec![Request::get(JOURNAL)],
             Action::SetJournal(attach) => vec![Request::with_body(Method::Post, JOURNAL, attach)],
+            Action::SetDriveJournal { slot } => vec![Request::without_body(Method::Post, &format!("{DRIVES}/{slot}/journal"))],
             Action::ShowCcSchedule => vec![Request::get("/api/v1/controller")],
             Action::PatrolRead(action) => vec![Request::with_body(Method::Post, "/api/v1/patrolread", action)],
         }

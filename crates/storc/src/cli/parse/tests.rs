@@ -122,8 +122,14 @@ fn drives() {
     check("/c0/s4 del hotsparedrive", "DELETE /api/v1/drives/4/hotspare");
     check("/c0/s4 set offline", r#"POST /api/v1/drives/4/state {"state":"offline"}"#);
     check("/c0/s4 set GOOD", r#"POST /api/v1/drives/4/state {"state":"good"}"#);
-    check("/c0/s4 set broken", "usage: unknown drive state \"broken\"; allowed: offline, online, missing, good");
-    check("/c0/s4 set", "usage: set takes one drive state; allowed: offline, online, missing, good");
+    check(
+        "/c0/s4 set broken",
+        "usage: unknown drive state \"broken\"; allowed: offline, online, missing, good (or journal: the drive holds the cache's journal)",
+    );
+    check(
+        "/c0/s4 set",
+        "usage: set takes one drive state; allowed: offline, online, missing, good (or journal: the drive holds the cache's journal)",
+    );
     check("/c0/s4 add hotsparedrive dgs=a", "usage: dgs=a: \"a\" is not a drive group number");
     check(
         "/c0/s4 add hotsparedrive spares=1",
@@ -226,8 +232,9 @@ fn the_journal_is_the_battery() {
     check("/c0 set journal=ssd:sata:8GiB", r#"POST /api/v1/journal {"source":"ssd:sata:8GiB"}"#);
     check(
         "/c0/bbu start learn",
-        "usage: unknown command \"/c0/bbu start learn\"; allowed after /c0/bbu: show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, or a mirrored pair with journal=PATH,PATH)",
+        "usage: unknown command \"/c0/bbu start learn\"; allowed after /c0/bbu: show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, a mirrored pair with journal=PATH,PATH, or a slot's drive with /c0/sN set journal)",
     );
     check("/c0 set journal=/a.img,/b.img", r#"POST /api/v1/journal {"source":"/a.img,/b.img"}"#);
+    check("/c0/s8 set journal", "POST /api/v1/drives/8/journal");
     check("/c0/v1 delete preservedcache", "DELETE /api/v1/vds/1/cache");
 }
