@@ -39,15 +39,23 @@ pub enum Opening {
 }
 
 /// Reads the bitmaps of `members` (those in service), decides what needs a resync, and writes
-/// the area for this run: slot 0 holds every region found dirty, the shard slots are empty, and
-/// the header says "not clean" with a new epoch. A new VD has nothing to read.
+/// the area for this run: slot 0 holds every region found dirty (and, in its unlogged half,
+/// those that need a resync), the shard slots are empty, and the header says "not clean" with
+/// a new epoch. A new VD has nothing to read.
+///
+/// After an unclean stop the regions unlogged in any slot need a resync: those a shard wrote
+/// (a write in flight may have torn a row) and those slot 0 held as awaiting one. A region that
+/// slot 0 holds only as dirty was written while a member was out, in an earlier run, and agrees
+/// within itself: it matters to that member's re-add, not to a resync.
 pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], opening: Opening) -> Opened {
     let fresh = opening != Opening::Assembled;
     let mut notes = Vec::new();
     let mut dirty = Bits::new(regions.region_count);
+    let mut unlogged = Bits::new(regions.region_count);
     let (mut epoch, mut clean, mut found) = (0u64, true, 0usize);
     if opening == Opening::CreatedOverData {
         (0..regions.region_count).for_each(|region| dirty.set(region));
+        unlogged = dirty.clone();
         clean = false;
     }
     for drive in members.iter().filter(|_| !fresh) {
@@ -57,7 +65,10 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
                     found += 1;
                     epoch = epoch.max(header.epoch);
                     clean &= header.clean;
-                    area.slots.iter().for_each(|slot| dirty.union_with(&Bits::from_bytes(slot, regions.region_count)));
+                    for slot in &area.slots {
+                        dirty.union_with(&slot.dirty);
+                        unlogged.union_with(&slot.unlogged);
+                    }
                 }
                 Ok(_) => notes.push(format!("{}: its bitmap belongs to another VD or layout", drive.info().name)),
                 Err(why) => notes.push(format!("{}: {why}", drive.info().name)),
@@ -69,10 +80,11 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
         // Nothing says the last stop was clean (a VD from before the bitmap, or every area
         // lost): every region may disagree.
         (0..regions.region_count).for_each(|region| dirty.set(region));
+        unlogged = dirty.clone();
         clean = false;
         notes.push("no write-intent bitmap found on any member: every region is resynced".into());
     }
-    let unsynced = if clean { Bits::new(regions.region_count) } else { dirty.clone() };
+    let unsynced = if clean { Bits::new(regions.region_count) } else { unlogged };
     let header = Header {
         controller_id: identity.controller_id,
         vd_id: identity.vd_id,
@@ -80,9 +92,10 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
         region_count: regions.region_count,
         epoch: epoch + 1,
         clean: false,
+        version: ondisk::VERSION,
     };
     for drive in members {
-        if let Err(error) = prepare(&**drive, &header, &dirty) {
+        if let Err(error) = prepare(&**drive, &header, &dirty, &unsynced) {
             notes.push(format!("{}: the bitmap cannot be written: {error}", drive.info().name));
         }
     }
@@ -97,10 +110,12 @@ fn matches(header: &Header, identity: Identity, regions: RegionMap) -> bool {
         && header.region_count == regions.region_count
 }
 
-/// Slot 0 = `dirty`, the shard slots empty (one write of every slot), flushed; then the header.
-fn prepare(drive: &dyn Drive, header: &Header, dirty: &Bits) -> Result<(), drive::DriveError> {
+/// Slot 0 = `dirty` and `unsynced`, the shard slots empty (one write of every slot), flushed;
+/// then the header.
+fn prepare(drive: &dyn Drive, header: &Header, dirty: &Bits, unsynced: &Bits) -> Result<(), drive::DriveError> {
     let mut slots = vec![0u8; SLOT_COUNT * ondisk::SLOT_BYTES as usize];
-    slots[..ondisk::SLOT_BYTES as usize].copy_from_slice(&dirty.to_bytes(ondisk::SLOT_BYTES as usize));
+    let image = ondisk::slot_image(dirty, unsynced);
+    slots[..image.len()].copy_from_slice(&image);
     ondisk::write_slot(drive, 0, &slots)?;
     ondisk::flush(drive)?;
     ondisk::write_header(drive, header)
@@ -116,8 +131,10 @@ pub fn join(identity: Identity, intent: &WriteIntent, drive: &dyn Drive) -> Resu
         region_count: intent.regions.region_count,
         epoch: intent.epoch,
         clean: false,
+        version: ondisk::VERSION,
     };
-    prepare(drive, &header, &intent.inherited()).map_err(|e| format!("{}: preparing its bitmap failed: {e}", drive.info().name))
+    prepare(drive, &header, &intent.inherited(), &intent.unsynced_regions())
+        .map_err(|e| format!("{}: preparing its bitmap failed: {e}", drive.info().name))
 }
 
 /// Clears slot 0 on `members` once what it held is resynced and every member is in service:
@@ -147,9 +164,10 @@ pub fn mark_all_unsynced(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Re
     write_inherited(intent, members, &intent.inherited())
 }
 
-/// Flushes `members`, writes `bits` to slot 0 and flushes again.
+/// Flushes `members`, writes `bits` to slot 0 (the regions awaiting a resync now in its
+/// unlogged half) and flushes again.
 fn write_inherited(intent: &WriteIntent, members: &[Arc<dyn Drive>], bits: &Bits) -> Result<(), String> {
-    let image = bits.to_bytes(ondisk::blocks_used(intent.regions.region_count) * crate::metadata::BLOCK_BYTES);
+    let image = ondisk::slot_image(bits, &intent.unsynced_regions());
     for drive in members {
         let name = &drive.info().name;
         ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before writing slot 0 of the bitmap failed: {e}"))?;
@@ -170,8 +188,9 @@ pub fn close(identity: Identity, intent: &WriteIntent, members: &[Arc<dyn Drive>
         region_count: intent.regions.region_count,
         epoch: intent.epoch,
         clean: intent.unsynced_count() == 0,
+        version: ondisk::VERSION,
     };
-    let dirty = intent.dirty_regions().to_bytes(ondisk::blocks_used(intent.regions.region_count) * crate::metadata::BLOCK_BYTES);
+    let dirty = ondisk::slot_image(&intent.dirty_regions(), &intent.unsynced_regions());
     for drive in members {
         let name = &drive.info().name;
         ondisk::flush(&**drive).map_err(|e| format!("{name}: flush before the clean mark failed: {e}"))?;

@@ -2,10 +2,11 @@
 //!
 //! # The rule
 //! A region's bit is set, written and flushed on the members before the first write to the
-//! region is issued, and cleared only when the region has been idle for a while, every member is
-//! in service and the members have been flushed. So at any instant, every region whose members
-//! may disagree (a write in flight at a power cut, a member out of service that missed writes)
-//! has its bit set on every member in service. That buys two things:
+//! region is issued, and cleared only when the region has been idle for a while and the members
+//! have been flushed (while a member is out, it is noted as written while degraded first). So at
+//! any instant, every region whose members may disagree (a write in flight at a power cut, a
+//! member out of service that missed writes) is known: set on every member in service, or noted.
+//! That buys two things:
 //!
 //! - **Unclean stop.** After a crash the dirty regions are resynced (parity recomputed, mirrors
 //!   made equal) instead of the whole VD; until a region is resynced, a read that would have to
@@ -19,6 +20,10 @@
 //! assembly it receives the union of everything found on the members, and it is cleared once
 //! that is resynced and the VD is whole again. Clearing is lazy: a periodic pass on every shard
 //! ([`crate::Engine::clean_write_intent`]) clears regions not written since the previous pass.
+//!
+//! Each slot has a second half of *unlogged* bits ([`ondisk`]): why a region is dirty. After an
+//! unclean stop only unlogged regions are resynced; slot 0's dirty-only regions (written while a
+//! member was out, kept across a clean stop for its re-add) agree within themselves.
 //!
 //! Levels without redundancy (RAID0, JBOD) have nothing that can disagree and no bitmap.
 

@@ -20,9 +20,23 @@ fn bits_round_trip_through_slot_bytes() {
 
 #[test]
 fn header_round_trips_and_refuses_damage() {
-    let header = Header { controller_id: 7 << 100, vd_id: 3, rows_per_region: 1024, region_count: 17, epoch: 9, clean: true };
+    let header = Header {
+        controller_id: 7 << 100,
+        vd_id: 3,
+        rows_per_region: 1024,
+        region_count: 17,
+        epoch: 9,
+        clean: true,
+        version: ondisk::VERSION,
+    };
     let bytes = header.encode();
     assert_eq!(Header::decode(&bytes), Ok(header));
+    // A version-1 header (one half per slot) is still read, and says so.
+    let mut v1 = bytes.clone();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&v1[..4092]);
+    v1[4092..].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(Header::decode(&v1), Ok(Header { version: ondisk::VERSION_V1, ..header }));
     for at in [0, 9, 13, 20, 40, 60, 100, 4093] {
         let mut torn = bytes.clone();
         torn[at] ^= 1;
@@ -80,4 +94,95 @@ fn a_write_waits_for_its_bit_and_a_clear_never_races_a_write() {
     assert!(slot.clean_candidates(true).is_empty());
     slot.leave(5);
     assert_eq!(slot.clean_candidates(true), vec![5]);
+}
+
+mod opening {
+    use super::super::control::{self, Identity, Opening};
+    use super::*;
+    use drive::{Drive, MemDrive};
+    use std::sync::Arc;
+
+    const IDENTITY: Identity = Identity { controller_id: 0x5eed, vd_id: 4 };
+
+    fn members_and_regions() -> (Vec<Arc<dyn Drive>>, RegionMap) {
+        let config = layout::GeometryConfig {
+            level: layout::Level::Raid5,
+            drive_count: 3,
+            drives_per_span: None,
+            strip_size_bytes: 64 << 10,
+            member_size_bytes: 12 << 20,
+            member_reserved_bytes: 4 << 20,
+        };
+        let geometry = layout::Geometry::new(config).unwrap();
+        let members = (0..3).map(|_| Arc::new(MemDrive::new(12 << 20)) as Arc<dyn Drive>).collect();
+        (members, RegionMap::with_rows_per_region(&geometry, 8))
+    }
+
+    fn bits(region_count: u64, ones: &[u64]) -> Bits {
+        let mut bits = Bits::new(region_count);
+        ones.iter().for_each(|&r| bits.set(r));
+        bits
+    }
+
+    /// A shard's write to `region`, as its slot holds it on every member: dirty and unlogged.
+    fn shard_wrote(members: &[Arc<dyn Drive>], regions: RegionMap, region: u64) {
+        let written = bits(regions.region_count, &[region]);
+        let image = ondisk::slot_image(&written, &written);
+        members.iter().for_each(|m| ondisk::write_slot(&**m, 1, &image).unwrap());
+    }
+
+    /// A VD stopped cleanly while a member was out keeps, in slot 0, the regions written
+    /// meanwhile (for that member's re-add). They agree within themselves: after a later crash
+    /// only what the shards wrote (and what awaited a resync) needs one.
+    #[test]
+    fn an_unclean_open_resyncs_what_was_unlogged_not_what_slot_0_kept_for_a_re_add() {
+        let (members, regions) = members_and_regions();
+        let opened = control::open(IDENTITY, regions, &members, Opening::CreatedZeroed);
+        opened.intent.note_written_degraded(&[2]);
+        control::close(IDENTITY, &opened.intent, &members).unwrap();
+        let clean = control::open(IDENTITY, regions, &members, Opening::Assembled);
+        assert!(!clean.unclean && clean.intent.unsynced_count() == 0);
+        assert_eq!(clean.intent.inherited(), bits(regions.region_count, &[2]), "slot 0 keeps it for a re-add");
+        shard_wrote(&members, regions, 5);
+        // Crash: no close.
+        let crashed = control::open(IDENTITY, regions, &members, Opening::Assembled);
+        assert!(crashed.unclean);
+        assert_eq!(crashed.intent.unsynced_regions(), bits(regions.region_count, &[5]), "only what a shard wrote");
+        assert_eq!(crashed.intent.inherited(), bits(regions.region_count, &[2, 5]), "both stay dirty for a re-add");
+        // Crash again before the resync: slot 0's unlogged half says region 5 still awaits it.
+        let again = control::open(IDENTITY, regions, &members, Opening::Assembled);
+        assert_eq!(again.intent.unsynced_regions(), bits(regions.region_count, &[5]));
+    }
+
+    /// A version-1 area has one half per slot: every dirty bit there also awaits a resync.
+    #[test]
+    fn a_version_1_area_counts_every_dirty_region_as_unsynced() {
+        let (members, regions) = members_and_regions();
+        control::open(IDENTITY, regions, &members, Opening::CreatedZeroed);
+        let header = Header {
+            controller_id: IDENTITY.controller_id,
+            vd_id: IDENTITY.vd_id,
+            rows_per_region: regions.rows_per_region,
+            region_count: regions.region_count,
+            epoch: 3,
+            clean: false,
+            version: ondisk::VERSION_V1,
+        };
+        let mut v1 = header.encode();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v1[..4092]);
+        v1[4092..].copy_from_slice(&crc.to_le_bytes());
+        let slot_0 = bits(regions.region_count, &[1, 3]).to_bytes(4096);
+        for member in &members {
+            ondisk::write_slot(&**member, 0, &slot_0).unwrap();
+            ondisk::write_and_flush(&**member, crate::metadata::BITMAP_AREA_OFFSET_BYTES, &v1).unwrap();
+        }
+        let opened = control::open(IDENTITY, regions, &members, Opening::Assembled);
+        assert_eq!(opened.intent.unsynced_regions(), bits(regions.region_count, &[1, 3]));
+        assert_eq!(opened.intent.epoch, 4);
+        // It is written back in version 2: a crash now finds the same regions unsynced.
+        let area = ondisk::read_area(&*members[0], regions.region_count).unwrap();
+        assert_eq!(area.header.unwrap().version, ondisk::VERSION);
+        assert_eq!(area.slots[0].unlogged, bits(regions.region_count, &[1, 3]));
+    }
 }

@@ -96,12 +96,16 @@ fn bytes_len(intent: &WriteIntent) -> usize {
 
 /// Writes `blocks` of slot `slot_index` from `image` to every member in service, then flushes
 /// them. A member that fails is booked (and leaves service); the VD going offline is an error.
+/// Every block goes to both halves of the slot: each write of a shard is unlogged (no journal
+/// record can mend a row it tears), so its unlogged bits are its dirty bits.
 async fn write_blocks(env: &Env, slot_index: usize, image: &[u8], blocks: &[usize]) -> Result<(), VdError> {
     let members = in_service(&env.vd);
+    let placed: Vec<(usize, usize)> = blocks.iter().flat_map(|&block| [(block, block), (block, ondisk::HALF_BLOCKS + block)]).collect();
+    let placed = &placed;
     let writes = members.iter().flat_map(|&member| {
-        blocks.iter().map(move |&block| {
+        placed.iter().map(move |&(block, on_disk)| {
             let bytes = &image[block * BLOCK_BYTES..(block + 1) * BLOCK_BYTES];
-            let op = DriveOp::Write { offset_bytes: ondisk::block_offset_bytes(slot_index, block), buf: IoBuf::from_slice(bytes) };
+            let op = DriveOp::Write { offset_bytes: ondisk::block_offset_bytes(slot_index, on_disk), buf: IoBuf::from_slice(bytes) };
             async move { (member, member_io(env, member, op).await.0) }
         })
     });
