@@ -115,7 +115,8 @@ enum ShardMsg {
         done: CleanDone,
     },
     /// The shard's journal partition from now on (`None`: no journal).
-    Journal(Option<journal::PartSpec>),
+    /// The shard's data partition of the journal and, if it has them, its image partition.
+    Journal(Option<(journal::PartSpec, Option<journal::PartSpec>)>),
     /// Drop a deleted VD's cached data, then write everything else out and empty the journal.
     Forget {
         vd: Arc<VirtualDrive>,
@@ -129,6 +130,11 @@ enum ShardMsg {
     },
     /// Write everything cached out (see [`Engine::quiesce`]).
     Quiesce {
+        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+    },
+    /// Checkpoint the journal's row images past everything logged (see
+    /// [`Engine::images_to_head`]).
+    ImagesToHead {
         done: Box<dyn FnOnce(Result<(), String>) + Send>,
     },
     Stop,
@@ -231,7 +237,7 @@ impl Engine {
             assert_eq!(journal.superblock().partition_count as usize, self.shards.len(), "a journal has a partition per shard");
         }
         for (index, shard) in self.shards.iter().enumerate() {
-            shard.send(ShardMsg::Journal(journal.map(|j| j.part_spec(index as u32))));
+            shard.send(ShardMsg::Journal(journal.map(|j| j.shard_specs(index as u32))));
         }
     }
 
@@ -245,6 +251,23 @@ impl Engine {
         for shard in &self.shards {
             let tx = tx.clone();
             shard.send(ShardMsg::Quiesce { done: Box::new(move |result| drop(tx.send(result))) });
+        }
+        drop(tx);
+        rx.iter().take(self.shards.len()).collect()
+    }
+
+    /// Checkpoints every shard's row images (the journal's parity log) past everything logged
+    /// so far, the members flushed first: before a rebuild writes a member that missed row
+    /// writes, so that no older image can be replayed onto what the rebuild puts there. Blocks
+    /// until every shard is done: control plane only.
+    ///
+    /// # Errors
+    /// The first shard's failure (a member flush that failed).
+    pub fn images_to_head(&self) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for shard in &self.shards {
+            let tx = tx.clone();
+            shard.send(ShardMsg::ImagesToHead { done: Box::new(move |result| drop(tx.send(result))) });
         }
         drop(tx);
         rx.iter().take(self.shards.len()).collect()

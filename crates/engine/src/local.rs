@@ -48,7 +48,9 @@ impl LocalEngine {
         if let Some(journal) = journal {
             assert_eq!(journal.superblock().partition_count, 1, "a local engine is one shard");
         }
-        self.executor.reactor().cache().set_journal(journal.map(|j| Rc::new(j.part_spec(0).build())));
+        let (data, images) = journal.map(|j| j.shard_specs(0)).map_or((None, None), |(data, images)| (Some(data), images));
+        self.executor.reactor().cache().set_images(images.map(|spec| Rc::new(spec.build())));
+        self.executor.reactor().cache().set_journal(data.map(|spec| Rc::new(spec.build())));
     }
 
     /// The cache's periodic nudge (the engine's ticker does this every 100 ms).
@@ -60,6 +62,13 @@ impl LocalEngine {
     pub fn quiesce(&mut self, done: impl FnOnce(Result<(), String>) + 'static) {
         let reactor = Rc::clone(self.executor.reactor());
         self.executor.spawn(async move { done(crate::cache::quiesce(&reactor).await) });
+    }
+
+    /// Queues a checkpoint of the row images past everything logged (see
+    /// [`crate::Engine::images_to_head`]).
+    pub fn images_to_head(&mut self, done: impl FnOnce(Result<(), String>) + 'static) {
+        let reactor = Rc::clone(self.executor.reactor());
+        self.executor.spawn(async move { done(crate::cache::images_to_head(&reactor).await) });
     }
 
     /// The cache's size and the age at which dirty data is destaged, however small.
@@ -164,6 +173,14 @@ impl LocalEngine {
         self.run_until_idle();
         let value = slot.borrow_mut().take();
         value.expect("the job completed")
+    }
+
+    /// [`LocalEngine::images_to_head`], waiting for it.
+    ///
+    /// # Errors
+    /// A member flush that failed.
+    pub fn run_images_to_head(&mut self) -> Result<(), String> {
+        self.wait_for(|engine, done| engine.images_to_head(done))
     }
 
     /// Rebuilds one row and waits for the outcome: for tests and tools.

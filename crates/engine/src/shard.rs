@@ -109,8 +109,10 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
             });
             false
         }
-        ShardMsg::Journal(spec) => {
-            reactor.cache().set_journal(spec.map(|spec| Rc::new(spec.build())));
+        ShardMsg::Journal(specs) => {
+            let (data, images) = specs.map_or((None, None), |(data, images)| (Some(data), images));
+            reactor.cache().set_images(images.map(|spec| Rc::new(spec.build())));
+            reactor.cache().set_journal(data.map(|spec| Rc::new(spec.build())));
             false
         }
         ShardMsg::Forget { vd, done } => {
@@ -128,6 +130,10 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
         }
         ShardMsg::Quiesce { done } => {
             executor.spawn(async move { done(cache::quiesce(&reactor).await) });
+            false
+        }
+        ShardMsg::ImagesToHead { done } => {
+            executor.spawn(async move { done(cache::images_to_head(&reactor).await) });
             false
         }
         ShardMsg::Stop => true,

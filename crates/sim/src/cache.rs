@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Room for one partition's ring with its largest record twice over, and some more.
-const JOURNAL_BYTES: u64 = 4 * MIB;
+const JOURNAL_BYTES: u64 = 8 * MIB;
 
 pub(crate) struct SimJournal {
     /// One drive, or the two legs of a mirrored pair.
@@ -103,10 +103,18 @@ impl Sim {
                 format!("{error} (members {states:?})")
             })
         };
+        // Row images first (the journal replays them before the records), as the controller does.
+        let image_vd = Arc::clone(&vd);
+        let mut apply_image = |image: &engine::journal::ReplayImage| engine::controller::write_row_image(&image_vd, image);
         vd.set_replaying(true);
-        let opened = Journal::open(legs, controller_id, 1, trusted, &mut apply).map_err(|e| format!("journal replay: {e}"));
+        let opened = Journal::open_with_images(legs, controller_id, 1, trusted, &mut apply, &mut apply_image)
+            .map_err(|e| format!("journal replay: {e}"));
         vd.set_replaying(false);
         let opened = opened?;
+        // Every image was written back: the regions logged writes left dirty are whole.
+        if let Some(intent) = vd.write_intent() {
+            intent.images_replayed();
+        }
         let done = self.engine.run(&self.vd, VdRequest::Flush);
         done.result.map_err(|error| format!("flush after the journal's replay: {error}"))?;
         opened.finish_replay().map_err(|e| format!("journal layout after replay: {e}"))?;

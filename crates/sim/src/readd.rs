@@ -65,6 +65,10 @@ impl Sim {
         };
         self.faults.push(format!("member {member} re-added, {what} rebuilt"));
         self.vd.start_rebuild(member, self.vd.member(member).drive());
+        // As the controller's rebuild thread does before its first write: no row image of a
+        // write this member missed may be replayed onto what the rebuild puts there. (A member
+        // flush may fail under injected faults; the rebuild goes on, as the controller's does.)
+        let _ = self.engine.run_images_to_head();
         let mut rebuild = Rebuild::new(member, only_regions, true);
         rebuild.reads_at_start = self.drives[member].cache.data_reads();
         self.rebuild = Some(rebuild);

@@ -250,6 +250,9 @@ impl Sim {
         // Out of service first (no I/O may be on its way to the old drive), then the new one.
         self.vd.set_member_state(member, MemberState::Failed);
         self.vd.start_rebuild(member, Arc::clone(&self.drives[member].faulty) as Arc<dyn Drive>);
+        // Row images of writes the old drive took must not be replayed onto the new one's
+        // rebuilt rows (see `readd.rs`).
+        let _ = self.engine.run_images_to_head();
         self.faults.push(format!("member {member} replaced by a blank drive and rebuilt"));
         self.rebuild = Some(Rebuild::new(member, None, false));
         // The drive is new: every read of it from now on is a client read of a rebuilt row.

@@ -52,6 +52,8 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
     let mut notes = Vec::new();
     let mut dirty = Bits::new(regions.region_count);
     let mut unlogged = Bits::new(regions.region_count);
+    // What the shards had dirty: those of it not unlogged were logged writes.
+    let mut shards_dirty = Bits::new(regions.region_count);
     let (mut epoch, mut clean, mut found) = (0u64, true, 0usize);
     if opening == Opening::CreatedOverData {
         (0..regions.region_count).for_each(|region| dirty.set(region));
@@ -69,6 +71,7 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
                         dirty.union_with(&slot.dirty);
                         unlogged.union_with(&slot.unlogged);
                     }
+                    area.slots.iter().skip(1).for_each(|slot| shards_dirty.union_with(&slot.dirty));
                 }
                 Ok(_) => notes.push(format!("{}: its bitmap belongs to another VD or layout", drive.info().name)),
                 Err(why) => notes.push(format!("{}: {why}", drive.info().name)),
@@ -85,6 +88,11 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
         notes.push("no write-intent bitmap found on any member: every region is resynced".into());
     }
     let unsynced = if clean { Bits::new(regions.region_count) } else { unlogged };
+    // Dirty in a shard's slot but not unlogged: logged writes, whole once the journal's images
+    // are replayed. Kept in slot 1's dirty half until then (a crash before the journal is
+    // opened must still know them).
+    let mut logged = if clean { Bits::new(regions.region_count) } else { shards_dirty };
+    unsynced.ones().for_each(|region| logged.clear(region));
     let header = Header {
         controller_id: identity.controller_id,
         vd_id: identity.vd_id,
@@ -95,12 +103,14 @@ pub fn open(identity: Identity, regions: RegionMap, members: &[Arc<dyn Drive>], 
         version: ondisk::VERSION,
     };
     for drive in members {
-        if let Err(error) = prepare(&**drive, &header, &dirty, &unsynced) {
+        if let Err(error) = prepare(&**drive, &header, &dirty, &unsynced, &logged) {
             notes.push(format!("{}: the bitmap cannot be written: {error}", drive.info().name));
         }
     }
     let dirty_region_count = dirty.count();
-    Opened { intent: WriteIntent::new(regions, header.epoch, dirty, &unsynced, clean), unclean: !clean, dirty_region_count, notes }
+    let intent = WriteIntent::new(regions, header.epoch, dirty, &unsynced, clean);
+    intent.set_logged_at_open(logged);
+    Opened { intent, unclean: !clean, dirty_region_count, notes }
 }
 
 fn matches(header: &Header, identity: Identity, regions: RegionMap) -> bool {
@@ -110,12 +120,15 @@ fn matches(header: &Header, identity: Identity, regions: RegionMap) -> bool {
         && header.region_count == regions.region_count
 }
 
-/// Slot 0 = `dirty` and `unsynced`, the shard slots empty (one write of every slot), flushed;
-/// then the header.
-fn prepare(drive: &dyn Drive, header: &Header, dirty: &Bits, unsynced: &Bits) -> Result<(), drive::DriveError> {
+/// Slot 0 = `dirty` and `unsynced`, slot 1's dirty half `logged`, the other shard slots empty
+/// (one write of every slot), flushed; then the header.
+fn prepare(drive: &dyn Drive, header: &Header, dirty: &Bits, unsynced: &Bits, logged: &Bits) -> Result<(), drive::DriveError> {
     let mut slots = vec![0u8; SLOT_COUNT * ondisk::SLOT_BYTES as usize];
     let image = ondisk::slot_image(dirty, unsynced);
     slots[..image.len()].copy_from_slice(&image);
+    let shard_0 = ondisk::slot_image(logged, &Bits::new(header.region_count));
+    let at = ondisk::SLOT_BYTES as usize;
+    slots[at..at + shard_0.len()].copy_from_slice(&shard_0);
     ondisk::write_slot(drive, 0, &slots)?;
     ondisk::flush(drive)?;
     ondisk::write_header(drive, header)
@@ -133,7 +146,8 @@ pub fn join(identity: Identity, intent: &WriteIntent, drive: &dyn Drive) -> Resu
         clean: false,
         version: ondisk::VERSION,
     };
-    prepare(drive, &header, &intent.inherited(), &intent.unsynced_regions())
+    let none = Bits::new(intent.regions.region_count);
+    prepare(drive, &header, &intent.inherited(), &intent.unsynced_regions(), &none)
         .map_err(|e| format!("{}: preparing its bitmap failed: {e}", drive.info().name))
 }
 
@@ -152,6 +166,12 @@ pub fn clear_inherited(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Resu
 pub fn checkpoint_resync(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
     let kept = intent.keep_inherited_unsynced();
     write_inherited(intent, members, &kept)
+}
+
+/// Writes slot 0 again with the regions unsynced now (after [`WriteIntent::images_lost`]), so
+/// that a crash before their resync finds them unsynced still.
+pub fn record_unsynced(intent: &WriteIntent, members: &[Arc<dyn Drive>]) -> Result<(), String> {
+    write_inherited(intent, members, &intent.inherited())
 }
 
 /// Every region unsynced, in memory and in slot 0 on `members`: what a full initialization

@@ -171,6 +171,9 @@ pub struct WriteIntent {
     /// Regions whose redundancy may be stale after an unclean stop, not yet resynced.
     unsynced: Vec<AtomicU64>,
     unsynced_count: AtomicU64,
+    /// Regions a shard had dirty at an unclean stop but not unlogged: their rows are whole
+    /// only once the journal's images are replayed (see [`WriteIntent::images_lost`]).
+    logged_at_open: Mutex<Bits>,
 }
 
 impl WriteIntent {
@@ -188,6 +191,7 @@ impl WriteIntent {
             out_at_open: Mutex::new(Vec::new()),
             unsynced: unsynced_words,
             unsynced_count: AtomicU64::new(0),
+            logged_at_open: Mutex::new(Bits::new(regions.region_count)),
         };
         unsynced.ones().filter(|&r| r < regions.region_count).for_each(|region| intent.mark_unsynced(region));
         intent
@@ -216,6 +220,26 @@ impl WriteIntent {
         if self.unsynced[(region / 64) as usize].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
             self.unsynced_count.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// The regions dirty at an unclean stop through logged writes only (set by `control::open`).
+    pub fn set_logged_at_open(&self, regions: Bits) {
+        *self.logged_at_open.lock().expect("bitmap lock") = regions;
+    }
+
+    /// The journal that held the images of the logged writes was not replayed (it is lost, or
+    /// this VD could not take them): their regions need a resync like any other. Returns how
+    /// many regions that adds.
+    pub fn images_lost(&self) -> u64 {
+        let logged = std::mem::replace(&mut *self.logged_at_open.lock().expect("bitmap lock"), Bits::new(self.regions.region_count));
+        let added = logged.ones().filter(|&region| !self.region_unsynced(region)).count() as u64;
+        logged.ones().for_each(|region| self.mark_unsynced(region));
+        added
+    }
+
+    /// The images were replayed: the logged regions are whole.
+    pub fn images_replayed(&self) {
+        *self.logged_at_open.lock().expect("bitmap lock") = Bits::new(self.regions.region_count);
     }
 
     pub fn unsynced_count(&self) -> u64 {

@@ -14,21 +14,33 @@ pub(crate) struct ShardSlot {
     on_disk: Bits,
     /// What the slot should say: set before a write may go, cleared by a clean pass.
     wanted: Bits,
+    /// The unlogged half on the members, and what it should say: set before a write goes that
+    /// no journal record can mend if it tears a row (see `ondisk`).
+    unlogged_on_disk: Bits,
+    unlogged_wanted: Bits,
     /// Regions written since the last clean pass: not idle long enough to clear.
     touched: Bits,
     /// Writes in progress per region; a region with any is never cleared.
     in_flight: HashMap<u64, u32>,
     /// The image on its way to the members, if any: one write at a time, so that an older image
     /// never lands after a newer one.
-    writing: Option<Bits>,
+    writing: Option<SlotImage>,
     /// Tasks waiting for that write.
     waiters: Vec<Waker>,
     region_count: u64,
 }
 
-/// A slot write to make: the image to write and the blocks of it that differ from the members.
+/// Both halves of a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SlotImage {
+    pub dirty: Bits,
+    pub unlogged: Bits,
+}
+
+/// A slot write to make: the image to write and the blocks of it (numbered across both halves,
+/// as [`super::ondisk::slot_image`] lays them out) that differ from the members.
 pub(crate) struct SlotWrite {
-    pub image: Bits,
+    pub image: SlotImage,
     pub blocks: Vec<usize>,
 }
 
@@ -38,18 +50,32 @@ impl ShardSlot {
             self.region_count = region_count;
             self.on_disk = Bits::new(region_count);
             self.wanted = Bits::new(region_count);
+            self.unlogged_on_disk = Bits::new(region_count);
+            self.unlogged_wanted = Bits::new(region_count);
             self.touched = Bits::new(region_count);
         }
         assert_eq!(self.region_count, region_count, "a VD's region count never changes");
     }
 
-    /// A write to `region` begins. Returns whether its bit is already on the members.
-    pub fn enter(&mut self, region: u64, region_count: u64) -> bool {
+    /// A write to `region` begins, `unlogged` if nothing but a resync can mend a row it tears.
+    /// Returns whether its bits are already on the members.
+    pub fn enter(&mut self, region: u64, region_count: u64, unlogged: bool) -> bool {
         self.init(region_count);
         *self.in_flight.entry(region).or_default() += 1;
         self.touched.set(region);
         self.wanted.set(region);
-        self.is_durable(region)
+        if unlogged {
+            self.unlogged_wanted.set(region);
+        }
+        self.is_durable(region) && (!unlogged || self.is_unlogged_durable(region))
+    }
+
+    /// A write already in `region` (entered) turns out unlogged: its journal record could not
+    /// be written. Returns whether the unlogged bit is already on the members.
+    pub fn mark_unlogged(&mut self, region: u64) -> bool {
+        assert!(self.in_flight.contains_key(&region), "region {region}: marked unlogged outside a write");
+        self.unlogged_wanted.set(region);
+        self.is_unlogged_durable(region)
     }
 
     pub fn leave(&mut self, region: u64) {
@@ -63,7 +89,12 @@ impl ShardSlot {
     /// Whether a write to `region` may go: its bit is on the members, and no write on its way
     /// clears it.
     pub fn is_durable(&self, region: u64) -> bool {
-        self.on_disk.get(region) && self.writing.as_ref().is_none_or(|image| image.get(region))
+        self.on_disk.get(region) && self.writing.as_ref().is_none_or(|image| image.dirty.get(region))
+    }
+
+    /// The same for the unlogged bit.
+    pub fn is_unlogged_durable(&self, region: u64) -> bool {
+        self.unlogged_on_disk.get(region) && self.writing.as_ref().is_none_or(|image| image.unlogged.get(region))
     }
 
     pub fn wanted(&self) -> &Bits {
@@ -83,9 +114,11 @@ impl ShardSlot {
         if self.writing.is_some() {
             return None;
         }
-        let image = self.wanted.clone();
+        let image = SlotImage { dirty: self.wanted.clone(), unlogged: self.unlogged_wanted.clone() };
         self.writing = Some(image.clone());
-        let blocks = differing_blocks(&self.on_disk, &image, self.region_count);
+        let mut blocks = differing_blocks(&self.on_disk, &image.dirty, self.region_count);
+        let unlogged = differing_blocks(&self.unlogged_on_disk, &image.unlogged, self.region_count);
+        blocks.extend(unlogged.into_iter().map(|block| super::ondisk::HALF_BLOCKS + block));
         Some(SlotWrite { image, blocks })
     }
 
@@ -93,13 +126,15 @@ impl ShardSlot {
     /// blocks not written already did, and nobody else writes the slot meanwhile).
     /// On failure the members hold some mix of the two images: only bits set in both are
     /// trusted.
-    pub fn finish_write(&mut self, image: Bits, written: bool) -> Vec<Waker> {
+    pub fn finish_write(&mut self, image: SlotImage, written: bool) -> Vec<Waker> {
         let writing = self.writing.take().expect("finish_write follows start_write");
         debug_assert!(writing == image);
         if written {
-            self.on_disk = image;
+            self.on_disk = image.dirty;
+            self.unlogged_on_disk = image.unlogged;
         } else {
-            self.on_disk.intersect_with(&image);
+            self.on_disk.intersect_with(&image.dirty);
+            self.unlogged_on_disk.intersect_with(&image.unlogged);
         }
         std::mem::take(&mut self.waiters)
     }
@@ -124,6 +159,7 @@ impl ShardSlot {
         for &region in candidates {
             if !self.in_flight.contains_key(&region) && !self.touched.get(region) && self.wanted.get(region) {
                 self.wanted.clear(region);
+                self.unlogged_wanted.clear(region);
                 changed = true;
             }
         }

@@ -69,9 +69,9 @@ fn regions_cover_64_mib_of_each_member_and_grow_to_fit_a_slot() {
 #[test]
 fn a_write_waits_for_its_bit_and_a_clear_never_races_a_write() {
     let mut slot = ShardSlot::default();
-    assert!(!slot.enter(5, 100), "a clean region must be written first");
+    assert!(!slot.enter(5, 100, true), "a clean region must be written first");
     let write = slot.start_write().expect("no writer yet");
-    assert_eq!(write.blocks, vec![0]);
+    assert_eq!(write.blocks, vec![0, ondisk::HALF_BLOCKS], "the dirty and the unlogged half");
     assert!(slot.start_write().is_none(), "one writer at a time");
     assert!(slot.finish_write(write.image, true).is_empty());
     assert!(slot.is_durable(5));
@@ -83,17 +83,40 @@ fn a_write_waits_for_its_bit_and_a_clear_never_races_a_write() {
     assert!(slot.clear_idle(&candidates));
     let clearing = slot.start_write().expect("no writer");
     // A write that comes while the cleared image is on its way must not trust the old bit.
-    assert!(!slot.enter(5, 100));
+    assert!(!slot.enter(5, 100, true));
     drop(slot.finish_write(clearing.image, true));
     assert!(!slot.is_durable(5));
     let setting = slot.start_write().expect("no writer");
-    assert!(setting.image.get(5));
+    assert!(setting.image.dirty.get(5) && setting.image.unlogged.get(5));
     drop(slot.finish_write(setting.image, true));
     assert!(slot.is_durable(5));
     // A region with a write in flight is never a candidate.
     assert!(slot.clean_candidates(true).is_empty());
     slot.leave(5);
     assert_eq!(slot.clean_candidates(true), vec![5]);
+}
+
+/// A logged write (its row image is in the journal) sets only the dirty bit; one that turns out
+/// unlogged must wait for its unlogged bit too, and a clean pass clears both.
+#[test]
+fn a_logged_write_sets_only_its_dirty_bit_and_an_unlogged_one_waits_for_both() {
+    let mut slot = ShardSlot::default();
+    assert!(!slot.enter(7, 100, false));
+    let write = slot.start_write().expect("no writer");
+    assert_eq!(write.blocks, vec![0], "the dirty half only");
+    drop(slot.finish_write(write.image, true));
+    assert!(slot.is_durable(7) && !slot.is_unlogged_durable(7));
+    assert!(!slot.mark_unlogged(7), "its image could not be logged: the unlogged bit must land first");
+    let write = slot.start_write().expect("no writer");
+    assert_eq!(write.blocks, vec![ondisk::HALF_BLOCKS]);
+    drop(slot.finish_write(write.image, true));
+    assert!(slot.is_unlogged_durable(7));
+    slot.leave(7);
+    slot.clean_candidates(false);
+    let candidates = slot.clean_candidates(false);
+    assert!(slot.clear_idle(&candidates));
+    let write = slot.start_write().expect("no writer");
+    assert!(write.image.dirty.is_empty() && write.image.unlogged.is_empty(), "both halves cleared");
 }
 
 mod opening {

@@ -280,7 +280,7 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
     }
     while let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
         if !journal.checkpoint_due() && !journal.is_checkpointing() {
-            return Ok(());
+            return super::images_to_head(reactor).await;
         }
         match journal.checkpoint(reactor, flush_destaged(reactor)).await {
             Ok(true) => cache.wake_all(),
@@ -299,8 +299,9 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
 pub(crate) fn tick(reactor: &Rc<Reactor>) {
     reactor.cache().aging.set(true);
     reactor.cache().review_stuck();
-    if let Some(journal) = reactor.cache().journal() {
-        journal.poke();
-    }
+    // Waiters look again: a failed leg may have been named stale meanwhile.
+    let images = reactor.cache().images.borrow().clone();
+    reactor.cache().journal().into_iter().chain(images).for_each(|part| part.poke());
+    super::checkpoint_images(reactor, false);
     pump(reactor);
 }

@@ -25,10 +25,12 @@
 pub mod clean;
 mod destage;
 pub mod extents;
+mod images;
 mod read;
 mod relocate;
 
 pub(crate) use destage::{pump, quiesce, tick};
+pub(crate) use images::{checkpoint_images, images_to_head};
 pub(crate) use read::prefetch;
 
 use crate::config::WritePolicy;
@@ -104,6 +106,10 @@ pub struct ShardCache {
     /// The journal tail no pinned extent held at the last look (looked at again once it moves,
     /// or at the next tick).
     relocation_looked_at: Cell<Option<u64>>,
+    /// The journal's image partition of this shard (`images`), and the VDs imaged since its
+    /// last checkpoint (flushed before the next one).
+    images: RefCell<Option<Rc<JournalPart>>>,
+    imaged: RefCell<HashMap<u64, Arc<VirtualDrive>>>,
 }
 
 impl Default for ShardCache {
@@ -133,6 +139,8 @@ impl ShardCache {
             pinned_bytes: Cell::new(0),
             relocating: Cell::new(false),
             relocation_looked_at: Cell::new(None),
+            images: RefCell::new(None),
+            imaged: RefCell::new(HashMap::new()),
         }
     }
 

@@ -130,6 +130,7 @@ impl Controller {
                 Some("no journal was given (storc serve --journal, /c0 set journal=PATH or /c0/sN set journal)".into());
             self.abandon_trusted_journal(trust, "no journal was given");
             self.warn_write_back_without_journal("no journal");
+            self.settle_images_of_all(trust.journal_id != 0);
             return;
         }
         let vds = self.vds();
@@ -152,12 +153,26 @@ impl Controller {
             }
             Ok(())
         };
+        // Row images go back to the members first; a VD whose images cannot be written needs
+        // a resync of the regions they covered.
+        let images_lost: std::cell::RefCell<std::collections::BTreeMap<u32, String>> = Default::default();
+        let mut apply_image = |image: &crate::journal::ReplayImage| {
+            if let Err(error) = super::journal_images::write_image(&vds, image) {
+                images_lost.borrow_mut().entry(image.vd_id).or_insert(error);
+            }
+            Ok(())
+        };
         let (controller_id, partitions) = (self.config().controller_id.0, self.engine.shard_count() as u32);
         let legs = offers.iter().map(|offer| Arc::clone(&offer.drive)).collect();
         let source = offers.iter().map(|offer| offer.source.as_str()).collect::<Vec<_>>().join(" + ");
         vds.iter().for_each(|(_, vd)| vd.set_replaying(true));
-        let opened = Journal::open(legs, controller_id, partitions, trust, &mut apply);
+        let opened = Journal::open_with_images(legs, controller_id, partitions, trust, &mut apply, &mut apply_image);
         vds.iter().for_each(|(_, vd)| vd.set_replaying(false));
+        let mut lost: Vec<u32> = unreplayed.borrow().keys().copied().collect();
+        for (vd_id, error) in images_lost.into_inner() {
+            self.log(Severity::Warning, format!("v{vd_id}: the journal's row images cannot be written back ({error})"));
+            lost.push(vd_id);
+        }
         for (vd_id, (records, bytes, error)) in unreplayed.into_inner() {
             self.log(
                 Severity::Critical,
@@ -185,6 +200,9 @@ impl Controller {
                 self.log(Severity::Info, format!("journal {source}: {said}"));
                 if !report.found {
                     self.abandon_trusted_journal(trust, &format!("{source} does not hold it"));
+                    self.settle_images_of_all(trust.journal_id != 0);
+                } else {
+                    self.settle_images(&lost);
                 }
                 if let Err(error) = self.trust_and_attach(journal, offers, report) {
                     self.log(Severity::Critical, format!("journal cannot be trusted in the metadata: {error}; WB VDs run WT"));
@@ -198,6 +216,7 @@ impl Controller {
                 self.log(Severity::Critical, format!("journal {source} cannot be used: {error}"));
                 self.abandon_trusted_journal(trust, "it cannot be used");
                 self.warn_write_back_without_journal("the journal failed");
+                self.settle_images_of_all(trust.journal_id != 0);
             }
         }
     }

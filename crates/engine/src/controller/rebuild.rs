@@ -224,6 +224,11 @@ impl Controller {
         let controller = self.myself();
         let spawned = std::thread::Builder::new().name(format!("storc-rebuild-s{slot}")).spawn(move || {
             let Some(controller) = controller.upgrade() else { return };
+            // The member missed row writes whose images may still be in the journal: replayed
+            // onto what the rebuild writes, they would take it back in time.
+            if let Err(error) = controller.engine.images_to_head() {
+                controller.log(Severity::Warning, format!("v{vd_id}: journal images before the rebuild of slot {slot}: {error}"));
+            }
             let job = RebuildJob { member, slot, epoch, only_regions: &only_regions };
             let (finish, rows) = controller.run_rebuild(&vd, &job, &progress);
             let finish = durable(finish, &*vd.member(member).drive());

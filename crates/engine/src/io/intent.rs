@@ -27,22 +27,43 @@ impl Drop for IntentGuard {
     }
 }
 
-/// Marks `row`'s region as being written and waits until its bit is on every member in service.
-/// `None` for a VD without a bitmap.
+/// Marks `row`'s region as being written and waits until its bit is on every member in service;
+/// `unlogged` also marks it as written without a journal record that could mend a row the
+/// write tears (every write but a parity row write whose image the journal holds: see
+/// [`mark_unlogged`]). `None` for a VD without a bitmap.
 ///
 /// # Errors
 /// When the bit cannot be written anywhere (the VD went offline): the write must not go.
-pub(crate) async fn begin_write(env: &Env, row: u64) -> Result<Option<IntentGuard>, VdError> {
+pub(crate) async fn begin_write(env: &Env, row: u64, unlogged: bool) -> Result<Option<IntentGuard>, VdError> {
     let Some(intent) = env.vd.write_intent() else { return Ok(None) };
     let shard = env.reactor.shard_index();
     let region = intent.regions.region_of(row);
-    let mut durable = intent.shard_slot(shard).lock().expect("bitmap lock").enter(region, intent.regions.region_count);
+    let mut durable = intent.shard_slot(shard).lock().expect("bitmap lock").enter(region, intent.regions.region_count, unlogged);
     let guard = IntentGuard { vd: Arc::clone(&env.vd), shard, region };
     while !durable {
         sync_slot(env, intent, shard).await?;
-        durable = intent.shard_slot(shard).lock().expect("bitmap lock").is_durable(region);
+        let slot = intent.shard_slot(shard).lock().expect("bitmap lock");
+        durable = slot.is_durable(region) && (!unlogged || slot.is_unlogged_durable(region));
     }
     Ok(Some(guard))
+}
+
+/// A parity row write under [`begin_write`] goes without its image in the journal (there is
+/// none, it failed, or the VD is replaying): its region's unlogged bit must be on the members
+/// first.
+///
+/// # Errors
+/// As [`begin_write`].
+pub(crate) async fn mark_unlogged(env: &Env, row: u64) -> Result<(), VdError> {
+    let Some(intent) = env.vd.write_intent() else { return Ok(()) };
+    let shard = env.reactor.shard_index();
+    let region = intent.regions.region_of(row);
+    let mut durable = intent.shard_slot(shard).lock().expect("bitmap lock").mark_unlogged(region);
+    while !durable {
+        sync_slot(env, intent, shard).await?;
+        durable = intent.shard_slot(shard).lock().expect("bitmap lock").is_unlogged_durable(region);
+    }
+    Ok(())
 }
 
 /// Clears the bits of this shard's regions that were idle for a whole period (or, when
@@ -83,29 +104,22 @@ async fn sync_slot(env: &Env, intent: &WriteIntent, shard: usize) -> Result<(), 
     };
     let result = match write.blocks.is_empty() {
         true => Ok(()),
-        false => write_blocks(env, 1 + shard, &write.image.to_bytes(bytes_len(intent)), &write.blocks).await,
+        false => write_blocks(env, 1 + shard, &ondisk::slot_image(&write.image.dirty, &write.image.unlogged), &write.blocks).await,
     };
     let waiters = slot.lock().expect("bitmap lock").finish_write(write.image, result.is_ok());
     waiters.into_iter().for_each(|waker| waker.wake());
     result
 }
 
-fn bytes_len(intent: &WriteIntent) -> usize {
-    ondisk::blocks_used(intent.regions.region_count) * BLOCK_BYTES
-}
-
-/// Writes `blocks` of slot `slot_index` from `image` to every member in service, then flushes
-/// them. A member that fails is booked (and leaves service); the VD going offline is an error.
-/// Every block goes to both halves of the slot: each write of a shard is unlogged (no journal
-/// record can mend a row it tears), so its unlogged bits are its dirty bits.
+/// Writes `blocks` of slot `slot_index` from `image` (both halves) to every member in service,
+/// then flushes them. A member that fails is booked (and leaves service); the VD going offline
+/// is an error.
 async fn write_blocks(env: &Env, slot_index: usize, image: &[u8], blocks: &[usize]) -> Result<(), VdError> {
     let members = in_service(&env.vd);
-    let placed: Vec<(usize, usize)> = blocks.iter().flat_map(|&block| [(block, block), (block, ondisk::HALF_BLOCKS + block)]).collect();
-    let placed = &placed;
     let writes = members.iter().flat_map(|&member| {
-        placed.iter().map(move |&(block, on_disk)| {
+        blocks.iter().map(move |&block| {
             let bytes = &image[block * BLOCK_BYTES..(block + 1) * BLOCK_BYTES];
-            let op = DriveOp::Write { offset_bytes: ondisk::block_offset_bytes(slot_index, on_disk), buf: IoBuf::from_slice(bytes) };
+            let op = DriveOp::Write { offset_bytes: ondisk::block_offset_bytes(slot_index, block), buf: IoBuf::from_slice(bytes) };
             async move { (member, member_io(env, member, op).await.0) }
         })
     });

@@ -199,7 +199,7 @@ pub(crate) async fn check_rows(
     let mut intents = Vec::new();
     if mode == CheckMode::Repair {
         for row in row_numbers.clone() {
-            match intent::begin_write(&env, row).await {
+            match intent::begin_write(&env, row, true).await {
                 Ok(guard) => intents.push(guard),
                 Err(error) => return vec![Err(error); row_count as usize],
             }
@@ -287,9 +287,12 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
         // The ticket was taken when the lock was created; wait for our turn.
         lock.acquired().await;
     }
-    // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes.
+    // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes. A parity
+    // row write logs its image or marks its region unlogged itself (`parity::row_log`); any
+    // other row write is unlogged (a mirror's copies that disagree need a resync).
+    let parity = matches!(env.vd.geometry().span_kind(), SpanKind::Parity | SpanKind::DoubleParity);
     let _intent = match write {
-        true => match intent::begin_write(env, piece.row).await {
+        true => match intent::begin_write(env, piece.row, !parity).await {
             Ok(guard) => guard,
             Err(error) => return (Err(error), IoBuf::join(views)),
         },

@@ -7,7 +7,14 @@
 //! 4096   superblock copy 1
 //! 8192   partition 0: checkpoint block A, checkpoint block B, then its ring of records
 //!        partition 1 ...  (one per shard, `partition_bytes` each)
+//!        image partition 0, 1 ... (format 3: one per shard, `image_partition_bytes` each)
 //! ```
+//!
+//! A data partition holds the cache's data records; an image partition holds row images: every
+//! member write of one parity row write (data pieces, P, Q), logged before the row's member
+//! writes, so that replay can put a row torn by a crash back in one piece (the RAID5/6 write
+//! hole). Image partitions are separate rings so that destaging, which writes images, never
+//! waits for room that only destaging can free.
 //!
 //! Every block's CRC-32C is seeded with the controller id ([`Seed`]), so that a journal that
 //! belongs to another controller never validates, and a record also names its journal id, its
@@ -20,7 +27,8 @@ use crate::metadata::{tiles, Field};
 pub const BLOCK_BYTES: u64 = 4096;
 /// Version 2 names each leg of a mirrored pair in the superblock (`leg_index`, `leg_count`);
 /// version 1 devices (those bytes zero) are read as the one leg of a single journal.
-pub const FORMAT_VERSION: u32 = 2;
+/// Version 3 adds the image partitions and row image records.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format replay still reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 /// Legs a journal has at most: one, or a mirrored pair.
@@ -42,6 +50,12 @@ pub const KIND_DATA: u32 = 1;
 /// A record that only says "the ring continues at its start": what fills the end of the ring
 /// when the next record does not fit there.
 pub const KIND_WRAP: u32 = 2;
+/// A row image: the member writes of one parity row write (format 3, image partitions only).
+pub const KIND_IMAGE: u32 = 3;
+/// Member writes one image record names at most.
+pub const IMAGE_ENTRIES_MAX: usize = 187;
+/// Bytes of one image entry: member, length, member offset.
+pub const IMAGE_ENTRY_BYTES: usize = 16;
 
 pub(crate) mod superblock {
     use super::Field;
@@ -57,9 +71,11 @@ pub(crate) mod superblock {
     /// Version 2: which leg of the journal this device is, and how many it has.
     pub const LEG_INDEX: Field = Field::new("leg_index", 72, 4);
     pub const LEG_COUNT: Field = Field::new("leg_count", 76, 4);
-    pub const RESERVED: Field = Field::new("reserved", 80, 4012);
+    /// Version 3: the size of each image partition (0: none).
+    pub const IMAGE_PARTITION_BYTES: Field = Field::new("image_partition_bytes", 80, 8);
+    pub const RESERVED: Field = Field::new("reserved", 88, 4004);
     pub const CRC32C: Field = Field::new("block_crc32c", 4092, 4);
-    pub const ALL: [Field; 13] = [
+    pub const ALL: [Field; 14] = [
         MAGIC,
         VERSION,
         PARTITION_COUNT,
@@ -71,6 +87,7 @@ pub(crate) mod superblock {
         WRITTEN_UNIX_NS,
         LEG_INDEX,
         LEG_COUNT,
+        IMAGE_PARTITION_BYTES,
         RESERVED,
         CRC32C,
     ];
@@ -106,9 +123,14 @@ pub(crate) mod record {
     pub const DATA_BYTES: Field = Field::new("data_bytes", 56, 4);
     pub const PAGE_COUNT: Field = Field::new("page_count", 60, 4);
     pub const PAGE_CRC32C: Field = Field::new("page_crc32c", 64, 1024);
-    pub const RESERVED: Field = Field::new("reserved", 1088, 3004);
+    /// Version 3, image records: how many member writes `entries` names.
+    pub const ENTRY_COUNT: Field = Field::new("entry_count", 1088, 4);
+    /// Version 3, image records: per member write, its member (u32), length (u32) and member
+    /// offset (u64); the data is their bytes one after the other.
+    pub const ENTRIES: Field = Field::new("entries", 1092, 2992);
+    pub const RESERVED: Field = Field::new("reserved", 4084, 8);
     pub const CRC32C: Field = Field::new("block_crc32c", 4092, 4);
-    pub const ALL: [Field; 14] = [
+    pub const ALL: [Field; 16] = [
         MAGIC,
         VERSION,
         KIND,
@@ -121,6 +143,8 @@ pub(crate) mod record {
         DATA_BYTES,
         PAGE_COUNT,
         PAGE_CRC32C,
+        ENTRY_COUNT,
+        ENTRIES,
         RESERVED,
         CRC32C,
     ];
@@ -130,6 +154,7 @@ const _: () = assert!(tiles(&superblock::ALL, BLOCK_BYTES as usize));
 const _: () = assert!(tiles(&checkpoint::ALL, BLOCK_BYTES as usize));
 const _: () = assert!(tiles(&record::ALL, BLOCK_BYTES as usize));
 const _: () = assert!(record::PAGE_CRC32C.size == PAGE_CRCS_MAX * 4);
+const _: () = assert!(record::ENTRIES.size == IMAGE_ENTRIES_MAX * IMAGE_ENTRY_BYTES);
 
 /// The CRC-32C seed of every block: the controller id's own CRC, so that the journal of another
 /// controller (or of a reformatted one) never validates.
@@ -160,17 +185,31 @@ pub struct Superblock {
     /// the journal was laid out with: every leg holds the same blocks but these.
     pub leg_index: u32,
     pub leg_count: u32,
+    /// Each image partition's size (0: none: format 1 and 2 devices, and journals too small).
+    pub image_partition_bytes: u64,
 }
+
+/// The smallest partition: its checkpoints and the smallest ring.
+pub const PARTITION_BYTES_MIN: u64 = RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN;
 
 impl Superblock {
     /// The layout of a device of `capacity_bytes` cut into `partition_count` partitions, or why
     /// it cannot be (too small for a ring that holds its largest record twice over).
+    ///
+    /// Each shard's share is cut into a data partition and an image partition of an eighth of
+    /// it (at least the smallest partition); a share too small for both gets no image
+    /// partition, and parity writes then go unlogged (the bitmap says so).
     pub fn plan(controller_id: u128, journal_id: u64, capacity_bytes: u64, partition_count: u32) -> Result<Superblock, String> {
         assert!(partition_count > 0, "a journal has a partition per shard");
         let usable = capacity_bytes.saturating_sub(PARTITIONS_OFFSET_BYTES);
-        let partition_bytes = usable / u64::from(partition_count) / BLOCK_BYTES * BLOCK_BYTES;
-        if partition_bytes < RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN {
-            let needed = PARTITIONS_OFFSET_BYTES + u64::from(partition_count) * (RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN);
+        let share_bytes = usable / u64::from(partition_count) / BLOCK_BYTES * BLOCK_BYTES;
+        let image_partition_bytes = match share_bytes >= 2 * PARTITION_BYTES_MIN {
+            true => (share_bytes / 8 / BLOCK_BYTES * BLOCK_BYTES).max(PARTITION_BYTES_MIN),
+            false => 0,
+        };
+        let partition_bytes = share_bytes - image_partition_bytes;
+        if partition_bytes < PARTITION_BYTES_MIN {
+            let needed = PARTITIONS_OFFSET_BYTES + u64::from(partition_count) * PARTITION_BYTES_MIN;
             return Err(format!(
                 "a journal of {capacity_bytes} bytes is too small for {partition_count} shards: at least {needed} bytes ({} MiB) are needed",
                 needed.div_ceil(1 << 20)
@@ -185,13 +224,40 @@ impl Superblock {
             generation: 1,
             leg_index: 0,
             leg_count: 1,
+            image_partition_bytes,
         })
+    }
+
+    /// Partitions on the device: the data partitions `0..partition_count`, then (if any) the
+    /// image partitions, image partition `i` being partition `partition_count + i`.
+    pub fn all_partition_count(&self) -> u32 {
+        if self.image_partition_bytes == 0 {
+            self.partition_count
+        } else {
+            2 * self.partition_count
+        }
+    }
+
+    /// The image partition of shard `shard`, if the layout has them.
+    pub fn image_partition(&self, shard: u32) -> Option<u32> {
+        (self.image_partition_bytes > 0 && shard < self.partition_count).then(|| self.partition_count + shard)
     }
 
     /// Where partition `index` starts on the device.
     pub fn partition_offset_bytes(&self, index: u32) -> u64 {
-        assert!(index < self.partition_count, "partition {index} of {}", self.partition_count);
-        PARTITIONS_OFFSET_BYTES + u64::from(index) * self.partition_bytes
+        assert!(index < self.all_partition_count(), "partition {index} of {}", self.all_partition_count());
+        let data_bytes = u64::from(index.min(self.partition_count)) * self.partition_bytes;
+        let image_bytes = u64::from(index.saturating_sub(self.partition_count)) * self.image_partition_bytes;
+        PARTITIONS_OFFSET_BYTES + data_bytes + image_bytes
+    }
+
+    /// How long partition `index` is.
+    pub fn partition_size_bytes(&self, index: u32) -> u64 {
+        if index < self.partition_count {
+            self.partition_bytes
+        } else {
+            self.image_partition_bytes
+        }
     }
 
     pub fn encode(&self, seed: Seed, written_unix_ns: u64) -> Vec<u8> {
@@ -208,6 +274,7 @@ impl Superblock {
         put(&mut bytes, f::WRITTEN_UNIX_NS, &written_unix_ns.to_le_bytes());
         put(&mut bytes, f::LEG_INDEX, &self.leg_index.to_le_bytes());
         put(&mut bytes, f::LEG_COUNT, &self.leg_count.to_le_bytes());
+        put(&mut bytes, f::IMAGE_PARTITION_BYTES, &self.image_partition_bytes.to_le_bytes());
         seal(&mut bytes, seed, f::CRC32C);
         bytes
     }
@@ -226,14 +293,21 @@ impl Superblock {
             leg_index: get_u32(bytes, f::LEG_INDEX),
             // Version 1 kept these bytes zero: one leg.
             leg_count: get_u32(bytes, f::LEG_COUNT).max(1),
+            // Versions 1 and 2 kept these bytes zero: no image partitions.
+            image_partition_bytes: get_u64(bytes, f::IMAGE_PARTITION_BYTES),
         };
+        let images_fit = sb.image_partition_bytes == 0
+            || (sb.image_partition_bytes.is_multiple_of(BLOCK_BYTES) && sb.image_partition_bytes >= PARTITION_BYTES_MIN);
         let fits = sb.leg_index < sb.leg_count
             && sb.leg_count as usize <= LEGS_MAX
             && sb.partition_count > 0
             && sb.partition_bytes.is_multiple_of(BLOCK_BYTES)
-            && sb.partition_bytes >= RING_OFFSET_IN_PARTITION_BYTES + RING_BYTES_MIN
-            && u64::from(sb.partition_count)
-                .checked_mul(sb.partition_bytes)
+            && sb.partition_bytes >= PARTITION_BYTES_MIN
+            && images_fit
+            && sb
+                .partition_bytes
+                .checked_add(sb.image_partition_bytes)
+                .and_then(|share| share.checked_mul(u64::from(sb.partition_count)))
                 .and_then(|b| b.checked_add(PARTITIONS_OFFSET_BYTES))
                 .is_some_and(|end| end <= sb.capacity_bytes);
         if !fits {
@@ -299,132 +373,6 @@ impl Checkpoint {
     }
 }
 
-/// What a record header says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordHeader {
-    pub kind: u32,
-    pub journal_id: u64,
-    pub sequence: u64,
-    pub position_bytes: u64,
-    /// The header and its data pages (the data rounded up to whole blocks).
-    pub record_bytes: u32,
-    pub vd_id: u32,
-    pub vd_offset_bytes: u64,
-    pub data_bytes: u32,
-    /// CRC-32C (seeded) of each 4 KiB page of the data, the last one zero-padded.
-    pub page_crc32c: Vec<u32>,
-}
-
-impl RecordHeader {
-    /// The header of a data record of `data` (at most [`RECORD_DATA_BYTES_MAX`]).
-    pub fn data(
-        seed: Seed,
-        journal_id: u64,
-        sequence: u64,
-        position_bytes: u64,
-        vd_id: u32,
-        vd_offset_bytes: u64,
-        data: &[u8],
-    ) -> RecordHeader {
-        assert!(!data.is_empty() && data.len() as u64 <= RECORD_DATA_BYTES_MAX, "a record carries 1 byte to 1 MiB, not {}", data.len());
-        RecordHeader {
-            kind: KIND_DATA,
-            journal_id,
-            sequence,
-            position_bytes,
-            record_bytes: record_bytes_for(data.len() as u64) as u32,
-            vd_id,
-            vd_offset_bytes,
-            data_bytes: data.len() as u32,
-            page_crc32c: page_crcs(seed, data),
-        }
-    }
-
-    /// The header of a wrap record at `position_bytes`.
-    pub fn wrap(journal_id: u64, sequence: u64, position_bytes: u64) -> RecordHeader {
-        RecordHeader {
-            kind: KIND_WRAP,
-            journal_id,
-            sequence,
-            position_bytes,
-            record_bytes: BLOCK_BYTES as u32,
-            vd_id: 0,
-            vd_offset_bytes: 0,
-            data_bytes: 0,
-            page_crc32c: Vec::new(),
-        }
-    }
-
-    pub fn encode(&self, seed: Seed) -> Vec<u8> {
-        use record as f;
-        assert!(self.page_crc32c.len() <= PAGE_CRCS_MAX, "a header holds at most {PAGE_CRCS_MAX} page CRCs");
-        let mut bytes = vec![0u8; BLOCK_BYTES as usize];
-        put(&mut bytes, f::MAGIC, &RECORD_MAGIC);
-        put(&mut bytes, f::VERSION, &FORMAT_VERSION.to_le_bytes());
-        put(&mut bytes, f::KIND, &self.kind.to_le_bytes());
-        put(&mut bytes, f::JOURNAL_ID, &self.journal_id.to_le_bytes());
-        put(&mut bytes, f::SEQUENCE, &self.sequence.to_le_bytes());
-        put(&mut bytes, f::POSITION_BYTES, &self.position_bytes.to_le_bytes());
-        put(&mut bytes, f::RECORD_BYTES, &self.record_bytes.to_le_bytes());
-        put(&mut bytes, f::VD_ID, &self.vd_id.to_le_bytes());
-        put(&mut bytes, f::VD_OFFSET_BYTES, &self.vd_offset_bytes.to_le_bytes());
-        put(&mut bytes, f::DATA_BYTES, &self.data_bytes.to_le_bytes());
-        put(&mut bytes, f::PAGE_COUNT, &(self.page_crc32c.len() as u32).to_le_bytes());
-        for (index, crc) in self.page_crc32c.iter().enumerate() {
-            let at = f::PAGE_CRC32C.offset + 4 * index;
-            bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());
-        }
-        seal(&mut bytes, seed, f::CRC32C);
-        bytes
-    }
-
-    /// The header in `bytes`, checked on its own (magic, CRC, version, sizes that agree).
-    pub fn decode(bytes: &[u8], seed: Seed) -> Result<RecordHeader, String> {
-        use record as f;
-        check_block(bytes, seed, RECORD_MAGIC, f::VERSION, f::CRC32C, f::RESERVED, "journal record")?;
-        let page_count = get_u32(bytes, f::PAGE_COUNT) as usize;
-        if page_count > PAGE_CRCS_MAX {
-            return Err(format!("journal record claims {page_count} pages; at most {PAGE_CRCS_MAX}"));
-        }
-        let page_crc32c = (0..page_count)
-            .map(|index| {
-                let at = f::PAGE_CRC32C.offset + 4 * index;
-                u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
-            })
-            .collect();
-        let header = RecordHeader {
-            kind: get_u32(bytes, f::KIND),
-            journal_id: get_u64(bytes, f::JOURNAL_ID),
-            sequence: get_u64(bytes, f::SEQUENCE),
-            position_bytes: get_u64(bytes, f::POSITION_BYTES),
-            record_bytes: get_u32(bytes, f::RECORD_BYTES),
-            vd_id: get_u32(bytes, f::VD_ID),
-            vd_offset_bytes: get_u64(bytes, f::VD_OFFSET_BYTES),
-            data_bytes: get_u32(bytes, f::DATA_BYTES),
-            page_crc32c,
-        };
-        let consistent = match header.kind {
-            KIND_DATA => {
-                header.data_bytes > 0
-                    && u64::from(header.data_bytes) <= RECORD_DATA_BYTES_MAX
-                    && u64::from(header.record_bytes) == record_bytes_for(u64::from(header.data_bytes))
-                    && header.page_crc32c.len() as u64 == u64::from(header.data_bytes).div_ceil(BLOCK_BYTES)
-            }
-            KIND_WRAP => header.data_bytes == 0 && u64::from(header.record_bytes) == BLOCK_BYTES && page_count == 0,
-            _ => false,
-        };
-        if !consistent {
-            return Err(format!("journal record of kind {} has sizes that disagree", header.kind));
-        }
-        Ok(header)
-    }
-
-    /// Whether `data` (this record's data pages, padding included) matches its page CRCs.
-    pub fn data_matches(&self, seed: Seed, data: &[u8]) -> bool {
-        data.len() as u64 >= u64::from(self.data_bytes) && page_crcs(seed, &data[..self.data_bytes as usize]) == self.page_crc32c
-    }
-}
-
 /// A data record's length on the device: its header and its data in whole blocks.
 pub fn record_bytes_for(data_bytes: u64) -> u64 {
     BLOCK_BYTES + data_bytes.next_multiple_of(BLOCK_BYTES)
@@ -444,6 +392,9 @@ fn page_crcs(seed: Seed, data: &[u8]) -> Vec<u32> {
         })
         .collect()
 }
+
+mod record_header;
+pub use record_header::{ImageEntry, RecordHeader};
 
 fn put(out: &mut [u8], field: Field, bytes: &[u8]) {
     assert_eq!(bytes.len(), field.size, "field `{}` is {} bytes", field.name, field.size);

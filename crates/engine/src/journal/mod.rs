@@ -23,7 +23,7 @@ mod tests;
 
 use crate::metadata::submit_and_wait;
 use drive::{Drive, DriveOp, IoBuf};
-use format::{Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES, KIND_DATA, KIND_WRAP, RING_OFFSET_IN_PARTITION_BYTES};
+use format::{Checkpoint, Seed, Superblock, BLOCK_BYTES, RING_OFFSET_IN_PARTITION_BYTES};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -182,11 +182,23 @@ pub struct ReplayRecord {
     pub data: Vec<u8>,
 }
 
+/// A row image replay found: the member writes of one parity row write, for the caller to write
+/// as they are to the VD's members (those in service), before any data record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayImage {
+    pub vd_id: u32,
+    pub row: u64,
+    /// Per member write: the member, its offset on the member, its bytes.
+    pub writes: Vec<(u32, u64, Vec<u8>)>,
+}
+
 /// What the last start's replay did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplayReport {
     pub records: u64,
     pub data_bytes: u64,
+    /// Row images written back to the members before the records.
+    pub images: u64,
     /// Whether the device held a journal of ours (false: it was blank and is formatted now).
     pub found: bool,
     /// The device held a journal of ours that the metadata does not trust (it was detached
@@ -245,10 +257,29 @@ impl Journal {
         trust: impl Into<Trust>,
         apply: &mut dyn FnMut(&ReplayRecord) -> Result<(), String>,
     ) -> Result<Journal, String> {
+        let mut no_images =
+            |image: &ReplayImage| Err(format!("a row image of v{} row {} found, and nothing to write it", image.vd_id, image.row));
+        Journal::open_with_images(legs, controller_id, partition_count, trust, apply, &mut no_images)
+    }
+
+    /// [`Journal::open`] for a caller that also writes row images back (`apply_image`, every
+    /// image partition first, each in order): the controller and the simulator.
+    ///
+    /// # Errors
+    /// As [`Journal::open`], or `apply_image` failed.
+    pub fn open_with_images(
+        legs: Vec<Arc<dyn Drive>>,
+        controller_id: u128,
+        partition_count: u32,
+        trust: impl Into<Trust>,
+        apply: &mut dyn FnMut(&ReplayRecord) -> Result<(), String>,
+        apply_image: &mut dyn FnMut(&ReplayImage) -> Result<(), String>,
+    ) -> Result<Journal, String> {
         assert!((1..=format::LEGS_MAX).contains(&legs.len()), "a journal has one or two legs");
         let trust = trust.into();
         let name = legs.iter().map(|leg| leg.info().name.clone()).collect::<Vec<_>>().join(" + ");
-        let health = Arc::new(Health::new(partition_count, legs.iter().map(|leg| leg.info().name.clone()).collect()));
+        // Room for the image partitions' counters too.
+        let health = Arc::new(Health::new(2 * partition_count, legs.iter().map(|leg| leg.info().name.clone()).collect()));
         let capacity_bytes = legs.iter().map(|leg| leg.info().capacity_bytes).min().expect("a leg") / BLOCK_BYTES * BLOCK_BYTES;
         let seed = Seed::of_controller(controller_id);
         let mut on_device = Vec::with_capacity(legs.len());
@@ -277,9 +308,13 @@ impl Journal {
         let mut replay = ReplayReport { found: found.is_some(), untrusted, ..ReplayReport::default() };
         let mut last_sequence = 0;
         if let Some(sb) = &found {
-            for index in 0..sb.partition_count {
+            // Images first: they put torn rows back together, then the records go through the
+            // normal write path over consistent rows.
+            let images = sb.partition_count..sb.all_partition_count();
+            for index in images.chain(0..sb.partition_count) {
                 let leg = furthest_leg(&legs, &sources, sb, seed, index);
-                last_sequence = last_sequence.max(replay_partition(&*legs[leg], sb, seed, index, &mut replay, apply)?);
+                let mut sink = Sink { data: &mut *apply, image: &mut *apply_image };
+                last_sequence = last_sequence.max(replay_partition(&*legs[leg], sb, seed, index, &mut replay, &mut sink)?);
             }
         }
         let journal_id = found.map_or_else(|| rand::random::<u64>().max(1), |sb| sb.journal_id);
@@ -299,7 +334,7 @@ impl Journal {
     /// No leg took the new layout.
     pub fn finish_replay(&self) -> Result<(), String> {
         let sb = &self.superblock;
-        for index in 0..sb.partition_count {
+        for index in 0..sb.all_partition_count() {
             let ring_start = sb.partition_offset_bytes(index) + RING_OFFSET_IN_PARTITION_BYTES;
             let checkpoint = Checkpoint {
                 partition_index: index,
@@ -341,7 +376,8 @@ impl Journal {
         self.health.failure().map_or(Ok(()), Err)
     }
 
-    /// What a shard needs to run partition `index` (after [`Journal::finish_replay`]).
+    /// What a shard needs to run partition `index` (after [`Journal::finish_replay`]): its data
+    /// partition `index`, or [`Superblock::image_partition`] of it.
     pub fn part_spec(&self, index: u32) -> PartSpec {
         PartSpec {
             legs: self.legs.clone(),
@@ -351,6 +387,11 @@ impl Journal {
             sequence: self.next_sequence,
             health: Arc::clone(&self.health),
         }
+    }
+
+    /// Shard `shard`'s data partition and, if the layout has them, its image partition.
+    pub fn shard_specs(&self, shard: u32) -> (PartSpec, Option<PartSpec>) {
+        (self.part_spec(shard), self.superblock.image_partition(shard).map(|index| self.part_spec(index)))
     }
 
     pub fn name(&self) -> &str {
@@ -381,20 +422,6 @@ impl Journal {
     }
 }
 
-/// Of the `sources` legs, the one whose partition `index` holds the furthest valid record (a
-/// leg that failed while the other went on stops earlier): found by a scan that applies
-/// nothing. A leg that cannot be scanned is passed over.
-fn furthest_leg(legs: &[Arc<dyn Drive>], sources: &[usize], sb: &Superblock, seed: Seed, index: u32) -> usize {
-    if sources.len() == 1 {
-        return sources[0];
-    }
-    let reach = |&leg: &usize| {
-        let mut scratch = ReplayReport::default();
-        replay_partition(&*legs[leg], sb, seed, index, &mut scratch, &mut |_| Ok(())).unwrap_or(0)
-    };
-    *sources.iter().max_by_key(|leg| reach(leg)).expect("a source leg")
-}
-
 /// A partition handed to its shard, which builds its [`part::JournalPart`] from it.
 #[derive(Clone)]
 pub struct PartSpec {
@@ -412,120 +439,5 @@ impl PartSpec {
     }
 }
 
-fn read_block(drive: &dyn Drive, offset_bytes: u64, len_bytes: u64) -> Result<Vec<u8>, String> {
-    let done = submit_and_wait(drive, DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(len_bytes as usize) })
-        .map_err(|e| format!("journal {}: read at byte {offset_bytes} failed: {e}", drive.info().name))?;
-    Ok(done.buf.expect("a read returns its buffer").as_slice().to_vec())
-}
-
-enum SuperblockError {
-    Unreadable(String),
-    /// Another controller's journal: never formatted over.
-    Foreign(String),
-}
-
-/// The newest valid superblock copy, `None` for a blank device.
-///
-/// # Errors
-/// A read fails, or a copy is another controller's (its own CRC seed validates it).
-fn read_superblock(drive: &dyn Drive, seed: Seed) -> Result<Option<Superblock>, SuperblockError> {
-    let mut newest: Option<Superblock> = None;
-    for copy in 0..2 {
-        let bytes = read_block(drive, copy * BLOCK_BYTES, BLOCK_BYTES).map_err(SuperblockError::Unreadable)?;
-        match Superblock::decode(&bytes, seed) {
-            Ok(sb) if newest.is_none_or(|n| sb.generation > n.generation) => newest = Some(sb),
-            Ok(_) => {}
-            Err(_) if bytes[..8] == format::SUPERBLOCK_MAGIC => {
-                let theirs = u128::from_le_bytes(bytes[format::superblock::CONTROLLER_ID.range()].try_into().expect("16 bytes"));
-                if Superblock::decode(&bytes, Seed::of_controller(theirs)).is_ok() {
-                    return Err(SuperblockError::Foreign(format!(
-                        "journal {} belongs to controller {theirs:032x}; clear it (overwrite its first 8 KiB) to use it here",
-                        drive.info().name
-                    )));
-                }
-            }
-            Err(_) => {}
-        }
-    }
-    Ok(newest)
-}
-
-/// The valid checkpoint of partition `index` with the larger counter, if any.
-fn read_checkpoint(drive: &dyn Drive, sb: &Superblock, seed: Seed, index: u32) -> Result<Option<Checkpoint>, String> {
-    let mut newest: Option<Checkpoint> = None;
-    for block in 0..2 {
-        let bytes = read_block(drive, sb.partition_offset_bytes(index) + block * BLOCK_BYTES, BLOCK_BYTES)?;
-        let Ok(checkpoint) = Checkpoint::decode(&bytes, seed) else { continue };
-        let ours = checkpoint.partition_index == index
-            && checkpoint.journal_id == sb.journal_id
-            && checkpoint.superblock_generation == sb.generation;
-        if ours && newest.is_none_or(|n| checkpoint.counter > n.counter) {
-            newest = Some(checkpoint);
-        }
-    }
-    Ok(newest)
-}
-
-/// Replays partition `index` from its checkpoint; returns the last valid sequence seen.
-fn replay_partition(
-    drive: &dyn Drive,
-    sb: &Superblock,
-    seed: Seed,
-    index: u32,
-    report: &mut ReplayReport,
-    apply: &mut dyn FnMut(&ReplayRecord) -> Result<(), String>,
-) -> Result<u64, String> {
-    let Some(checkpoint) = read_checkpoint(drive, sb, seed, index)? else { return Ok(0) };
-    let ring = ring::Ring::new(
-        sb.partition_offset_bytes(index) + RING_OFFSET_IN_PARTITION_BYTES,
-        sb.partition_offset_bytes(index) + sb.partition_bytes,
-        0,
-    );
-    let (mut position, mut sequence) = (checkpoint.tail_position_bytes, checkpoint.tail_sequence);
-    let mut scanned_bytes = 0;
-    let mut last_valid = sequence.saturating_sub(1);
-    while scanned_bytes < ring.capacity_bytes() {
-        let Some((header, data)) = read_record(drive, seed, sb.journal_id, position, sequence, &ring)? else { break };
-        if header.kind == KIND_DATA {
-            let record = ReplayRecord { vd_id: header.vd_id, vd_offset_bytes: header.vd_offset_bytes, data };
-            apply(&record).map_err(|e| format!("journal {}: replay of record {sequence}: {e}", drive.info().name))?;
-            report.records += 1;
-            report.data_bytes += u64::from(header.data_bytes);
-        }
-        scanned_bytes += u64::from(header.record_bytes);
-        position = match header.kind {
-            KIND_WRAP => ring.start_bytes(),
-            _ => ring.next_position(position, u64::from(header.record_bytes)),
-        };
-        last_valid = sequence;
-        sequence += 1;
-    }
-    Ok(last_valid)
-}
-
-/// The record at `position` if it passes every check for being the next one (`sequence`),
-/// with its data; `None` where replay stops.
-fn read_record(
-    drive: &dyn Drive,
-    seed: Seed,
-    journal_id: u64,
-    position: u64,
-    sequence: u64,
-    ring: &ring::Ring,
-) -> Result<Option<(RecordHeader, Vec<u8>)>, String> {
-    let header_bytes = read_block(drive, position, BLOCK_BYTES)?;
-    let Ok(header) = RecordHeader::decode(&header_bytes, seed) else { return Ok(None) };
-    let fits = position + u64::from(header.record_bytes) <= ring.start_bytes() + ring.capacity_bytes();
-    if header.journal_id != journal_id || header.sequence != sequence || header.position_bytes != position || !fits {
-        return Ok(None);
-    }
-    if header.kind == KIND_WRAP {
-        return Ok(Some((header, Vec::new())));
-    }
-    let mut data = read_block(drive, position + BLOCK_BYTES, u64::from(header.record_bytes) - BLOCK_BYTES)?;
-    if !header.data_matches(seed, &data) {
-        return Ok(None);
-    }
-    data.truncate(header.data_bytes as usize);
-    Ok(Some((header, data)))
-}
+mod replay;
+use replay::{furthest_leg, read_superblock, replay_partition, Sink, SuperblockError};

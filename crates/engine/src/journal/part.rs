@@ -14,7 +14,8 @@
 //! replay it, and it lacks what the other leg took since.
 
 use super::format::{
-    record_bytes_for, Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES, RECORD_DATA_BYTES_MAX, RING_OFFSET_IN_PARTITION_BYTES,
+    record_bytes_for, Checkpoint, ImageEntry, RecordHeader, Seed, Superblock, BLOCK_BYTES, RECORD_DATA_BYTES_MAX,
+    RING_OFFSET_IN_PARTITION_BYTES,
 };
 use super::ring::{Placement, Ring};
 use super::{Health, JournalError};
@@ -72,7 +73,7 @@ impl JournalPart {
     ) -> JournalPart {
         let partition_offset_bytes = sb.partition_offset_bytes(index);
         let ring_start = partition_offset_bytes + RING_OFFSET_IN_PARTITION_BYTES;
-        let ring = Ring::new(ring_start, partition_offset_bytes + sb.partition_bytes, sequence);
+        let ring = Ring::new(ring_start, partition_offset_bytes + sb.partition_size_bytes(index), sequence);
         // WB keeps an eighth of the ring (and room for a largest record) for WT's logging, so
         // that WT writes still run when write-back has filled the rest.
         let reserve_bytes = (ring.capacity_bytes() / 8).max(record_bytes_for(RECORD_DATA_BYTES_MAX) + BLOCK_BYTES);
@@ -176,14 +177,47 @@ impl JournalPart {
         buf: &IoBuf,
     ) -> Result<(), JournalError> {
         let placement = piece.placement;
+        let data = &buf.as_slice()[piece.data_at..piece.data_at + piece.data_bytes];
+        let offset = vd_offset_bytes + piece.data_at as u64;
+        let header = RecordHeader::data(self.seed, self.journal_id, placement.sequence, placement.position_bytes, vd_id, offset, data);
+        self.write_placed(reactor, placement, &header, data).await
+    }
+
+    /// Places a row image of `data_bytes` (at most a record's worth): it may use every byte of
+    /// the ring, which holds nothing but images. `None` while the ring lacks the room.
+    pub fn place_image(&self, data_bytes: usize) -> Option<Placed> {
+        assert!(data_bytes as u64 <= RECORD_DATA_BYTES_MAX, "an image record carries at most {RECORD_DATA_BYTES_MAX} bytes");
+        let placed = self.place_with_reserve(data_bytes, 0)?;
+        assert_eq!(placed.len(), 1, "one record");
+        placed.into_iter().next()
+    }
+
+    /// Writes the image record `placed` (the member writes `entries` of VD `vd_id`'s row `row`,
+    /// their bytes one after the other in `data`), then waits until it and everything before
+    /// it are durable.
+    pub async fn write_image(
+        &self,
+        reactor: &Reactor,
+        placed: &Placed,
+        (vd_id, row): (u32, u64),
+        entries: Vec<ImageEntry>,
+        data: &[u8],
+    ) -> Result<(), JournalError> {
+        let placement = placed.placement;
+        let header =
+            RecordHeader::image(self.seed, self.journal_id, placement.sequence, placement.position_bytes, vd_id, row, entries, data);
+        self.write_placed(reactor, placement, &header, data).await?;
+        self.durable(reactor, placement.sequence).await
+    }
+
+    /// Writes a record (its wrap record first, if it has one): header, then `data` padded to
+    /// whole blocks.
+    async fn write_placed(&self, reactor: &Reactor, placement: Placement, header: &RecordHeader, data: &[u8]) -> Result<(), JournalError> {
         if let Some((sequence, position_bytes)) = placement.wrap {
             let wrap = RecordHeader::wrap(self.journal_id, sequence, position_bytes).encode(self.seed);
             self.submit_write(reactor, position_bytes, vec![IoBuf::from_slice(&wrap)]).await?;
             self.written(sequence);
         }
-        let data = &buf.as_slice()[piece.data_at..piece.data_at + piece.data_bytes];
-        let offset = vd_offset_bytes + piece.data_at as u64;
-        let header = RecordHeader::data(self.seed, self.journal_id, placement.sequence, placement.position_bytes, vd_id, offset, data);
         let mut bufs = vec![IoBuf::from_slice(&header.encode(self.seed))];
         let padded = data.len().next_multiple_of(BLOCK_BYTES as usize);
         let mut body = IoBuf::zeroed(padded);
@@ -306,6 +340,16 @@ impl JournalPart {
     /// The sequence of the oldest record still held: where the ring's space stops returning.
     pub fn live_tail_sequence(&self) -> u64 {
         self.ring.borrow().live_tail().1
+    }
+
+    /// Every record below this sequence is behind the durable tail: replay never reads it.
+    pub fn durable_tail_sequence(&self) -> u64 {
+        self.ring.borrow().durable_tail().1
+    }
+
+    /// The sequence the next record placed gets.
+    pub fn next_sequence(&self) -> u64 {
+        self.ring.borrow().next_sequence()
     }
 
     /// Bytes replay could need now and the ring's capacity.

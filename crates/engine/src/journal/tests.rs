@@ -256,3 +256,64 @@ fn a_failed_leg_holds_acknowledgements_until_it_is_recorded_stale() {
     engine.run_until_idle();
     assert_eq!(acknowledged.get(), 2, "acknowledged once the leg is recorded stale");
 }
+
+/// Row images (the write hole's parity log): a WT parity row write logs its member writes
+/// before they go; replay hands every image back before any data record, and each holds exactly
+/// what the members took. A caller that cannot write images back refuses such a journal rather
+/// than skip them.
+#[test]
+fn parity_row_writes_are_logged_as_images_that_replay_hands_back_first() {
+    let members = mem_members();
+    let journal_drive: Arc<dyn drive::Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let journal = Journal::open(vec![Arc::clone(&journal_drive)], CONTROLLER, 1, 0, &mut |_| panic!("blank")).unwrap();
+    journal.finish_replay().unwrap();
+    assert!(journal.superblock().image_partition_bytes > 0, "{:?}", journal.superblock());
+    let trusted = journal.journal_id();
+    let vd = raid5(&members);
+    let mut engine = crate::LocalEngine::new(crate::CompletionOrder::Fifo);
+    engine.set_journal(Some(&journal));
+    // A partial row, a write across a strip boundary, a whole row of the 3 + 1 RAID5.
+    for (seed, (offset, len)) in [(4096, 8192), (64 * KIB - 4096, 8192), (3 * 192 * KIB, 192 * KIB)].into_iter().enumerate() {
+        let request = crate::VdRequest::Write { offset_bytes: offset, buf: drive::IoBuf::from_slice(&pattern(len as usize, seed as u8)) };
+        engine.run(&vd, request).result.unwrap();
+    }
+    // No tick ran, so no image checkpoint: a crash now leaves them all in the ring.
+    drop(engine);
+    let order = std::cell::RefCell::new(Vec::new());
+    let mut images = Vec::new();
+    let reopened = Journal::open_with_images(
+        vec![Arc::clone(&journal_drive)],
+        CONTROLLER,
+        1,
+        trusted,
+        &mut |_| {
+            order.borrow_mut().push("record");
+            Ok(())
+        },
+        &mut |image| {
+            order.borrow_mut().push("image");
+            images.push(image.clone());
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(reopened.replay_report().images, images.len() as u64);
+    assert!(images.len() >= 3, "one image per row write at least: {}", images.len());
+    let order = order.into_inner();
+    let first_record = order.iter().position(|&kind| kind == "record").unwrap_or(order.len());
+    assert!(order[first_record..].iter().all(|&kind| kind == "record"), "images first: {order:?}");
+    for image in &images {
+        assert_eq!(image.vd_id, 3);
+        assert!(image.writes.len() >= 2, "data and parity: {image:?}");
+        for (member, offset_bytes, bytes) in &image.writes {
+            let done = crate::metadata::submit_and_wait(
+                &*members[*member as usize],
+                drive::DriveOp::Read { offset_bytes: *offset_bytes, buf: drive::IoBuf::zeroed(bytes.len()) },
+            )
+            .unwrap();
+            assert!(done.buf.unwrap().as_slice() == &bytes[..], "row {} member {member} at {offset_bytes}: not what it took", image.row);
+        }
+    }
+    let refused = Journal::open(vec![journal_drive], CONTROLLER, 1, trusted, &mut |_| Ok(())).err().expect("refused");
+    assert!(refused.contains("row image"), "{refused}");
+}

@@ -7,7 +7,7 @@ use super::row::{
     book, member_io, read_op, read_strips, repair_copies, require_online, retry_limit, run_all, write_strips, Attempt, AttemptError, Env,
     Row,
 };
-use super::{run, SpanIo};
+use super::{intent, run, SpanIo};
 use crate::config::BadBlock;
 use crate::runtime::LockKey;
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
@@ -17,6 +17,7 @@ use layout::{DataPiece, Role, SpanKind};
 
 mod check;
 mod rebuild;
+mod row_log;
 
 use check::{parity_check_row, parity_check_rows};
 use rebuild::{parity_rebuild_row, parity_rebuild_rows};
@@ -227,6 +228,8 @@ async fn replayed_data_only(env: &Env, row: &Row, views: &mut [IoBuf], absent: M
         })
         .collect();
     let places: Vec<usize> = writes.iter().map(|(member, _)| *member).collect();
+    // A replay logs nothing: the row stays unsynced (and its region unlogged) until a resync.
+    intent::mark_unlogged(env, row.map.row).await.map_err(|_| AttemptError::Lost)?;
     let done = join_all(writes.into_iter().map(|(member, op)| super::row::member_io(env, member, op))).await;
     // A member that fails is booked by the caller and the row tried again without it.
     let errors = places.into_iter().zip(done).filter_map(|(index, (result, _))| result.err().map(|error| (index, OpKind::Write, error)));
@@ -294,18 +297,22 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
     assert_eq!(q.is_some(), row.map.q_place().is_some(), "Q exactly when the span has one");
     assert!(q.as_ref().is_none_or(|q| q.len() == row.width_bytes()), "Q covers the column hull");
     let mut ops = Vec::with_capacity(row.pieces.len() + 2);
+    let mut columns = Vec::with_capacity(row.pieces.len() + 2);
     let mut data_slots = Vec::with_capacity(row.pieces.len());
     for (piece, buf) in row.pieces.iter().zip(std::mem::take(views)) {
         let (member, strip_offset) = row.data_member(piece.strip_index);
         let offset_bytes = strip_offset + piece.offset_in_strip_bytes;
         // A lost member's piece is not written, but the buffer must still come back.
         let member = if skip.contains(member) { None } else { Some(member) };
-        data_slots.push((member, offset_bytes, buf));
+        data_slots.push((member, offset_bytes, piece.offset_in_strip_bytes, buf));
     }
     let mut kept = Vec::new();
-    for (slot, (member, offset_bytes, buf)) in data_slots.into_iter().enumerate() {
+    for (slot, (member, offset_bytes, column, buf)) in data_slots.into_iter().enumerate() {
         match member {
-            Some(member) => ops.push((member, DriveOp::Write { offset_bytes, buf })),
+            Some(member) => {
+                ops.push((member, DriveOp::Write { offset_bytes, buf }));
+                columns.push(column);
+            }
             None => kept.push((slot, buf)),
         }
     }
@@ -313,6 +320,7 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
     for (place, buf) in parity.into_iter().flatten() {
         if !skip.contains(place.drive) {
             ops.push((place.drive, DriveOp::Write { offset_bytes: place.drive_offset_bytes + row.lo, buf }));
+            columns.push(row.lo);
         }
     }
     let data_op_count = row.pieces.len() - kept.len();
@@ -320,16 +328,51 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
         ops.iter().enumerate().all(|(i, (member, _))| ops[..i].iter().all(|(other, _)| other != member)),
         "a row write touches each member at most once"
     );
+    // Held until the member writes are done: then the images may go.
+    let logged = match log_row(env, row.map.row, &ops, &columns).await {
+        Ok(logged) => logged,
+        Err(error) => {
+            let bufs = ops.into_iter().take(data_op_count).map(|(_, op)| match op {
+                DriveOp::Write { buf, .. } => buf,
+                _ => unreachable!("a row write writes"),
+            });
+            *views = restore_views(row, bufs, kept);
+            return Err(error);
+        }
+    };
     let (bufs, error) = run_all(env, ops).await;
-    let mut written = bufs.into_iter().take(data_op_count).map(|b| b.expect("write returns its buffer"));
+    drop(logged);
+    let written = bufs.into_iter().take(data_op_count).map(|b| b.expect("write returns its buffer"));
+    *views = restore_views(row, written, kept);
+    error.map_or(Ok(()), Err)
+}
+
+/// Logs a row write's member writes `ops` (whose columns in their strips are `columns`) as its
+/// image, or marks its region unlogged ([`row_log::log_row`]).
+async fn log_row(env: &Env, row: u64, ops: &[(usize, DriveOp)], columns: &[u64]) -> Attempt<Option<row_log::Logged>> {
+    let writes: Vec<row_log::MemberWrite> = ops
+        .iter()
+        .zip(columns)
+        .map(|((member, op), &column_bytes)| match op {
+            DriveOp::Write { offset_bytes, buf } => {
+                row_log::MemberWrite { member: *member, offset_bytes: *offset_bytes, column_bytes, bytes: buf.as_slice() }
+            }
+            _ => unreachable!("a row write writes"),
+        })
+        .collect();
+    row_log::log_row(env, row, &writes).await
+}
+
+/// A row write's views again: the buffers of its data writes (in piece order) with those of the
+/// pieces it kept (their member was not written) put back in their places.
+fn restore_views(row: &Row, mut written: impl Iterator<Item = IoBuf>, kept: Vec<(usize, IoBuf)>) -> Vec<IoBuf> {
     let mut kept = kept.into_iter().peekable();
-    *views = (0..row.pieces.len())
+    (0..row.pieces.len())
         .map(|slot| match kept.peek() {
             Some((kept_slot, _)) if *kept_slot == slot => kept.next().expect("peeked").1,
             _ => written.next().expect("one buffer per data write"),
         })
-        .collect();
-    error.map_or(Ok(()), Err)
+        .collect()
 }
 
 async fn parity_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {
