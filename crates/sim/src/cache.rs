@@ -43,6 +43,9 @@ pub(crate) struct SimJournal {
     /// A leg failed in this run, and a restart since replayed records.
     pub leg_failed: bool,
     pub replayed_after_leg_failed: bool,
+    /// A restart wrote row images back while a member was out of service: rows the crash tore
+    /// whose missing member is reconstructed through the images' parity.
+    pub images_replayed_degraded: bool,
     /// Whether the engine has it now.
     pub attached: bool,
     /// Records replayed over every restart.
@@ -78,6 +81,7 @@ impl Sim {
             failed_leg: None,
             leg_failed: false,
             replayed_after_leg_failed: false,
+            images_replayed_degraded: false,
             attached: false,
             replayed_records: 0,
             detached: false,
@@ -127,6 +131,8 @@ impl Sim {
         let journal = self.journal.as_mut().expect("checked above");
         journal.replayed_records += opened.replay_report().records;
         journal.replayed_after_leg_failed |= journal.leg_failed && opened.replay_report().records > 0;
+        let degraded = self.vd.members().iter().any(|m| m.state() != engine::vd::MemberState::Online);
+        journal.images_replayed_degraded |= degraded && opened.replay_report().images > 0;
         journal.trusted_id = trust.journal_id;
         journal.stale_legs.set(trust.stale_legs);
         journal.attached = true;

@@ -83,6 +83,7 @@ pub struct RunReport {
     pub journal_detached: bool,
     /// A restart replayed records after a leg of the mirrored journal had failed.
     pub journal_leg_replayed: bool,
+    pub images_replayed_degraded: bool,
     /// Reads served from clean data, and bytes read ahead, over all the run's engines.
     pub clean_hits: u64,
     pub read_ahead_bytes: u64,
@@ -192,6 +193,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             journal_records_replayed: sim.journal.as_ref().map_or(0, |j| j.replayed_records),
             journal_detached: sim.journal.as_ref().is_some_and(|j| j.detached),
             journal_leg_replayed: sim.journal.as_ref().is_some_and(|j| j.replayed_after_leg_failed),
+            images_replayed_degraded: sim.journal.as_ref().is_some_and(|j| j.images_replayed_degraded),
             crashes: sim.crashes,
         }),
         Err(problem) => Err(RunFailure { config: Box::new(config), problem, faults: sim.faults, crashes: sim.crashes }),
@@ -236,6 +238,8 @@ pub struct LevelCoverage {
     pub journal_detached: usize,
     /// Runs that replayed a mirrored journal after one of its legs failed.
     pub journal_leg_replayed: usize,
+    /// Runs whose restart wrote row images back while a member was out (the write hole).
+    pub images_replayed_degraded: usize,
     /// Runs where reads were served from clean data.
     pub clean_hits: usize,
     /// Runs that read ahead.
@@ -265,6 +269,7 @@ impl Coverage {
         level.journal_replayed += usize::from(report.journal_records_replayed > 0);
         level.journal_detached += usize::from(report.journal_detached);
         level.journal_leg_replayed += usize::from(report.journal_leg_replayed);
+        level.images_replayed_degraded += usize::from(report.images_replayed_degraded);
         level.clean_hits += usize::from(report.clean_hits > 0);
         level.read_ahead += usize::from(report.read_ahead_bytes > 0);
     }
@@ -278,12 +283,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  clean-hits  read-ahead"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>11} {:>11}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -300,6 +305,7 @@ impl fmt::Display for Coverage {
                 c.journal_replayed,
                 c.journal_detached,
                 c.journal_leg_replayed,
+                c.images_replayed_degraded,
                 c.clean_hits,
                 c.read_ahead
             )?;
