@@ -107,8 +107,10 @@ fn a_seed_replays_identically() {
 fn a_seed_that_tears_writes_and_resumes_a_rebuild_replays_identically() {
     let seed = (0..200)
         .find(|&seed| {
+            // Client writes left unflushed at a crash (tearing only the journal's or the members'
+            // own writes of destaged data is `tore_writes` too, but not what this is about).
             let report = sim::run_seed(seed).unwrap();
-            report.tore_writes() && report.crashes.iter().any(|c| c.rebuild_resumed.is_some())
+            report.crashes.iter().any(|c| c.unflushed_row_count > 0) && report.crashes.iter().any(|c| c.rebuild_resumed.is_some())
         })
         .expect("some of the first 200 seeds tear writes and resume a rebuild");
     let first = sim::run_seed(seed).unwrap().to_string();
