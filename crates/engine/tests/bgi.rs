@@ -6,7 +6,7 @@
 mod common;
 
 use common::{engine, mem_drives, pattern, spec};
-use drive::{Drive, DriveOp, IoBuf, IoCtx};
+use drive::{Drive, DriveOp, FaultyDrive, IoBuf, IoCtx};
 use engine::config::ControllerId;
 use engine::controller::{BgiCommand, ControlError, Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
 use engine::vd::VdError;
@@ -187,7 +187,10 @@ fn a_crash_during_bgi_resumes_it_from_its_checkpoint() {
 #[test]
 fn fast_and_full_initialization_zero_what_they_say() {
     let engine = engine();
-    let drives = used_drives(3, 11);
+    // Behind a fault layer, so that the full initialization can be slowed down: the read that
+    // must find it running would otherwise race it on a loaded machine.
+    let slowable: Vec<Arc<FaultyDrive>> = used_drives(3, 11).into_iter().map(|d| Arc::new(FaultyDrive::new(d))).collect();
+    let drives: Vec<Arc<dyn Drive>> = slowable.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
     let controller = open(&engine, &drives, None);
     controller.set_controller(ControllerChanges { bgi_rate_percent: Some(0), ..Default::default() }).unwrap();
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
@@ -205,10 +208,14 @@ fn fast_and_full_initialization_zero_what_they_say() {
 
     let error = controller.start_init(0, true, false, true).unwrap_err();
     assert!(matches!(&error, ControlError::Conflict(m) if m.contains("NBD clients connected")), "{error}");
+    let set_latency = |latency| slowable.iter().for_each(|d| d.update_faults(|f| f.latency = latency));
+    set_latency(Some(Duration::from_millis(5)));
     controller.start_init(0, true, false, false).unwrap();
-    // Zeroing three 136 MiB members takes far longer than this read takes to arrive.
+    // Zeroing three 136 MiB members, each write 5 ms late, takes far longer than this read
+    // takes to arrive.
     let refused = engine.read_at(&vd, 0, 4096);
     assert!(matches!(refused, Err(VdError::Initializing { .. })), "a read while the full init runs is refused, got {refused:?}");
+    set_latency(None);
     wait_until("the full init", &controller, || controller.init(0).is_none());
     assert!(events(&controller).iter().any(|e| e.contains("full initialization of v0 done")));
     assert!(controller.bgi(0).is_none() && !controller.vd(0).unwrap().0.bgi_pending, "nothing left for BGI");
