@@ -22,8 +22,10 @@
 //! ([`crate::Engine::clean_write_intent`]) clears regions not written since the previous pass.
 //!
 //! Each slot has a second half of *unlogged* bits ([`ondisk`]): why a region is dirty. After an
-//! unclean stop only unlogged regions are resynced; slot 0's dirty-only regions (written while a
-//! member was out, kept across a clean stop for its re-add) agree within themselves.
+//! unclean stop only unlogged regions are resynced: a region dirty only through parity row
+//! writes whose row images the journal holds is whole once they are replayed (and is resynced
+//! if they are lost: [`WriteIntent::images_lost`]); slot 0's dirty-only regions (written while
+//! a member was out, kept across a clean stop for its re-add) agree within themselves.
 //!
 //! Levels without redundancy (RAID0, JBOD) have nothing that can disagree and no bitmap.
 

@@ -13,11 +13,11 @@
 //!
 //! Version 2 gives each slot two halves of [`HALF_BLOCKS`] blocks: the *dirty* bits, then the
 //! *unlogged* bits. In a shard's slot an unlogged bit says a write to the region may have torn
-//! a row that no journal record can mend (today every write sets both); in slot 0 it says the
-//! region awaited a resync when slot 0 was written. After an unclean stop a region needs a
-//! resync if it is unlogged in any slot: a region that slot 0 holds only as dirty (written
-//! while a member was out, in an earlier run) agrees within itself. Version 1 (one half, every
-//! dirty bit also unsynced) is still read.
+//! a row that no journal record can mend (every write but a parity row write whose row image
+//! the journal holds sets it); in slot 0 it says the region awaited a resync when slot 0 was
+//! written. After an unclean stop a region needs a resync if it is unlogged in any slot: a
+//! region that slot 0 holds only as dirty (written while a member was out, in an earlier run)
+//! agrees within itself. Version 1 (one half, every dirty bit also unsynced) is still read.
 
 use super::Bits;
 use crate::metadata::{submit_and_wait, BITMAP_AREA_BYTES, BITMAP_AREA_OFFSET_BYTES, BLOCK_BYTES};
