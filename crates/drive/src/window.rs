@@ -28,10 +28,6 @@ impl Window {
         let info = DriveInfo { capacity_bytes: capacity_bytes - offset_bytes, ..inner.info().clone() };
         Ok(Window { inner, offset_bytes, info })
     }
-
-    pub fn inner(&self) -> &Arc<dyn Drive> {
-        &self.inner
-    }
 }
 
 impl Drive for Window {

@@ -120,7 +120,7 @@ enum ShardMsg {
     /// Drop a deleted VD's cached data, then write everything else out and empty the journal.
     Forget {
         vd: Arc<VirtualDrive>,
-        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+        done: ShardDone,
     },
     /// The cache's periodic nudge: destage what grew old, checkpoint the journal.
     Tick,
@@ -130,15 +130,18 @@ enum ShardMsg {
     },
     /// Write everything cached out (see [`Engine::quiesce`]).
     Quiesce {
-        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+        done: ShardDone,
     },
     /// Checkpoint the journal's row images past everything logged (see
     /// [`Engine::images_to_head`]).
     ImagesToHead {
-        done: Box<dyn FnOnce(Result<(), String>) + Send>,
+        done: ShardDone,
     },
     Stop,
 }
+
+/// Called on a shard thread with the outcome of a quiesce, a forget or an image checkpoint.
+pub type ShardDone = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// Called on a shard thread with the outcome of a bitmap clean pass.
 pub type CleanDone = Box<dyn FnOnce(Result<(), VdError>) + Send>;
@@ -247,13 +250,7 @@ impl Engine {
     /// # Errors
     /// The first shard's failure (cached data that cannot be written).
     pub fn quiesce(&self) -> Result<(), String> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        for shard in &self.shards {
-            let tx = tx.clone();
-            shard.send(ShardMsg::Quiesce { done: Box::new(move |result| drop(tx.send(result))) });
-        }
-        drop(tx);
-        rx.iter().take(self.shards.len()).collect()
+        self.on_every_shard(|done| ShardMsg::Quiesce { done })
     }
 
     /// Checkpoints every shard's row images (the journal's parity log) past everything logged
@@ -264,13 +261,7 @@ impl Engine {
     /// # Errors
     /// The first shard's failure (a member flush that failed).
     pub fn images_to_head(&self) -> Result<(), String> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        for shard in &self.shards {
-            let tx = tx.clone();
-            shard.send(ShardMsg::ImagesToHead { done: Box::new(move |result| drop(tx.send(result))) });
-        }
-        drop(tx);
-        rx.iter().take(self.shards.len()).collect()
+        self.on_every_shard(|done| ShardMsg::ImagesToHead { done })
     }
 
     /// Drops a deleted VD's cached data on every shard, then writes everything else cached to
@@ -280,10 +271,16 @@ impl Engine {
     /// # Errors
     /// The first shard's failure (cached data of another VD that cannot be written).
     pub fn forget(&self, vd: &Arc<VirtualDrive>) -> Result<(), String> {
+        self.on_every_shard(|done| ShardMsg::Forget { vd: Arc::clone(vd), done })
+    }
+
+    /// Sends every shard the message `message` makes of its completion, and waits for all of
+    /// them: the first failure, or `Ok`. Control plane only.
+    fn on_every_shard(&self, message: impl Fn(ShardDone) -> ShardMsg) -> Result<(), String> {
         let (tx, rx) = std::sync::mpsc::channel();
         for shard in &self.shards {
             let tx = tx.clone();
-            shard.send(ShardMsg::Forget { vd: Arc::clone(vd), done: Box::new(move |result| drop(tx.send(result))) });
+            shard.send(message(Box::new(move |result| drop(tx.send(result)))));
         }
         drop(tx);
         rx.iter().take(self.shards.len()).collect()

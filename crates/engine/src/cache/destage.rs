@@ -241,6 +241,11 @@ fn checkpoint_if_due(reactor: &Rc<Reactor>) {
 /// when the future first runs, in the same step as the checkpoint takes its tail.
 async fn flush_destaged(reactor: &Rc<Reactor>) -> Result<(), String> {
     let vds: Vec<Arc<VirtualDrive>> = reactor.cache().destaged_to.borrow_mut().drain().map(|(_, vd)| vd).collect();
+    flush_vds(reactor, vds).await
+}
+
+/// Flushes the members of each of `vds`, one after the other; the first failure ends it.
+pub(super) async fn flush_vds(reactor: &Rc<Reactor>, vds: impl IntoIterator<Item = Arc<VirtualDrive>>) -> Result<(), String> {
     for vd in vds {
         let done = io::serve(Rc::clone(reactor), vd, VdRequest::Flush).await;
         done.result.map_err(|e| e.to_string())?;

@@ -14,10 +14,9 @@
 //! destaging is idle, and at once when an image waits for room.
 
 use super::ShardCache;
-use crate::io;
 use crate::journal::part::JournalPart;
 use crate::runtime::Reactor;
-use crate::vd::{VdRequest, VirtualDrive};
+use crate::vd::VirtualDrive;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -98,9 +97,5 @@ async fn flush_imaged(reactor: &Rc<Reactor>) -> Result<(), String> {
     // A deleted VD's rows are nobody's now, and an offline one took no row write whole: their
     // images are not worth a flush that cannot succeed.
     let live = vds.into_iter().filter(|vd| !vd.is_retired() && vd.state() != crate::VdState::Offline);
-    for vd in live {
-        let done = io::serve(Rc::clone(reactor), vd, VdRequest::Flush).await;
-        done.result.map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    super::destage::flush_vds(reactor, live).await
 }
