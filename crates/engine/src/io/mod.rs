@@ -287,12 +287,11 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
         // The ticket was taken when the lock was created; wait for our turn.
         lock.acquired().await;
     }
-    // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes. A parity
-    // row write logs its image or marks its region unlogged itself (`parity::row_log`); any
-    // other row write is unlogged (a mirror's copies that disagree need a resync).
-    let parity = matches!(env.vd.geometry().span_kind(), SpanKind::Parity | SpanKind::DoubleParity);
+    // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes. A row
+    // write is unlogged unless it is a parity row write whose image the journal will hold
+    // (`parity::row_log`, which marks it unlogged after all if the image cannot be written).
     let _intent = match write {
-        true => match intent::begin_write(env, piece.row, !parity).await {
+        true => match intent::begin_write(env, piece.row, !parity::logs_row_images(env)).await {
             Ok(guard) => guard,
             Err(error) => return (Err(error), IoBuf::join(views)),
         },

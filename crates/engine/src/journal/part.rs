@@ -180,7 +180,9 @@ impl JournalPart {
         let data = &buf.as_slice()[piece.data_at..piece.data_at + piece.data_bytes];
         let offset = vd_offset_bytes + piece.data_at as u64;
         let header = RecordHeader::data(self.seed, self.journal_id, placement.sequence, placement.position_bytes, vd_id, offset, data);
-        self.write_placed(reactor, placement, &header, data).await
+        let mut body = IoBuf::zeroed(data.len().next_multiple_of(BLOCK_BYTES as usize));
+        body.as_mut_slice()[..data.len()].copy_from_slice(data);
+        self.write_placed(reactor, placement, &header, body).await
     }
 
     /// Places a row image of `data_bytes` (at most a record's worth): it may use every byte of
@@ -193,36 +195,34 @@ impl JournalPart {
     }
 
     /// Writes the image record `placed` (the member writes `entries` of VD `vd_id`'s row `row`,
-    /// their bytes one after the other in `data`), then waits until it and everything before
-    /// it are durable.
+    /// their bytes one after the other at the start of `body`, zero-padded to whole blocks),
+    /// then waits until it and everything before it are durable.
     pub async fn write_image(
         &self,
         reactor: &Reactor,
         placed: &Placed,
         (vd_id, row): (u32, u64),
         entries: Vec<ImageEntry>,
-        data: &[u8],
+        body: IoBuf,
     ) -> Result<(), JournalError> {
         let placement = placed.placement;
+        let data = &body.as_slice()[..placed.data_bytes];
         let header =
             RecordHeader::image(self.seed, self.journal_id, placement.sequence, placement.position_bytes, vd_id, row, entries, data);
-        self.write_placed(reactor, placement, &header, data).await?;
+        self.write_placed(reactor, placement, &header, body).await?;
         self.durable(reactor, placement.sequence).await
     }
 
-    /// Writes a record (its wrap record first, if it has one): header, then `data` padded to
-    /// whole blocks.
-    async fn write_placed(&self, reactor: &Reactor, placement: Placement, header: &RecordHeader, data: &[u8]) -> Result<(), JournalError> {
+    /// Writes a record (its wrap record first, if it has one): header, then `body`, its data
+    /// already padded to whole blocks.
+    async fn write_placed(&self, reactor: &Reactor, placement: Placement, header: &RecordHeader, body: IoBuf) -> Result<(), JournalError> {
+        assert!(body.len().is_multiple_of(BLOCK_BYTES as usize), "a record's body is whole blocks");
         if let Some((sequence, position_bytes)) = placement.wrap {
             let wrap = RecordHeader::wrap(self.journal_id, sequence, position_bytes).encode(self.seed);
             self.submit_write(reactor, position_bytes, vec![IoBuf::from_slice(&wrap)]).await?;
             self.written(sequence);
         }
-        let mut bufs = vec![IoBuf::from_slice(&header.encode(self.seed))];
-        let padded = data.len().next_multiple_of(BLOCK_BYTES as usize);
-        let mut body = IoBuf::zeroed(padded);
-        body.as_mut_slice()[..data.len()].copy_from_slice(data);
-        bufs.push(body);
+        let bufs = vec![IoBuf::from_slice(&header.encode(self.seed)), body];
         self.submit_write(reactor, placement.position_bytes, bufs).await?;
         self.written(placement.sequence);
         Ok(())

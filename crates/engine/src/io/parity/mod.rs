@@ -21,6 +21,7 @@ mod row_log;
 
 use check::{parity_check_row, parity_check_rows};
 use rebuild::{parity_rebuild_row, parity_rebuild_rows};
+pub(super) use row_log::logs_row_images;
 
 /// The parity span kinds' row functions.
 pub(crate) struct Parity;

@@ -22,6 +22,8 @@ use crate::journal::part::JournalPart;
 use crate::journal::JournalError;
 use crate::metadata::BLOCK_BYTES;
 use crate::runtime::Reactor;
+use drive::IoBuf;
+use layout::SpanKind;
 use std::rc::Rc;
 
 /// Waits for image room before a row write gives up on its image and goes unlogged.
@@ -50,6 +52,14 @@ impl Drop for Logged {
     }
 }
 
+/// Whether `env`'s row writes are logged as images now: a parity VD, not replaying, with a
+/// journal whose image partition works. (A row write that finds otherwise when it logs, or
+/// finds no room, marks its region unlogged then.)
+pub(crate) fn logs_row_images(env: &Env) -> bool {
+    let parity = matches!(env.vd.geometry().span_kind(), SpanKind::Parity | SpanKind::DoubleParity);
+    parity && !env.vd.is_replaying() && env.reactor.cache().images().is_some()
+}
+
 /// Logs the member writes `writes` of row `row` as its image, or, when that cannot be (no
 /// image partition, a journal that failed, a replay, an image too large for the ring), marks
 /// the row's region unlogged. Either way the writes may go once this returns.
@@ -57,7 +67,7 @@ impl Drop for Logged {
 /// # Errors
 /// The region's unlogged bit cannot be written (the VD went offline): the writes must not go.
 pub(super) async fn log_row(env: &Env, row: u64, writes: &[MemberWrite<'_>]) -> Result<Option<Logged>, AttemptError> {
-    if let Some(part) = env.reactor.cache().images().filter(|_| !env.vd.is_replaying()) {
+    if let Some(part) = env.reactor.cache().images().filter(|_| logs_row_images(env)) {
         match log_images(env, &part, row, writes).await {
             Ok(Some(logged)) => return Ok(Some(logged)),
             // No room, or too big. An older image of this row must not be replayed over what
@@ -92,12 +102,12 @@ async fn log_images(env: &Env, part: &Rc<JournalPart>, row: u64, writes: &[Membe
     let mut start = lo;
     while start < hi {
         let end = (start + window_bytes).min(hi);
-        let (entries, data) = window(writes, start, end);
+        let (entries, body, data_bytes) = window(writes, start, end);
         if !entries.is_empty() {
-            let Some(placed) = place(env, part, data.len()).await? else { return Ok(None) };
+            let Some(placed) = place(env, part, data_bytes).await? else { return Ok(None) };
             logged.sequences.push(placed.placement.sequence);
             let vd_id = u32::try_from(env.vd.id()).expect("a VD id is a u32");
-            part.write_image(&env.reactor, &placed, (vd_id, row), entries, &data).await?;
+            part.write_image(&env.reactor, &placed, (vd_id, row), entries, body).await?;
         }
         start = end;
     }
@@ -105,25 +115,32 @@ async fn log_images(env: &Env, part: &Rc<JournalPart>, row: u64, writes: &[Membe
     Ok(Some(logged))
 }
 
-/// The part of every member write in columns `[start, end)`: its entries and their bytes.
-fn window(writes: &[MemberWrite<'_>], start: u64, end: u64) -> (Vec<ImageEntry>, Vec<u8>) {
-    let mut entries = Vec::new();
-    let mut data = Vec::new();
-    for write in writes {
-        let (from, to) = (write.column_bytes.max(start), (write.column_bytes + write.bytes.len() as u64).min(end));
-        if from >= to {
-            continue;
-        }
-        let at = (from - write.column_bytes) as usize;
-        let len = (to - from) as usize;
+/// The part of every member write in columns `[start, end)`: its entries, and their bytes one
+/// after the other, copied once into the record body that goes to the journal (zero-padded to
+/// whole blocks), with their length.
+fn window(writes: &[MemberWrite<'_>], start: u64, end: u64) -> (Vec<ImageEntry>, IoBuf, usize) {
+    // Each write's piece in the window: where it starts in the write, and how long it is.
+    let pieces: Vec<(&MemberWrite, usize, usize)> = writes
+        .iter()
+        .filter_map(|write| {
+            let (from, to) = (write.column_bytes.max(start), (write.column_bytes + write.bytes.len() as u64).min(end));
+            (from < to).then(|| (write, (from - write.column_bytes) as usize, (to - from) as usize))
+        })
+        .collect();
+    let data_bytes: usize = pieces.iter().map(|&(_, _, len)| len).sum();
+    let mut body = IoBuf::zeroed(data_bytes.next_multiple_of(BLOCK_BYTES));
+    let mut entries = Vec::with_capacity(pieces.len());
+    let mut end_of_last = 0;
+    for (write, at, len) in pieces {
+        body.as_mut_slice()[end_of_last..end_of_last + len].copy_from_slice(&write.bytes[at..at + len]);
+        end_of_last += len;
         entries.push(ImageEntry {
             member: u32::try_from(write.member).expect("a member index is a u32"),
             len_bytes: u32::try_from(len).expect("a window is at most a record"),
             member_offset_bytes: write.offset_bytes + at as u64,
         });
-        data.extend_from_slice(&write.bytes[at..at + len]);
     }
-    (entries, data)
+    (entries, body, data_bytes)
 }
 
 /// Room for a record of `data_bytes` in the ring, waiting (with checkpoints asked for) while
