@@ -6,14 +6,13 @@
 
 mod common;
 
-use common::{engine, mem_drives, pattern, spec};
+use common::{check, engine, mem_drives, scatter, spec, wait_until};
 use drive::{Drive, FaultyDrive, MemDrive};
 use engine::config::{ControllerId, DriveState as ConfigDriveState, WritePolicy};
 use engine::controller::{ControlError, Controller, ControllerOptions, DriveCommand, JournalOffer, JournalState, OfferedDrive};
 use engine::{Engine, VirtualDrive};
 use layout::{Level, MIB};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const DRIVE_BYTES: u64 = 64 * MIB;
 
@@ -31,31 +30,6 @@ fn wb_raid5(controller: &Controller) -> Arc<VirtualDrive> {
 
 fn state_of(controller: &Controller, slot: u32) -> ConfigDriveState {
     controller.slot(slot).unwrap().state
-}
-
-fn wait_until(what: &str, controller: &Controller, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        let events: Vec<String> = controller.events().into_iter().rev().take(8).map(|e| e.description).collect();
-        assert!(Instant::now() < deadline, "{what} never happened; recent events: {events:#?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn check(engine: &Engine, vd: &Arc<VirtualDrive>, image: &[u8], when: &str) {
-    let read = engine.read_at(vd, 0, image.len()).unwrap_or_else(|e| panic!("{when}: {e}"));
-    let wrong = read.as_slice().iter().zip(image).position(|(a, b)| a != b);
-    assert_eq!(wrong, None, "{when}: first wrong byte");
-}
-
-/// Writes 4 KiB pieces all over `image` and records them there.
-fn scatter(engine: &Engine, vd: &Arc<VirtualDrive>, image: &mut [u8], seed: u8, count: u64) {
-    for index in 0..count {
-        let offset = (index * 7919 * 4096 + u64::from(seed) * 8192) % (image.len() as u64 - 4096);
-        let data = pattern(4096, seed.wrapping_add(index as u8));
-        engine.write_at(vd, offset, &data).unwrap();
-        image[offset as usize..offset as usize + 4096].copy_from_slice(&data);
-    }
 }
 
 fn conflict(result: Result<impl std::fmt::Debug, ControlError>) -> String {
