@@ -346,7 +346,6 @@ impl Controller {
     }
 
     fn full_init_ended(&self, vd_id: u32, vd: &Arc<VirtualDrive>, run: &InitRun, result: Result<(), String>) {
-        self.inits.lock().expect("inits lock").remove(&vd_id);
         let secs = run.started.elapsed().as_secs_f64();
         match result {
             Ok(()) => {
@@ -368,6 +367,9 @@ impl Controller {
             ),
         }
         vd.set_initializing(false);
+        // Only now: `show init` says the initialization runs until its outcome is recorded and
+        // the VD serves I/O again.
+        self.inits.lock().expect("inits lock").remove(&vd_id);
         self.bgi_stopped.lock().expect("bgi lock").remove(&vd_id);
         self.start_resyncs(&self.state.lock().expect("controller lock"));
     }
