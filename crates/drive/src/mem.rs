@@ -8,8 +8,60 @@ use std::sync::RwLock;
 /// neighbouring rows of a VD do not queue behind each other on one lock; readers share it.
 const CHUNK_BYTES: u64 = 64 << 10;
 
+/// Pages of a chunk, tracked one bit each.
+const PAGE_BYTES: usize = 4096;
+const PAGES_PER_CHUNK: usize = CHUNK_BYTES as usize / PAGE_BYTES;
+
 /// One chunk: unallocated (reads as zeros) until first written.
-type Chunk = RwLock<Option<Box<[u8]>>>;
+type Chunk = RwLock<Option<ChunkData>>;
+
+/// A written chunk, and which of its pages were ever written. Reads of the others return zeros
+/// without touching their memory: a read would map the kernel's zero page, and the next write
+/// there would then fault again and flush every core's TLB, which under random
+/// read-modify-writes cost more than the I/O itself.
+struct ChunkData {
+    bytes: Box<[u8]>,
+    written_pages: u16,
+}
+
+const _: () = assert!(PAGES_PER_CHUNK <= u16::BITS as usize, "a chunk's pages fit its page mask");
+
+impl ChunkData {
+    fn new() -> ChunkData {
+        ChunkData { bytes: vec![0u8; CHUNK_BYTES as usize].into_boxed_slice(), written_pages: 0 }
+    }
+
+    fn write(&mut self, in_chunk: usize, part: &[u8]) {
+        self.bytes[in_chunk..in_chunk + part.len()].copy_from_slice(part);
+        self.written_pages |= page_mask(in_chunk, part.len());
+    }
+
+    fn read(&self, in_chunk: usize, part: &mut [u8]) {
+        let mut done = 0;
+        while done < part.len() {
+            let at = in_chunk + done;
+            let page = at / PAGE_BYTES;
+            let len = (PAGE_BYTES - at % PAGE_BYTES).min(part.len() - done);
+            let out = &mut part[done..done + len];
+            if self.written_pages & (1 << page) != 0 {
+                out.copy_from_slice(&self.bytes[at..at + len]);
+            } else {
+                out.fill(0);
+            }
+            done += len;
+        }
+    }
+}
+
+/// The pages that bytes `[in_chunk, in_chunk + len)` of a chunk touch.
+fn page_mask(in_chunk: usize, len: usize) -> u16 {
+    if len == 0 {
+        return 0;
+    }
+    let first = in_chunk / PAGE_BYTES;
+    let last = (in_chunk + len - 1) / PAGE_BYTES;
+    (first..=last).fold(0u16, |mask, page| mask | (1 << page))
+}
 
 pub struct MemDrive {
     info: DriveInfo,
@@ -40,11 +92,10 @@ impl MemDrive {
             let chunk = &self.chunks[chunk_index];
             if write {
                 let mut data = chunk.write().expect("memory drive lock poisoned");
-                let data = data.get_or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice());
-                data[in_chunk..in_chunk + len].copy_from_slice(part);
+                data.get_or_insert_with(ChunkData::new).write(in_chunk, part);
             } else {
                 match chunk.read().expect("memory drive lock poisoned").as_ref() {
-                    Some(data) => part.copy_from_slice(&data[in_chunk..in_chunk + len]),
+                    Some(data) => data.read(in_chunk, part),
                     None => part.fill(0),
                 }
             }

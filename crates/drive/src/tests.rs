@@ -43,6 +43,24 @@ fn memory_drive_round_trips_across_chunks() {
     assert_eq!(drive.allocated_bytes(), 3 * 64 * 1024, "only the three chunks written are allocated");
 }
 
+/// A chunk's pages never written read as zeros next to written ones, at sector granularity and
+/// across page and chunk boundaries (reads skip the memory of unwritten pages).
+#[test]
+fn memory_drive_reads_unwritten_pages_of_a_written_chunk_as_zeros() {
+    let drive = MemDrive::new(1 << 20);
+    let ctx = &mut IoCtx::without_ring();
+    // Sectors 7..9 of the second chunk: the end of its page 0 and the start of page 1.
+    let written = pattern(1024, 9);
+    let at = (64 << 10) + 3584;
+    assert_eq!(run(&drive, ctx, DriveOp::Write { offset_bytes: at, buf: pattern(1024, 9) }).result, Ok(()));
+    let read = run(&drive, ctx, DriveOp::Read { offset_bytes: 60 << 10, buf: IoBuf::zeroed(16 << 10) });
+    let bytes = read.buf.unwrap();
+    let start = (at - (60 << 10)) as usize;
+    assert!(bytes.as_slice()[..start].iter().all(|&b| b == 0), "the first chunk and page 0's head read zeros");
+    assert_eq!(&bytes.as_slice()[start..start + 1024], written.as_slice());
+    assert!(bytes.as_slice()[start + 1024..].iter().all(|&b| b == 0), "page 1's rest and pages 2.. read zeros");
+}
+
 #[test]
 fn file_drive_round_trips_through_io_uring_with_o_direct() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
