@@ -61,6 +61,11 @@ impl DirtyMap {
         self.extents.is_empty()
     }
 
+    /// Extents held.
+    pub fn len(&self) -> usize {
+        self.extents.len()
+    }
+
     /// The extents that overlap `range`, in offset order.
     pub fn overlapping(&self, range: Range<u64>) -> impl Iterator<Item = (u64, &Extent)> {
         // An extent starting before `range` may reach into it: start from the last one before.
