@@ -100,6 +100,10 @@ struct ReadAhead {
     limit_bytes: u64,
     /// Another access took the head at this time; `u64::MAX` while none has.
     stopped_ns: u64,
+    /// The head reads on at least to here before another access may take it: a detected
+    /// stream's minimum prefetch (see [`HddModel::head_free_ns`]); `stream_from_bytes` for a
+    /// read that did not continue a stream.
+    prefetch_to_bytes: u64,
 }
 
 impl ReadAhead {
@@ -118,6 +122,12 @@ impl ReadAhead {
 
     fn holds_start_of(&self, platter: &Platter, command: &Command, at_ns: u64) -> bool {
         self.segment_start_bytes <= command.offset_bytes && command.offset_bytes <= self.held_end_bytes(platter, at_ns)
+    }
+
+    /// When the head has read the minimum prefetch (at once if it has, or has none).
+    fn prefetched_ns(&self, platter: &Platter) -> u64 {
+        let bytes = self.prefetch_to_bytes.min(self.limit_bytes).saturating_sub(self.stream_from_bytes);
+        self.stream_start_ns + platter.transfer_ns(self.stream_from_bytes, bytes).ceil() as u64
     }
 }
 
@@ -405,14 +415,36 @@ impl HddModel {
 
     fn plan_media(&self, job: &Job, at_ns: u64) -> Plan {
         let command = &job.command;
-        let head_position = self.platter.track_position(self.head_bytes_at(at_ns)).floor();
+        let free_ns = self.head_free_ns(at_ns);
+        let head_position = self.platter.track_position(self.head_bytes_at(free_ns)).floor();
         let target_position = self.platter.track_position(command.offset_bytes).floor();
         let curve = if command.kind == OpKind::Write { &self.write_seek } else { &self.read_seek };
         let seek_ns = curve.seek_ns((head_position - target_position).abs(), self.track_count);
-        let on_track_ns = self.ready_ns(job, at_ns) as f64 + seek_ns;
+        let on_track_ns = self.ready_ns(job, free_ns) as f64 + seek_ns;
         let transfer_start_ns = on_track_ns + self.platter.rotational_wait_ns(on_track_ns, command.offset_bytes);
         let end_ns = transfer_start_ns + self.platter.transfer_ns(command.offset_bytes, command.len_bytes);
         Plan { access: Access::Media, transfer_start_ns, end_ns: end_ns.ceil() as u64 }
+    }
+
+    /// When the head may leave the stream it reads ahead for: not before a detected stream's
+    /// minimum prefetch is in the segment. Drives read a minimum prefetch before they switch
+    /// (the caching mode page's field of that name; adaptive segmentation in practice), so
+    /// interleaved sequential readers each get a segment's worth per visit instead of paying a
+    /// seek and a rotation for every request.
+    fn head_free_ns(&self, at_ns: u64) -> u64 {
+        match &self.read_ahead {
+            Some(read_ahead) if read_ahead.stopped_ns == u64::MAX => at_ns.max(read_ahead.prefetched_ns(&self.platter)),
+            _ => at_ns,
+        }
+    }
+
+    /// Whether a read at `offset_bytes` continues data the drive read ahead: the start of a
+    /// stream, whose segment then gets a minimum prefetch.
+    fn continues_a_stream(&self, offset_bytes: u64, at_ns: u64) -> bool {
+        let in_current = self.read_ahead.as_ref().is_some_and(|read_ahead| {
+            read_ahead.segment_start_bytes <= offset_bytes && offset_bytes <= read_ahead.held_end_bytes(&self.platter, at_ns)
+        });
+        in_current || self.kept_segments.iter().any(|&(start, end)| start <= offset_bytes && offset_bytes <= end)
     }
 
     /// The head reads ahead from where the last read left it, as long as nothing else moved it.
@@ -440,20 +472,24 @@ impl HddModel {
     }
 
     fn apply_media(&mut self, job: &Job, plan: &Plan, at_ns: u64) {
+        let stop_ns = self.head_free_ns(at_ns);
+        let continues = self.continues_a_stream(job.command.offset_bytes, stop_ns);
         if let Some(read_ahead) = &mut self.read_ahead {
-            read_ahead.stopped_ns = read_ahead.stopped_ns.min(at_ns);
+            read_ahead.stopped_ns = read_ahead.stopped_ns.min(stop_ns);
         }
         self.free_at_ns = plan.end_ns;
         self.head_bytes = job.end_bytes();
         self.last_access = Some(LastAccess { origin: job.origin, end_bytes: job.end_bytes(), end_ns: plan.end_ns });
         if job.command.kind == OpKind::Read && self.read_ahead_bytes > 0 {
-            self.keep_segment(at_ns);
+            self.keep_segment(stop_ns);
+            let limit_bytes = (job.end_bytes() + self.read_ahead_bytes).min(self.capacity_bytes);
             self.read_ahead = Some(ReadAhead {
                 segment_start_bytes: job.command.offset_bytes,
                 stream_from_bytes: job.end_bytes(),
                 stream_start_ns: plan.end_ns,
-                limit_bytes: (job.end_bytes() + self.read_ahead_bytes).min(self.capacity_bytes),
+                limit_bytes,
                 stopped_ns: u64::MAX,
+                prefetch_to_bytes: if continues { limit_bytes } else { job.end_bytes() },
             });
         }
     }
@@ -465,6 +501,12 @@ impl HddModel {
         let streaming = self.read_ahead.as_ref().is_some_and(|r| r.is_streaming(&self.platter, at_ns));
         if let (true, Some(read_ahead)) = (streaming, &mut self.read_ahead) {
             read_ahead.limit_bytes = read_ahead.limit_bytes.max((end_bytes + read_ahead_bytes).min(capacity_bytes));
+            // A read served by the stream proves it sequential: it gets its minimum prefetch,
+            // once per visit of the head (moved on with every hit, it would keep the head from
+            // other streams for as long as this one reads).
+            if read_ahead.prefetch_to_bytes <= read_ahead.stream_from_bytes {
+                read_ahead.prefetch_to_bytes = (end_bytes + read_ahead_bytes).min(capacity_bytes);
+            }
         }
     }
 
