@@ -605,6 +605,9 @@ pub struct SweepOptions {
     pub queue_depths: Option<Vec<u64>>,
     /// Replaces the block-size axis, or adds one (`--block`).
     pub block_sizes: Option<Vec<u64>>,
+    /// Replaces the worker-count axis, or adds one (`--workers`): one point of a sweep run on
+    /// its own, to compare with the same point run after the others.
+    pub workers: Option<Vec<u64>>,
 }
 
 /// One point of a pattern: its coordinates and its groups with the sweep applied.
@@ -631,7 +634,9 @@ impl Pattern {
                 *values = quick_values(values);
             }
         }
-        for (axis, replacement) in [(Axis::BlockBytes, &options.block_sizes), (Axis::QueueDepth, &options.queue_depths)] {
+        let replacements =
+            [(Axis::BlockBytes, &options.block_sizes), (Axis::QueueDepth, &options.queue_depths), (Axis::Workers, &options.workers)];
+        for (axis, replacement) in replacements {
             let Some(replacement) = replacement else { continue };
             match axes.iter_mut().find(|(a, _)| *a == axis) {
                 Some((_, values)) => *values = replacement.clone(),
@@ -820,10 +825,14 @@ mod tests {
         let qd = SweepOptions { queue_depths: Some(vec![1, 32]), ..SweepOptions::default() };
         assert_eq!(find("review-sequential-read").unwrap().axes(&qd).last(), Some(&(Axis::QueueDepth, vec![1, 32])));
         assert_eq!(find("oltp").unwrap().axes(&qd), vec![(Axis::QueueDepth, vec![1, 32])]);
-        let block = SweepOptions { block_sizes: Some(vec![4096]), queue_depths: Some(vec![32]), quick: true };
+        let block = SweepOptions { block_sizes: Some(vec![4096]), queue_depths: Some(vec![32]), quick: true, workers: None };
         assert_eq!(find("review-random-read").unwrap().axes(&block), vec![(Axis::BlockBytes, vec![4096]), (Axis::QueueDepth, vec![32])]);
         let point = &find("oltp").unwrap().points(&block)[0];
         assert_eq!((point.groups[0].spec.lines()[0].block_bytes, point.groups[0].queue_depth), (4096, 32));
+        let workers = SweepOptions { workers: Some(vec![2]), queue_depths: Some(vec![1]), ..SweepOptions::default() };
+        let points = find("review-multithreaded-read").unwrap().points(&workers);
+        assert_eq!(points.len(), 1, "one worker count and one queue depth: one point");
+        assert_eq!((points[0].groups[0].workers, points[0].groups[0].queue_depth), (2, 1));
     }
 
     #[test]

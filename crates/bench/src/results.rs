@@ -109,6 +109,9 @@ pub struct Settings {
     pub queue_depths: Option<Vec<u64>>,
     /// `--block`: block sizes that replaced each pattern's own.
     pub block_sizes: Option<Vec<u64>>,
+    /// `--workers`: worker counts that replaced each pattern's own.
+    #[serde(default)]
+    pub workers: Option<Vec<u64>>,
 }
 
 /// One pattern as defined, and everything measured for it.

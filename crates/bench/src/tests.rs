@@ -186,7 +186,7 @@ fn a_run_with_mismatches_fails_and_says_where() {
         ramp: Duration::ZERO,
         seed: 1,
         verify: true,
-        sweep: SweepOptions { quick: true, queue_depths: Some(vec![8]), block_sizes: None },
+        sweep: SweepOptions { quick: true, queue_depths: Some(vec![8]), block_sizes: None, workers: None },
         pace: Pace::Closed,
     };
     let mut runner = Runner::new(&target, settings);

@@ -185,6 +185,9 @@ pub struct MeasureArgs {
     /// Block sizes, replacing each pattern's own (every line of its spec), e.g. 4K,1M.
     #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_block_size)]
     block: Option<Vec<u64>>,
+    /// Workers per group, replacing each pattern's own sweep (e.g. 2, or 1,2,4).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    workers: Option<Vec<u64>>,
     /// For CI: short points and each sweep cut to its first, middle and last value.
     #[arg(long)]
     quick: bool,
@@ -335,6 +338,11 @@ fn check_args(args: &MeasureArgs) -> Result<(), String> {
             return Err(format!("--qd {depths:?} is not allowed; allowed: a list of queue depths from 1 to 4096, e.g. 1,4,32"));
         }
     }
+    if let Some(workers) = &args.workers {
+        if workers.is_empty() || workers.iter().any(|&w| w == 0 || w > 256) {
+            return Err(format!("--workers {workers:?} is not allowed; allowed: a list of worker counts from 1 to 256, e.g. 1,2,4"));
+        }
+    }
     Ok(())
 }
 
@@ -345,6 +353,7 @@ fn measure(patterns: &[&'static Pattern], suite: Option<&str>, args: &MeasureArg
     settings.verify = args.verify;
     settings.sweep.queue_depths = args.qd.clone();
     settings.sweep.block_sizes = args.block.clone();
+    settings.sweep.workers = args.workers.clone();
     settings.pace = args.rate.map_or(Pace::Closed, |rate_iops| Pace::Open { rate_iops });
     let spec = TargetSpec::parse(&args.target)?;
     let target = OpenTarget::open(&spec, OpenOptions { shards: args.shards })?;
@@ -395,6 +404,7 @@ fn measure(patterns: &[&'static Pattern], suite: Option<&str>, args: &MeasureArg
             rate_iops: args.rate,
             queue_depths: args.qd.clone(),
             block_sizes: args.block.clone(),
+            workers: args.workers.clone(),
         },
         patterns: results_patterns,
     };
