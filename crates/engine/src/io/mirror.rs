@@ -36,7 +36,12 @@ impl SpanIo for Mirror {
     }
 }
 
-/// The copy to read strip `k` from: fewest outstanding I/Os, then nearest head position.
+/// A copy keeps a stream it serves while its queue is at most this much deeper than the
+/// shortest: more, and the streams spread out again (three streams on one copy of two).
+const STREAM_AFFINITY_SLACK: u32 = 1;
+
+/// The copy to read strip `k` from: the one whose recent reads this continues, unless its queue
+/// is clearly deeper than another's; otherwise fewest outstanding I/Os, then nearest head.
 fn choose_copy(env: &Env, row: &Row, piece: &DataPiece, unavailable: MemberSet) -> Option<(usize, u64)> {
     // Copies may differ until the region is resynced: always the first one available, so that
     // two reads never see two versions (the resync copies that one over the others).
@@ -46,17 +51,22 @@ fn choose_copy(env: &Env, row: &Row, piece: &DataPiece, unavailable: MemberSet) 
             .find(|place| !unavailable.contains(place.drive))
             .map(|place| (place.drive, place.drive_offset_bytes + piece.offset_in_strip_bytes));
     }
-    (0..row.map.copy_count())
+    let copies: Vec<(u32, u64, bool, usize, u64)> = (0..row.map.copy_count())
         .map(|copy| row.map.data_copy(piece.strip_index, copy))
         .filter(|place| !unavailable.contains(place.drive))
         .map(|place| {
             let member = env.vd.member(place.drive);
             let target = place.drive_offset_bytes + piece.offset_in_strip_bytes;
             let distance = member.last_end_bytes.load(Ordering::Relaxed).abs_diff(target);
-            (member.outstanding.load(Ordering::Relaxed), distance, place.drive, target)
+            let continues = member.read_streams.continues(target);
+            (member.outstanding.load(Ordering::Relaxed), distance, continues, place.drive, target)
         })
-        .min_by_key(|&(outstanding, distance, _, _)| (outstanding, distance))
-        .map(|(_, _, drive, target)| (drive, target))
+        .collect();
+    let least_outstanding = copies.iter().map(|c| c.0).min()?;
+    let by_stream = copies.iter().filter(|c| c.2 && c.0 <= least_outstanding + STREAM_AFFINITY_SLACK).min_by_key(|c| c.0);
+    by_stream
+        .or_else(|| copies.iter().min_by_key(|&&(outstanding, distance, ..)| (outstanding, distance)))
+        .map(|&(_, _, _, drive, target)| (drive, target))
 }
 
 async fn mirror_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {

@@ -127,7 +127,8 @@ impl Row {
 /// Runs one member operation, keeping the member's queue depth and head position current.
 pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> DriveDone {
     let member = env.vd.member(index);
-    let end_bytes = op.range_bytes().map(|(offset, len)| offset + len);
+    let range = op.range_bytes();
+    let is_read = matches!(op, DriveOp::Read { .. } | DriveOp::ReadV { .. });
     member.outstanding.fetch_add(1, Ordering::Relaxed);
     // The copy before the drive, and held until the operation is done (see `vd::copy`).
     let copy = member.copy_target();
@@ -138,8 +139,11 @@ pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> Drive
     };
     drop(copy);
     member.outstanding.fetch_sub(1, Ordering::Relaxed);
-    if let Some(end) = end_bytes {
-        member.last_end_bytes.store(end, Ordering::Relaxed);
+    if let Some((offset, len)) = range {
+        member.last_end_bytes.store(offset + len, Ordering::Relaxed);
+        if is_read {
+            member.read_streams.record(offset, offset + len);
+        }
     }
     done
 }

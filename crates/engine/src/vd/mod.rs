@@ -7,6 +7,7 @@ pub mod policy;
 mod rebuilt;
 mod request;
 mod requests_in_flight;
+mod streams;
 
 use crate::config::{IoPolicy, ReadPolicy, WritePolicy};
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
@@ -91,6 +92,8 @@ pub struct Member {
     pub(crate) outstanding: AtomicU32,
     /// Where the last I/O ended: the head position for "nearer copy" decisions.
     pub(crate) last_end_bytes: AtomicU64,
+    /// Where its recent reads ended (mirror stream affinity).
+    pub(crate) read_streams: streams::StreamEnds,
     read_errors: AtomicU32,
     /// Set when a write reached the VD while this member was out of service: its contents are
     /// stale and it must not be brought back online without a rebuild.
@@ -108,6 +111,7 @@ impl Member {
             state: AtomicU8::new(MemberState::Online as u8),
             outstanding: AtomicU32::new(0),
             last_end_bytes: AtomicU64::new(0),
+            read_streams: streams::StreamEnds::default(),
             read_errors: AtomicU32::new(0),
             missed_writes: std::sync::atomic::AtomicBool::new(false),
             copy: RwLock::new(None),
