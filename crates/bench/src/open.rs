@@ -213,6 +213,22 @@ impl OpenTarget {
         self.info.capacity_bytes
     }
 
+    /// Flushes the target between points (see [`Target::settle`]): a VD, or the raw drive
+    /// through every shard that submitted to it.
+    ///
+    /// # Errors
+    /// The flush failed.
+    pub fn settle(&self) -> Result<(), String> {
+        match &self.backend {
+            Backend::Shared(target) => target.settle(),
+            Backend::Raw { engine, drive } => {
+                let target = RawDriveTarget { engine: Arc::clone(engine), drive: Arc::clone(drive), shard: 0, data_offset_bytes: 0 };
+                target.settle()
+            }
+            Backend::Nbd { .. } => Ok(()),
+        }
+    }
+
     /// The target worker `worker_index` submits to, ready for `queue_depth` requests of `spec`.
     /// `reads_checked`: whether the worker looks at what its reads return (`--verify`); an NBD
     /// target skips copying it otherwise.

@@ -110,7 +110,12 @@ impl<'a> Runner<'a> {
             verifier: self.verifier.clone(),
         };
         self.points_run += 1;
-        summarise(skeleton, &run_jobs(&jobs, &options))
+        let point = summarise(skeleton, &run_jobs(&jobs, &options));
+        // Untimed: the next point starts with the drives' write caches drained.
+        if let Err(error) = self.target.settle() {
+            eprintln!("warning: the flush after a point failed: {error}");
+        }
+        point
     }
 }
 

@@ -12,6 +12,13 @@ pub trait Target: Send + Sync {
     fn describe(&self) -> String;
     fn capacity_bytes(&self) -> u64;
     fn submit(&self, write: bool, offset_bytes: u64, buf: IoBuf, done: IoDone);
+
+    /// Flushes what the target holds, and waits: run between points, untimed, so that a point
+    /// does not pay for the writes of the one before (a drive's write cache still destaging).
+    /// Targets this process does not own (NBD) are left as they are.
+    fn settle(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A virtual drive served by an engine in this process.
@@ -43,6 +50,10 @@ impl Target for VdTarget {
                 done(completion.result.map_err(|e| e.to_string()), buf)
             }),
         );
+    }
+
+    fn settle(&self) -> Result<(), String> {
+        self.engine.run(&self.vd, VdRequest::Flush).result.map_err(|e| e.to_string())
     }
 }
 
@@ -80,5 +91,14 @@ impl Target for RawDriveTarget {
                 done(completion.result.map_err(|e| e.to_string()), buf)
             }),
         );
+    }
+
+    fn settle(&self) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done = Box::new(move |completion: drive::Completion| {
+            let _ = tx.send(completion.result.map_err(|e| e.to_string()));
+        });
+        self.engine.submit_raw(self.shard, &self.drive, DriveOp::Flush, done);
+        rx.recv().map_err(|_| "the engine stopped before the flush completed".to_string())?
     }
 }

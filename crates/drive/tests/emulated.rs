@@ -224,6 +224,10 @@ fn interleaved_sequential_readers_each_keep_their_read_ahead_segment() {
 /// review-multithreaded-read workers do): the MB/s of distinct sectors they get together.
 fn interleaved_streams_mb_per_s(streams: u64, reads_per_stream: u64) -> f64 {
     let (drive, clock) = virtual_drive("hdd:15k:600GiB,nowritecache");
+    streams_on(&drive, &clock, streams, reads_per_stream)
+}
+
+fn streams_on(drive: &EmulatedDrive, clock: &VirtualClock, streams: u64, reads_per_stream: u64) -> f64 {
     let mut ctx = IoCtx::without_ring();
     let zone_bytes = 600 * GIB / 4;
     let read =
@@ -264,6 +268,36 @@ fn interleaved_sequential_streams_share_the_media_rate_and_never_exceed_it() {
         println!("{streams} sequential 64 KiB readers at QD 1 each on a 15k drive: {mb_per_s:.1} MB/s together");
         assert!(mb_per_s <= 205.0, "{streams} streams read {mb_per_s:.1} MB/s of distinct sectors, above the 204 MB/s media rate");
         assert!(mb_per_s >= 90.0, "{streams} streams get only {mb_per_s:.1} MB/s: each switch costs a seek");
+    }
+}
+
+/// A point's result does not depend on the point run before it, once a flush (which the
+/// benchmark sends between points) drained the write cache: two interleaved readers measure
+/// the same on a fresh drive and after random writes or four other streams.
+#[test]
+fn the_same_point_measures_the_same_after_another_point() {
+    let fresh = {
+        let (drive, clock) = virtual_drive("hdd:15k:600GiB");
+        streams_on(&drive, &clock, 2, 300)
+    };
+    let after = |before: &dyn Fn(&EmulatedDrive, &VirtualClock)| {
+        let (drive, clock) = virtual_drive("hdd:15k:600GiB");
+        before(&drive, &clock);
+        let mut ctx = IoCtx::without_ring();
+        drive.submit(&mut ctx, 1 << 40, DriveOp::Flush);
+        run_until_complete(&drive, &clock, &mut ctx, 1);
+        streams_on(&drive, &clock, 2, 300)
+    };
+    let random_writes = Workload { write: true, block_bytes: 8 * KIB, queue_depth: 8, op_count: 3000, pattern: Pattern::Random };
+    let after_writes = after(&|drive, clock| {
+        run_virtual(drive, clock, random_writes);
+    });
+    let after_streams = after(&|drive, clock| {
+        streams_on(drive, clock, 4, 200);
+    });
+    println!("two 64 KiB readers: {fresh:.1} MB/s fresh, {after_writes:.1} after random writes, {after_streams:.1} after four streams");
+    for (what, measured) in [("random writes", after_writes), ("four streams", after_streams)] {
+        assert!((measured / fresh - 1.0).abs() <= 0.1, "after {what}: {measured:.1} MB/s against {fresh:.1} fresh");
     }
 }
 
