@@ -23,6 +23,7 @@ pub mod bitmap;
 pub mod cache;
 pub mod config;
 pub mod controller;
+pub mod fast_path;
 pub mod io;
 mod join;
 pub mod journal;
@@ -94,6 +95,8 @@ enum ShardMsg {
         request: VdRequest,
         done: Done,
     },
+    /// A read served straight from one member (see `fast_path`).
+    FastRead(Box<fast_path::FastRead>),
     /// Read a range (owned by the shard) into the cache ahead of the client.
     Prefetch {
         vd: Arc<VirtualDrive>,
@@ -308,6 +311,10 @@ impl Engine {
                 }
             }
             VdRequest::Read { offset_bytes, buf } => {
+                let (buf, done) = match self.fast_read(vd, offset_bytes, buf, done) {
+                    Ok(()) => return,
+                    Err(back) => back,
+                };
                 let range = offset_bytes..offset_bytes + buf.len() as u64;
                 self.submit_pieces(vd, offset_bytes, buf, false, done);
                 if let Some(ahead) = read_ahead_for(vd, range, self.read_ahead_bytes) {

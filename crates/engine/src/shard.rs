@@ -46,6 +46,7 @@ pub(crate) fn start_ticker(shards: Vec<(Sender<ShardMsg>, Arc<ShardWaker>)>) -> 
 /// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
 fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
     let waker = ctx.waker();
+    crate::fast_path::set_current_shard(&waker);
     ready.send(Ok(Arc::clone(&waker))).expect("starter waits");
     let reactor = Reactor::new(ctx, CompletionOrder::Fifo);
     reactor.set_shard_index(index);
@@ -56,11 +57,14 @@ fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receive
         while let Ok(msg) = inbox.try_recv() {
             stopping |= spawn_msg(&mut executor, msg);
         }
+        for read in crate::fast_path::take_own_reads() {
+            executor.spawn(crate::fast_path::serve(Rc::clone(executor.reactor()), read));
+        }
         if stopping && executor.live_tasks() == 0 && reactor.in_flight() == 0 {
             return;
         }
         waker.prepare_sleep();
-        if !inbox.is_empty() {
+        if !inbox.is_empty() || crate::fast_path::has_own_reads() {
             waker.cancel_sleep();
             continue;
         }
@@ -79,6 +83,10 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
                 let completion = cache::serve(reactor, Arc::clone(&vd), request).await;
                 vd.finish(completion, done, write);
             });
+            false
+        }
+        ShardMsg::FastRead(read) => {
+            executor.spawn(crate::fast_path::serve(reactor, *read));
             false
         }
         ShardMsg::Prefetch { vd, range } => {

@@ -388,6 +388,12 @@ pub struct VdView {
     /// `Consist`): false while a background initialization or a resync is pending.
     #[serde(default)]
     pub consistent: bool,
+    /// Why reads do not take the Fast Path now (`None`: they do, for reads within a strip).
+    #[serde(default)]
+    pub fast_path_off: Option<String>,
+    /// Reads the Fast Path served since the daemon started.
+    #[serde(default)]
+    pub fast_path_reads: u64,
 }
 
 /// A VD's resync after an unclean stop: its dirty regions' parity or copies are recomputed.

@@ -194,6 +194,7 @@ async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: 
                     Ok(()) => {
                         if let Some(removed) = entry.dirty.remove_if(*offset, extent.id) {
                             cache.bytes.set(cache.bytes.get() - removed.len_bytes);
+                            vd.note_cache_dirty(-(removed.len_bytes as i64));
                             if let Some(journal) = &journal {
                                 release_extent(journal, &removed);
                             }

@@ -243,6 +243,7 @@ impl ShardCache {
         self.clean.borrow_mut().forget_vd(vd.instance_id());
         let Some(cache) = self.vds.borrow_mut().remove(&vd.instance_id()) else { return };
         self.bytes.set(self.bytes.get() - cache.dirty.bytes());
+        vd.note_cache_dirty(-(cache.dirty.bytes() as i64));
         let journal = self.journal();
         if let Some(journal) = &journal {
             cache.dirty.all().for_each(|extent| release_extent(journal, extent));
@@ -491,6 +492,7 @@ fn insert(
         ours.push((offset_bytes + at as u64, id));
         let displaced = entry.dirty.insert(offset_bytes + at as u64, extent);
         cache.bytes.set(cache.bytes.get() + len as u64 - displaced.bytes_removed);
+        vd.note_cache_dirty(len as i64 - displaced.bytes_removed as i64);
         if let Some(journal) = &journal {
             // Superseded holds moved to the new extent as they were; a split piece adds one.
             displaced.held.iter().for_each(|&s| journal.hold(s));

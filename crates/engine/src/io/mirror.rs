@@ -1,14 +1,15 @@
 //! Mirror spans: RAID1, RAID10 and RAID1E. Every strip has two copies; writes go to every
-//! available copy, reads to the copy with fewer outstanding I/Os, then the nearer head.
+//! available copy, reads to the copy whose recent reads they continue, else to the one with
+//! fewer outstanding I/Os, then the nearer head.
 
 use super::lost::{self, StripRead, StripState, PROBE_BYTES};
 use super::row::{book, member_io, read_strips, repair_copies, require_online, retry_limit, write_strips, AttemptError, Env, Row};
 use super::{run, SpanIo};
 use crate::config::BadBlock;
-use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
+use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError, VirtualDrive};
 use drive::{DriveOp, IoBuf, OpKind};
 use futures::future::join_all;
-use layout::DataPiece;
+use layout::{DataPiece, RowMap};
 use std::sync::atomic::Ordering;
 
 /// The mirror span kinds' row functions.
@@ -42,20 +43,21 @@ const STREAM_AFFINITY_SLACK: u32 = 1;
 
 /// The copy to read strip `k` from: the one whose recent reads this continues, unless its queue
 /// is clearly deeper than another's; otherwise fewest outstanding I/Os, then nearest head.
-fn choose_copy(env: &Env, row: &Row, piece: &DataPiece, unavailable: MemberSet) -> Option<(usize, u64)> {
+/// Any level: one copy of a data strip is all that parity and stripe levels have.
+pub(crate) fn choose_copy(vd: &VirtualDrive, map: &RowMap, piece: &DataPiece, unavailable: MemberSet) -> Option<(usize, u64)> {
     // Copies may differ until the region is resynced: always the first one available, so that
     // two reads never see two versions (the resync copies that one over the others).
-    if env.vd.write_intent().is_some_and(|intent| intent.row_unsynced(row.map.row)) {
-        return (0..row.map.copy_count())
-            .map(|copy| row.map.data_copy(piece.strip_index, copy))
+    if vd.write_intent().is_some_and(|intent| intent.row_unsynced(map.row)) {
+        return (0..map.copy_count())
+            .map(|copy| map.data_copy(piece.strip_index, copy))
             .find(|place| !unavailable.contains(place.drive))
             .map(|place| (place.drive, place.drive_offset_bytes + piece.offset_in_strip_bytes));
     }
-    let copies: Vec<(u32, u64, bool, usize, u64)> = (0..row.map.copy_count())
-        .map(|copy| row.map.data_copy(piece.strip_index, copy))
+    let copies: Vec<(u32, u64, bool, usize, u64)> = (0..map.copy_count())
+        .map(|copy| map.data_copy(piece.strip_index, copy))
         .filter(|place| !unavailable.contains(place.drive))
         .map(|place| {
-            let member = env.vd.member(place.drive);
+            let member = vd.member(place.drive);
             let target = place.drive_offset_bytes + piece.offset_in_strip_bytes;
             let distance = member.last_end_bytes.load(Ordering::Relaxed).abs_diff(target);
             let continues = member.read_streams.continues(target);
@@ -79,7 +81,7 @@ async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
     let mut repair = Vec::new();
     for _ in 0..retry_limit(&env.vd) {
         let unavailable = env.vd.unavailable_for_read(row.map.row).union(avoid);
-        let Some((member, offset_bytes)) = choose_copy(env, row, piece, unavailable) else {
+        let Some((member, offset_bytes)) = choose_copy(&env.vd, &row.map, piece, unavailable) else {
             return Err(env.vd.offline_error());
         };
         let buf = std::mem::replace(view, IoBuf::zeroed(0));
@@ -110,7 +112,7 @@ async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
 async fn repair_under_lock(env: &Env, row: &Row, piece: &DataPiece, repair: &[(usize, u64)], avoid: MemberSet) {
     let _lock = env.lock_row(row.map.row).await;
     let unavailable = env.vd.unavailable_for_read(row.map.row).union(avoid);
-    let Some((member, offset_bytes)) = choose_copy(env, row, piece, unavailable) else { return };
+    let Some((member, offset_bytes)) = choose_copy(&env.vd, &row.map, piece, unavailable) else { return };
     let (result, buf) = member_io(env, member, DriveOp::Read { offset_bytes, buf: IoBuf::zeroed(piece.len_bytes as usize) }).await;
     if result.is_ok() {
         repair_copies(env, repair, &buf.expect("read returns its buffer")).await;

@@ -31,7 +31,7 @@ mod copy;
 pub(crate) mod intent;
 mod lost;
 mod merged;
-mod mirror;
+pub(crate) mod mirror;
 mod parity;
 mod row;
 mod run;

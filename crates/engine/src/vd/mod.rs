@@ -202,6 +202,11 @@ pub struct VirtualDrive {
     policies: policy::Policies,
     /// The journal is being replayed into it (see `io::parity::replayed_data_only`).
     replaying: AtomicBool,
+    /// Dirty bytes the shards' caches hold for it: reads that bypass the cache (the Fast Path)
+    /// are allowed only while there are none.
+    cache_dirty_bytes: AtomicU64,
+    /// Reads the Fast Path served (see `fast_path`).
+    fast_path_reads: AtomicU64,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -269,6 +274,8 @@ impl VirtualDrive {
             write_intent: std::sync::OnceLock::new(),
             policies: policy::Policies::default(),
             replaying: AtomicBool::new(false),
+            cache_dirty_bytes: AtomicU64::new(0),
+            fast_path_reads: AtomicU64::new(0),
         })
     }
 
@@ -280,6 +287,30 @@ impl VirtualDrive {
 
     pub fn is_replaying(&self) -> bool {
         self.replaying.load(Ordering::Acquire)
+    }
+
+    /// A shard's cache gained (`delta` > 0) or lost dirty bytes of this VD.
+    pub(crate) fn note_cache_dirty(&self, delta: i64) {
+        if delta >= 0 {
+            self.cache_dirty_bytes.fetch_add(delta as u64, Ordering::AcqRel);
+        } else {
+            let before = self.cache_dirty_bytes.fetch_sub(delta.unsigned_abs(), Ordering::AcqRel);
+            assert!(before >= delta.unsigned_abs(), "{}: the caches dropped more dirty bytes than they held", self.name());
+        }
+    }
+
+    /// Reads the Fast Path served since the VD was opened.
+    pub fn fast_path_reads(&self) -> u64 {
+        self.fast_path_reads.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_fast_path_read(&self) {
+        self.fast_path_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Dirty bytes the caches hold for this VD, over every shard.
+    pub fn cache_dirty_bytes(&self) -> u64 {
+        self.cache_dirty_bytes.load(Ordering::Acquire)
     }
 
     /// The write policy the cache applies to this VD (WT until the controller sets it).

@@ -193,8 +193,8 @@ mod tests {
                 .starts_with("CLI Version = storc 0.1.0\nController = 0\nStatus = Success\nDescription = Show Virtual Drives Succeeded\n"),
             "{output}"
         );
-        assert!(output.contains("\nDG/VD TYPE  State Consist Size     Strip  Cache Name Export\n"), "{output}");
-        assert!(output.contains("\n0/0   RAID5 Dgrd  Yes     48.0 GiB 64 KiB NRWTD db   db\n"), "{output}");
+        assert!(output.contains("\nDG/VD TYPE  State Consist Size     Strip  Cache FP Name Export\n"), "{output}");
+        assert!(output.contains("\n0/0   RAID5 Dgrd  Yes     48.0 GiB 64 KiB NRWTD No db   db\n"), "{output}");
         assert!(output.contains("NR=No Read Ahead"), "the legend explains the cache code");
         assert_eq!(daemon.requests_seen(), vec!["GET /api/v1/vds HTTP/1.1 "]);
     }

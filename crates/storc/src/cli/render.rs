@@ -16,7 +16,8 @@ Optl=Optimal|Pdgd=Partially Degraded|Dgrd=Degraded|OfLn=OffLine|DG=Drive Group|
 Consist=parity and copies known to match the data (No: initialization or resync pending)|
 Cache=read policy, write policy in effect, IO policy: NR=No Read Ahead|R=Read Ahead|
 AR=Adaptive Read Ahead|WT=WriteThrough|WB=WriteBack|AWB=Always WriteBack|
-D=Direct IO|C=Cached IO|Export=NBD export name
+D=Direct IO|C=Cached IO|FP=Fast Path for reads within a strip (Yes/No: why in show all)|
+Export=NBD export name
 ";
 const PD_LEGEND: &str = "\
 UGood=Unconfigured Good|UBad=Unconfigured Bad|Onln=Online|Offln=Offline|Failed=Failed|
@@ -338,7 +339,7 @@ fn pd_table_or_none(drives: &[DriveView]) -> String {
 }
 
 fn vd_table(vds: &[VdView]) -> Table {
-    let mut table = Table::new(&["DG/VD", "TYPE", "State", "Consist", "Size", "Strip", "Cache", "Name", "Export"]);
+    let mut table = Table::new(&["DG/VD", "TYPE", "State", "Consist", "Size", "Strip", "Cache", "FP", "Name", "Export"]);
     for vd in vds {
         table.push(vec![
             format!("{}/{}", vd.drive_group, vd.vd),
@@ -348,6 +349,7 @@ fn vd_table(vds: &[VdView]) -> Table {
             human_size(vd.size_bytes),
             strip_size(vd.strip_size_bytes),
             cache_code(&vd.read_policy, &vd.write_policy_effective, &vd.io_policy),
+            if vd.fast_path_off.is_none() { "Yes" } else { "No" }.to_string(),
             vd.name.clone(),
             vd.export_name.clone(),
         ]);
@@ -426,7 +428,15 @@ fn vd_properties(vd: &VdView) -> Vec<(&'static str, String)> {
         ("Export Name", vd.export_name.clone()),
         ("Size", format!("{} ({} bytes)", human_size(vd.size_bytes), vd.size_bytes)),
         ("Resync", resync_text(vd.resync.as_ref())),
+        ("Fast Path", fast_path_text(vd)),
     ]
+}
+
+fn fast_path_text(vd: &VdView) -> String {
+    match &vd.fast_path_off {
+        None => format!("Yes, for reads within a strip ({} served)", vd.fast_path_reads),
+        Some(why) => format!("No: {why}"),
+    }
 }
 
 fn resync_text(resync: Option<&ResyncInfo>) -> String {

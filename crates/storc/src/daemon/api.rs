@@ -178,6 +178,8 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         export_name: record.name.clone(),
         resync: resync.clone(),
         consistent: !record.bgi_pending && resync.is_none(),
+        fast_path_off: engine::fast_path::ineligible(vd).map(String::from),
+        fast_path_reads: vd.fast_path_reads(),
     }
 }
 

@@ -34,6 +34,8 @@ pub fn sample_vd() -> VdView {
         export_name: "db".into(),
         resync: None,
         consistent: true,
+        fast_path_off: Some("needs WT, NORA and Direct".into()),
+        fast_path_reads: 0,
     }
 }
 
@@ -60,7 +62,8 @@ fn vd_show_all_lists_members_and_properties() {
     let answers = [json!([vd]), serde_json::to_value(&drives).unwrap()];
     let action = Action::ShowVds { target: Target::All, all: true };
     let report = report(&action, &answers).unwrap();
-    assert!(report.text.contains("0/0   RAID5 Dgrd  Yes     48.0 GiB 64 KiB NRWTD db   db\n"), "{}", report.text);
+    assert!(report.text.contains("0/0   RAID5 Dgrd  Yes     48.0 GiB 64 KiB NRWTD No db   db\n"), "{}", report.text);
+    assert!(report.text.contains("Fast Path = No: needs WT, NORA and Direct\n"), "{}", report.text);
     assert!(report.text.contains("\n3    -        Msng  0  -"), "a missing member keeps its row:\n{}", report.text);
     assert!(report.text.contains("Write Cache(effective) = WT (asked for WB; the journal is not ready)\n"));
     assert!(report.text.contains("Number of Drives Per Span = 4\n"));
