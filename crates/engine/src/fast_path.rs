@@ -22,7 +22,7 @@ use crate::io::mirror::choose_copy;
 use crate::runtime::Reactor;
 use crate::vd::VdCompletion;
 use crate::{Done, Engine, ShardMsg, VdRequest, VirtualDrive};
-use drive::{DriveKind, DriveOp, IoBuf};
+use drive::{DriveKind, DriveOp, IoBuf, IoCtx};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -146,31 +146,82 @@ impl Engine {
         let read = FastRead { vd: Arc::clone(vd), row, member, drive_offset_bytes, offset_bytes, buf, done, owner: owner_link };
         match own {
             Some(_) => OWN_READS.with(|reads| reads.borrow_mut().push_back(read)),
+            None if reads_in_place(&*vd.member(member).drive()) => serve_in_place(read),
             None => self.shards[owner].send(ShardMsg::FastRead(Box::new(read))),
         }
         Ok(())
     }
 }
 
-/// Serves a Fast Path read on the shard it was sent to.
-pub(crate) async fn serve(reactor: Rc<Reactor>, read: FastRead) {
-    let FastRead { vd, row, member, drive_offset_bytes, offset_bytes, buf, done, owner } = read;
-    // The member may have left service, or a copy begun, since the read was placed.
-    let changed = vd.unavailable_for_read(row).contains(member) || background_in_the_way(&vd).is_some();
-    if changed {
-        return fall_back(owner, vd, offset_bytes, buf, done);
-    }
-    let target = vd.member(member);
+/// Memory and file members complete a read on any thread, without a ring (a copy, a pread):
+/// a thread that is not a shard (an NBD connection's) reads them itself instead of waking a
+/// shard and being woken back.
+fn reads_in_place(drive: &dyn drive::Drive) -> bool {
+    matches!(drive.info().kind, DriveKind::Memory | DriveKind::File)
+}
+
+thread_local! {
+    /// The ring-less context a non-shard thread reads members in place with.
+    static IN_PLACE: RefCell<Option<IoCtx>> = const { RefCell::new(None) };
+}
+
+/// Serves a Fast Path read on the submitting thread, which is no shard (see [`reads_in_place`]).
+fn serve_in_place(read: FastRead) {
+    let Some(mut read) = still_placed(read) else { return };
+    let target = read.vd.member(read.member);
     target.outstanding.fetch_add(1, Ordering::Relaxed);
     let drive = target.drive();
-    let finished = reactor.submit(&*drive, DriveOp::Read { offset_bytes: drive_offset_bytes, buf }).await;
+    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf: std::mem::replace(&mut read.buf, IoBuf::zeroed(0)) };
+    let completion = IN_PLACE.with(|ctx| {
+        let mut ctx = ctx.borrow_mut();
+        let ctx = ctx.get_or_insert_with(IoCtx::without_ring);
+        drive.submit(ctx, 0, op);
+        let mut out = Vec::new();
+        ctx.poll(&mut out, false);
+        // A drive that delays its completions (fault injection) releases them when due.
+        while out.is_empty() {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            ctx.poll(&mut out, false);
+        }
+        out.pop().expect("one read, one completion")
+    });
     target.outstanding.fetch_sub(1, Ordering::Relaxed);
-    let buf = finished.buf.expect("a read returns its buffer");
+    complete(read, completion.result, completion.buf.expect("a read returns its buffer"));
+}
+
+/// The read, unless its member left service or background work began since it was placed
+/// (then it went to the normal path).
+fn still_placed(read: FastRead) -> Option<FastRead> {
+    let changed = read.vd.unavailable_for_read(read.row).contains(read.member) || background_in_the_way(&read.vd).is_some();
+    if changed {
+        let FastRead { vd, offset_bytes, buf, done, owner, .. } = read;
+        fall_back(owner, vd, offset_bytes, buf, done);
+        return None;
+    }
+    Some(read)
+}
+
+/// Serves a Fast Path read on the shard it was sent to.
+pub(crate) async fn serve(reactor: Rc<Reactor>, read: FastRead) {
+    let Some(mut read) = still_placed(read) else { return };
+    let target = read.vd.member(read.member);
+    target.outstanding.fetch_add(1, Ordering::Relaxed);
+    let drive = target.drive();
+    let buf = std::mem::replace(&mut read.buf, IoBuf::zeroed(0));
+    let finished = reactor.submit(&*drive, DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf }).await;
+    target.outstanding.fetch_sub(1, Ordering::Relaxed);
+    complete(read, finished.result, finished.buf.expect("a read returns its buffer"));
+}
+
+/// Delivers a read the member answered: to the client, or to the normal path on an error.
+fn complete(read: FastRead, result: Result<(), drive::DriveError>, buf: IoBuf) {
+    let FastRead { vd, member, drive_offset_bytes, offset_bytes, done, owner, .. } = read;
+    let target = vd.member(member);
     let len_bytes = buf.len() as u64;
     target.last_end_bytes.store(drive_offset_bytes + len_bytes, Ordering::Relaxed);
     target.read_streams.record(drive_offset_bytes, drive_offset_bytes + len_bytes);
     // A bad block recorded while the read ran may lie under it: the guarded path decides.
-    if finished.result.is_err() || !vd.bad_blocks().is_empty() {
+    if result.is_err() || !vd.bad_blocks().is_empty() {
         return fall_back(owner, vd, offset_bytes, buf, done);
     }
     vd.count_fast_path_read();
