@@ -242,3 +242,35 @@ fn set_exports_ends_connections_to_removed_exports_and_keeps_renamed_ones() {
     assert!(matches!(connect(&handle, "a"), Err(ClientError::OptionRejected { .. })), "the old name still answers");
     assert_eq!(connect(&handle, "a-renamed").unwrap().read(0, 512).unwrap(), vec![4; 512]);
 }
+
+// ---- (f) replies sent in place, in part -----------------------------------------------------------
+
+/// A device that completes reads in place has their replies sent by the connection's reader
+/// itself, without blocking: while the client reads nothing, the socket fills, a reply goes
+/// out in part and the writer thread sends the rest before anything else. Every reply must
+/// then arrive whole, with the right data, once the client reads.
+#[test]
+fn replies_sent_in_part_while_the_client_does_not_read_arrive_whole() {
+    const READS: u64 = 64;
+    const READ_BYTES: u64 = 60 << 10;
+    let dir = TempDir::new("in-place");
+    let device = Arc::new(MemDevice::new(READS * READ_BYTES));
+    let (_server, handle) = serve_with(&dir, vec![Export::new("vd0", Arc::clone(&device))], ServerConfig::default());
+    let mut client = connect(&handle, "vd0").unwrap();
+    let pattern: Vec<u8> = (0..READS * READ_BYTES).map(|i| (i % 251) as u8).collect();
+    client.write(0, &pattern, false).unwrap();
+    let mut cookies = std::collections::HashMap::new();
+    for index in 0..READS {
+        cookies.insert(client.submit_read(index * READ_BYTES, READ_BYTES as u32).unwrap(), index);
+    }
+    client.send_submitted().unwrap();
+    // Far more than the socket holds is waiting by now; some reply went out in part.
+    thread::sleep(Duration::from_millis(300));
+    for _ in 0..READS {
+        let completion = client.wait().unwrap();
+        let index = cookies.remove(&completion.cookie).expect("a reply for a request sent, once");
+        let at = (index * READ_BYTES) as usize;
+        assert_eq!(completion.result.unwrap(), &pattern[at..at + READ_BYTES as usize], "read {index}");
+    }
+    assert_eq!((handle.payload_in_flight_bytes(), handle.requests_in_flight()), (0, 0), "credits released");
+}

@@ -1,5 +1,11 @@
 //! The transmission phase of one connection: this thread reads requests and submits them to
-//! the device without waiting; a writer thread sends each reply as its completion arrives.
+//! the device without waiting; a writer thread sends each reply as its completion arrives. A
+//! reply completed on this thread itself (a device that served the request in place) while the
+//! writer has nothing queued goes straight onto the socket: handing it over would cost a
+//! thread wake-up and a context switch, most of a small read's time. It is sent without
+//! blocking: what the socket does not take at once goes to the writer thread, first in line, so
+//! the reader never waits on a client that is not reading (the client may be blocked sending
+//! the requests the reader should be reading).
 //!
 //! Every request holds a [`Credit`] from submission until its reply is on the wire (or
 //! abandoned because the client is gone). Credits are bounded per connection and, for payload
@@ -9,7 +15,7 @@
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -47,14 +53,23 @@ pub(crate) struct RequestLimits {
 /// Runs the transmission phase until the client disconnects or breaks the protocol, then
 /// waits for every in-flight request to complete and its reply to be sent.
 pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Result<(), ConnectionError> {
-    let (replies, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
-    let writer_socket = session.socket.clone();
-    let structured_replies = session.structured_replies;
-    let client_gone = Arc::clone(&session.client_gone);
+    let (sender, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
+    let out = Arc::new(ReplyOut {
+        writer: Mutex::new(WriterState {
+            stream: Some(BufWriter::with_capacity(REPLY_BUFFER_BYTES, session.socket.clone())),
+            tail: Vec::new(),
+        }),
+        queued: AtomicUsize::new(0),
+        socket: session.socket.clone(),
+        structured_replies: session.structured_replies,
+        client_gone: Arc::clone(&session.client_gone),
+        reader_thread: thread::current().id(),
+    });
+    let replies = Replies { sender, out: Arc::clone(&out) };
     let writer = thread::Builder::new()
         .name("nbd-writer".into())
         .stack_size(CONNECTION_THREAD_STACK_BYTES)
-        .spawn(move || write_replies(writer_socket, replies_rx, structured_replies, &client_gone))?;
+        .spawn(move || write_replies(&out, replies_rx))?;
     let result = read_requests(&device, &mut session, &replies);
     // The writer ends once this sender and every pending completion's sender are gone.
     drop(replies);
@@ -66,7 +81,7 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Res
 
 // ---- Reading requests ------------------------------------------------------------------------
 
-fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies: &Sender<Reply<D::Buf>>) -> Result<(), ConnectionError> {
+fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies: &Replies<D::Buf>) -> Result<(), ConnectionError> {
     let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
     loop {
         check_client_taking_replies(session)?;
@@ -116,7 +131,7 @@ fn read_header(reader: &mut impl Read, header: &mut [u8]) -> io::Result<bool> {
 fn handle_request<D: BlockDevice>(
     device: &Arc<D>,
     session: &mut Session,
-    replies: &Sender<Reply<D::Buf>>,
+    replies: &Replies<D::Buf>,
     request: Request,
 ) -> Result<(), ConnectionError> {
     let is_read = request.command == Command::Read;
@@ -165,7 +180,7 @@ fn payload_bytes(request: &Request) -> usize {
 fn submit<D: BlockDevice>(
     device: &Arc<D>,
     reader: &mut impl Read,
-    replies: &Sender<Reply<D::Buf>>,
+    replies: &Replies<D::Buf>,
     request: Request,
     credit: Credit,
 ) -> io::Result<()> {
@@ -223,8 +238,8 @@ fn alloc<D: BlockDevice>(device: &D, len_bytes: usize) -> D::Buf {
 }
 
 /// The completion of a READ: sends the filled buffer, or the error, to the writer.
-fn read_done<B: Send + 'static>(
-    replies: &Sender<Reply<B>>,
+fn read_done<B: AsRef<[u8]> + Send + 'static>(
+    replies: &Replies<B>,
     request: Request,
     credit: Credit,
 ) -> Box<dyn FnOnce(Result<B, IoError>) + Send> {
@@ -239,7 +254,7 @@ fn read_done<B: Send + 'static>(
 }
 
 /// The completion of any request without reply data.
-fn done<B: Send + 'static>(replies: &Sender<Reply<B>>, request: Request, credit: Credit) -> Done {
+fn done<B: AsRef<[u8]> + Send + 'static>(replies: &Replies<B>, request: Request, credit: Credit) -> Done {
     let replies = replies.clone();
     Box::new(move |result| {
         let outcome = match result {
@@ -254,14 +269,20 @@ fn failure_message(request: &Request, error: IoError) -> String {
     format!("{:?} of {} bytes at offset {}: {error}", request.command, request.len_bytes, request.offset)
 }
 
-fn send_failure<B>(replies: &Sender<Reply<B>>, cookie: u64, is_read: bool, credit: Credit, error: IoError, message: String) {
+fn send_failure<B: AsRef<[u8]>>(replies: &Replies<B>, cookie: u64, is_read: bool, credit: Credit, error: IoError, message: String) {
     send(replies, Reply { cookie, is_read, outcome: Outcome::Failed { error, message }, _credit: credit });
 }
 
-fn send<B>(replies: &Sender<Reply<B>>, reply: Reply<B>) {
+fn send<B: AsRef<[u8]>>(replies: &Replies<B>, reply: Reply<B>) {
+    let reply = match replies.out.write_in_place(reply) {
+        InPlace::Sent => return,
+        InPlace::Partly(wake) => wake,
+        InPlace::NotNow(reply) => reply,
+    };
+    replies.out.queued.fetch_add(1, Ordering::SeqCst);
     // The writer outlives every sender, so this cannot fail; if it ever did, dropping the
     // reply still releases its credit.
-    let _ = replies.send(reply);
+    let _ = replies.sender.send(reply);
 }
 
 // ---- Checking requests -----------------------------------------------------------------------
@@ -420,80 +441,197 @@ pub(crate) struct Reply<B> {
 }
 
 enum Outcome<B> {
+    /// Writes nothing of its own: wakes the writer for the tail of a reply sent in place.
+    Tail,
     Done,
-    Data { offset: u64, buf: B },
-    Failed { error: IoError, message: String },
+    Data {
+        offset: u64,
+        buf: B,
+    },
+    Failed {
+        error: IoError,
+        message: String,
+    },
 }
 
 /// Replies smaller than this are gathered into one write; larger payloads go straight out.
 const REPLY_BUFFER_BYTES: usize = 64 << 10;
 
-/// Sends replies in completion order, batching writes while more are queued. After a write
-/// error it keeps draining so that every credit is released, then closes the socket.
-fn write_replies<B: AsRef<[u8]>>(socket: Socket, replies: Receiver<Reply<B>>, structured_replies: bool, client_gone: &AtomicBool) {
-    let mut out = Some(BufWriter::with_capacity(REPLY_BUFFER_BYTES, socket.clone()));
-    while let Some(reply) = next_reply(&replies, &mut out, &socket, client_gone) {
-        if let Some(writer) = &mut out {
-            if let Err(error) = write_reply(writer, &reply, structured_replies) {
-                abandon(&mut out, &socket, client_gone, &error);
+/// Where a connection's replies go: to the writer thread, or onto the socket in place.
+pub(crate) struct Replies<B> {
+    sender: Sender<Reply<B>>,
+    out: Arc<ReplyOut>,
+}
+
+impl<B> Clone for Replies<B> {
+    fn clone(&self) -> Self {
+        Replies { sender: self.sender.clone(), out: Arc::clone(&self.out) }
+    }
+}
+
+/// The socket's writing side, shared by the writer thread and the reader's in-place replies.
+struct ReplyOut {
+    /// Held for each whole reply, so two never interleave.
+    writer: Mutex<WriterState>,
+    /// Replies sent to the writer thread and not yet written.
+    queued: AtomicUsize,
+    socket: Socket,
+    structured_replies: bool,
+    client_gone: Arc<AtomicBool>,
+    /// The connection's reader: the one thread that may write a reply in place. (A shard
+    /// thread that completes a request must never block on a client that does not read.)
+    reader_thread: thread::ThreadId,
+}
+
+struct WriterState {
+    /// `None` once the client was abandoned.
+    stream: Option<BufWriter<Socket>>,
+    /// The rest of a reply the reader began in place: written before anything else.
+    tail: Vec<u8>,
+}
+
+/// What became of a reply offered to [`ReplyOut::write_in_place`].
+enum InPlace<B> {
+    Sent,
+    /// The socket took part of it; the rest is the writer's, which this empty reply wakes.
+    Partly(Reply<B>),
+    /// For the writer thread.
+    NotNow(Reply<B>),
+}
+
+impl ReplyOut {
+    /// Sends `reply` now, without blocking, if this is the reader's thread and the writer has
+    /// nothing queued or buffered; hands it back otherwise.
+    fn write_in_place<B: AsRef<[u8]>>(&self, reply: Reply<B>) -> InPlace<B> {
+        if self.queued.load(Ordering::SeqCst) != 0 || thread::current().id() != self.reader_thread {
+            return InPlace::NotNow(reply);
+        }
+        let Ok(mut writer) = self.writer.try_lock() else { return InPlace::NotNow(reply) };
+        let idle = writer.tail.is_empty() && writer.stream.as_ref().is_some_and(|stream| stream.buffer().is_empty());
+        if !idle {
+            // An abandoned client's replies are dropped by the writer (credits released there).
+            return InPlace::NotNow(reply);
+        }
+        let (head, data) = reply_parts(&reply, self.structured_replies);
+        let total_bytes = head.len() + data.len();
+        if total_bytes > REPLY_BUFFER_BYTES {
+            // A large reply gains little from the wake-up saved and would often go in part.
+            return InPlace::NotNow(reply);
+        }
+        match send_now(&self.socket, &head, data) {
+            Ok(sent_bytes) if sent_bytes == total_bytes => InPlace::Sent,
+            Ok(0) => InPlace::NotNow(reply),
+            Ok(sent_bytes) => {
+                let mut rest = head.get(sent_bytes..).unwrap_or_default().to_vec();
+                rest.extend_from_slice(&data[sent_bytes.saturating_sub(head.len())..]);
+                writer.tail = rest;
+                InPlace::Partly(Reply { cookie: reply.cookie, is_read: false, outcome: Outcome::Tail, _credit: reply._credit })
+            }
+            Err(error) => {
+                abandon(&mut writer, &self.socket, &self.client_gone, &error);
+                InPlace::Sent
             }
         }
+    }
+}
+
+/// Sends what the socket takes at once of `head` then `data`; `Ok(0)` if it would block.
+fn send_now(socket: &Socket, head: &[u8], data: &[u8]) -> io::Result<usize> {
+    let iov = [
+        libc::iovec { iov_base: head.as_ptr() as *mut libc::c_void, iov_len: head.len() },
+        libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() },
+    ];
+    // SAFETY: a zeroed msghdr is valid; it points at two live iovecs over live buffers.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    message.msg_iovlen = if data.is_empty() { 1 } else { 2 };
+    loop {
+        // SAFETY: sendmsg reads the buffers described above and nothing else.
+        let sent = unsafe { libc::sendmsg(socket.raw_fd(), &message, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if sent >= 0 {
+            return Ok(sent as usize);
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(0),
+            _ => return Err(error),
+        }
+    }
+}
+
+/// Sends replies in completion order, batching writes while more are queued. After a write
+/// error it keeps draining so that every credit is released, then closes the socket.
+fn write_replies<B: AsRef<[u8]>>(out: &ReplyOut, replies: Receiver<Reply<B>>) {
+    while let Some(reply) = next_reply(&replies, out) {
+        let mut writer = out.writer.lock().expect("reply writer lock");
+        let state = &mut *writer;
+        if let Some(stream) = state.stream.as_mut() {
+            let tail = std::mem::take(&mut state.tail);
+            if let Err(error) = stream.write_all(&tail).and_then(|()| write_reply(stream, &reply, out.structured_replies)) {
+                abandon(&mut writer, &out.socket, &out.client_gone, &error);
+            }
+        }
+        drop(writer);
+        out.queued.fetch_sub(1, Ordering::SeqCst);
         drop(reply);
     }
-    if let Some(writer) = &mut out {
-        let _ = writer.flush();
+    if let Some(stream) = out.writer.lock().expect("reply writer lock").stream.as_mut() {
+        let _ = stream.flush();
     }
-    let _ = socket.shutdown(Shutdown::Both);
+    let _ = out.socket.shutdown(Shutdown::Both);
 }
 
 /// The next reply; flushes first if none is queued, so replies go out as soon as the queue
 /// runs dry. `None` once every sender is gone.
-fn next_reply<B>(
-    replies: &Receiver<Reply<B>>,
-    out: &mut Option<BufWriter<Socket>>,
-    socket: &Socket,
-    client_gone: &AtomicBool,
-) -> Option<Reply<B>> {
+fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &ReplyOut) -> Option<Reply<B>> {
     match replies.try_recv() {
         Ok(reply) => return Some(reply),
         Err(TryRecvError::Disconnected) => return None,
         Err(TryRecvError::Empty) => {}
     }
-    if let Some(writer) = out {
-        if let Err(error) = writer.flush() {
-            abandon(out, socket, client_gone, &error);
+    let mut writer = out.writer.lock().expect("reply writer lock");
+    if let Some(stream) = writer.stream.as_mut() {
+        if let Err(error) = stream.flush() {
+            abandon(&mut writer, &out.socket, &out.client_gone, &error);
         }
     }
+    drop(writer);
     replies.recv().ok()
 }
 
 /// The client is gone, or stuck for `reply_stall_timeout` (SO_SNDTIMEO): stop writing, and close
 /// the socket so the reader stops too.
-fn abandon(out: &mut Option<BufWriter<Socket>>, socket: &Socket, client_gone: &AtomicBool, error: &io::Error) {
+fn abandon(state: &mut WriterState, socket: &Socket, client_gone: &AtomicBool, error: &io::Error) {
     tracing::debug!(%error, "nbd: cannot send replies; dropping the connection");
     client_gone.store(true, Ordering::SeqCst);
-    *out = None;
+    state.stream = None;
+    state.tail.clear();
     let _ = socket.shutdown(Shutdown::Both);
 }
 
 fn write_reply<B: AsRef<[u8]>>(out: &mut impl Write, reply: &Reply<B>, structured_replies: bool) -> io::Result<()> {
+    let (head, data) = reply_parts(reply, structured_replies);
+    out.write_all(&head)?;
+    out.write_all(data)
+}
+
+/// A reply's bytes: its header (or whole reply) and the read data that follows it, if any.
+fn reply_parts<B: AsRef<[u8]>>(reply: &Reply<B>, structured_replies: bool) -> (Vec<u8>, &[u8]) {
     let cookie = reply.cookie;
     match (&reply.outcome, structured_replies) {
-        (Outcome::Done, true) if reply.is_read => out.write_all(&proto::encode_none_chunk(cookie)),
-        (Outcome::Done, _) => out.write_all(&proto::encode_simple_reply(cookie, 0)),
-        (Outcome::Data { buf, .. }, false) => {
-            out.write_all(&proto::encode_simple_reply(cookie, 0))?;
-            out.write_all(buf.as_ref())
-        }
+        (Outcome::Tail, _) => (Vec::new(), &[]),
+        (Outcome::Done, true) if reply.is_read => (proto::encode_none_chunk(cookie).to_vec(), &[]),
+        (Outcome::Done, _) => (proto::encode_simple_reply(cookie, 0).to_vec(), &[]),
+        (Outcome::Data { buf, .. }, false) => (proto::encode_simple_reply(cookie, 0).to_vec(), buf.as_ref()),
         (Outcome::Data { offset, buf }, true) => {
             let data = buf.as_ref();
             let data_len_bytes = u32::try_from(data.len()).expect("reads are at most PAYLOAD_MAX_BYTES");
             // One chunk, marked done: the data is complete, so no error can follow it.
-            out.write_all(&proto::encode_offset_data_header(cookie, *offset, data_len_bytes, true))?;
-            out.write_all(data)
+            (proto::encode_offset_data_header(cookie, *offset, data_len_bytes, true).to_vec(), data)
         }
-        (Outcome::Failed { error, .. }, false) => out.write_all(&proto::encode_simple_reply(cookie, error.nbd_error())),
-        (Outcome::Failed { error, message }, true) => out.write_all(&proto::encode_error_chunk(cookie, error.nbd_error(), message)),
+        (Outcome::Failed { error, .. }, false) => (proto::encode_simple_reply(cookie, error.nbd_error()).to_vec(), &[]),
+        (Outcome::Failed { error, message }, true) => (proto::encode_error_chunk(cookie, error.nbd_error(), message).to_vec(), &[]),
     }
 }
 
