@@ -6,9 +6,8 @@
 //!                                   └──── spawns writer thread ◀──── replies (channel) ◀── done()
 //! ```
 //!
-//! A reply completed on the connection thread itself (a device that served the request in
-//! place) while the writer has nothing queued is sent from there without blocking; the writer
-//! takes what the socket did not (see `transmission`).
+//! A reply is sent by the thread that completed it, without blocking, while the writer has
+//! nothing queued; the writer takes what the socket did not (see `transmission`).
 //!
 //! Everything a client can make the server hold is bounded by a [`ServerConfig`] field:
 //! connections, requests and payload bytes in flight per connection and in total, the time a

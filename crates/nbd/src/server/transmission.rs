@@ -1,11 +1,12 @@
 //! The transmission phase of one connection: this thread reads requests and submits them to
-//! the device without waiting; a writer thread sends each reply as its completion arrives. A
-//! reply completed on this thread itself (a device that served the request in place) while the
-//! writer has nothing queued goes straight onto the socket: handing it over would cost a
-//! thread wake-up and a context switch, most of a small read's time. It is sent without
-//! blocking: what the socket does not take at once goes to the writer thread, first in line, so
-//! the reader never waits on a client that is not reading (the client may be blocked sending
-//! the requests the reader should be reading).
+//! the device without waiting. A reply is sent by the thread that completes it (this one for a
+//! device that served the request in place, a device thread otherwise) while the writer thread
+//! has nothing queued: handing it over would cost a thread wake-up and a context switch, most of
+//! a small request's time. It is sent without blocking, the lock and the socket both only
+//! tried: what the socket does not take, and every reply that finds the writer busy, goes to
+//! the writer thread, the rest of a reply first in line. So no thread ever waits on a client
+//! that is not reading (the client may be blocked sending the requests the reader should read,
+//! and a device's thread serves other clients).
 //!
 //! Every request holds a [`Credit`] from submission until its reply is on the wire (or
 //! abandoned because the client is gone). Credits are bounded per connection and, for payload
@@ -63,7 +64,6 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Res
         socket: session.socket.clone(),
         structured_replies: session.structured_replies,
         client_gone: Arc::clone(&session.client_gone),
-        reader_thread: thread::current().id(),
     });
     let replies = Replies { sender, out: Arc::clone(&out) };
     let writer = thread::Builder::new()
@@ -478,9 +478,6 @@ struct ReplyOut {
     socket: Socket,
     structured_replies: bool,
     client_gone: Arc<AtomicBool>,
-    /// The connection's reader: the one thread that may write a reply in place. (A shard
-    /// thread that completes a request must never block on a client that does not read.)
-    reader_thread: thread::ThreadId,
 }
 
 struct WriterState {
@@ -500,10 +497,12 @@ enum InPlace<B> {
 }
 
 impl ReplyOut {
-    /// Sends `reply` now, without blocking, if this is the reader's thread and the writer has
-    /// nothing queued or buffered; hands it back otherwise.
+    /// Sends `reply` now, from the thread that completed it, if the writer has nothing queued
+    /// or buffered and nobody else is writing; hands it back otherwise. Never blocks (neither
+    /// the lock nor the socket): the caller may be a device's thread, which must not wait for
+    /// a client.
     fn write_in_place<B: AsRef<[u8]>>(&self, reply: Reply<B>) -> InPlace<B> {
-        if self.queued.load(Ordering::SeqCst) != 0 || thread::current().id() != self.reader_thread {
+        if self.queued.load(Ordering::SeqCst) != 0 {
             return InPlace::NotNow(reply);
         }
         let Ok(mut writer) = self.writer.try_lock() else { return InPlace::NotNow(reply) };
