@@ -20,6 +20,9 @@ struct BudgetState {
     bytes_peak: usize,
     next_ticket: u64,
     serving_ticket: u64,
+    /// Takers waiting on `changed`: without any, nobody is notified (a notification is a
+    /// system call, three per request before).
+    waiting: usize,
 }
 
 impl PayloadBudget {
@@ -38,14 +41,19 @@ impl PayloadBudget {
         let ticket = state.next_ticket;
         state.next_ticket += 1;
         while state.serving_ticket != ticket || (state.bytes > 0 && state.bytes + bytes > self.bytes_max) {
+            state.waiting += 1;
             state = self.changed.wait(state).unwrap();
+            state.waiting -= 1;
         }
         state.serving_ticket += 1;
         state.bytes += bytes;
         state.bytes_peak = state.bytes_peak.max(state.bytes);
+        let waiting = state.waiting > 0;
         drop(state);
         // The next ticket may fit too.
-        self.changed.notify_all();
+        if waiting {
+            self.changed.notify_all();
+        }
     }
 
     pub(crate) fn give_back(&self, bytes: usize) {
@@ -55,8 +63,11 @@ impl PayloadBudget {
         let mut state = self.state.lock().unwrap();
         assert!(state.bytes >= bytes, "giving back {bytes} bytes of a budget with {} taken", state.bytes);
         state.bytes -= bytes;
+        let waiting = state.waiting > 0;
         drop(state);
-        self.changed.notify_all();
+        if waiting {
+            self.changed.notify_all();
+        }
     }
 
     pub(crate) fn bytes(&self) -> usize {

@@ -374,6 +374,8 @@ pub(crate) struct InFlight {
 struct InFlightState {
     requests: usize,
     payload_bytes: usize,
+    /// The reader waits on `released`: only then is it notified (a system call).
+    reader_waiting: bool,
 }
 
 impl InFlight {
@@ -395,7 +397,9 @@ impl InFlight {
     fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
         let mut state = self.state.lock().unwrap();
         while state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
+            state.reader_waiting = true;
             state = self.released.wait(state).unwrap();
+            state.reader_waiting = false;
         }
         state.requests += 1;
         state.payload_bytes += payload_bytes;
@@ -421,10 +425,13 @@ impl Drop for Credit {
         state.requests -= 1;
         state.payload_bytes -= self.payload_bytes;
         self.in_flight.listener.requests_in_flight.fetch_sub(1, Ordering::SeqCst);
+        let reader_waiting = state.reader_waiting;
         drop(state);
         self.in_flight.budget.give_back(self.payload_bytes);
         // Only the connection's reader ever waits.
-        self.in_flight.released.notify_one();
+        if reader_waiting {
+            self.in_flight.released.notify_one();
+        }
     }
 }
 
