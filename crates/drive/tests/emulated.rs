@@ -92,34 +92,51 @@ fn measure(spec: &str, workload: Workload) -> Measured {
     run_virtual(&drive, &clock, workload)
 }
 
-/// Runs `workload` closed loop on the virtual clock: the simulator's loop of `next_due_ns`,
-/// `advance_to`, `poll_due`, `IoCtx::poll`.
+/// Runs `workload` closed loop on the virtual clock (see [`closed_loop`]).
 fn run_virtual(drive: &EmulatedDrive, clock: &VirtualClock, workload: Workload) -> Measured {
-    let mut ctx = IoCtx::without_ring();
     let mut rng = Rng(0x5eed_0000_0000_0001 ^ workload.block_bytes);
     let capacity_bytes = drive.info().capacity_bytes;
+    let mut submitted = workload.queue_depth.min(workload.op_count);
+    let first = (0..submitted).map(|index| (index as u64, workload.op(index, &mut rng, capacity_bytes))).collect();
+    let elapsed_ns = closed_loop(drive, clock, first, workload.op_count as u64, |_| {
+        (submitted < workload.op_count).then(|| {
+            submitted += 1;
+            ((submitted - 1) as u64, workload.op(submitted - 1, &mut rng, capacity_bytes))
+        })
+    });
+    let bytes = workload.op_count as u64 * workload.block_bytes;
+    Measured { op_count: workload.op_count, bytes, elapsed_ns }
+}
+
+/// The simulator's loop of `next_due_ns`, `advance_to`, `poll_due`, `IoCtx::poll`: submits
+/// `first` (token, operation), then for each completion whatever `next(its token)` gives, until
+/// `count` operations completed, each of them successfully. Returns the virtual ns it took.
+fn closed_loop(
+    drive: &EmulatedDrive,
+    clock: &VirtualClock,
+    first: Vec<(u64, DriveOp)>,
+    count: u64,
+    mut next: impl FnMut(u64) -> Option<(u64, DriveOp)>,
+) -> u64 {
+    let mut ctx = IoCtx::without_ring();
     let start_ns = clock.now_ns();
-    let mut submitted = 0;
-    while submitted < workload.queue_depth.min(workload.op_count) {
-        drive.submit(&mut ctx, submitted as u64, workload.op(submitted, &mut rng, capacity_bytes));
-        submitted += 1;
+    for (token, op) in first {
+        drive.submit(&mut ctx, token, op);
     }
     let (mut completed, mut out) = (0, Vec::new());
-    while completed < workload.op_count {
+    while completed < count {
         clock.advance_to(drive.next_due_ns().expect("operations are in flight"));
         drive.poll_due(&mut ctx);
         ctx.poll(&mut out, false);
         for completion in out.drain(..) {
             assert_eq!(completion.result, Ok(()));
             completed += 1;
-            if submitted < workload.op_count {
-                drive.submit(&mut ctx, submitted as u64, workload.op(submitted, &mut rng, capacity_bytes));
-                submitted += 1;
+            if let Some((token, op)) = next(completion.token) {
+                drive.submit(&mut ctx, token, op);
             }
         }
     }
-    let bytes = workload.op_count as u64 * workload.block_bytes;
-    Measured { op_count: workload.op_count, bytes, elapsed_ns: clock.now_ns() - start_ns }
+    clock.now_ns() - start_ns
 }
 
 fn check_within(what: &str, measured: f64, range: std::ops::RangeInclusive<f64>) {
@@ -228,32 +245,19 @@ fn interleaved_streams_mb_per_s(streams: u64, reads_per_stream: u64) -> f64 {
 }
 
 fn streams_on(drive: &EmulatedDrive, clock: &VirtualClock, streams: u64, reads_per_stream: u64) -> f64 {
-    let mut ctx = IoCtx::without_ring();
     let zone_bytes = 600 * GIB / 4;
     let read =
         |stream: u64, index: u64| DriveOp::Read { offset_bytes: stream * zone_bytes + index * 64 * KIB, buf: IoBuf::zeroed(64 << 10) };
-    let start_ns = clock.now_ns();
     let mut next_index = vec![1u64; streams as usize];
-    for stream in 0..streams {
-        drive.submit(&mut ctx, stream, read(stream, 0));
-    }
-    let (mut completed, mut out) = (0, Vec::new());
-    while completed < streams * reads_per_stream {
-        clock.advance_to(drive.next_due_ns().expect("reads are in flight"));
-        drive.poll_due(&mut ctx);
-        ctx.poll(&mut out, false);
-        for completion in out.drain(..) {
-            assert_eq!(completion.result, Ok(()));
-            completed += 1;
-            let stream = completion.token;
-            let index = &mut next_index[stream as usize];
-            if *index < reads_per_stream {
-                drive.submit(&mut ctx, stream, read(stream, *index));
-                *index += 1;
-            }
-        }
-    }
-    (streams * reads_per_stream * 64 * KIB) as f64 * 1e3 / (clock.now_ns() - start_ns) as f64
+    let first = (0..streams).map(|stream| (stream, read(stream, 0))).collect();
+    let elapsed_ns = closed_loop(drive, clock, first, streams * reads_per_stream, |stream| {
+        let index = &mut next_index[stream as usize];
+        (*index < reads_per_stream).then(|| {
+            *index += 1;
+            (stream, read(stream, *index - 1))
+        })
+    });
+    (streams * reads_per_stream * 64 * KIB) as f64 * 1e3 / elapsed_ns as f64
 }
 
 /// Physics: one head reads distinct sectors no faster than the media rate (204 MB/s in the
