@@ -58,7 +58,7 @@ pub fn ineligible(vd: &VirtualDrive) -> Option<&'static str> {
     if vd.members().iter().any(|m| !is_fast(&*m.drive())) {
         return Some("a member is a hard disk");
     }
-    ineligible_now(vd)
+    policies_or_members(vd).or_else(|| background_in_the_way(vd))
 }
 
 /// An SSD or a memory drive: one where a thread hop is a large part of a read's time.
@@ -66,8 +66,8 @@ fn is_fast(drive: &dyn drive::Drive) -> bool {
     drive.info().kind == DriveKind::Memory || drive.info().solid_state
 }
 
-/// What [`ineligible`] checks but the members' kinds (a request checks the one it reads).
-fn ineligible_now(vd: &VirtualDrive) -> Option<&'static str> {
+/// The policies and the members' states: what a request looks at first, atomics only.
+fn policies_or_members(vd: &VirtualDrive) -> Option<&'static str> {
     let policies = vd.policies();
     if policies.write() != WritePolicy::WriteThrough || policies.read() != ReadPolicy::NoReadAhead || policies.io() != IoPolicy::Direct {
         return Some("needs WT, NORA and Direct");
@@ -75,10 +75,10 @@ fn ineligible_now(vd: &VirtualDrive) -> Option<&'static str> {
     if !vd.unavailable().is_empty() {
         return Some("a member is not online");
     }
-    background_in_the_way(vd)
+    None
 }
 
-/// What [`ineligible`] checks that can change from one request to the next.
+/// Work that could answer a read differently, or should have the members to itself.
 fn background_in_the_way(vd: &VirtualDrive) -> Option<&'static str> {
     if vd.cache_dirty_bytes() > 0 {
         return Some("the cache holds dirty data of it");
@@ -131,11 +131,13 @@ pub(crate) struct FastRead {
 impl Engine {
     /// Sends a qualifying read down the Fast Path; hands the buffer and callback back otherwise.
     pub(crate) fn fast_read(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, done: Done) -> Result<(), (IoBuf, Done)> {
-        if ineligible_now(vd).is_some() {
+        if policies_or_members(vd).is_some() {
             return Err((buf, done));
         }
+        // The member's kind before the checks that take a lock per member: a VD of hard disks
+        // (the usual one that does not qualify) stops here.
         let placed = place(vd, offset_bytes, buf.len() as u64).filter(|&(_, member, _)| is_fast(&*vd.member(member).drive()));
-        let Some((row, member, drive_offset_bytes)) = placed else {
+        let Some((row, member, drive_offset_bytes)) = placed.filter(|_| background_in_the_way(vd).is_none()) else {
             return Err((buf, done));
         };
         let owner = self.shard_of_row(vd.geometry(), row);
@@ -216,10 +218,7 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, read: FastRead) {
 /// Delivers a read the member answered: to the client, or to the normal path on an error.
 fn complete(read: FastRead, result: Result<(), drive::DriveError>, buf: IoBuf) {
     let FastRead { vd, member, drive_offset_bytes, offset_bytes, done, owner, .. } = read;
-    let target = vd.member(member);
-    let len_bytes = buf.len() as u64;
-    target.last_end_bytes.store(drive_offset_bytes + len_bytes, Ordering::Relaxed);
-    target.read_streams.record(drive_offset_bytes, drive_offset_bytes + len_bytes);
+    vd.note_member_io(member, drive_offset_bytes, buf.len() as u64, true);
     // A bad block recorded while the read ran may lie under it: the guarded path decides.
     if result.is_err() || !vd.bad_blocks().is_empty() {
         return fall_back(owner, vd, offset_bytes, buf, done);

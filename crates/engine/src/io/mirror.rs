@@ -53,22 +53,23 @@ pub(crate) fn choose_copy(vd: &VirtualDrive, map: &RowMap, piece: &DataPiece, un
             .find(|place| !unavailable.contains(place.drive))
             .map(|place| (place.drive, place.drive_offset_bytes + piece.offset_in_strip_bytes));
     }
-    let copies: Vec<(u32, u64, bool, usize, u64)> = (0..map.copy_count())
-        .map(|copy| map.data_copy(piece.strip_index, copy))
-        .filter(|place| !unavailable.contains(place.drive))
-        .map(|place| {
-            let member = vd.member(place.drive);
-            let target = place.drive_offset_bytes + piece.offset_in_strip_bytes;
-            let distance = member.last_end_bytes.load(Ordering::Relaxed).abs_diff(target);
-            let continues = member.read_streams.continues(target);
-            (member.outstanding.load(Ordering::Relaxed), distance, continues, place.drive, target)
-        })
-        .collect();
-    let least_outstanding = copies.iter().map(|c| c.0).min()?;
-    let by_stream = copies.iter().filter(|c| c.2 && c.0 <= least_outstanding + STREAM_AFFINITY_SLACK).min_by_key(|c| c.0);
+    // (outstanding, distance, continues a stream, drive, drive offset) of each available copy.
+    let copies = || {
+        (0..map.copy_count()).map(|copy| map.data_copy(piece.strip_index, copy)).filter(|place| !unavailable.contains(place.drive)).map(
+            |place| {
+                let member = vd.member(place.drive);
+                let target = place.drive_offset_bytes + piece.offset_in_strip_bytes;
+                let distance = member.last_end_bytes.load(Ordering::Relaxed).abs_diff(target);
+                let continues = member.read_streams.continues(target);
+                (member.outstanding.load(Ordering::Relaxed), distance, continues, place.drive, target)
+            },
+        )
+    };
+    let least_outstanding = copies().map(|c| c.0).min()?;
+    let by_stream = copies().filter(|c| c.2 && c.0 <= least_outstanding + STREAM_AFFINITY_SLACK).min_by_key(|c| c.0);
     by_stream
-        .or_else(|| copies.iter().min_by_key(|&&(outstanding, distance, ..)| (outstanding, distance)))
-        .map(|&(_, _, _, drive, target)| (drive, target))
+        .or_else(|| copies().min_by_key(|&(outstanding, distance, ..)| (outstanding, distance)))
+        .map(|(_, _, _, drive, target)| (drive, target))
 }
 
 async fn mirror_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), VdError> {

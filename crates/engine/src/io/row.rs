@@ -139,11 +139,8 @@ pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> Drive
     };
     drop(copy);
     member.outstanding.fetch_sub(1, Ordering::Relaxed);
-    if let Some((offset, len)) = range {
-        member.last_end_bytes.store(offset + len, Ordering::Relaxed);
-        if is_read {
-            member.read_streams.record(offset, offset + len);
-        }
+    if let Some((offset_bytes, len_bytes)) = range {
+        env.vd.note_member_io(index, offset_bytes, len_bytes, is_read);
     }
     done
 }

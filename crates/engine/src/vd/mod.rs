@@ -289,6 +289,17 @@ impl VirtualDrive {
         self.replaying.load(Ordering::Acquire)
     }
 
+    /// A member operation over `len_bytes` at `offset_bytes` completed: where the member's head
+    /// is now and, for a read of a copy (the only levels that choose where to read), the stream
+    /// it continues.
+    pub(crate) fn note_member_io(&self, index: usize, offset_bytes: u64, len_bytes: u64, read: bool) {
+        let member = &self.members[index];
+        member.last_end_bytes.store(offset_bytes + len_bytes, Ordering::Relaxed);
+        if read && matches!(self.geometry.span_kind(), SpanKind::Mirror | SpanKind::OffsetMirror) {
+            member.read_streams.record(offset_bytes, offset_bytes + len_bytes);
+        }
+    }
+
     /// A shard's cache gained (`delta` > 0) or lost dirty bytes of this VD.
     pub(crate) fn note_cache_dirty(&self, delta: i64) {
         if delta >= 0 {
