@@ -111,6 +111,54 @@ impl Target for RecordingTarget {
     }
 }
 
+/// Counts the requests it takes and the flushes between points, and records the request count
+/// at each flush.
+#[derive(Default)]
+struct SettlingTarget {
+    requests: AtomicU64,
+    requests_at_settle: Mutex<Vec<u64>>,
+}
+
+impl Target for SettlingTarget {
+    fn describe(&self) -> String {
+        "settling".into()
+    }
+    fn capacity_bytes(&self) -> u64 {
+        1 << 30
+    }
+    fn submit(&self, _write: bool, _offset_bytes: u64, buf: IoBuf, done: IoDone) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        done(Ok(()), buf);
+    }
+    fn settle(&self) -> Result<(), String> {
+        self.requests_at_settle.lock().unwrap().push(self.requests.load(Ordering::Relaxed));
+        Ok(())
+    }
+}
+
+/// The target is flushed after every point, once its workers are done, so the next point does
+/// not pay for the writes of this one.
+#[test]
+fn the_target_is_settled_after_each_point() {
+    let target = Arc::new(SettlingTarget::default());
+    let info = TargetInfo { kind: "test".into(), capacity_bytes: target.capacity_bytes(), ..TargetInfo::default() };
+    let open = OpenTarget::shared(Arc::clone(&target) as Arc<dyn Target>, info);
+    let settings = RunSettings {
+        duration: Duration::from_millis(30),
+        ramp: Duration::ZERO,
+        seed: 1,
+        verify: false,
+        sweep: SweepOptions { workers: Some(vec![1, 2, 3]), queue_depths: Some(vec![1]), ..SweepOptions::default() },
+        pace: Pace::Closed,
+    };
+    let result = Runner::new(&open, settings).run_pattern(patterns::find("review-multithreaded-write").unwrap(), &mut Quiet);
+    assert_eq!(result.points.len(), 3);
+    let at_settle = target.requests_at_settle.lock().unwrap().clone();
+    assert_eq!(at_settle.len(), 3, "one flush per point: {at_settle:?}");
+    assert!(at_settle.windows(2).all(|w| w[0] < w[1]) && at_settle[0] > 0, "each after its point's requests: {at_settle:?}");
+    assert_eq!(*at_settle.last().unwrap(), target.requests.load(Ordering::Relaxed), "the last after the last request");
+}
+
 #[test]
 fn workers_stay_in_their_zones_and_a_target_that_completes_in_submit_does_not_recurse() {
     let zones = crate::runner::zones(patterns::ZoneRule::Slices, 3, 30 * MIB, 64 * KIB).unwrap();
