@@ -211,12 +211,10 @@ impl FileSet {
 
 /// Fills `buf` with the content of a file at byte `offset` (a multiple of 8) for `seed`.
 fn fill(buf: &mut [u8], seed: u64, offset: u64) {
-    let mut word = offset / 8;
-    for chunk in buf.chunks_mut(8) {
+    for (word, chunk) in (offset / 8..).zip(buf.chunks_mut(8)) {
         let mut s = seed ^ word.wrapping_mul(0xD134_2543_DE82_EF95);
         let v = splitmix(&mut s).to_le_bytes();
         chunk.copy_from_slice(&v[..chunk.len()]);
-        word += 1;
     }
 }
 

@@ -16,54 +16,26 @@
 //!
 //! Without the Fast Path, a read submitted on shard A for a row of shard B costs two thread
 //! wake-ups (A to B, B back to A's completion): at queue depth 1 that is most of its latency.
+//! A read submitted on a shard is served on that shard (through its own queue, see
+//! [`crate::shard`]); one submitted elsewhere goes to the row's owner, or is read in place.
 
 use crate::config::{IoPolicy, ReadPolicy, WritePolicy};
 use crate::io::mirror::choose_copy;
 use crate::runtime::Reactor;
-use crate::vd::VdCompletion;
-use crate::{Done, Engine, ShardMsg, VdRequest, VirtualDrive};
+use crate::vd::{MemberSet, MemberState, VdCompletion};
+use crate::{Done, Engine, ShardLink, ShardMsg, VdRequest, VirtualDrive};
 use drive::{DriveKind, DriveOp, IoBuf, IoCtx};
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-thread_local! {
-    /// The shard this thread runs, as the address of its waker (0 on other threads), so that
-    /// an engine can tell whether a request is submitted from one of its own shards.
-    static CURRENT_SHARD: Cell<usize> = const { Cell::new(0) };
-    /// Reads a shard sent itself: taken by its loop without the inbox's atomics and the
-    /// eventfd write a wake-up costs (the shard is awake, running the task that sent them).
-    static OWN_READS: RefCell<VecDeque<FastRead>> = const { RefCell::new(VecDeque::new()) };
-}
-
-/// The reads this shard sent itself, to spawn.
-pub(crate) fn take_own_reads() -> VecDeque<FastRead> {
-    OWN_READS.with(|reads| std::mem::take(&mut *reads.borrow_mut()))
-}
-
-/// Whether this shard sent itself reads that its loop has not taken yet.
-pub(crate) fn has_own_reads() -> bool {
-    OWN_READS.with(|reads| !reads.borrow().is_empty())
-}
-
-/// Called once by each shard thread.
-pub(crate) fn set_current_shard(waker: &Arc<drive::ShardWaker>) {
-    CURRENT_SHARD.with(|current| current.set(Arc::as_ptr(waker) as usize));
-}
-
 /// Why a VD does not take the Fast Path now, or `None` when it does (`vall show`).
 pub fn ineligible(vd: &VirtualDrive) -> Option<&'static str> {
-    if vd.members().iter().any(|m| !is_fast(&*m.drive())) {
+    if vd.members().iter().any(|m| !m.is_fast_drive()) {
         return Some("a member is a hard disk");
     }
     policies_or_members(vd).or_else(|| background_in_the_way(vd))
-}
-
-/// An SSD or a memory drive: one where a thread hop is a large part of a read's time.
-fn is_fast(drive: &dyn drive::Drive) -> bool {
-    drive.info().kind == DriveKind::Memory || drive.info().solid_state
 }
 
 /// The policies and the members' states: what a request looks at first, atomics only.
@@ -83,7 +55,7 @@ fn background_in_the_way(vd: &VirtualDrive) -> Option<&'static str> {
     if vd.cache_dirty_bytes() > 0 {
         return Some("the cache holds dirty data of it");
     }
-    if vd.members().iter().any(|m| m.copy_target().is_some()) {
+    if vd.members().iter().any(|m| m.is_copying()) {
         return Some("a member is being copied");
     }
     if !vd.bad_blocks().is_empty() {
@@ -110,7 +82,8 @@ fn place(vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Option<(u64, u
     if pieces.next().is_some() {
         return None;
     }
-    let (member, drive_offset_bytes) = choose_copy(vd, &map, &piece, vd.unavailable_for_read(row.row))?;
+    // Every member is online (checked before): each copy can be read.
+    let (member, drive_offset_bytes) = choose_copy(vd, &map, &piece, MemberSet::default())?;
     Some((row.row, member, drive_offset_bytes))
 }
 
@@ -118,14 +91,14 @@ fn place(vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Option<(u64, u
 /// Fast Path cannot finish it.
 pub(crate) struct FastRead {
     pub(crate) vd: Arc<VirtualDrive>,
-    row: u64,
     member: usize,
     drive_offset_bytes: u64,
     offset_bytes: u64,
-    buf: IoBuf,
+    /// The client's buffer: here until the read goes to the member (`None` while it is there).
+    buf: Option<IoBuf>,
     done: Done,
-    /// The owning shard's inbox and waker, for the fallback.
-    owner: (crossbeam_channel::Sender<ShardMsg>, Arc<drive::ShardWaker>),
+    /// The shard that owns the row, for the fallback.
+    owner: usize,
 }
 
 impl Engine {
@@ -136,19 +109,18 @@ impl Engine {
         }
         // The member's kind before the checks that take a lock per member: a VD of hard disks
         // (the usual one that does not qualify) stops here.
-        let placed = place(vd, offset_bytes, buf.len() as u64).filter(|&(_, member, _)| is_fast(&*vd.member(member).drive()));
+        let placed = place(vd, offset_bytes, buf.len() as u64).filter(|&(_, member, _)| vd.member(member).is_fast_drive());
         let Some((row, member, drive_offset_bytes)) = placed.filter(|_| background_in_the_way(vd).is_none()) else {
             return Err((buf, done));
         };
-        let owner = self.shard_of_row(vd.geometry(), row);
-        let current = CURRENT_SHARD.with(Cell::get);
-        let own = self.shards.iter().position(|s| Arc::as_ptr(&s.waker) as usize == current);
-        let owner_link = (self.shards[owner].inbox.clone(), Arc::clone(&self.shards[owner].waker));
+        let owner = self.shard_of_row(vd, row);
+        let own = self.shards.iter().position(|s| s.is_current());
         vd.begin_request();
-        let read = FastRead { vd: Arc::clone(vd), row, member, drive_offset_bytes, offset_bytes, buf, done, owner: owner_link };
+        let read = FastRead { vd: Arc::clone(vd), member, drive_offset_bytes, offset_bytes, buf: Some(buf), done, owner };
         match own {
-            Some(_) => OWN_READS.with(|reads| reads.borrow_mut().push_back(read)),
-            None if reads_in_place(&*vd.member(member).drive()) => serve_in_place(read),
+            // Served here: no hop.
+            Some(_) => crate::shard::send_own_read(read),
+            None if reads_in_place(&*vd.member(member).drive()) => serve_in_place(read, Owner::Link(&self.shards[owner].link)),
             None => self.shards[owner].send(ShardMsg::FastRead(Box::new(read))),
         }
         Ok(())
@@ -168,12 +140,12 @@ thread_local! {
 }
 
 /// Serves a Fast Path read on the submitting thread, which is no shard (see [`reads_in_place`]).
-fn serve_in_place(read: FastRead) {
-    let Some(mut read) = still_placed(read) else { return };
+fn serve_in_place(read: FastRead, owner: Owner) {
+    let Some(mut read) = still_placed(read, &owner) else { return };
     let target = read.vd.member(read.member);
     target.outstanding.fetch_add(1, Ordering::Relaxed);
     let drive = target.drive();
-    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf: std::mem::replace(&mut read.buf, IoBuf::zeroed(0)) };
+    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf: read.buf.take().expect("the buffer is with the read") };
     let completion = IN_PLACE.with(|ctx| {
         let mut ctx = ctx.borrow_mut();
         let ctx = ctx.get_or_insert_with(IoCtx::without_ring);
@@ -188,16 +160,16 @@ fn serve_in_place(read: FastRead) {
         out.pop().expect("one read, one completion")
     });
     target.outstanding.fetch_sub(1, Ordering::Relaxed);
-    complete(read, completion.result, completion.buf.expect("a read returns its buffer"));
+    complete(read, completion.result, completion.buf.expect("a read returns its buffer"), owner);
 }
 
 /// The read, unless its member left service or background work began since it was placed
 /// (then it went to the normal path).
-fn still_placed(read: FastRead) -> Option<FastRead> {
-    let changed = read.vd.unavailable_for_read(read.row).contains(read.member) || background_in_the_way(&read.vd).is_some();
+fn still_placed(read: FastRead, owner: &Owner) -> Option<FastRead> {
+    let changed = read.vd.member(read.member).state() != MemberState::Online || background_in_the_way(&read.vd).is_some();
     if changed {
-        let FastRead { vd, offset_bytes, buf, done, owner, .. } = read;
-        fall_back(owner, vd, offset_bytes, buf, done);
+        let FastRead { vd, offset_bytes, buf, done, .. } = read;
+        fall_back(owner, vd, offset_bytes, buf.expect("the buffer is with the read"), done);
         return None;
     }
     Some(read)
@@ -205,38 +177,42 @@ fn still_placed(read: FastRead) -> Option<FastRead> {
 
 /// Serves a Fast Path read on the shard it was sent to.
 pub(crate) async fn serve(reactor: Rc<Reactor>, read: FastRead) {
-    let Some(mut read) = still_placed(read) else { return };
+    let owner = Owner::Index(read.owner);
+    let Some(mut read) = still_placed(read, &owner) else { return };
     let target = read.vd.member(read.member);
     target.outstanding.fetch_add(1, Ordering::Relaxed);
     let drive = target.drive();
-    let buf = std::mem::replace(&mut read.buf, IoBuf::zeroed(0));
+    let buf = read.buf.take().expect("the buffer is with the read");
     let finished = reactor.submit(&*drive, DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf }).await;
     target.outstanding.fetch_sub(1, Ordering::Relaxed);
-    complete(read, finished.result, finished.buf.expect("a read returns its buffer"));
+    complete(read, finished.result, finished.buf.expect("a read returns its buffer"), owner);
 }
 
 /// Delivers a read the member answered: to the client, or to the normal path on an error.
-fn complete(read: FastRead, result: Result<(), drive::DriveError>, buf: IoBuf) {
-    let FastRead { vd, member, drive_offset_bytes, offset_bytes, done, owner, .. } = read;
+fn complete(read: FastRead, result: Result<(), drive::DriveError>, buf: IoBuf, owner: Owner) {
+    let FastRead { vd, member, drive_offset_bytes, offset_bytes, done, .. } = read;
     vd.note_member_io(member, drive_offset_bytes, buf.len() as u64, true);
     // A bad block recorded while the read ran may lie under it: the guarded path decides.
     if result.is_err() || !vd.bad_blocks().is_empty() {
-        return fall_back(owner, vd, offset_bytes, buf, done);
+        return fall_back(&owner, vd, offset_bytes, buf, done);
     }
     vd.count_fast_path_read();
     vd.finish(VdCompletion { result: Ok(()), buf: Some(buf) }, done, false);
 }
 
 /// The owning shard serves the read through the normal path; it stays counted in flight.
-fn fall_back(
-    (inbox, waker): (crossbeam_channel::Sender<ShardMsg>, Arc<drive::ShardWaker>),
-    vd: Arc<VirtualDrive>,
-    offset_bytes: u64,
-    buf: IoBuf,
-    done: Done,
-) {
+fn fall_back(owner: &Owner, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, done: Done) {
     let message = ShardMsg::Request { vd, request: VdRequest::Read { offset_bytes, buf }, done };
-    if inbox.send(message).is_ok() {
-        waker.wake();
+    match owner {
+        Owner::Link(link) => link.send(message),
+        Owner::Index(index) => crate::shard::send_to_shard(*index, message),
     }
+}
+
+/// How a read the Fast Path cannot finish reaches the shard that owns its row: through the
+/// engine's link on a thread that is no shard (reading in place, called by the engine), by
+/// index from a shard, which knows its engine's shards.
+enum Owner<'a> {
+    Link(&'a ShardLink),
+    Index(usize),
 }

@@ -127,6 +127,9 @@ enum ShardMsg {
     },
     /// The cache's periodic nudge: destage what grew old, checkpoint the journal.
     Tick,
+    /// Every shard of the engine, sent once at start: where a task on this shard sends work
+    /// that another shard owns (a Fast Path read's fallback).
+    Links(Arc<[Arc<ShardLink>]>),
     /// The cache's counters (see [`Engine::cache_stats`]).
     Stats {
         done: Box<dyn FnOnce(cache::CacheStats) + Send>,
@@ -170,16 +173,39 @@ enum RowJob {
 }
 
 struct ShardHandle {
+    link: Arc<ShardLink>,
+    /// `link.waker`'s address, here in the engine's own (read-only) memory: telling whether
+    /// this thread is the shard touches no line that the shard's threads write.
+    waker_addr: usize,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Where a shard's messages go: its inbox, and the waker that gets it out of its ring's wait.
+pub(crate) struct ShardLink {
     inbox: Sender<ShardMsg>,
     waker: Arc<ShardWaker>,
-    thread: Option<JoinHandle<()>>,
+}
+
+impl ShardLink {
+    /// Queues `msg` for the shard: in the shard's own queue when this thread is that shard.
+    pub(crate) fn send(&self, msg: ShardMsg) {
+        if shard::is_current(&self.waker) {
+            return shard::send_own(msg);
+        }
+        if self.inbox.send(msg).is_ok() {
+            self.waker.wake();
+        }
+    }
 }
 
 impl ShardHandle {
     fn send(&self, msg: ShardMsg) {
-        if self.inbox.send(msg).is_ok() {
-            self.waker.wake();
-        }
+        self.link.send(msg);
+    }
+
+    /// Whether this thread is this shard.
+    fn is_current(&self) -> bool {
+        shard::current_waker_addr() == self.waker_addr
     }
 }
 
@@ -211,7 +237,11 @@ impl Engine {
         for index in 0..config.shard_count {
             shards.push(start_shard(index, config)?);
         }
-        let ticker = start_ticker(shards.iter().map(|s| (s.inbox.clone(), Arc::clone(&s.waker))).collect())?;
+        let links: Arc<[Arc<ShardLink>]> = shards.iter().map(|s| Arc::clone(&s.link)).collect();
+        for shard in &shards {
+            shard.send(ShardMsg::Links(Arc::clone(&links)));
+        }
+        let ticker = start_ticker(shards.iter().map(|s| (s.link.inbox.clone(), Arc::clone(&s.link.waker))).collect())?;
         Ok(Engine { shards, ticker: Some(ticker), cache_bytes: config.cache_bytes, read_ahead_bytes: config.read_ahead_bytes })
     }
 
@@ -331,7 +361,7 @@ impl Engine {
         let mut run_start = offset_bytes;
         let mut run_shard = None;
         for row in vd.geometry().rows(offset_bytes, buf.len() as u64) {
-            let shard = self.shard_of_row(vd.geometry(), row.row);
+            let shard = self.shard_of_row(vd, row.row);
             if run_shard.is_some_and(|s| s != shard) {
                 let rest = buf.split_off((row.vd_offset_bytes - run_start) as usize);
                 pieces.push((run_shard.expect("checked"), run_start, std::mem::replace(&mut buf, rest)));
@@ -361,7 +391,7 @@ impl Engine {
         let mut start = range.start;
         let mut shard: Option<usize> = None;
         for row in vd.geometry().rows(range.start, range.end - range.start) {
-            let row_shard = self.shard_of_row(vd.geometry(), row.row);
+            let row_shard = self.shard_of_row(vd, row.row);
             if let Some(previous) = shard.filter(|&s| s != row_shard) {
                 vd.begin_request();
                 self.shards[previous].send(ShardMsg::Prefetch { vd: Arc::clone(vd), range: start..row.vd_offset_bytes });
@@ -380,9 +410,11 @@ impl Engine {
         self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done });
     }
 
-    /// The shard that owns `row`: rows are dealt to shards in strides.
-    fn shard_of_row(&self, geometry: &layout::Geometry, row: u64) -> usize {
-        ((row / shard_stride_rows(geometry)) % self.shards.len() as u64) as usize
+    /// The shard that owns `row` of `vd`: rows are dealt to shards in strides, each VD's
+    /// starting at a shard of its own, so that many VDs' first rows (where every file system
+    /// keeps its hottest blocks, where every benchmark starts) do not all land on one shard.
+    fn shard_of_row(&self, vd: &VirtualDrive, row: u64) -> usize {
+        ((row / shard_stride_rows(vd.geometry()) + vd.id()) % self.shards.len() as u64) as usize
     }
 
     /// Rebuilds the strips that the `targets` members hold in row `row`, on the shard that owns
@@ -467,7 +499,7 @@ impl Engine {
     /// Hands a row job to the row's shard, counted in the VD's requests in flight like a request.
     fn send_row(&self, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
         vd.begin_request();
-        let shard = self.shard_of_row(vd.geometry(), row);
+        let shard = self.shard_of_row(vd, row);
         self.shards[shard].send(ShardMsg::Row { vd: Arc::clone(vd), row, job });
     }
 

@@ -1,9 +1,12 @@
 //! A shard's thread: its loop, the messages it serves, and the ticker that nudges its cache.
 
+use crate::fast_path::FastRead;
 use crate::runtime::{CompletionOrder, Executor, Reactor};
-use crate::{cache, io, EngineConfig, RowJob, ShardHandle, ShardMsg, VdRequest, VirtualDrive};
+use crate::{cache, io, EngineConfig, RowJob, ShardHandle, ShardLink, ShardMsg, VdRequest, VirtualDrive};
 use crossbeam_channel::{Receiver, Sender};
 use drive::{Completion, IoCtx, IoCtxConfig, ShardWaker};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,7 +22,49 @@ pub(crate) fn start_shard(index: usize, config: EngineConfig) -> std::io::Result
         shard_main(index, config, ctx, inbox_rx, ready_tx);
     })?;
     let waker = ready_rx.recv().expect("shard reports whether it started")?;
-    Ok(ShardHandle { inbox: inbox_tx, waker, thread: Some(thread) })
+    let waker_addr = Arc::as_ptr(&waker) as usize;
+    Ok(ShardHandle { link: Arc::new(ShardLink { inbox: inbox_tx, waker }), waker_addr, thread: Some(thread) })
+}
+
+thread_local! {
+    /// The shard this thread runs, as the address of its waker (0 on other threads), so that
+    /// a message for it can be told from one for another shard.
+    static CURRENT_SHARD: Cell<usize> = const { Cell::new(0) };
+    /// Messages a shard sent itself: taken by its loop without the inbox's atomics and the
+    /// eventfd write a wake-up costs (the shard is awake, running the task that sent them),
+    /// and never blocked by its own full inbox. Bounded by the work in flight that sent them.
+    static OWN_MSGS: RefCell<VecDeque<ShardMsg>> = const { RefCell::new(VecDeque::new()) };
+    /// Fast Path reads a shard sent itself, as [`OWN_MSGS`] but unboxed: one allocation less
+    /// on the path that exists to be short.
+    static OWN_READS: RefCell<VecDeque<FastRead>> = const { RefCell::new(VecDeque::new()) };
+    /// Every shard of this shard's engine (see [`ShardMsg::Links`]).
+    static LINKS: RefCell<Option<Arc<[Arc<ShardLink>]>>> = const { RefCell::new(None) };
+}
+
+/// The address of the waker of the shard this thread runs; 0 on a thread that is no shard.
+pub(crate) fn current_waker_addr() -> usize {
+    CURRENT_SHARD.with(Cell::get)
+}
+
+/// Whether this thread is the shard that `waker` wakes.
+pub(crate) fn is_current(waker: &Arc<ShardWaker>) -> bool {
+    current_waker_addr() == Arc::as_ptr(waker) as usize
+}
+
+/// Queues a Fast Path read for the shard this thread runs.
+pub(crate) fn send_own_read(read: FastRead) {
+    OWN_READS.with(|own| own.borrow_mut().push_back(read));
+}
+
+/// Sends `msg` to shard `index` of this shard's engine, from a task on one of its shards.
+pub(crate) fn send_to_shard(index: usize, msg: ShardMsg) {
+    let link = LINKS.with(|links| links.borrow().as_ref().map(|links| Arc::clone(&links[index])));
+    link.expect("a shard knows its engine's shards before its first request").send(msg);
+}
+
+/// Queues a message for the shard this thread runs (see [`is_current`]).
+pub(crate) fn send_own(msg: ShardMsg) {
+    OWN_MSGS.with(|own| own.borrow_mut().push_back(msg));
 }
 
 type ReadyTx = std::sync::mpsc::SyncSender<std::io::Result<Arc<ShardWaker>>>;
@@ -46,7 +91,7 @@ pub(crate) fn start_ticker(shards: Vec<(Sender<ShardMsg>, Arc<ShardWaker>)>) -> 
 /// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
 fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
     let waker = ctx.waker();
-    crate::fast_path::set_current_shard(&waker);
+    CURRENT_SHARD.with(|current| current.set(Arc::as_ptr(&waker) as usize));
     ready.send(Ok(Arc::clone(&waker))).expect("starter waits");
     let reactor = Reactor::new(ctx, CompletionOrder::Fifo);
     reactor.set_shard_index(index);
@@ -57,14 +102,18 @@ fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receive
         while let Ok(msg) = inbox.try_recv() {
             stopping |= spawn_msg(&mut executor, msg);
         }
-        for read in crate::fast_path::take_own_reads() {
+        for msg in OWN_MSGS.with(|own| std::mem::take(&mut *own.borrow_mut())) {
+            stopping |= spawn_msg(&mut executor, msg);
+        }
+        for read in OWN_READS.with(|own| std::mem::take(&mut *own.borrow_mut())) {
             executor.spawn(crate::fast_path::serve(Rc::clone(executor.reactor()), read));
         }
         if stopping && executor.live_tasks() == 0 && reactor.in_flight() == 0 {
             return;
         }
         waker.prepare_sleep();
-        if !inbox.is_empty() || crate::fast_path::has_own_reads() {
+        let own_work = OWN_MSGS.with(|own| !own.borrow().is_empty()) || OWN_READS.with(|own| !own.borrow().is_empty());
+        if !inbox.is_empty() || own_work {
             waker.cancel_sleep();
             continue;
         }
@@ -134,6 +183,10 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
         }
         ShardMsg::Tick => {
             cache::tick(&reactor);
+            false
+        }
+        ShardMsg::Links(links) => {
+            LINKS.with(|own| *own.borrow_mut() = Some(links));
             false
         }
         ShardMsg::Quiesce { done } => {

@@ -154,3 +154,45 @@ fn the_threaded_engine_serves_requests_that_span_shards() {
     assert_same(engine.read_at(&rig.vd, 512 * 3, data.len()).unwrap().as_slice(), &data, "threaded");
     assert_eq!(rig.vd.state(), VdState::Degraded);
 }
+
+#[test]
+fn each_vd_deals_its_rows_to_the_shards_from_a_shard_of_its_own() {
+    let engine = Engine::start(EngineConfig { shard_count: 2, ..Default::default() }).unwrap();
+    let layout = |level| VdLayout { level, strip_size_bytes: 64 * KIB, drives_per_span: None, member_size_bytes: None };
+    let vds: Vec<VirtualDrive> = (0..4)
+        .map(|id| VirtualDrive::new(id, "v", layout(Level::Jbod), vec![Arc::new(MemDrive::new(64 * MIB)) as Arc<dyn Drive>]).unwrap())
+        .collect();
+    let first_shards: Vec<usize> = vds.iter().map(|vd| engine.shard_of_row(vd, 0)).collect();
+    assert_eq!(first_shards, [0, 1, 0, 1], "four VDs' first rows spread over both shards");
+    // Within a VD, strides of rows take turns, as before.
+    let stride = shard_stride_rows(vds[1].geometry());
+    assert_eq!(engine.shard_of_row(&vds[1], stride - 1), 1);
+    assert_eq!(engine.shard_of_row(&vds[1], stride), 0);
+}
+
+/// A task on a shard that submits to rows its own shard owns does not wait for room in its own
+/// inbox (it would wait forever: only it empties that inbox): its messages go to its own queue.
+#[test]
+fn a_shard_submitting_to_itself_never_waits_on_its_own_full_inbox() {
+    let engine = Arc::new(Engine::start(EngineConfig { shard_count: 1, inbox_depth: 2, ..Default::default() }).unwrap());
+    let rig = rig(Level::Raid1, 2, 64);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let (inner_engine, inner_vd) = (Arc::clone(&engine), Arc::clone(&rig.vd));
+    let first: Done = Box::new(move |completion| {
+        completion.result.unwrap();
+        // On the shard: 64 writes (never the Fast Path), far more than the inbox holds.
+        for index in 0..64u64 {
+            let sender = sender.clone();
+            let write = VdRequest::Write { offset_bytes: index * 4096, buf: IoBuf::from_slice(&[index as u8; 4096]) };
+            inner_engine.submit(&inner_vd, write, Box::new(move |done| sender.send(done.result).unwrap()));
+        }
+    });
+    engine.submit(&rig.vd, VdRequest::Write { offset_bytes: MIB, buf: IoBuf::from_slice(&[9; 4096]) }, first);
+    for _ in 0..64 {
+        let result = receiver.recv_timeout(std::time::Duration::from_secs(10)).expect("the shard stalled on its own inbox");
+        result.unwrap();
+    }
+    for index in 0..64u64 {
+        assert_eq!(engine.read_at(&rig.vd, index * 4096, 4096).unwrap().as_slice(), &[index as u8; 4096]);
+    }
+}

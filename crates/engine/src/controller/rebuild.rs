@@ -168,11 +168,12 @@ impl Controller {
             record.rebuild_row = 0;
         }
         match state.config.drives.iter().find(|d| d.slot == old_slot).map(|d| d.state) {
+            // The transitions are logged; nothing else follows from them here.
             Some(DriveState::Failed) => {
-                drop(self.transition(state, old_slot, DriveState::UnconfiguredBad, state::Cause::Replaced, Some(&detail)))
+                let _ = self.transition(state, old_slot, DriveState::UnconfiguredBad, state::Cause::Replaced, Some(&detail));
             }
             Some(DriveState::Offline) => {
-                drop(self.transition(state, old_slot, DriveState::UnconfiguredGood, state::Cause::Replaced, Some(&detail)))
+                let _ = self.transition(state, old_slot, DriveState::UnconfiguredGood, state::Cause::Replaced, Some(&detail));
             }
             _ => {
                 state.config.drives.retain(|d| d.slot != old_slot);

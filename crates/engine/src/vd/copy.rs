@@ -65,6 +65,7 @@ impl VirtualDrive {
         let source = member.drive();
         assert!(!same_drive(&source, &target), "v{}: member {index} cannot be copied onto itself", self.id);
         *copy = Some(Arc::new(CopyTarget { source, target, failed: AtomicBool::new(false), reported: AtomicBool::new(false) }));
+        member.copying.store(true, Ordering::Release);
     }
 
     /// The copy of member `index`, if one runs.
@@ -80,8 +81,11 @@ impl VirtualDrive {
         assert!(!copy.has_failed(), "v{}: the copy target of member {index} failed; it cannot take the member's place", self.id);
         assert_eq!(member.state(), MemberState::Online, "v{}: member {index} left service during its copy", self.id);
         // The drive first, then the copy: see the module docs.
-        *member.drive.write().expect("member drive lock poisoned") = Arc::clone(&copy.target);
-        *member.copy.write().expect("member copy lock poisoned") = None;
+        member.set_drive(Arc::clone(&copy.target));
+        let mut running = member.copy.write().expect("member copy lock poisoned");
+        *running = None;
+        member.copying.store(false, Ordering::Release);
+        drop(running);
         member.read_errors.store(0, Ordering::Relaxed);
         copy
     }
@@ -90,7 +94,10 @@ impl VirtualDrive {
     /// left service): the target gets no more writes once [`VirtualDrive::wait_copy_released`]
     /// returns.
     pub fn end_copy(&self, index: usize) -> Option<Arc<CopyTarget>> {
-        self.members[index].copy.write().expect("member copy lock poisoned").take()
+        let member = &self.members[index];
+        let mut running = member.copy.write().expect("member copy lock poisoned");
+        member.copying.store(false, Ordering::Release);
+        running.take()
     }
 
     /// Waits until no operation holds `copy` any more (the caller's handle aside): then nothing

@@ -16,7 +16,7 @@ pub use copy::CopyTarget;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 
 use crate::Done;
-use drive::{Drive, DriveError, OpKind};
+use drive::{Drive, DriveError, DriveKind, OpKind};
 use layout::{Geometry, GeometryConfig, Level, SpanKind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -100,14 +100,24 @@ pub struct Member {
     missed_writes: std::sync::atomic::AtomicBool,
     /// The copy of this member to another drive, while one runs (see `copy`).
     copy: RwLock<Option<Arc<CopyTarget>>>,
+    /// `copy` holds a copy: set and cleared under its write lock, read without a lock by the
+    /// Fast Path's checks.
+    copying: AtomicBool,
+    /// The drive is an SSD or memory (the Fast Path's rule), kept with `drive`.
+    fast_drive: AtomicBool,
     /// While `Rebuilding`: the rows the rebuild made current (see `rebuilt`).
     rebuilt: rebuilt::RebuiltRows,
+}
+
+/// SSDs and memory: the drives the Fast Path reads directly (next to a hard disk's seek, the
+/// hop it saves is nothing).
+pub(crate) fn is_fast_drive(drive: &dyn Drive) -> bool {
+    drive.info().kind == DriveKind::Memory || drive.info().solid_state
 }
 
 impl Member {
     fn new(drive: Arc<dyn Drive>) -> Member {
         Member {
-            drive: RwLock::new(drive),
             state: AtomicU8::new(MemberState::Online as u8),
             outstanding: AtomicU32::new(0),
             last_end_bytes: AtomicU64::new(0),
@@ -115,8 +125,28 @@ impl Member {
             read_errors: AtomicU32::new(0),
             missed_writes: std::sync::atomic::AtomicBool::new(false),
             copy: RwLock::new(None),
+            copying: AtomicBool::new(false),
+            fast_drive: AtomicBool::new(is_fast_drive(&*drive)),
+            drive: RwLock::new(drive),
             rebuilt: rebuilt::RebuiltRows::default(),
         }
+    }
+
+    /// Puts `drive` in this member's place.
+    fn set_drive(&self, drive: Arc<dyn Drive>) {
+        let mut current = self.drive.write().expect("member drive lock poisoned");
+        self.fast_drive.store(is_fast_drive(&*drive), Ordering::Release);
+        *current = drive;
+    }
+
+    /// Whether a copy of this member runs, without taking its lock.
+    pub fn is_copying(&self) -> bool {
+        self.copying.load(Ordering::Acquire)
+    }
+
+    /// Whether the member's drive is an SSD or memory, without taking its lock.
+    pub fn is_fast_drive(&self) -> bool {
+        self.fast_drive.load(Ordering::Acquire)
     }
 
     /// The copy of this member to another drive, if one runs. The I/O path reads it before
@@ -155,10 +185,21 @@ pub struct VdLayout {
     pub member_size_bytes: Option<u64>,
 }
 
-/// The instant client request times are counted from (a u64 of ns fits in an atomic).
+/// The instant this process first asked: what "no client request yet" reads as.
 fn clock_epoch() -> Instant {
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in ns: the clock's last tick (1 to 4 ms old), read in a few ns
+/// where `Instant::now` costs twenty-odd: it is taken on every client request.
+fn coarse_now_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec for the call to fill; the clock id is a constant the
+    // kernel has had since 2.6.32.
+    let result = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
+    assert_eq!(result, 0, "CLOCK_MONOTONIC_COARSE is unavailable");
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// Source of [`VirtualDrive::instance_id`].
@@ -184,7 +225,7 @@ pub struct VirtualDrive {
     init_epoch: AtomicU64,
     /// Set once the VD is deleted: every request fails from then on.
     retired: AtomicBool,
-    /// When a client last submitted a request, in ns since [`clock_epoch`]: background
+    /// When a client last submitted a request, in ns of [`coarse_now_ns`] (0: never): background
     /// operations slow down to their rate while clients are busy.
     last_client_request_ns: AtomicU64,
     /// Request pieces queued or running on shards, plus writes whose acknowledgement is held.
@@ -539,7 +580,7 @@ impl VirtualDrive {
             "v{}: the new drive of member {index} is too small",
             self.id
         );
-        *member.drive.write().expect("member drive lock poisoned") = drive;
+        member.set_drive(drive);
         // Whatever it missed is what the rebuild writes.
         member.missed_writes.store(true, Ordering::Release);
         // Before the state: no read may find the member Rebuilding with an earlier rebuild's rows.

@@ -53,12 +53,23 @@ impl VirtualDrive {
 
     /// Notes that a client submitted a request now.
     pub(crate) fn note_client_request(&self) {
-        self.last_client_request_ns.store(clock_epoch().elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let now_ns = coarse_now_ns();
+        // Once per tick of the coarse clock, not per request: the line stays shared between
+        // the shards that submit.
+        if self.last_client_request_ns.load(Ordering::Relaxed) != now_ns {
+            self.last_client_request_ns.store(now_ns, Ordering::Relaxed);
+        }
     }
 
-    /// When a client last submitted a request (the process's start if none has).
+    /// When a client last submitted a request (the process's start if none has), to within a
+    /// tick of the coarse clock (a few ms; the windows that use it are 200 ms).
     pub fn last_client_request(&self) -> Instant {
-        clock_epoch() + Duration::from_nanos(self.last_client_request_ns.load(Ordering::Relaxed))
+        let last_ns = self.last_client_request_ns.load(Ordering::Relaxed);
+        let age = Duration::from_nanos(coarse_now_ns().saturating_sub(last_ns));
+        match last_ns {
+            0 => clock_epoch(),
+            _ => Instant::now().checked_sub(age).unwrap_or_else(clock_epoch),
+        }
     }
 
     pub fn requests_in_flight(&self) -> usize {
