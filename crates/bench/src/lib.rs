@@ -9,8 +9,9 @@
 //! - [`patterns`]: the pattern table and the suites; a pattern's sweep expands to points.
 //! - [`workload`]: workers that drive a [`target::Target`], closed or open loop.
 //! - [`verify`]: `--verify`, headed sectors written and checked on read.
-//! - [`target`], [`nbd_target`], [`open`]: what is measured: a VD built in this process, a file
-//!   or block device through io_uring, an NBD export; `open` parses `--target`.
+//! - [`target`], [`nbd_target`], [`build`], [`open`]: what is measured: a VD or a raw drive
+//!   built in this process, a set of either (several disks, as an HBA's), a file or block
+//!   device through io_uring, an NBD export; [`target_spec`] parses `--target`.
 //! - [`runner`]: runs patterns on a target into [`results`], the serialisable result model.
 //!
 //! # Design decisions
@@ -26,6 +27,7 @@
 //! the machine, storc's version and every setting, so a number never travels without its
 //! context. This crate measures; it asserts nothing about speed.
 
+pub mod build;
 pub mod files;
 pub mod machine;
 pub mod nbd_target;
@@ -37,6 +39,7 @@ pub mod results;
 pub mod runner;
 pub mod spec;
 pub mod target;
+pub mod target_spec;
 pub mod verify;
 pub mod workload;
 

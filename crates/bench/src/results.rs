@@ -69,6 +69,10 @@ pub struct TargetInfo {
     /// Whether the drives bypass the page cache.
     pub direct_io: Option<bool>,
     pub engine_shards: Option<usize>,
+    /// The disks of a `set:`, which workers are assigned to as IOMeter assigns them; the other
+    /// fields then describe one disk, but `capacity_bytes` and `drives` every disk.
+    #[serde(default)]
+    pub disk_count: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

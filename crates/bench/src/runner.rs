@@ -95,12 +95,14 @@ impl<'a> Runner<'a> {
     /// Runs one point; a point the target cannot hold is returned with `skipped` set.
     pub fn run_point(&mut self, plan: &PointPlan) -> Point {
         let workers = plan.groups.iter().map(|g| g.workers).sum();
-        let total_queue_depth = plan.groups.iter().map(|g| g.workers * g.queue_depth).sum();
-        let skeleton = Point { coordinates: plan.coordinates.clone(), workers, total_queue_depth, ..Point::default() };
+        let planned_queue_depth = plan.groups.iter().map(|g| g.workers * g.queue_depth).sum();
+        let skeleton = Point { coordinates: plan.coordinates.clone(), workers, total_queue_depth: planned_queue_depth, ..Point::default() };
         let jobs = match build_jobs(self.target, plan, self.verifier.is_some()) {
             Ok(jobs) => jobs,
             Err(reason) => return Point { skipped: Some(reason), ..skeleton },
         };
+        // A worker with several disks keeps its queue depth on each, as IOMeter's do.
+        let skeleton = Point { total_queue_depth: jobs.iter().map(|job| job.queue_depth).sum(), ..skeleton };
         let options = RunOptions {
             ramp: self.settings.ramp,
             duration: self.settings.duration,
@@ -119,22 +121,47 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// The workers of a point on `target`: each group's workers in the zones its rule gives;
-/// `reads_checked` when they verify what they read.
+/// The jobs of a point on `target`: one per worker of each group and disk it is assigned
+/// ([`disk_assignment`]), in the zones the group's rule cuts from that disk among the workers
+/// that share it; `reads_checked` when they verify what they read.
 ///
 /// # Errors
-/// Why the point cannot run: the target is too small for its requests, or a worker could not
-/// be connected.
+/// Why the point cannot run: a disk is too small for its requests, or a worker could not be
+/// connected.
 pub fn build_jobs(target: &OpenTarget, plan: &PointPlan, reads_checked: bool) -> Result<Vec<Job>, String> {
     let mut jobs = Vec::new();
+    let mut workers_before = 0;
     for group in &plan.groups {
         let block_bytes_max = group.spec.block_bytes_max();
-        for (zone, first_offset_bytes) in zones(group.zone, group.workers, target.capacity_bytes(), block_bytes_max)? {
-            let worker_target = target.worker_target(jobs.len(), group.queue_depth, &group.spec, reads_checked)?;
-            jobs.push(Job { target: worker_target, spec: group.spec.clone(), queue_depth: group.queue_depth, zone, first_offset_bytes });
+        let pairs = disk_assignment(group.workers, target.disk_count());
+        let mut zones_by_disk = Vec::new();
+        for disk in 0..target.disk_count() {
+            let sharers = pairs.iter().filter(|(_, d)| *d == disk).count();
+            zones_by_disk.push(zones(group.zone, sharers, target.disk_capacity_bytes(), block_bytes_max)?.into_iter());
         }
+        for (worker, disk) in pairs {
+            let (zone, first_offset_bytes) = zones_by_disk[disk].next().expect("one zone per worker sharing the disk");
+            let worker_target = target.worker_target(workers_before + worker, disk, group.queue_depth, &group.spec, reads_checked)?;
+            let verify_base_bytes = disk as u64 * target.disk_capacity_bytes();
+            let spec = group.spec.clone();
+            jobs.push(Job { target: worker_target, spec, queue_depth: group.queue_depth, zone, first_offset_bytes, verify_base_bytes });
+        }
+        workers_before += group.workers;
     }
     Ok(jobs)
+}
+
+/// IOMeter's assignment of a group's workers to disks, as (worker, disk) pairs, each one job
+/// at the group's queue depth: with at least as many disks as workers, worker w takes disks
+/// w, w + W, w + 2W, ... (8 workers on 16 disks: two each); with fewer, disk d is shared by
+/// workers d, d + D, ... (one disk: every worker on it).
+pub fn disk_assignment(workers: usize, disks: usize) -> Vec<(usize, usize)> {
+    assert!(workers > 0 && disks > 0);
+    if disks >= workers {
+        (0..disks).map(|disk| (disk % workers, disk)).collect()
+    } else {
+        (0..workers).map(|worker| (worker, worker % disks)).collect()
+    }
 }
 
 /// Each worker's zone and first sequential offset under `rule`. Workers that a rule would give
@@ -256,6 +283,24 @@ mod tests {
         assert_eq!(ratings[0].coordinates, BTreeMap::from([("write_percent".into(), 0)]));
         assert!((ratings[0].value - 395.0).abs() < 1e-9, "{}", ratings[0].value);
         assert_eq!(ratings[0].terms.len(), 6);
+    }
+
+    #[test]
+    fn workers_take_disks_as_iometer_assigns_them() {
+        let per_worker =
+            |pairs: &[(usize, usize)], worker: usize| pairs.iter().filter(|(w, _)| *w == worker).map(|(_, d)| *d).collect::<Vec<_>>();
+        // The HBA tests of seed 002: eight workers, two disks each, every disk once.
+        let hba = disk_assignment(8, 16);
+        assert_eq!(hba.len(), 16);
+        assert!((0..8).all(|worker| per_worker(&hba, worker).len() == 2));
+        assert_eq!(per_worker(&hba, 3), [3, 11]);
+        let mut disks: Vec<usize> = hba.iter().map(|(_, d)| *d).collect();
+        disks.sort_unstable();
+        assert_eq!(disks, (0..16).collect::<Vec<_>>());
+        // One disk: every worker on it, as before sets existed.
+        assert_eq!(disk_assignment(3, 1), [(0, 0), (1, 0), (2, 0)]);
+        // More workers than disks: they take turns on the disks.
+        assert_eq!(disk_assignment(5, 2), [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0)]);
     }
 
     #[test]

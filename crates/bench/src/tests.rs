@@ -26,7 +26,7 @@ fn options(duration_ms: u64, pace: Pace, verifier: Option<Arc<Verifier>>) -> Run
 }
 
 fn job(target: Arc<dyn Target>, lines: Vec<AccessLine>, queue_depth: usize, zone: std::ops::Range<u64>) -> Job {
-    Job { target, spec: AccessSpec::new(lines).unwrap(), queue_depth, first_offset_bytes: zone.start, zone }
+    Job { target, spec: AccessSpec::new(lines).unwrap(), queue_depth, first_offset_bytes: zone.start, zone, verify_base_bytes: 0 }
 }
 
 /// Serves one request at a time, each taking `service`, on a thread of its own.
@@ -206,7 +206,7 @@ fn mixed_verify_run(target: &OpenTarget) -> PointMeasurement {
         AccessLine { block_bytes: 512, share_percent: 30, read_percent: 50, random_percent: 100, align_bytes: 512 },
         AccessLine { block_bytes: 64 * KIB, share_percent: 20, read_percent: 50, random_percent: 0, align_bytes: 64 * KIB },
     ];
-    let worker = target.worker_target(0, 16, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
+    let worker = target.worker_target(0, 0, 16, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
     let verifier = Some(Arc::new(Verifier::new()));
     run_jobs(&[job(worker, lines, 16, 0..2 * MIB)], &options(400, Pace::Closed, verifier))
 }
@@ -282,7 +282,7 @@ fn nbd_requests_above_the_server_maximum_are_split() {
     let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.uri()).unwrap(), OpenOptions::default()).unwrap();
     let block = 40 * MIB;
     let lines = vec![AccessLine::whole(block, 50, 0)];
-    let worker = target.worker_target(0, 2, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
+    let worker = target.worker_target(0, 0, 2, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
     let verifier = Some(Arc::new(Verifier::new()));
     let measured = run_jobs(&[job(worker, lines, 2, 0..200 * MIB)], &options(500, Pace::Closed, verifier));
     assert_eq!(measured.errors, 0, "{:?}", measured.first_error);
@@ -297,7 +297,7 @@ fn verify_catches_an_nbd_server_that_drops_writes() {
     let nbdkit = Nbdkit::start(&["null", "size=64M"]);
     let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.uri()).unwrap(), OpenOptions::default()).unwrap();
     let lines = vec![AccessLine::whole(4096, 50, 100)];
-    let worker = target.worker_target(0, 4, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
+    let worker = target.worker_target(0, 0, 4, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
     let verifier = Some(Arc::new(Verifier::new()));
     let measured = run_jobs(&[job(worker, lines, 4, 0..MIB)], &options(200, Pace::Closed, verifier));
     let verify = measured.verify.unwrap();
@@ -342,10 +342,57 @@ fn open_loop_requests_over_nbd_go_out_while_replies_are_due() {
     let nbdkit = Nbdkit::start(&["--threads", "16", "--filter=delay", "memory", "size=64M", "rdelay=10ms"]);
     let target = OpenTarget::open(&TargetSpec::parse(&nbdkit.uri()).unwrap(), OpenOptions::default()).unwrap();
     let lines = vec![AccessLine::whole(4096, 100, 100)];
-    let worker = target.worker_target(0, 4, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
+    let worker = target.worker_target(0, 0, 4, &AccessSpec::new(lines.clone()).unwrap(), true).unwrap();
     let measured = run_jobs(&[job(worker, lines, 4, 0..64 * MIB)], &options(2000, Pace::Open { rate_iops: 150.0 }, None));
     assert_eq!(measured.errors, 0, "{:?}", measured.first_error);
     let p50_ms = measured.latency_ns.value_at_quantile(0.5) as f64 / 1e6;
     eprintln!("open loop at 150/s against a 10 ms server: p50 {p50_ms:.2} ms, {:.0} IOPS", measured.iops());
     assert!((9.9..12.0).contains(&p50_ms), "p50 {p50_ms:.2} ms: requests waited for a reply before going out");
+}
+
+/// Reads `len` bytes at `offset_bytes` of `target`, waiting for them.
+fn read_back(target: &dyn Target, offset_bytes: u64, len: usize) -> Vec<u8> {
+    let (sender, receiver) = mpsc::channel();
+    target.submit(false, offset_bytes, IoBuf::zeroed(len), Box::new(move |result, buf| sender.send((result, buf)).unwrap()));
+    let (result, buf) = receiver.recv().unwrap();
+    result.unwrap();
+    buf.as_slice().to_vec()
+}
+
+/// A `set:` gives its workers disks as IOMeter does (each worker keeps its queue depth on each
+/// of its disks), every disk gets work, and `--verify` tells apart the sectors of two disks at
+/// the same offset: the writers of disks 0 and 2 (one worker) start at the same offset.
+#[test]
+fn a_set_spreads_workers_over_its_disks_and_verifies_each_disk() {
+    for text in ["set:4:raw:mem:16MiB", "set:4:vd:jbod:1xmem:16MiB"] {
+        let target = OpenTarget::open(&TargetSpec::parse(text).unwrap(), OpenOptions { shards: Some(2) }).unwrap();
+        assert_eq!(target.disk_count(), 4, "{text}");
+        assert_eq!(target.capacity_bytes(), 4 * target.disk_capacity_bytes(), "{text}");
+        assert_eq!(target.info().disk_count, Some(4));
+        assert_eq!(target.info().drives.len(), 4, "{text}: every disk's drive is described");
+        let settings = RunSettings {
+            duration: Duration::from_millis(150),
+            ramp: Duration::ZERO,
+            seed: 5,
+            verify: true,
+            sweep: SweepOptions { quick: true, workers: Some(vec![2]), ..SweepOptions::default() },
+            pace: Pace::Closed,
+        };
+        let mut runner = Runner::new(&target, settings);
+        let write = runner.run_pattern(patterns::find("review-multithreaded-write").unwrap(), &mut Quiet);
+        let read = runner.run_pattern(patterns::find("hba-iops").unwrap(), &mut Quiet);
+        let point = &read.points[0];
+        assert_eq!((point.workers, point.total_queue_depth), (2, 4 * 64), "{text}: two workers, two disks each, QD 64 on each");
+        for point in write.points.iter().chain(&read.points) {
+            assert_eq!(point.errors, 0, "{text}: {:?}", point.first_error);
+            let verify = point.verify.as_ref().unwrap();
+            assert_eq!(verify.mismatched_sectors, 0, "{text}: {:?}", verify.first_mismatches);
+        }
+        assert!(point.verify.as_ref().unwrap().checked_sectors > 0, "{text}: the reads checked what the writes left");
+        for disk in 0..4 {
+            let worker = target.worker_target(0, disk, 1, &AccessSpec::new(vec![AccessLine::whole(4096, 100, 0)]).unwrap(), true).unwrap();
+            let first = read_back(worker.as_ref(), 0, 4096);
+            assert!(first.iter().any(|&b| b != 0), "{text}: disk {disk} was never written");
+        }
+    }
 }

@@ -43,6 +43,9 @@ pub struct Job {
     pub zone: Range<u64>,
     /// Where its first sequential request starts, inside the zone.
     pub first_offset_bytes: u64,
+    /// Where the job's disk starts in the verifier's address space: disk × disk capacity in a
+    /// set, so that two disks' sectors at one offset are told apart; 0 for a single target.
+    pub verify_base_bytes: u64,
 }
 
 /// How requests are timed.
@@ -237,6 +240,11 @@ impl JobState {
         buf
     }
 
+    /// Where `io` lies in the verifier's address space (see [`Job::verify_base_bytes`]).
+    fn verify_offset(&self, io: &Io) -> u64 {
+        self.job.verify_base_bytes + io.offset_bytes
+    }
+
     /// The next request; with a verifier, one whose sectors no request in flight touches, or
     /// `None` after [`FREE_BLOCK_TRIES`] tries.
     fn next_io(&self, verifier: Option<&Verifier>) -> Option<Io> {
@@ -245,7 +253,7 @@ impl JobState {
         let Some(verifier) = verifier else { return Some(cursor.next(&self.job.spec, rng)) };
         for _ in 0..FREE_BLOCK_TRIES {
             let io = cursor.next(&self.job.spec, rng);
-            if verifier.try_reserve(io.offset_bytes, io.len_bytes) {
+            if verifier.try_reserve(self.verify_offset(&io), io.len_bytes) {
                 return Some(io);
             }
             cursor.skip(&io);
@@ -258,11 +266,11 @@ impl JobState {
         let latency_ns = issued.elapsed().as_nanos().max(1) as u64;
         if let Some(verifier) = &run.verifier {
             match (io.write, result) {
-                (true, result) => verifier.finish_write(io.offset_bytes, io.len_bytes, sequence, result.is_ok()),
-                (false, Ok(())) => self.verify.lock().expect("verify lock").add(&verifier.check_read(io.offset_bytes, data)),
+                (true, result) => verifier.finish_write(self.verify_offset(io), io.len_bytes, sequence, result.is_ok()),
+                (false, Ok(())) => self.verify.lock().expect("verify lock").add(&verifier.check_read(self.verify_offset(io), data)),
                 (false, Err(_)) => {}
             }
-            verifier.release(io.offset_bytes);
+            verifier.release(self.verify_offset(io));
         }
         if let Err(error) = result {
             self.errors.fetch_add(1, Ordering::Relaxed);
@@ -339,7 +347,7 @@ fn issue_now(job: Arc<JobState>, run: Arc<RunState>, mut buf: IoBuf, intended: O
     };
     let tail = (io.len_bytes < buf.len() as u64).then(|| buf.split_off(io.len_bytes as usize));
     let sequence = match (&run.verifier, io.write) {
-        (Some(verifier), true) => verifier.prepare_write(io.offset_bytes, buf.as_mut_slice()),
+        (Some(verifier), true) => verifier.prepare_write(job.verify_offset(&io), buf.as_mut_slice()),
         _ => 0,
     };
     let target = Arc::clone(&job.job.target);
@@ -525,6 +533,7 @@ pub fn run(workers: &[Worker], config: RunConfig) -> Measurement {
             spec: AccessSpec::new(vec![AccessLine::whole(w.access.block_bytes, w.access.read_percent, w.access.random_percent)])
                 .expect("a valid access line"),
             queue_depth: w.queue_depth,
+            verify_base_bytes: 0,
             zone: w.zone.clone(),
             first_offset_bytes: w.zone.start,
         })

@@ -1,0 +1,314 @@
+//! `--target` as text: the forms it accepts, parsed into a [`TargetSpec`], and written back
+//! normalised for reports. Pure: opening a target is [`crate::open`]'s job.
+
+use drive::EmulatedDriveSpec;
+use engine::config::{IoPolicy, ReadPolicy, WritePolicy};
+use layout::Level;
+use nbd::NbdUri;
+use std::path::PathBuf;
+
+/// The forms `--target` accepts, for help texts and error messages.
+pub const TARGET_FORMS: &str = "\
+TARGET is one of:
+  nbd://HOST[:PORT]/EXPORT          an NBD export over TCP (one connection per worker)
+  nbd+unix:///EXPORT?socket=PATH    an NBD export over a Unix socket
+  PATH                              an existing file or block device (O_DIRECT through io_uring)
+  raw:DRIVE                         one DRIVE (below) made in this process and driven directly
+                                    through the engine's shards, past every RAID layer
+  set:N:TARGET                      N disks, each a vd:... or raw:... TARGET, on one engine; a
+                                    pattern's workers take the disks as IOMeter's do (8 workers
+                                    on 16 disks: two each, every disk at the pattern's QD)
+  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:journal=DRIVE]
+                                    a virtual drive built in this process, no daemon:
+    LEVEL   r0 r1 r1e r5 r6 r10 r50 r60 jbod
+    COUNT   member drives
+    DRIVE   mem:SIZE                            RAM, allocated on first write
+            hdd:7200|10k|15k:SIZE[,OPTION...]   emulated hard disk, real clock
+            ssd:sata|sas|nvme:SIZE[,OPTION...]  emulated SSD, real clock
+            file:DIR:SIZE                       sparse files made in DIR, removed at exit
+    strip   strip size in KiB (default 64); span: drives per span for r10/r50/r60
+    POLICY  wt|wb|awb (write, default wt), nora|ra|adra (read-ahead), direct|cached (IO)
+    journal the cache's journal (WB needs one; last, as it may hold colons): a DRIVE as above
+  e.g. vd:r5:8xhdd:15k:600GiB:strip=64   vd:r10:4xmem:1GiB   vd:r6:6xfile:/var/tmp:2GiB
+       vd:r5:8xhdd:15k:600GiB:wb:journal=ssd:sata:8GiB
+       set:16:vd:jbod:1xssd:nvme:20GiB   set:16:raw:ssd:nvme:20GiB (the HBA tests of seed 002)";
+
+/// A parsed `--target`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetSpec {
+    Nbd {
+        uri: NbdUri,
+        text: String,
+    },
+    Path(PathBuf),
+    Vd(VdSpec),
+    /// `raw:DRIVE`.
+    Raw(MemberSpec),
+    /// `set:N:TARGET`: `count` disks, each opened from `each` (a `Vd` or a `Raw`).
+    Set {
+        count: usize,
+        each: Box<TargetSpec>,
+    },
+}
+
+/// `vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VdSpec {
+    pub level: Level,
+    pub drive_count: usize,
+    pub drive: MemberSpec,
+    pub strip_size_bytes: u64,
+    pub drives_per_span: Option<usize>,
+    pub write_policy: WritePolicy,
+    pub read_policy: ReadPolicy,
+    pub io_policy: IoPolicy,
+    /// The cache's journal drive.
+    pub journal: Option<MemberSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemberSpec {
+    Mem { capacity_bytes: u64 },
+    Emulated(EmulatedDriveSpec),
+    Files { dir: PathBuf, capacity_bytes: u64 },
+}
+
+const STRIP_KIB_DEFAULT: u64 = 64;
+const MEMBERS_MAX: usize = 32;
+/// Disks of a `set:`: as many as two 16-port HBAs.
+pub const SET_DISKS_MAX: usize = 32;
+
+impl TargetSpec {
+    /// # Errors
+    /// A message that quotes the target, names the wrong part and lists the allowed forms.
+    pub fn parse(text: &str) -> Result<TargetSpec, String> {
+        let text = text.trim();
+        if text.starts_with("nbd") && text.contains("://") {
+            let uri: NbdUri = text.parse().map_err(|e| format!("--target {text}: {e}"))?;
+            return Ok(TargetSpec::Nbd { uri, text: text.to_string() });
+        }
+        let wrong = |problem: String| format!("--target {text}: {problem}\n{TARGET_FORMS}");
+        if let Some(rest) = text.strip_prefix("vd:") {
+            return parse_vd(rest).map(TargetSpec::Vd).map_err(wrong);
+        }
+        if let Some(rest) = text.strip_prefix("raw:") {
+            return parse_member(&rest.split(':').collect::<Vec<_>>()).map(TargetSpec::Raw).map_err(wrong);
+        }
+        if let Some(rest) = text.strip_prefix("set:") {
+            return parse_set(rest).map_err(wrong);
+        }
+        if text.is_empty() {
+            return Err(format!("--target is empty\n{TARGET_FORMS}"));
+        }
+        let path = PathBuf::from(text);
+        if !path.exists() {
+            return Err(format!(
+                "--target {text}: no such file or device (create a file with: truncate -s 8G {text}); \
+                 for a VD in this process write vd:..., for NBD nbd://...\n{TARGET_FORMS}"
+            ));
+        }
+        Ok(TargetSpec::Path(path))
+    }
+}
+
+fn parse_set(rest: &str) -> Result<TargetSpec, String> {
+    let (count_text, each_text) = rest.split_once(':').ok_or("expected set:N:TARGET")?;
+    let count: usize = count_text.parse().map_err(|_| format!("disk count {count_text:?} is not a number"))?;
+    if !(1..=SET_DISKS_MAX).contains(&count) {
+        return Err(format!("disk count {count} is not allowed; allowed: 1 to {SET_DISKS_MAX}"));
+    }
+    let each = if let Some(vd) = each_text.strip_prefix("vd:") {
+        TargetSpec::Vd(parse_vd(vd)?)
+    } else if let Some(drive) = each_text.strip_prefix("raw:") {
+        TargetSpec::Raw(parse_member(&drive.split(':').collect::<Vec<_>>())?)
+    } else {
+        return Err(format!("each disk of a set is a vd:... or a raw:... target, not {each_text:?}"));
+    };
+    Ok(TargetSpec::Set { count, each: Box::new(each) })
+}
+
+fn parse_vd(rest: &str) -> Result<VdSpec, String> {
+    // `journal=` comes last: its drive may hold colons.
+    let (rest, journal) = match rest.split_once(":journal=") {
+        Some((before, journal)) => {
+            (before, Some(parse_member(&journal.split(':').collect::<Vec<_>>()).map_err(|e| format!("journal: {e}"))?))
+        }
+        None => (rest, None),
+    };
+    let (level_text, rest) = rest.split_once(':').ok_or("expected vd:LEVEL:COUNTxDRIVE")?;
+    let level = Level::parse(level_text).map_err(|_| format!("unknown level {level_text:?}; allowed: r0 r1 r1e r5 r6 r10 r50 r60 jbod"))?;
+    let (count_text, rest) = rest.split_once('x').ok_or_else(|| format!("expected COUNTxDRIVE after the level, found {rest:?}"))?;
+    let drive_count: usize = count_text.parse().map_err(|_| format!("drive count {count_text:?} is not a number"))?;
+    if !(1..=MEMBERS_MAX).contains(&drive_count) {
+        return Err(format!("drive count {drive_count} is not allowed; allowed: 1 to {MEMBERS_MAX}"));
+    }
+    let mut segments: Vec<&str> = rest.split(':').collect();
+    let mut strip_kib = STRIP_KIB_DEFAULT;
+    let mut drives_per_span = None;
+    let (mut write_policy, mut read_policy, mut io_policy) = (WritePolicy::WriteThrough, ReadPolicy::NoReadAhead, IoPolicy::Direct);
+    // Options come after the drive, in any order.
+    while let Some(&last) = segments.last() {
+        if let Some(policy) = WritePolicy::ALL.into_iter().find(|p| p.short_name() == last) {
+            write_policy = policy;
+        } else if let Some(policy) = ReadPolicy::ALL.into_iter().find(|p| p.short_name() == last) {
+            read_policy = policy;
+        } else if let Some(policy) = IoPolicy::ALL.into_iter().find(|p| p.short_name() == last) {
+            io_policy = policy;
+        } else if let Some((key @ ("strip" | "span"), value)) = last.split_once('=') {
+            let number: u64 = value.parse().map_err(|_| format!("{key}={value:?} is not a number"))?;
+            match key {
+                "strip" => strip_kib = number,
+                _ => drives_per_span = Some(number as usize),
+            }
+        } else {
+            break;
+        }
+        segments.pop();
+    }
+    let drive = parse_member(&segments)?;
+    Ok(VdSpec {
+        level,
+        drive_count,
+        drive,
+        strip_size_bytes: strip_kib * 1024,
+        drives_per_span,
+        write_policy,
+        read_policy,
+        io_policy,
+        journal,
+    })
+}
+
+fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
+    let size = |text: &str| drive::parse_size_bytes(text).map_err(|e| format!("drive size: {e}"));
+    match segments {
+        ["mem", capacity] => Ok(MemberSpec::Mem { capacity_bytes: size(capacity)? }),
+        ["hdd" | "ssd", ..] => EmulatedDriveSpec::parse(&segments.join(":")).map(MemberSpec::Emulated),
+        ["file", dir @ .., capacity] if !dir.is_empty() => {
+            let dir = PathBuf::from(dir.join(":"));
+            if !dir.is_dir() {
+                return Err(format!("file drives: {} is not a directory", dir.display()));
+            }
+            Ok(MemberSpec::Files { dir, capacity_bytes: size(capacity)? })
+        }
+        _ => Err(format!("unknown drive {:?}; allowed: mem:SIZE, hdd:CLASS:SIZE, ssd:CLASS:SIZE, file:DIR:SIZE", segments.join(":"))),
+    }
+}
+
+impl TargetSpec {
+    /// The target as `--target` writes it, normalised (every default spelled out).
+    pub fn text(&self) -> String {
+        match self {
+            TargetSpec::Nbd { text, .. } => text.clone(),
+            TargetSpec::Path(path) => path.display().to_string(),
+            TargetSpec::Vd(vd) => format!("vd:{}", vd_spec_text(vd)),
+            TargetSpec::Raw(drive) => format!("raw:{}", member_spec_text(drive)),
+            TargetSpec::Set { count, each } => format!("set:{count}:{}", each.text()),
+        }
+    }
+}
+
+pub(crate) fn member_text(member: &MemberSpec) -> String {
+    match member {
+        MemberSpec::Emulated(spec) => format!("{spec} ({})", spec.class.model()),
+        other => member_spec_text(other),
+    }
+}
+
+/// The member as `--target` writes it, sizes in their largest whole binary unit.
+pub(crate) fn member_spec_text(member: &MemberSpec) -> String {
+    match member {
+        MemberSpec::Mem { capacity_bytes } => format!("mem:{}", size_text(*capacity_bytes)),
+        MemberSpec::Emulated(emulated) => emulated.to_string(),
+        MemberSpec::Files { dir, capacity_bytes } => format!("file:{}:{}", dir.display(), size_text(*capacity_bytes)),
+    }
+}
+
+fn size_text(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    match UNITS.iter().find(|(unit, _)| bytes > 0 && bytes.is_multiple_of(*unit)) {
+        Some((unit, name)) => format!("{}{name}", bytes / unit),
+        None => bytes.to_string(),
+    }
+}
+
+fn vd_spec_text(spec: &VdSpec) -> String {
+    let member = member_spec_text(&spec.drive);
+    let span = spec.drives_per_span.map(|n| format!(":span={n}")).unwrap_or_default();
+    let policies = format!(":{}:{}:{}", spec.write_policy.short_name(), spec.read_policy.short_name(), spec.io_policy.short_name());
+    let journal = spec.journal.as_ref().map(|j| format!(":journal={}", member_spec_text(j))).unwrap_or_default();
+    format!("{}:{}x{member}:strip={}{span}{policies}{journal}", spec.level.short_name(), spec.drive_count, spec.strip_size_bytes / 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drive::EmulatedClass;
+
+    fn vd(text: &str) -> VdSpec {
+        match TargetSpec::parse(text) {
+            Ok(TargetSpec::Vd(spec)) => spec,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    fn error(text: &str) -> String {
+        TargetSpec::parse(text).expect_err(text)
+    }
+
+    #[test]
+    fn vd_targets_parse() {
+        let spec = vd("vd:r5:8xhdd:15k:600GiB:strip=64");
+        assert_eq!((spec.level, spec.drive_count, spec.strip_size_bytes), (Level::Raid5, 8, 64 * 1024));
+        assert_eq!(spec.drive, MemberSpec::Emulated(EmulatedDriveSpec::new(EmulatedClass::Hdd15k, 600 << 30)));
+        let spec = vd("vd:r5:8xhdd:15k:600GiB:wb:adra:strip=32:journal=ssd:sata:8GiB");
+        assert_eq!((spec.write_policy, spec.read_policy, spec.io_policy), (WritePolicy::WriteBack, ReadPolicy::Adaptive, IoPolicy::Direct));
+        assert_eq!(spec.journal, Some(MemberSpec::Emulated(EmulatedDriveSpec::new(EmulatedClass::SsdSata, 8 << 30))));
+        assert_eq!(spec.strip_size_bytes, 32 * 1024);
+        assert_eq!(vd("vd:r0:2xmem:1GiB:awb:cached").io_policy, IoPolicy::Cached);
+        let spec = vd("vd:r50:8xmem:1GiB:strip=128:span=4");
+        assert_eq!(spec.drive, MemberSpec::Mem { capacity_bytes: 1 << 30 });
+        assert_eq!((spec.strip_size_bytes, spec.drives_per_span), (128 * 1024, Some(4)));
+        let spec = vd("vd:r1:2xssd:nvme:1TiB,qd=4");
+        assert!(matches!(spec.drive, MemberSpec::Emulated(EmulatedDriveSpec { queue_depth: Some(4), .. })));
+        assert_eq!(vd("vd:r6:6xfile:/tmp:2GiB").drive, MemberSpec::Files { dir: "/tmp".into(), capacity_bytes: 2 << 30 });
+    }
+
+    #[test]
+    fn raw_drives_and_sets_parse_and_write_back_the_same() {
+        let nvme = MemberSpec::Emulated(EmulatedDriveSpec::new(EmulatedClass::SsdNvme, 20 << 30));
+        assert_eq!(TargetSpec::parse("raw:ssd:nvme:20GiB").unwrap(), TargetSpec::Raw(nvme.clone()));
+        let set = TargetSpec::parse("set:16:vd:jbod:1xssd:nvme:20GiB").unwrap();
+        let TargetSpec::Set { count: 16, each } = &set else { panic!("{set:?}") };
+        assert!(matches!(**each, TargetSpec::Vd(VdSpec { level: Level::Jbod, drive_count: 1, .. })));
+        assert_eq!(set.text(), "set:16:vd:jbod:1xssd:nvme:20GiB:strip=64:wt:nora:direct");
+        assert_eq!(TargetSpec::parse(&set.text()).unwrap(), set);
+        let raw_set = TargetSpec::parse("set:4:raw:mem:1GiB").unwrap();
+        assert_eq!(raw_set.text(), "set:4:raw:mem:1GiB");
+        assert_eq!(TargetSpec::parse(&raw_set.text()).unwrap(), raw_set);
+    }
+
+    #[test]
+    fn wrong_targets_name_the_wrong_part() {
+        let check = |text: &str, expected: &str| {
+            let message = error(text);
+            assert!(message.contains(expected), "{text}: {message:?} should contain {expected:?}");
+            assert!(message.contains(text), "{message:?} should quote {text}");
+        };
+        check("vd:r7:8xmem:1GiB", "unknown level \"r7\"");
+        check("vd:r5:eightxmem:1GiB", "drive count \"eight\"");
+        check("vd:r5:99xmem:1GiB", "allowed: 1 to 32");
+        check("vd:r5:8xtape:1GiB", "unknown drive \"tape:1GiB\"");
+        check("vd:r5:8xhdd:12k:1GiB", "unknown hdd speed");
+        check("vd:r5:8xmem:1GiB:strip=big", "strip=\"big\"");
+        check("vd:r5:8xfile:/no/such/dir:1GiB", "is not a directory");
+        check("/no/such/device", "no such file or device");
+        check("nbd://host:99999/x", "port");
+        check("raw:tape:1GiB", "unknown drive \"tape:1GiB\"");
+        check("set:0:raw:mem:1GiB", "allowed: 1 to 32");
+        check("set:many:raw:mem:1GiB", "disk count \"many\"");
+        check("set:2:/dev/null", "each disk of a set is a vd:... or a raw:...");
+        check("set:2:set:2:raw:mem:1GiB", "each disk of a set");
+        assert!(error("vd:r5").contains("vd:LEVEL:COUNTxDRIVE"));
+    }
+}
