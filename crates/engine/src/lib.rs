@@ -97,6 +97,8 @@ enum ShardMsg {
     },
     /// A read served straight from one member (see `fast_path`).
     FastRead(Box<fast_path::FastRead>),
+    /// A write that goes straight to one member (see `fast_path::write`).
+    FastWrite(Box<fast_path::FastWrite>),
     /// Read a range (owned by the shard) into the cache ahead of the client.
     Prefetch {
         vd: Arc<VirtualDrive>,
@@ -216,6 +218,9 @@ pub struct Engine {
     ticker: Option<(Sender<()>, JoinHandle<()>)>,
     cache_bytes: u64,
     read_ahead_bytes: u64,
+    /// A journal was attached once: Fast Path writes are off from then on (see
+    /// `fast_path::write`).
+    journal_attached: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -242,7 +247,13 @@ impl Engine {
             shard.send(ShardMsg::Links(Arc::clone(&links)));
         }
         let ticker = start_ticker(shards.iter().map(|s| (s.link.inbox.clone(), Arc::clone(&s.link.waker))).collect())?;
-        Ok(Engine { shards, ticker: Some(ticker), cache_bytes: config.cache_bytes, read_ahead_bytes: config.read_ahead_bytes })
+        Ok(Engine {
+            shards,
+            ticker: Some(ticker),
+            cache_bytes: config.cache_bytes,
+            read_ahead_bytes: config.read_ahead_bytes,
+            journal_attached: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// The controller cache's size, over every shard.
@@ -269,6 +280,10 @@ impl Engine {
     /// Hands each shard its partition of `journal` (which must have one per shard), or takes
     /// the journal away (`None`).
     pub fn set_journal(&self, journal: Option<&journal::Journal>) {
+        if journal.is_some() {
+            // Before any shard takes the journal: no Fast Path write may skip it.
+            self.journal_attached.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         if let Some(journal) = journal {
             assert_eq!(journal.superblock().partition_count as usize, self.shards.len(), "a journal has a partition per shard");
         }
@@ -351,8 +366,19 @@ impl Engine {
                     self.prefetch(vd, ahead);
                 }
             }
-            VdRequest::Write { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, true, done),
+            VdRequest::Write { offset_bytes, buf } => {
+                let (buf, done) = match self.fast_write(vd, offset_bytes, buf, done) {
+                    Ok(()) => return,
+                    Err(back) => back,
+                };
+                self.submit_pieces(vd, offset_bytes, buf, true, done);
+            }
         }
+    }
+
+    /// Whether a journal was ever attached to this engine.
+    pub(crate) fn journal_attached(&self) -> bool {
+        self.journal_attached.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Cuts a request into runs of rows owned by one shard and sends each to its shard.

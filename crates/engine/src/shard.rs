@@ -138,6 +138,10 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
             executor.spawn(crate::fast_path::serve(reactor, *read));
             false
         }
+        ShardMsg::FastWrite(write) => {
+            executor.spawn(crate::fast_path::serve_write(reactor, *write));
+            false
+        }
         ShardMsg::Prefetch { vd, range } => {
             executor.spawn(async move {
                 cache::prefetch(reactor, Arc::clone(&vd), range).await;

@@ -394,6 +394,13 @@ pub struct VdView {
     /// Reads the Fast Path served since the daemon started.
     #[serde(default)]
     pub fast_path_reads: u64,
+    /// Why writes do not take the Fast Path now (`None`: they do, for writes within a strip
+    /// of a RAID0 or JBOD VD).
+    #[serde(default)]
+    pub fast_path_writes_off: Option<String>,
+    /// Writes the Fast Path served since the daemon started.
+    #[serde(default)]
+    pub fast_path_writes: u64,
 }
 
 /// A VD's resync after an unclean stop: its dirty regions' parity or copies are recomputed.

@@ -75,6 +75,9 @@ pub(crate) async fn prefetch(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, range:
 /// Dirty extents a member read of a range must lay over what the members return.
 type Snapshot = Vec<(u64, Extent)>;
 
+/// A fill of the clean cache, and what the Fast Path's writes were when it began.
+type KeptFill = (Rc<Fill>, crate::vd::FillTicket);
+
 fn overlay(snapshot: Snapshot, range: &Range<u64>, out: &mut [u8]) {
     if snapshot.is_empty() {
         return;
@@ -108,21 +111,25 @@ impl ShardCache {
 
     /// Before a member read: the dirty data to lay over it and, if it is to be kept, its fill
     /// (registered in the same step, so that any later write poisons it).
-    fn begin_member_read(&self, vd: &VirtualDrive, range: &Range<u64>, keep: bool, prefetch: bool) -> (Snapshot, Option<Rc<Fill>>) {
+    fn begin_member_read(&self, vd: &VirtualDrive, range: &Range<u64>, keep: bool, prefetch: bool) -> (Snapshot, Option<KeptFill>) {
         let snapshot = match self.vds.borrow().get(&vd.instance_id()) {
             Some(cache) => cache.dirty.overlapping(range.clone()).map(|(o, e)| (o, e.clone())).collect(),
             None => Vec::new(),
         };
-        let fill = keep.then(|| self.clean.borrow_mut().begin_fill(vd.instance_id(), range.clone(), prefetch, vd.init_epoch()));
+        let fill = keep.then(|| {
+            let ticket = vd.begin_clean_fill();
+            (self.clean.borrow_mut().begin_fill(vd.instance_id(), range.clone(), prefetch, vd.init_epoch()), ticket)
+        });
         (snapshot, fill)
     }
 
     /// After a member read: keeps what it read (`data`, dirty data laid over) unless a write
     /// poisoned the fill or the VD went away.
-    fn end_member_read(&self, vd: &VirtualDrive, fill: Option<Rc<Fill>>, range: &Range<u64>, data: Option<&IoBuf>) {
-        let Some(fill) = fill else { return };
+    fn end_member_read(&self, vd: &VirtualDrive, fill: Option<KeptFill>, range: &Range<u64>, data: Option<&IoBuf>) {
+        let Some((fill, ticket)) = fill else { return };
         let mut clean = self.clean.borrow_mut();
         let current = !fill.is_poisoned() && !vd.is_retired() && !vd.is_initializing() && vd.init_epoch() == fill.init_epoch;
+        let current = current && vd.clean_fill_may_keep(ticket);
         if let Some(data) = data.filter(|_| current) {
             let room = self.limit_bytes.get().saturating_sub(self.bytes.get());
             clean.insert(vd.instance_id(), range.start, data.as_slice(), room);

@@ -65,7 +65,11 @@ impl VirtualDrive {
         let source = member.drive();
         assert!(!same_drive(&source, &target), "v{}: member {index} cannot be copied onto itself", self.id);
         *copy = Some(Arc::new(CopyTarget { source, target, failed: AtomicBool::new(false), reported: AtomicBool::new(false) }));
-        member.copying.store(true, Ordering::Release);
+        member.copying.store(true, Ordering::SeqCst);
+        drop(copy);
+        // A Fast Path write that looked before the flag was set writes the source alone: the
+        // copy starts once none is left (see `fast_writes`).
+        self.wait_fast_writes_drained();
     }
 
     /// The copy of member `index`, if one runs.

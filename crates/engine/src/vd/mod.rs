@@ -3,6 +3,7 @@
 
 mod bad_blocks;
 mod copy;
+mod fast_writes;
 pub mod policy;
 mod rebuilt;
 mod request;
@@ -13,6 +14,7 @@ use crate::config::{IoPolicy, ReadPolicy, WritePolicy};
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
+pub(crate) use fast_writes::FillTicket;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 
 use crate::Done;
@@ -141,7 +143,8 @@ impl Member {
 
     /// Whether a copy of this member runs, without taking its lock.
     pub fn is_copying(&self) -> bool {
-        self.copying.load(Ordering::Acquire)
+        // SeqCst: one side of the handshake with Fast Path writes (see `fast_writes`).
+        self.copying.load(Ordering::SeqCst)
     }
 
     /// Whether the member's drive is an SSD or memory, without taking its lock.
@@ -248,6 +251,9 @@ pub struct VirtualDrive {
     cache_dirty_bytes: AtomicU64,
     /// Reads the Fast Path served (see `fast_path`).
     fast_path_reads: AtomicU64,
+    /// What the Fast Path's writes and the things they must not overtake agree through (see
+    /// `fast_writes`).
+    fast_writes: fast_writes::FastWrites,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -317,6 +323,7 @@ impl VirtualDrive {
             replaying: AtomicBool::new(false),
             cache_dirty_bytes: AtomicU64::new(0),
             fast_path_reads: AtomicU64::new(0),
+            fast_writes: fast_writes::FastWrites::default(),
         })
     }
 

@@ -433,9 +433,12 @@ fn vd_properties(vd: &VdView) -> Vec<(&'static str, String)> {
 }
 
 fn fast_path_text(vd: &VdView) -> String {
-    match &vd.fast_path_off {
-        None => format!("Yes, for reads within a strip ({} served)", vd.fast_path_reads),
-        Some(why) => format!("No: {why}"),
+    match (&vd.fast_path_off, &vd.fast_path_writes_off) {
+        (None, None) => {
+            format!("Yes, for reads and writes within a strip ({} reads, {} writes served)", vd.fast_path_reads, vd.fast_path_writes)
+        }
+        (None, Some(why_not_writes)) => format!("Yes, for reads within a strip ({} served); {why_not_writes}", vd.fast_path_reads),
+        (Some(why), _) => format!("No: {why}"),
     }
 }
 

@@ -180,6 +180,8 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         consistent: !record.bgi_pending && resync.is_none(),
         fast_path_off: engine::fast_path::ineligible(vd).map(String::from),
         fast_path_reads: vd.fast_path_reads(),
+        fast_path_writes_off: state.controller.engine().fast_path_writes_ineligible(vd).map(String::from),
+        fast_path_writes: vd.fast_path_writes(),
     }
 }
 

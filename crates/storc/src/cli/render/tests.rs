@@ -36,6 +36,8 @@ pub fn sample_vd() -> VdView {
         consistent: true,
         fast_path_off: Some("needs WT, NORA and Direct".into()),
         fast_path_reads: 0,
+        fast_path_writes_off: Some("writes: RAID0 and JBOD only".into()),
+        fast_path_writes: 0,
     }
 }
 

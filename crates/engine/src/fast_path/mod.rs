@@ -30,7 +30,17 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Why a VD does not take the Fast Path now, or `None` when it does (`vall show`).
+mod write;
+pub(crate) use write::{serve as serve_write, FastWrite};
+
+impl Engine {
+    /// Why the VD's writes do not take the Fast Path now, or `None` when they do (`vall show`).
+    pub fn fast_path_writes_ineligible(&self, vd: &VirtualDrive) -> Option<&'static str> {
+        ineligible(vd).or_else(|| write::write_blockers(vd, self.journal_attached()))
+    }
+}
+
+/// Why a VD's reads do not take the Fast Path now, or `None` when they do (`vall show`).
 pub fn ineligible(vd: &VirtualDrive) -> Option<&'static str> {
     if vd.members().iter().any(|m| !m.is_fast_drive()) {
         return Some("a member is a hard disk");
@@ -120,32 +130,31 @@ impl Engine {
         match own {
             // Served here: no hop.
             Some(_) => crate::shard::send_own_read(read),
-            None if reads_in_place(&*vd.member(member).drive()) => serve_in_place(read, Owner::Link(&self.shards[owner].link)),
+            None if in_place(&*vd.member(member).drive()) => serve_in_place(read, Owner::Link(&self.shards[owner].link)),
             None => self.shards[owner].send(ShardMsg::FastRead(Box::new(read))),
         }
         Ok(())
     }
 }
 
-/// Memory and file members complete a read on any thread, without a ring (a copy, a pread):
-/// a thread that is not a shard (an NBD connection's) reads them itself instead of waking a
-/// shard and being woken back.
-fn reads_in_place(drive: &dyn drive::Drive) -> bool {
+/// Memory and file members complete an operation on any thread, without a ring (a copy, a
+/// pread or pwrite): a thread that is not a shard (an NBD connection's) does it itself instead
+/// of waking a shard and being woken back.
+fn in_place(drive: &dyn drive::Drive) -> bool {
     matches!(drive.info().kind, DriveKind::Memory | DriveKind::File)
 }
 
 thread_local! {
-    /// The ring-less context a non-shard thread reads members in place with.
+    /// The ring-less context a non-shard thread serves members in place with.
     static IN_PLACE: RefCell<Option<IoCtx>> = const { RefCell::new(None) };
 }
 
-/// Serves a Fast Path read on the submitting thread, which is no shard (see [`reads_in_place`]).
-fn serve_in_place(read: FastRead, owner: Owner) {
-    let Some(mut read) = still_placed(read, &owner) else { return };
-    let target = read.vd.member(read.member);
+/// Runs `op` on member `member` of `vd` on this thread, which is no shard (see [`in_place`]),
+/// counted in the member's outstanding operations.
+fn submit_in_place(vd: &VirtualDrive, member: usize, op: DriveOp) -> drive::Completion {
+    let target = vd.member(member);
     target.outstanding.fetch_add(1, Ordering::Relaxed);
     let drive = target.drive();
-    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf: read.buf.take().expect("the buffer is with the read") };
     let completion = IN_PLACE.with(|ctx| {
         let mut ctx = ctx.borrow_mut();
         let ctx = ctx.get_or_insert_with(IoCtx::without_ring);
@@ -157,9 +166,28 @@ fn serve_in_place(read: FastRead, owner: Owner) {
             std::thread::sleep(std::time::Duration::from_micros(50));
             ctx.poll(&mut out, false);
         }
-        out.pop().expect("one read, one completion")
+        out.pop().expect("one operation, one completion")
     });
     target.outstanding.fetch_sub(1, Ordering::Relaxed);
+    completion
+}
+
+/// Runs `op` on member `member` of `vd` on this shard's ring, counted in the member's
+/// outstanding operations.
+async fn submit_on_shard(reactor: &Reactor, vd: &VirtualDrive, member: usize, op: DriveOp) -> crate::runtime::DriveDone {
+    let target = vd.member(member);
+    target.outstanding.fetch_add(1, Ordering::Relaxed);
+    let drive = target.drive();
+    let finished = reactor.submit(&*drive, op).await;
+    target.outstanding.fetch_sub(1, Ordering::Relaxed);
+    finished
+}
+
+/// Serves a Fast Path read on the submitting thread, which is no shard (see [`in_place`]).
+fn serve_in_place(read: FastRead, owner: Owner) {
+    let Some(mut read) = still_placed(read, &owner) else { return };
+    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf: read.buf.take().expect("the buffer is with the read") };
+    let completion = submit_in_place(&read.vd, read.member, op);
     complete(read, completion.result, completion.buf.expect("a read returns its buffer"), owner);
 }
 
@@ -169,7 +197,8 @@ fn still_placed(read: FastRead, owner: &Owner) -> Option<FastRead> {
     let changed = read.vd.member(read.member).state() != MemberState::Online || background_in_the_way(&read.vd).is_some();
     if changed {
         let FastRead { vd, offset_bytes, buf, done, .. } = read;
-        fall_back(owner, vd, offset_bytes, buf.expect("the buffer is with the read"), done);
+        let buf = buf.expect("the buffer is with the read");
+        fall_back(owner, vd, VdRequest::Read { offset_bytes, buf }, done);
         return None;
     }
     Some(read)
@@ -179,12 +208,9 @@ fn still_placed(read: FastRead, owner: &Owner) -> Option<FastRead> {
 pub(crate) async fn serve(reactor: Rc<Reactor>, read: FastRead) {
     let owner = Owner::Index(read.owner);
     let Some(mut read) = still_placed(read, &owner) else { return };
-    let target = read.vd.member(read.member);
-    target.outstanding.fetch_add(1, Ordering::Relaxed);
-    let drive = target.drive();
     let buf = read.buf.take().expect("the buffer is with the read");
-    let finished = reactor.submit(&*drive, DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf }).await;
-    target.outstanding.fetch_sub(1, Ordering::Relaxed);
+    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf };
+    let finished = submit_on_shard(&reactor, &read.vd, read.member, op).await;
     complete(read, finished.result, finished.buf.expect("a read returns its buffer"), owner);
 }
 
@@ -194,15 +220,15 @@ fn complete(read: FastRead, result: Result<(), drive::DriveError>, buf: IoBuf, o
     vd.note_member_io(member, drive_offset_bytes, buf.len() as u64, true);
     // A bad block recorded while the read ran may lie under it: the guarded path decides.
     if result.is_err() || !vd.bad_blocks().is_empty() {
-        return fall_back(&owner, vd, offset_bytes, buf, done);
+        return fall_back(&owner, vd, VdRequest::Read { offset_bytes, buf }, done);
     }
     vd.count_fast_path_read();
     vd.finish(VdCompletion { result: Ok(()), buf: Some(buf) }, done, false);
 }
 
-/// The owning shard serves the read through the normal path; it stays counted in flight.
-fn fall_back(owner: &Owner, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, done: Done) {
-    let message = ShardMsg::Request { vd, request: VdRequest::Read { offset_bytes, buf }, done };
+/// The owning shard serves the request through the normal path; it stays counted in flight.
+fn fall_back(owner: &Owner, vd: Arc<VirtualDrive>, request: VdRequest, done: Done) {
+    let message = ShardMsg::Request { vd, request, done };
     match owner {
         Owner::Link(link) => link.send(message),
         Owner::Index(index) => crate::shard::send_to_shard(*index, message),
