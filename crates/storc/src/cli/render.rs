@@ -16,7 +16,7 @@ Optl=Optimal|Pdgd=Partially Degraded|Dgrd=Degraded|OfLn=OffLine|DG=Drive Group|
 Consist=parity and copies known to match the data (No: initialization or resync pending)|
 Cache=read policy, write policy in effect, IO policy: NR=No Read Ahead|R=Read Ahead|
 AR=Adaptive Read Ahead|WT=WriteThrough|WB=WriteBack|AWB=Always WriteBack|
-D=Direct IO|C=Cached IO|FP=Fast Path for reads within a strip (Yes/No: why in show all)|
+D=Direct IO|C=Cached IO|FP=Fast Path for reads within a strip, on RAID0/JBOD writes too (Yes/No: why in show all)|
 Export=NBD export name
 ";
 const PD_LEGEND: &str = "\
