@@ -109,11 +109,13 @@ fn writes_on_raid0_and_jbod_take_the_fast_path_and_read_back() {
             let read = rig.engine.read_at(&rig.vd, offset, BLOCK).unwrap();
             assert_eq!(read.as_slice(), &model[offset as usize..offset as usize + BLOCK], "{level}: fast read at {offset}");
         }
-        // A write across a strip boundary has two places to go: the normal path.
+        // A write across a strip boundary: on RAID0 two members, the normal path; on JBOD one
+        // drive, the Fast Path.
         let across = STRIP_BYTES - 2048;
         rig.write(across, &block(7)).unwrap();
         model[across as usize..across as usize + BLOCK].copy_from_slice(&block(7));
-        assert_eq!(rig.vd.fast_path_writes(), 600, "{level}: a write across strips did not take it");
+        let expected = if level == Level::Jbod { 601 } else { 600 };
+        assert_eq!(rig.vd.fast_path_writes(), expected, "{level}: a write across strips");
         check_whole(&rig, &model, &format!("{level}, after a write across strips"));
         // Every write reached the members: a flush is enough to find them there.
         assert_eq!(rig.engine.run(&rig.vd, VdRequest::Flush).result, Ok(()));
@@ -206,4 +208,29 @@ fn a_copy_while_fast_writes_run_leaves_the_target_with_every_write() {
     rig.drives[0].set_failed(true);
     check_whole(&rig, &model.lock().unwrap(), "after the copy");
     assert!(rig.vd.fast_path_writes() > 200);
+}
+
+/// JBOD: a request of any size, at any sector, is one operation on its one drive (reads and
+/// writes both), and lands where the normal path reads it.
+#[test]
+fn jbod_requests_of_any_size_are_one_member_operation() {
+    let rig = rig(Level::Jbod, 1);
+    let mut model = vec![0u8; rig.vd.capacity_bytes() as usize];
+    let pieces = [(STRIP_BYTES - 512, MIB as usize + 3 * 1024), (5 * STRIP_BYTES + 1536, 200 * 1024), (0, 2 * MIB as usize)];
+    for (i, &(offset, len)) in pieces.iter().enumerate() {
+        let data: Vec<u8> = (0..len).map(|b| (b as u64 * 31 + i as u64 * 7) as u8).collect();
+        rig.write(offset, &data).unwrap();
+        model[offset as usize..offset as usize + len].copy_from_slice(&data);
+        let read = rig.engine.read_at(&rig.vd, offset, len).unwrap();
+        assert_eq!(read.as_slice(), &model[offset as usize..offset as usize + len], "fast read back of piece {i}");
+    }
+    assert_eq!((rig.vd.fast_path_writes(), rig.vd.fast_path_reads()), (3, 3), "every request took the Fast Path");
+    // The normal path (cached I/O) reads the same bytes.
+    rig.vd.set_read_policies(ReadPolicy::NoReadAhead, IoPolicy::Cached);
+    check_whole(&rig, &model, "JBOD through the normal path");
+    assert_eq!(rig.vd.fast_path_reads(), 3);
+    // RAID0: a 1 MiB request spans members; the normal path.
+    let raid0 = self::rig(Level::Raid0, 2);
+    raid0.write(0, &vec![1u8; MIB as usize]).unwrap();
+    assert_eq!(raid0.vd.fast_path_writes(), 0);
 }

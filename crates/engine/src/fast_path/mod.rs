@@ -7,12 +7,12 @@
 //! dirty data of it (left from a WB policy before), every member is online and on an SSD or in
 //! memory (for a hard disk the hop costs nothing next to a seek), no member is being copied, and
 //! no block of it is known to be bad. A read that fits in one strip then has one place to come
-//! from (or two on a mirror, picked as the row path picks them). The member state and the bad
-//! blocks are looked at again on the serving shard just before the read goes, and a read that
-//! fails, or finds a bad block recorded meanwhile, is sent to the owning shard's normal path,
-//! which books the error, reconstructs or tries the other copy. Writes keep the normal path: a
-//! write's order against others of its row, its bitmap bits and its journal record need the
-//! owning shard.
+//! from (or two on a mirror, picked as the row path picks them); on JBOD a read of any size
+//! does. The member state and the bad blocks are looked at again on the serving shard just
+//! before the read goes, and a read that fails, or finds a bad block recorded meanwhile, is
+//! sent to the owning shard's normal path, which books the error, reconstructs or tries the
+//! other copy. Writes take it on RAID0 and JBOD only, under more rules ([`write`]): on other
+//! levels a write's order against others of its row and its bitmap bits need the owning shard.
 //!
 //! Without the Fast Path, a read submitted on shard A for a row of shard B costs two thread
 //! wake-ups (A to B, B back to A's completion): at queue depth 1 that is most of its latency.
@@ -77,12 +77,20 @@ fn background_in_the_way(vd: &VirtualDrive) -> Option<&'static str> {
     None
 }
 
-/// The member and drive offset that serve a read of `len_bytes` at `offset_bytes` alone, with
-/// the row it lies in; `None` if the read spans strips.
+/// The member and drive offset that serve a request of `len_bytes` at `offset_bytes` alone,
+/// with the (first) row it lies in; `None` if it spans strips. On JBOD every byte of the VD
+/// lies at the same place on its one drive: a request of any size is one member operation, as
+/// behind a host bus adapter.
 fn place(vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Option<(u64, usize, u64)> {
     let geometry = vd.geometry();
     let mut rows = geometry.rows(offset_bytes, len_bytes);
     let row = rows.next()?;
+    if geometry.level() == layout::Level::Jbod {
+        let map = geometry.row_map(row.row);
+        let first = map.data_pieces(row.offset_in_row_bytes, row.len_bytes).next()?;
+        let place = map.data_copy(first.strip_index, 0);
+        return Some((row.row, place.drive, place.drive_offset_bytes + first.offset_in_strip_bytes));
+    }
     if rows.next().is_some() {
         return None;
     }
