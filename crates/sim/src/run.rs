@@ -42,6 +42,9 @@ impl SimDrive {
     }
 }
 
+/// Each row's outcome of a run job, once it arrived (shared with the job's completion).
+pub type RowOutcomes = Rc<RefCell<Option<Vec<Result<(), VdError>>>>>;
+
 /// The longest run of rows one rebuild job covers here (the controller's runs are a shard's
 /// stride of rows; a few rows already make member I/Os merge across rows).
 const RUN_ROWS_MAX: u64 = 4;
@@ -56,7 +59,7 @@ pub(crate) struct Rebuild {
     /// A job over a run of rows in flight (one at a time), and the outcome of each of its rows
     /// once it arrived.
     pub in_flight: bool,
-    pub outcome: Rc<RefCell<Option<Vec<Result<(), VdError>>>>>,
+    pub outcome: RowOutcomes,
     /// A row that could not be rebuilt (its sources hit injected read errors): the member then
     /// never returns to service.
     pub unrecoverable: bool,

@@ -168,7 +168,10 @@ fn setup(args: &Args) -> Result<Setup, String> {
     Ok(setup)
 }
 
-fn make_drives(args: &Args, drive_bytes: u64) -> Result<(Vec<Arc<dyn Drive>>, Vec<PathBuf>), String> {
+/// The member drives, and the files made for them (removed at the end).
+type MadeDrives = (Vec<Arc<dyn Drive>>, Vec<PathBuf>);
+
+fn make_drives(args: &Args, drive_bytes: u64) -> Result<MadeDrives, String> {
     match args.drive_kind.as_str() {
         "mem" => Ok(((0..args.drives).map(|_| Arc::new(MemDrive::new(drive_bytes)) as Arc<dyn Drive>).collect(), Vec::new())),
         "file" => {

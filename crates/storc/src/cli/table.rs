@@ -72,9 +72,9 @@ pub fn human_size(size_bytes: u64) -> String {
 /// Strips are powers of two from 8 KiB to 1 MiB, so whole KiB or MiB say them exactly.
 pub fn strip_size(strip_size_bytes: u64) -> String {
     const MIB_BYTES: u64 = 1 << 20;
-    if strip_size_bytes >= MIB_BYTES && strip_size_bytes % MIB_BYTES == 0 {
+    if strip_size_bytes >= MIB_BYTES && strip_size_bytes.is_multiple_of(MIB_BYTES) {
         format!("{} MiB", strip_size_bytes / MIB_BYTES)
-    } else if strip_size_bytes % 1024 == 0 {
+    } else if strip_size_bytes.is_multiple_of(1024) {
         format!("{} KiB", strip_size_bytes / 1024)
     } else {
         format!("{strip_size_bytes} B")
