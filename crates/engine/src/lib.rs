@@ -95,10 +95,8 @@ enum ShardMsg {
         request: VdRequest,
         done: Done,
     },
-    /// A read served straight from one member (see `fast_path`).
-    FastRead(Box<fast_path::FastRead>),
-    /// A write that goes straight to one member (see `fast_path::write`).
-    FastWrite(Box<fast_path::FastWrite>),
+    /// A read or write served straight by one member (see `fast_path`).
+    Fast(Box<fast_path::FastIo>),
     /// Read a range (owned by the shard) into the cache ahead of the client.
     Prefetch {
         vd: Arc<VirtualDrive>,
@@ -356,7 +354,7 @@ impl Engine {
                 }
             }
             VdRequest::Read { offset_bytes, buf } => {
-                let (buf, done) = match self.fast_read(vd, offset_bytes, buf, done) {
+                let (buf, done) = match self.fast_io(vd, false, offset_bytes, buf, done) {
                     Ok(()) => return,
                     Err(back) => back,
                 };
@@ -367,7 +365,7 @@ impl Engine {
                 }
             }
             VdRequest::Write { offset_bytes, buf } => {
-                let (buf, done) = match self.fast_write(vd, offset_bytes, buf, done) {
+                let (buf, done) = match self.fast_io(vd, true, offset_bytes, buf, done) {
                     Ok(()) => return,
                     Err(back) => back,
                 };

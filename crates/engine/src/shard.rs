@@ -1,6 +1,6 @@
 //! A shard's thread: its loop, the messages it serves, and the ticker that nudges its cache.
 
-use crate::fast_path::FastRead;
+use crate::fast_path::FastIo;
 use crate::runtime::{CompletionOrder, Executor, Reactor};
 use crate::{cache, io, EngineConfig, RowJob, ShardHandle, ShardLink, ShardMsg, VdRequest, VirtualDrive};
 use crossbeam_channel::{Receiver, Sender};
@@ -34,9 +34,9 @@ thread_local! {
     /// eventfd write a wake-up costs (the shard is awake, running the task that sent them),
     /// and never blocked by its own full inbox. Bounded by the work in flight that sent them.
     static OWN_MSGS: RefCell<VecDeque<ShardMsg>> = const { RefCell::new(VecDeque::new()) };
-    /// Fast Path reads a shard sent itself, as [`OWN_MSGS`] but unboxed: one allocation less
-    /// on the path that exists to be short.
-    static OWN_READS: RefCell<VecDeque<FastRead>> = const { RefCell::new(VecDeque::new()) };
+    /// Fast Path requests a shard sent itself, as [`OWN_MSGS`] but unboxed: one allocation
+    /// less on the path that exists to be short.
+    static OWN_FAST: RefCell<VecDeque<FastIo>> = const { RefCell::new(VecDeque::new()) };
     /// Every shard of this shard's engine (see [`ShardMsg::Links`]).
     static LINKS: RefCell<Option<Arc<[Arc<ShardLink>]>>> = const { RefCell::new(None) };
 }
@@ -51,9 +51,9 @@ pub(crate) fn is_current(waker: &Arc<ShardWaker>) -> bool {
     current_waker_addr() == Arc::as_ptr(waker) as usize
 }
 
-/// Queues a Fast Path read for the shard this thread runs.
-pub(crate) fn send_own_read(read: FastRead) {
-    OWN_READS.with(|own| own.borrow_mut().push_back(read));
+/// Queues a Fast Path request for the shard this thread runs.
+pub(crate) fn send_own_fast(io: FastIo) {
+    OWN_FAST.with(|own| own.borrow_mut().push_back(io));
 }
 
 /// Sends `msg` to shard `index` of this shard's engine, from a task on one of its shards.
@@ -105,14 +105,14 @@ fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receive
         for msg in OWN_MSGS.with(|own| std::mem::take(&mut *own.borrow_mut())) {
             stopping |= spawn_msg(&mut executor, msg);
         }
-        for read in OWN_READS.with(|own| std::mem::take(&mut *own.borrow_mut())) {
-            executor.spawn(crate::fast_path::serve(Rc::clone(executor.reactor()), read));
+        for io in OWN_FAST.with(|own| std::mem::take(&mut *own.borrow_mut())) {
+            executor.spawn(crate::fast_path::serve(Rc::clone(executor.reactor()), io));
         }
         if stopping && executor.live_tasks() == 0 && reactor.in_flight() == 0 {
             return;
         }
         waker.prepare_sleep();
-        let own_work = OWN_MSGS.with(|own| !own.borrow().is_empty()) || OWN_READS.with(|own| !own.borrow().is_empty());
+        let own_work = OWN_MSGS.with(|own| !own.borrow().is_empty()) || OWN_FAST.with(|own| !own.borrow().is_empty());
         if !inbox.is_empty() || own_work {
             waker.cancel_sleep();
             continue;
@@ -134,12 +134,8 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
             });
             false
         }
-        ShardMsg::FastRead(read) => {
-            executor.spawn(crate::fast_path::serve(reactor, *read));
-            false
-        }
-        ShardMsg::FastWrite(write) => {
-            executor.spawn(crate::fast_path::serve_write(reactor, *write));
+        ShardMsg::Fast(io) => {
+            executor.spawn(crate::fast_path::serve(reactor, *io));
             false
         }
         ShardMsg::Prefetch { vd, range } => {

@@ -31,7 +31,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod write;
-pub(crate) use write::{serve as serve_write, FastWrite};
 
 impl Engine {
     /// Why the VD's writes do not take the Fast Path now, or `None` when they do (`vall show`).
@@ -105,41 +104,73 @@ fn place(vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Option<(u64, u
     Some((row.row, member, drive_offset_bytes))
 }
 
-/// A read on its way to one member: what the serving shard needs, and where it goes if the
-/// Fast Path cannot finish it.
-pub(crate) struct FastRead {
+/// A read or a write on its way to one member: what the serving thread needs, and where it
+/// goes if the Fast Path cannot finish it.
+pub(crate) struct FastIo {
     pub(crate) vd: Arc<VirtualDrive>,
+    write: bool,
     member: usize,
     drive_offset_bytes: u64,
     offset_bytes: u64,
-    /// The client's buffer: here until the read goes to the member (`None` while it is there).
+    /// The client's buffer: here until the request goes to the member (`None` while it is there).
     buf: Option<IoBuf>,
     done: Done,
     /// The shard that owns the row, for the fallback.
     owner: usize,
 }
 
+impl FastIo {
+    /// The member operation, with the client's buffer.
+    fn take_op(&mut self) -> DriveOp {
+        let (offset_bytes, buf) = (self.drive_offset_bytes, self.buf.take().expect("the buffer is with the request"));
+        match self.write {
+            true => DriveOp::Write { offset_bytes, buf },
+            false => DriveOp::Read { offset_bytes, buf },
+        }
+    }
+}
+
+/// The request as the normal path takes it.
+fn normal_request(write: bool, offset_bytes: u64, buf: IoBuf) -> VdRequest {
+    match write {
+        true => VdRequest::Write { offset_bytes, buf },
+        false => VdRequest::Read { offset_bytes, buf },
+    }
+}
+
 impl Engine {
-    /// Sends a qualifying read down the Fast Path; hands the buffer and callback back otherwise.
-    pub(crate) fn fast_read(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, done: Done) -> Result<(), (IoBuf, Done)> {
-        if policies_or_members(vd).is_some() {
+    /// Sends a qualifying read or write down the Fast Path; hands the buffer and callback back
+    /// otherwise.
+    pub(crate) fn fast_io(
+        &self,
+        vd: &Arc<VirtualDrive>,
+        write: bool,
+        offset_bytes: u64,
+        buf: IoBuf,
+        done: Done,
+    ) -> Result<(), (IoBuf, Done)> {
+        let blocked = policies_or_members(vd).is_some() || (write && write::write_blockers(vd, self.journal_attached()).is_some());
+        if blocked {
             return Err((buf, done));
         }
         // The member's kind before the checks that take a lock per member: a VD of hard disks
         // (the usual one that does not qualify) stops here.
         let placed = place(vd, offset_bytes, buf.len() as u64).filter(|&(_, member, _)| vd.member(member).is_fast_drive());
-        let Some((row, member, drive_offset_bytes)) = placed.filter(|_| background_in_the_way(vd).is_none()) else {
+        let placed = placed.filter(|_| background_in_the_way(vd).is_none());
+        // A write announces itself (`vd::fast_writes`), and is refused while a copy runs.
+        let Some((row, member, drive_offset_bytes)) = placed.filter(|_| !write || vd.begin_fast_write()) else {
             return Err((buf, done));
         };
         let owner = self.shard_of_row(vd, row);
-        let own = self.shards.iter().position(|s| s.is_current());
         vd.begin_request();
-        let read = FastRead { vd: Arc::clone(vd), member, drive_offset_bytes, offset_bytes, buf: Some(buf), done, owner };
-        match own {
+        let io = FastIo { vd: Arc::clone(vd), write, member, drive_offset_bytes, offset_bytes, buf: Some(buf), done, owner };
+        if self.shards.iter().any(|s| s.is_current()) {
             // Served here: no hop.
-            Some(_) => crate::shard::send_own_read(read),
-            None if in_place(&*vd.member(member).drive()) => serve_in_place(read, Owner::Link(&self.shards[owner].link)),
-            None => self.shards[owner].send(ShardMsg::FastRead(Box::new(read))),
+            crate::shard::send_own_fast(io);
+        } else if in_place(&*vd.member(member).drive()) {
+            serve_in_place(io, Owner::Link(&self.shards[owner].link));
+        } else {
+            self.shards[owner].send(ShardMsg::Fast(Box::new(io)));
         }
         Ok(())
     }
@@ -191,44 +222,53 @@ async fn submit_on_shard(reactor: &Reactor, vd: &VirtualDrive, member: usize, op
     finished
 }
 
-/// Serves a Fast Path read on the submitting thread, which is no shard (see [`in_place`]).
-fn serve_in_place(read: FastRead, owner: Owner) {
-    let Some(mut read) = still_placed(read, &owner) else { return };
-    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf: read.buf.take().expect("the buffer is with the read") };
-    let completion = submit_in_place(&read.vd, read.member, op);
-    complete(read, completion.result, completion.buf.expect("a read returns its buffer"), owner);
+/// Serves a Fast Path request on the submitting thread, which is no shard (see [`in_place`]).
+fn serve_in_place(io: FastIo, owner: Owner) {
+    let Some(mut io) = still_placed(io, &owner) else { return };
+    let op = io.take_op();
+    let completion = submit_in_place(&io.vd, io.member, op);
+    complete(io, completion.result, completion.buf.expect("reads and writes return their buffer"), &owner);
+}
+
+/// Serves a Fast Path request on the shard it was sent to.
+pub(crate) async fn serve(reactor: Rc<Reactor>, io: FastIo) {
+    let owner = Owner::Index(io.owner);
+    let Some(mut io) = still_placed(io, &owner) else { return };
+    let op = io.take_op();
+    let finished = submit_on_shard(&reactor, &io.vd, io.member, op).await;
+    complete(io, finished.result, finished.buf.expect("reads and writes return their buffer"), &owner);
 }
 
 /// The read, unless its member left service or background work began since it was placed
-/// (then it went to the normal path).
-fn still_placed(read: FastRead, owner: &Owner) -> Option<FastRead> {
-    let changed = read.vd.member(read.member).state() != MemberState::Online || background_in_the_way(&read.vd).is_some();
+/// (then it went to the normal path). A write goes on: it announced itself, so no copy starts
+/// under it, and its completion looks at the member again.
+fn still_placed(io: FastIo, owner: &Owner) -> Option<FastIo> {
+    if io.write {
+        return Some(io);
+    }
+    let changed = io.vd.member(io.member).state() != MemberState::Online || background_in_the_way(&io.vd).is_some();
     if changed {
-        let FastRead { vd, offset_bytes, buf, done, .. } = read;
-        let buf = buf.expect("the buffer is with the read");
-        fall_back(owner, vd, VdRequest::Read { offset_bytes, buf }, done);
+        let FastIo { vd, offset_bytes, buf, done, .. } = io;
+        fall_back(owner, vd, normal_request(false, offset_bytes, buf.expect("the buffer is with the read")), done);
         return None;
     }
-    Some(read)
+    Some(io)
 }
 
-/// Serves a Fast Path read on the shard it was sent to.
-pub(crate) async fn serve(reactor: Rc<Reactor>, read: FastRead) {
-    let owner = Owner::Index(read.owner);
-    let Some(mut read) = still_placed(read, &owner) else { return };
-    let buf = read.buf.take().expect("the buffer is with the read");
-    let op = DriveOp::Read { offset_bytes: read.drive_offset_bytes, buf };
-    let finished = submit_on_shard(&reactor, &read.vd, read.member, op).await;
-    complete(read, finished.result, finished.buf.expect("a read returns its buffer"), owner);
+fn complete(io: FastIo, result: Result<(), drive::DriveError>, buf: IoBuf, owner: &Owner) {
+    match io.write {
+        true => write::complete(io, result, buf, owner),
+        false => complete_read(io, result, buf, owner),
+    }
 }
 
 /// Delivers a read the member answered: to the client, or to the normal path on an error.
-fn complete(read: FastRead, result: Result<(), drive::DriveError>, buf: IoBuf, owner: Owner) {
-    let FastRead { vd, member, drive_offset_bytes, offset_bytes, done, .. } = read;
+fn complete_read(read: FastIo, result: Result<(), drive::DriveError>, buf: IoBuf, owner: &Owner) {
+    let FastIo { vd, member, drive_offset_bytes, offset_bytes, done, .. } = read;
     vd.note_member_io(member, drive_offset_bytes, buf.len() as u64, true);
     // A bad block recorded while the read ran may lie under it: the guarded path decides.
     if result.is_err() || !vd.bad_blocks().is_empty() {
-        return fall_back(&owner, vd, VdRequest::Read { offset_bytes, buf }, done);
+        return fall_back(owner, vd, normal_request(false, offset_bytes, buf), done);
     }
     vd.count_fast_path_read();
     vd.finish(VdCompletion { result: Ok(()), buf: Some(buf) }, done, false);
@@ -243,8 +283,8 @@ fn fall_back(owner: &Owner, vd: Arc<VirtualDrive>, request: VdRequest, done: Don
     }
 }
 
-/// How a read the Fast Path cannot finish reaches the shard that owns its row: through the
-/// engine's link on a thread that is no shard (reading in place, called by the engine), by
+/// How a request the Fast Path cannot finish reaches the shard that owns its row: through the
+/// engine's link on a thread that is no shard (served in place, called by the engine), by
 /// index from a shard, which knows its engine's shards.
 enum Owner<'a> {
     Link(&'a ShardLink),
