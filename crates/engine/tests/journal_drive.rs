@@ -1,8 +1,8 @@
 //! A slot's drive as the journal (`/c0/sN set journal`): the configuration says where the
 //! journal is, so a restart replays it with no journal option; a second journal drive makes a
 //! mirrored pair with the leg in service; a leg that fails makes its drive UBad; a journal drive
-//! another journal replaces is UGood again; what is not an unconfigured good drive, or a third
-//! leg, is refused with the reason.
+//! another journal replaces, or whose journal is removed, is UGood again; what is not an
+//! unconfigured good drive, or a third leg, is refused with the reason.
 
 mod common;
 
@@ -144,5 +144,51 @@ fn a_journal_drive_that_another_journal_replaces_is_unconfigured_good_again() {
     assert!(events.iter().any(|e| e == "slot 5: Jrnl -> UGood (journal replaced)"), "{events:#?}");
     scatter(&engine, &vd, &mut image, 3, 50);
     check(&engine, &vd, &image, "with the new journal");
+    controller.shutdown();
+}
+
+#[test]
+fn removing_the_journal_writes_the_cache_out_frees_its_drive_and_write_back_runs_write_through() {
+    let drives = mem_drives(5, DRIVE_BYTES);
+    let mut image = vec![0u8; 16 * MIB as usize];
+    let id = {
+        let engine = engine();
+        let controller = open(&engine, &drives, None, Vec::new());
+        let vd = wb_raid5(&controller);
+        let nothing = conflict(controller.remove_journal());
+        assert!(nothing.starts_with("no journal is attached"), "{nothing}");
+        controller.assign_journal_drive(4).unwrap();
+        scatter(&engine, &vd, &mut image, 1, 300);
+        assert!(controller.journal_view().used_bytes > 0, "the writes are in the journal");
+        let view = controller.remove_journal().unwrap();
+        assert_eq!((view.state, view.source.as_deref()), (JournalState::Missing, None), "{view:?}");
+        let reason = view.reason.unwrap_or_default();
+        assert!(reason.contains("journal slot 4 was removed by the administrator"), "{reason}");
+        assert_eq!(state_of(&controller, 4), ConfigDriveState::UnconfiguredGood, "the drive is free");
+        assert!(!controller.journal_usable(), "WB runs WT");
+        assert_eq!(engine.cache_stats().dirty_bytes, 0, "the cache was written out");
+        let events: Vec<String> = controller.events().into_iter().map(|e| e.description).collect();
+        assert!(events.iter().any(|e| e == "slot 4: Jrnl -> UGood (journal removed)"), "{events:#?}");
+        assert!(events.iter().any(|e| e.contains("WB VDs run WT until a journal is assigned")), "{events:#?}");
+        let again = conflict(controller.remove_journal());
+        assert!(again.starts_with("no journal is attached"), "{again}");
+        scatter(&engine, &vd, &mut image, 2, 100);
+        assert_eq!(engine.cache_stats().dirty_bytes, 0, "without a journal a WB VD's writes are acknowledged from the members");
+        controller.config().controller_id
+        // Dropped without a shutdown: the writes made while the journal was attached must be on
+        // the members, for nothing replays that journal now.
+    };
+    let engine = engine();
+    let controller = open(&engine, &drives, Some(id), Vec::new());
+    let view = controller.journal_view();
+    assert_eq!((view.state, view.replay.found), (JournalState::Missing, false), "the removed journal is not used again: {view:?}");
+    assert_eq!(state_of(&controller, 4), ConfigDriveState::UnconfiguredGood);
+    let (_, vd) = controller.vd(0).unwrap();
+    check(&engine, &vd, &image, "after a crash following the removal");
+    let view = controller.assign_journal_drive(4).unwrap();
+    assert_eq!((view.state, view.source.as_deref()), (JournalState::Optimal, Some("slot 4")), "{view:?}");
+    assert!(controller.journal_usable(), "WB runs WB again");
+    scatter(&engine, &vd, &mut image, 3, 100);
+    check(&engine, &vd, &image, "with the journal assigned again");
     controller.shutdown();
 }

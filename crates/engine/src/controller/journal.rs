@@ -304,7 +304,7 @@ impl Controller {
     /// (written out and detached first), then frees the slot drives the old one held.
     pub(super) fn replace_journal(&self, offers: Vec<JournalOffer>) -> Result<JournalView, super::ControlError> {
         if self.journal.lock().expect("journal lock").attached.is_some() {
-            self.detach_journal("it is replaced").map_err(super::ControlError::Io)?;
+            self.detach_journal("it is replaced", true).map_err(super::ControlError::Io)?;
         }
         let legs = offers.iter().map(|offer| Arc::clone(&offer.drive)).collect();
         let partitions = self.engine.shard_count() as u32;
@@ -315,7 +315,35 @@ impl Controller {
         let kept: Vec<u32> = offers.iter().filter_map(|offer| offer.slot).collect();
         self.trust_and_attach(journal, offers, ReplayReport::default()).map_err(super::ControlError::Io)?;
         self.log(Severity::Info, format!("journal {source} attached: WB VDs run WB"));
-        self.free_journal_drives(&kept);
+        self.free_journal_drives(&kept, super::state::Cause::JournalReplaced);
+        Ok(self.journal_view())
+    }
+
+    /// `/c0/journal delete`: the controller goes on without a journal, as a controller whose
+    /// battery is taken out: what only the journal held is written to the members and made
+    /// durable there first (writes wait meanwhile), then the metadata stops trusting it and the
+    /// slot drives it used are unconfigured good again. WB VDs run WT until a journal is
+    /// assigned again.
+    ///
+    /// # Errors
+    /// No journal is attached; the cache cannot be written out or the metadata cannot be
+    /// written (the journal stays attached and trusted).
+    pub fn remove_journal(&self) -> Result<JournalView, super::ControlError> {
+        let source = match &self.journal.lock().expect("journal lock").attached {
+            Some(attached) => attached.source(),
+            None => {
+                return Err(super::ControlError::Conflict(
+                    "no journal is attached; there is nothing to remove (/c0/journal show says why)".into(),
+                ))
+            }
+        };
+        let reason = format!("journal {source} was removed by the administrator");
+        self.detach_journal(&reason, false).map_err(super::ControlError::Io)?;
+        self.free_journal_drives(&[], super::state::Cause::JournalRemoved);
+        self.log(
+            Severity::Warning,
+            format!("{reason}: WB VDs run WT until a journal is assigned (/c0 set journal=PATH or /c0/sN set journal)"),
+        );
         Ok(self.journal_view())
     }
 
@@ -444,7 +472,7 @@ impl Controller {
             return;
         }
         let Some(reason) = reason else { return };
-        match self.detach_journal(&reason) {
+        match self.detach_journal(&reason, true) {
             Ok(()) => self.log(
                 Severity::Critical,
                 format!("journal {source} failed: {reason}; WB VDs run WT until a journal is assigned (/c0 set journal=PATH or /c0/sN set journal)"),
@@ -504,7 +532,7 @@ impl Controller {
     /// Writes what only the journal held to the members and makes it durable there (writes
     /// wait meanwhile), stops trusting the journal in the metadata, then takes it from the
     /// shards: once the metadata stops trusting it, nothing replays it.
-    fn detach_journal(&self, reason: &str) -> Result<(), String> {
+    fn detach_journal(&self, reason: &str, failed: bool) -> Result<(), String> {
         self.engine.quiesce()?;
         {
             let mut state = self.state.lock().expect("controller lock");
@@ -514,13 +542,7 @@ impl Controller {
         }
         let mut slot = self.journal.lock().expect("journal lock");
         self.engine.set_journal(None);
-        *slot = JournalSlot {
-            attached: None,
-            reason: Some(reason.to_string()),
-            failed: true,
-            replay: slot.replay,
-            detach_failed_logged: false,
-        };
+        *slot = JournalSlot { attached: None, reason: Some(reason.to_string()), failed, replay: slot.replay, detach_failed_logged: false };
         Ok(())
     }
 

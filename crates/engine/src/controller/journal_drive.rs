@@ -9,7 +9,8 @@
 //! one leg in service (a single journal, or a pair that lost a leg) gives a mirrored pair of
 //! that leg and the new drive. Either way the journal is laid out anew: the cache is written to
 //! the members and the old journal untrusted first, as `set journal=` does. A leg that fails
-//! makes its drive UBad; a journal drive that another journal replaces is UGood again.
+//! makes its drive UBad; a journal drive that another journal replaces, or whose journal is
+//! removed (`/c0/journal delete`), is UGood again.
 
 use super::{state, ControlError, Controller, JournalOffer, JournalView, Severity, State};
 use crate::config::DriveState;
@@ -119,9 +120,9 @@ impl Controller {
         }
     }
 
-    /// After a new journal is attached: the journal drives it does not use (`kept` are those
-    /// it does) are unconfigured good again.
-    pub(super) fn free_journal_drives(&self, kept: &[u32]) {
+    /// After a new journal is attached, or the journal removed: the journal drives not in use
+    /// (`kept` are those the new journal uses) are unconfigured good again.
+    pub(super) fn free_journal_drives(&self, kept: &[u32], cause: state::Cause) {
         let mut state = self.state.lock().expect("controller lock");
         let freed: Vec<u32> =
             state.config.drives.iter().filter(|d| d.state == DriveState::Journal && !kept.contains(&d.slot)).map(|d| d.slot).collect();
@@ -129,11 +130,11 @@ impl Controller {
             return;
         }
         for slot in freed {
-            self.transition(&mut state, slot, DriveState::UnconfiguredGood, state::Cause::JournalReplaced, None);
+            self.transition(&mut state, slot, DriveState::UnconfiguredGood, cause, None);
         }
         if let Err(error) = self.persist(&mut state) {
             drop(state);
-            self.log(Severity::Critical, format!("journal drives that were replaced cannot be recorded as free: {error}"));
+            self.log(Severity::Critical, format!("journal drives no longer in use cannot be recorded as free: {error}"));
         }
     }
 }

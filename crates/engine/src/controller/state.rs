@@ -66,6 +66,7 @@
 //! | UBad | UGood | set good |
 //! | UGood | Jrnl | made the journal |
 //! | Jrnl | UGood | journal replaced |
+//! | Jrnl | UGood | journal removed |
 //! | Jrnl | UBad | I/O failure |
 //! | Jrnl | Msng | not found at start |
 //!
@@ -92,7 +93,7 @@
 //! - At the end of a copy the source leaves the VD: a spare serving as a member (it kept its hot
 //!   spare record: a revertible spare) returns to HSP, any other member becomes UGood.
 //! - A journal drive (`Jrnl`, `/c0/sN set journal`) holds the cache's journal past its
-//!   metadata area. It returns to UGood when another journal replaces it; a leg that fails
+//!   metadata area. It returns to UGood when another journal replaces it or the journal is removed; a leg that fails
 //!   becomes UBad (as a failed copy target does). One that is not found at start is Msng and,
 //!   found again, UGood: the journal ran without it, so what it holds is never replayed (the
 //!   metadata stopped trusting it), and it is assigned again only by the administrator.
@@ -144,10 +145,12 @@ pub enum Cause {
     JournalAssigned,
     /// Another journal took the drive's place.
     JournalReplaced,
+    /// The administrator removed the journal (`/c0/journal delete`).
+    JournalRemoved,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 20] = [
+    pub const ALL: [Cause; 21] = [
         Cause::VdCreated,
         Cause::VdDeleted,
         Cause::SpareAdded,
@@ -168,6 +171,7 @@ impl Cause {
         Cause::Replaced,
         Cause::JournalAssigned,
         Cause::JournalReplaced,
+        Cause::JournalRemoved,
     ];
 
     /// How events and the table in the module docs name the cause.
@@ -190,6 +194,7 @@ impl Cause {
             Cause::Replaced => "replaced",
             Cause::JournalAssigned => "made the journal",
             Cause::JournalReplaced => "journal replaced",
+            Cause::JournalRemoved => "journal removed",
         }
     }
 }
@@ -288,6 +293,7 @@ pub const TRANSITIONS: &[(DriveState, DriveState, Cause)] = &[
     (UBad, UGood, Cause::Command(DriveCommand::Good)),
     (UGood, Jrnl, Cause::JournalAssigned),
     (Jrnl, UGood, Cause::JournalReplaced),
+    (Jrnl, UGood, Cause::JournalRemoved),
     (Jrnl, UBad, Cause::IoFailure),
     (Jrnl, Msng, Cause::Absent),
 ];

@@ -136,6 +136,8 @@ pub enum Action {
     SetDriveJournal {
         slot: u32,
     },
+    /// `/c0/journal delete` (or `/c0/bbu delete`): the controller goes on without a journal.
+    DeleteJournal,
     PatrolRead(PatrolReadAction),
     ShowCcSchedule,
 }
@@ -282,6 +284,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         (Object::Foreign, ["import"]) => Action::ImportForeign,
         (Object::Foreign, ["del" | "delete"]) => Action::DeleteForeign,
         (Object::Journal, ["show"] | ["show", "all"] | ["show", "status"]) => Action::ShowJournal,
+        (Object::Journal, ["del" | "delete"]) => Action::DeleteJournal,
         _ => return usage(unknown_command(object, path, tokens)),
     };
     Ok(action)

@@ -120,6 +120,7 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
         Action::ShowPatrolRead => super::patrol::report(&decode(first)?, first),
         Action::ShowJournal => super::journal::report("None", &decode(first)?, first),
         Action::SetJournal(_) | Action::SetDriveJournal { .. } => super::journal::report("Set Journal Succeeded", &decode(first)?, first),
+        Action::DeleteJournal => super::journal::report("Delete Journal Succeeded", &decode(first)?, first),
         Action::ShowCcSchedule => super::patrol::cc_schedule_report(&decode(first)?, first),
         Action::PatrolRead(_) => message_report(first)?,
         Action::ShowBgi { target } => super::bgi::bgi_report(*target, &decode::<Vec<_>>(first)?, first),

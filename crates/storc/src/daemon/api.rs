@@ -41,7 +41,10 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/vds/{id}/bgi", post(super::api_bgi::bgi_action))
         .route("/api/v1/inits", get(super::api_bgi::inits))
         .route("/api/v1/patrolread", get(super::api_bgi::patrol_read).post(super::api_bgi::patrol_action))
-        .route("/api/v1/journal", get(super::api_journal::journal).post(super::api_journal::attach_journal))
+        .route(
+            "/api/v1/journal",
+            get(super::api_journal::journal).post(super::api_journal::attach_journal).delete(super::api_journal::remove_journal),
+        )
         .route("/api/v1/vds/{id}/init", post(super::api_bgi::init_action))
         .route("/api/v1/vds", get(list_vds).post(create_vd))
         .route("/api/v1/vds/{id}", get(get_vd).patch(set_vd).delete(delete_vd))

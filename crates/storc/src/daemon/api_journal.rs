@@ -1,7 +1,8 @@
 //! The journal's routes: `GET /api/v1/journal` (`/c0/bbu show`, `/c0/journal show`) and
 //! `POST /api/v1/journal` (`/c0 set journal=DEVICE[,DEVICE]`: a journal, or a mirrored pair,
 //! assigned at run time), and `POST /api/v1/drives/{slot}/journal` (`/c0/sN set journal`: a
-//! slot's drive as the journal, or as the second leg of a mirrored pair).
+//! slot's drive as the journal, or as the second leg of a mirrored pair), and
+//! `DELETE /api/v1/journal` (`/c0/journal delete`: the controller goes on without one).
 
 use super::api::{bad, blocking, ok, ApiJson, Reply, Shared};
 use crate::api_types::Message;
@@ -61,6 +62,12 @@ pub(super) async fn attach_journal(State(state): State<Shared>, ApiJson(body): A
     let offers = super::drives::open_journal_legs(&specs).map_err(|e| bad(e.replace("--journal", "journal=")))?;
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.attach_journal(offers)).await?;
+    ok(blocking(move || Ok(journal_view(&state))).await?)
+}
+
+pub(super) async fn remove_journal(State(state): State<Shared>) -> Reply<JournalView> {
+    let controller = Arc::clone(&state.controller);
+    blocking(move || controller.remove_journal()).await?;
     ok(blocking(move || Ok(journal_view(&state))).await?)
 }
 

@@ -27,6 +27,7 @@ fn letter(cause: Cause) -> char {
         Cause::Replaced => 'p',
         Cause::JournalAssigned => 'j',
         Cause::JournalReplaced => 'J',
+        Cause::JournalRemoved => 'e',
     }
 }
 
@@ -46,7 +47,7 @@ const MATRIX: [(DriveState, [&str; 10]); 10] = [
     (Rbld,   ["d",   "D",  ".",   "i",    "x",   ".", ".",  ".",    ".",  "."]),
     (Cpybck, ["dT",  "K",  ".",   ".",    "x",   "dT", "R", ".",    "i",  "."]),
     (UBad,   ["g",   ".",  ".",   ".",    ".",   ".", ".",  ".",    ".",  "."]),
-    (Jrnl,   ["J",   ".",  ".",   ".",    "x",   ".", ".",  ".",    "i",  "."]),
+    (Jrnl,   ["Je",  ".",  ".",   ".",    "x",   ".", ".",  ".",    "i",  "."]),
 ];
 
 fn check(from: DriveState, to: DriveState, cause: Cause, expected_allowed: bool) {

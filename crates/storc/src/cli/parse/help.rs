@@ -20,7 +20,7 @@ pub(super) fn unknown_command(object: Object, path: &str, tokens: &[String]) -> 
             "show, show all, show rebuild, show copyback, add hotsparedrive [dgs=LIST], delete hotsparedrive, set offline|online|missing|good|journal, start|stop|pause|resume rebuild, insert dg=D array=A row=R, start copyback target=M, stop|pause|resume copyback"
         }
         Object::Foreign => "show, import, del",
-        Object::Journal => "show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, a mirrored pair with journal=PATH,PATH, or a slot's drive with /c0/sN set journal)",
+        Object::Journal => "show, show all, show status, delete (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, a mirrored pair with journal=PATH,PATH, or a slot's drive with /c0/sN set journal)",
     };
     if tokens.is_empty() {
         return format!("missing command after {path}; allowed: {allowed}");

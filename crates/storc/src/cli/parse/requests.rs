@@ -57,6 +57,7 @@ impl Action {
             Action::ShowJournal => vec![Request::get(JOURNAL)],
             Action::SetJournal(attach) => vec![Request::with_body(Method::Post, JOURNAL, attach)],
             Action::SetDriveJournal { slot } => vec![Request::without_body(Method::Post, &format!("{DRIVES}/{slot}/journal"))],
+            Action::DeleteJournal => vec![Request::without_body(Method::Delete, JOURNAL)],
             Action::ShowCcSchedule => vec![Request::get("/api/v1/controller")],
             Action::PatrolRead(action) => vec![Request::with_body(Method::Post, "/api/v1/patrolread", action)],
         }

@@ -230,9 +230,11 @@ fn the_journal_is_the_battery() {
     // The device keeps its case: it is a path.
     check("/c0 set journal=/Data/Journal.img", r#"POST /api/v1/journal {"source":"/Data/Journal.img"}"#);
     check("/c0 set journal=ssd:sata:8GiB", r#"POST /api/v1/journal {"source":"ssd:sata:8GiB"}"#);
+    check("/c0/journal delete", "DELETE /api/v1/journal");
+    check("/c0/bbu del", "DELETE /api/v1/journal");
     check(
         "/c0/bbu start learn",
-        "usage: unknown command \"/c0/bbu start learn\"; allowed after /c0/bbu: show, show all, show status (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, a mirrored pair with journal=PATH,PATH, or a slot's drive with /c0/sN set journal)",
+        "usage: unknown command \"/c0/bbu start learn\"; allowed after /c0/bbu: show, show all, show status, delete (assign a journal with /c0 set journal=PATH|ssd:sata:SIZE, a mirrored pair with journal=PATH,PATH, or a slot's drive with /c0/sN set journal)",
     );
     check("/c0 set journal=/a.img,/b.img", r#"POST /api/v1/journal {"source":"/a.img,/b.img"}"#);
     check("/c0/s8 set journal", "POST /api/v1/drives/8/journal");
