@@ -63,6 +63,6 @@ pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdE
 pub use device::{BlockDevice, Done, IoError, ReadDone};
 pub use server::{
     Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, CONNECTION_THREAD_STACK_BYTES, DESCRIPTORS_PER_CONNECTION,
-    DROPPED_CONNECTION_LOG_INTERVAL, THREADS_PER_CONNECTION,
+    DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION,
 };
 pub use uri::{NbdUri, UriError};

@@ -61,6 +61,18 @@ impl Socket {
         }
     }
 
+    /// A read that never sleeps: `WouldBlock` when nothing is there (MSG_DONTWAIT, so the
+    /// socket stays blocking for every other clone).
+    pub(crate) fn read_nonblocking(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call, and the
+        // descriptor stays open while `self` holds the stream.
+        let read_bytes = unsafe { libc::recv(self.raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if read_bytes < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(read_bytes as usize)
+    }
+
     /// A printable name of the other end, for logs.
     pub(crate) fn peer_name(&self) -> String {
         match &*self.stream {
@@ -107,11 +119,34 @@ impl Write for Socket {
 pub(crate) struct DeadlineSocket {
     socket: Socket,
     deadline: Option<Instant>,
+    /// Without a deadline: how long a read polls before it sleeps ([`DeadlineSocket::poll`]).
+    poll_budget: Duration,
 }
 
 impl DeadlineSocket {
     pub(crate) fn new(socket: Socket, deadline: Instant) -> DeadlineSocket {
-        DeadlineSocket { socket, deadline: Some(deadline) }
+        DeadlineSocket { socket, deadline: Some(deadline), poll_budget: Duration::ZERO }
+    }
+
+    /// Reads poll the socket this long for data before they sleep in the kernel (zero: never).
+    pub(crate) fn set_poll_budget(&mut self, budget: Duration) {
+        self.poll_budget = budget;
+    }
+
+    /// Polls for up to the budget: `Some` with what a non-blocking read returned once data
+    /// (or the end, or an error) is there, `None` if the budget ran out first.
+    fn poll(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        let started = Instant::now();
+        loop {
+            match self.socket.read_nonblocking(buf) {
+                Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+                outcome => return Some(outcome),
+            }
+            if started.elapsed() >= self.poll_budget {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// From now on reads and writes wait as long as the socket's own timeouts say.
@@ -145,6 +180,10 @@ impl Read for DeadlineSocket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if let Some(remaining) = self.remaining()? {
             self.socket.set_read_timeout(Some(remaining))?;
+        } else if !self.poll_budget.is_zero() && !buf.is_empty() {
+            if let Some(outcome) = self.poll(buf) {
+                return outcome;
+            }
         }
         self.socket.read(buf).map_err(|error| self.name_timeout(error))
     }

@@ -74,7 +74,18 @@ pub struct ServerConfig {
     /// On shutdown, how long connections get to finish their in-flight requests and send the
     /// replies before their sockets are closed under them.
     pub shutdown_grace: Duration,
+    /// How long a connection's reader polls its socket for the next request before it sleeps
+    /// in the kernel (hybrid polling, as the kernel's `io_poll` and SPDK's reactors do). A
+    /// sleeping thread on an idle core costs the next request a wake-up of that core, which on
+    /// a virtual machine is tens of microseconds; polling trades a core's time between requests
+    /// for it. Default zero: never poll (a reader costs no CPU while its client is quiet).
+    pub poll_budget: Duration,
 }
+
+/// The longest [`ServerConfig::poll_budget`]: a client's next request comes within tens of
+/// microseconds of its last reply when it is latency-bound, and polling longer than that only
+/// spends a core on one that went quiet.
+pub const POLL_BUDGET_MAX: Duration = Duration::from_millis(1);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -86,6 +97,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(10),
             reply_stall_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            poll_budget: Duration::ZERO,
         }
     }
 }
@@ -113,6 +125,11 @@ impl ServerConfig {
             if timeout.is_zero() {
                 return bad(field, 0, "more than 0 seconds".into());
             }
+        }
+        if self.poll_budget > POLL_BUDGET_MAX {
+            let allowed =
+                format!("at most {} microseconds (longer only burns a core for clients that went quiet)", POLL_BUDGET_MAX.as_micros());
+            return bad("poll_budget", self.poll_budget.as_micros() as u64, allowed);
         }
         Ok(())
     }
@@ -701,6 +718,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
         return Ok(());
     }
     reader.get_mut().clear_deadline()?;
+    reader.get_mut().set_poll_budget(shared.config.poll_budget);
     socket.set_write_timeout(Some(shared.config.reply_stall_timeout))?;
     let session = transmission::Session {
         reader,

@@ -50,7 +50,7 @@ mod tests {
     #[test]
     fn the_table_names_each_range_in_bytes_and_sectors() {
         let answer = answer(&[(12_648_448, 4096), (12_713_984, 8192)]);
-        let report = render::report(&Action::ShowBadBlocks { vd: 1 }, &[answer.clone()]).unwrap();
+        let report = render::report(&Action::ShowBadBlocks { vd: 1 }, std::slice::from_ref(&answer)).unwrap();
         assert_eq!(report.description, "Show Bad Blocks Succeeded");
         assert!(report.text.starts_with("\nBad Block Ranges = 2 (at most 1024)\nBytes Lost = 12288 (12.0 KiB)\n"), "{}", report.text);
         assert!(report.text.contains("\n/c0/v1 Bad Blocks :\n"), "{}", report.text);
