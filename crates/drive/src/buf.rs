@@ -211,9 +211,35 @@ impl IoBuf {
 
     /// A buffer holding a copy of `bytes`.
     pub fn from_slice(bytes: &[u8]) -> IoBuf {
-        let mut buf = IoBuf::zeroed(bytes.len());
-        buf.as_mut_slice().copy_from_slice(bytes);
-        buf
+        IoBuf::from_parts(&[bytes], bytes.len())
+    }
+
+    /// A buffer of `len_bytes` holding `parts` one after the other, zeros after them. Each
+    /// byte is written once: a zeroed buffer filled by copies writes the copied bytes twice,
+    /// which for the cache's copies of 1 MiB writes, their journal records and their destage
+    /// runs was an eighth of a sequential write-back run's CPU.
+    ///
+    /// # Panics
+    /// If the parts hold more than `len_bytes`.
+    pub fn from_parts(parts: &[&[u8]], len_bytes: usize) -> IoBuf {
+        let parts_bytes: usize = parts.iter().map(|part| part.len()).sum();
+        assert!(parts_bytes <= len_bytes, "{parts_bytes} bytes of parts do not fit in a {len_bytes}-byte buffer");
+        let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES);
+        let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("buffer size overflows");
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc::alloc(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        let mut at = 0;
+        for part in parts {
+            // SAFETY: `at + part.len() <= parts_bytes <= size`, so the copy stays inside the
+            // allocation, which no part can overlap (it is new).
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), ptr.as_ptr().add(at), part.len()) };
+            at += part.len();
+        }
+        // SAFETY: `[at, size)` lies inside the allocation; after this every byte of it is
+        // initialized, before any slice of it exists.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr().add(at), 0, size - at) };
+        IoBuf { allocation: Arc::new(Allocation { ptr, layout, memory: Memory::Heap, pool: None }), start_bytes: 0, len_bytes }
     }
 
     pub fn len(&self) -> usize {
@@ -317,6 +343,22 @@ mod tests {
         let joined = IoBuf::join([whole, middle, last]);
         let expected: Vec<u8> = [1u8, 2, 3].iter().flat_map(|&b| std::iter::repeat_n(b, 4096)).collect();
         assert_eq!(joined.as_slice(), &expected[..]);
+    }
+
+    #[test]
+    fn from_parts_lays_the_parts_end_to_end_and_zeros_the_rest() {
+        // Dirty the heap first, so that memory handed back uninitialized would show.
+        for _ in 0..8 {
+            drop(IoBuf::from_parts(&[&[0xee; 20_000]], 20_000));
+        }
+        let buf = IoBuf::from_parts(&[b"abc", b"", &[7u8; 5000]], 12_000);
+        assert_eq!(buf.len(), 12_000);
+        assert_eq!(&buf.as_slice()[..3], b"abc");
+        assert!(buf.as_slice()[3..5003].iter().all(|&b| b == 7));
+        assert!(buf.as_slice()[5003..].iter().all(|&b| b == 0), "zeros after the parts");
+        assert_eq!(IoBuf::from_slice(b"xyz").as_slice(), b"xyz");
+        let overfull = std::panic::catch_unwind(|| IoBuf::from_parts(&[&[1u8; 10]], 9));
+        assert!(overfull.is_err(), "parts larger than the buffer are refused");
     }
 
     #[test]

@@ -176,12 +176,8 @@ fn row_bytes(vd: &VirtualDrive) -> u64 {
 /// the cache (the extents that are still the ones it took).
 async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, pieces: Vec<(u64, Extent)>) {
     let total = run_bytes(&pieces);
-    let mut buf = IoBuf::zeroed(total as usize);
-    let mut at = 0;
-    for (_, extent) in &pieces {
-        buf.as_mut_slice()[at..at + extent.len_bytes as usize].copy_from_slice(extent.bytes());
-        at += extent.len_bytes as usize;
-    }
+    let parts: Vec<&[u8]> = pieces.iter().map(|(_, extent)| extent.bytes()).collect();
+    let buf = IoBuf::from_parts(&parts, total as usize);
     let completion = io::serve(Rc::clone(&reactor), Arc::clone(&vd), VdRequest::Write { offset_bytes, buf }).await;
     let cache = Rc::clone(reactor.cache());
     let journal = cache.journal();

@@ -180,8 +180,7 @@ impl JournalPart {
         let data = &buf.as_slice()[piece.data_at..piece.data_at + piece.data_bytes];
         let offset = vd_offset_bytes + piece.data_at as u64;
         let header = RecordHeader::data(self.seed, self.journal_id, placement.sequence, placement.position_bytes, vd_id, offset, data);
-        let mut body = IoBuf::zeroed(data.len().next_multiple_of(BLOCK_BYTES as usize));
-        body.as_mut_slice()[..data.len()].copy_from_slice(data);
+        let body = IoBuf::from_parts(&[data], data.len().next_multiple_of(BLOCK_BYTES as usize));
         self.write_placed(reactor, placement, &header, body).await
     }
 

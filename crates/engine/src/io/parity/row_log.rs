@@ -128,12 +128,10 @@ fn window(writes: &[MemberWrite<'_>], start: u64, end: u64) -> (Vec<ImageEntry>,
         })
         .collect();
     let data_bytes: usize = pieces.iter().map(|&(_, _, len)| len).sum();
-    let mut body = IoBuf::zeroed(data_bytes.next_multiple_of(BLOCK_BYTES));
+    let parts: Vec<&[u8]> = pieces.iter().map(|&(write, at, len)| &write.bytes[at..at + len]).collect();
+    let body = IoBuf::from_parts(&parts, data_bytes.next_multiple_of(BLOCK_BYTES));
     let mut entries = Vec::with_capacity(pieces.len());
-    let mut end_of_last = 0;
     for (write, at, len) in pieces {
-        body.as_mut_slice()[end_of_last..end_of_last + len].copy_from_slice(&write.bytes[at..at + len]);
-        end_of_last += len;
         entries.push(ImageEntry {
             member: u32::try_from(write.member).expect("a member index is a u32"),
             len_bytes: u32::try_from(len).expect("a window is at most a record"),
