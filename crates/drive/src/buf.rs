@@ -283,6 +283,14 @@ impl IoBuf {
         tail
     }
 
+    /// The whole view, leaving an empty one of the same allocation in its place: what a
+    /// buffer handed to an operation leaves behind until it comes back, without allocating a
+    /// placeholder (a zeroed 4 KiB one per mirror write and parity read was a tenth of a
+    /// RAID1 write's CPU in malloc and memset).
+    pub fn take(&mut self) -> IoBuf {
+        self.split_off(0)
+    }
+
     /// Joins `tail`, which must be the view directly after `self` in the same allocation.
     ///
     /// # Panics
@@ -343,6 +351,16 @@ mod tests {
         let joined = IoBuf::join([whole, middle, last]);
         let expected: Vec<u8> = [1u8, 2, 3].iter().flat_map(|&b| std::iter::repeat_n(b, 4096)).collect();
         assert_eq!(joined.as_slice(), &expected[..]);
+    }
+
+    #[test]
+    fn take_moves_the_view_out_and_leaves_an_empty_one() {
+        let mut view = IoBuf::from_slice(&[5u8; 8192]);
+        let taken = view.take();
+        assert_eq!((view.len(), taken.len()), (0, 8192));
+        assert!(taken.as_slice().iter().all(|&b| b == 5));
+        view = taken;
+        assert_eq!(view.len(), 8192, "the buffer back in its place");
     }
 
     #[test]

@@ -85,7 +85,7 @@ async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
         let Some((member, offset_bytes)) = choose_copy(&env.vd, &row.map, piece, unavailable) else {
             return Err(env.vd.offline_error());
         };
-        let buf = std::mem::replace(view, IoBuf::zeroed(0));
+        let buf = view.take();
         let (result, buf) = member_io(env, member, DriveOp::Read { offset_bytes, buf }).await;
         *view = buf.expect("read returns its buffer");
         match result {
@@ -136,7 +136,7 @@ async fn mirror_write_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut 
     // The first copy writes from the caller's buffer; the others from copies of it.
     let mut bufs: Vec<IoBuf> = places.iter().skip(1).map(|_| IoBuf::from_slice(view.as_slice())).collect();
     if !places.is_empty() {
-        bufs.insert(0, std::mem::replace(view, IoBuf::zeroed(0)));
+        bufs.insert(0, view.take());
     }
     let ops: Vec<(usize, DriveOp)> =
         places.iter().zip(bufs).map(|(&(member, offset_bytes), buf)| (member, DriveOp::Write { offset_bytes, buf })).collect();
@@ -226,7 +226,7 @@ async fn rebuilt_copies(
     let good = match copies.iter().position(|copy| copy.state == StripState::Read) {
         // The copy read is never written back (not a target, not unreadable): its buffer is
         // taken, not copied.
-        Some(read) => std::mem::replace(&mut copies[read].buf, IoBuf::zeroed(0)),
+        Some(read) => copies[read].buf.take(),
         None => {
             lost::probe(env, &mut copies).await;
             let (good, lost_ranges) = assemble_strip(env, row, k, &copies);

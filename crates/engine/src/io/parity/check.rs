@@ -130,7 +130,7 @@ fn repairs_for(finding: Finding, columns: &mut [IoBuf], m: usize, p: IoBuf, q: O
         Finding::Consistent => unreachable!("nothing to repair in a consistent row"),
         Finding::Strip(z) if z < m => {
             // P's difference is exactly the wrong strip's error: D_z ^= P ^ P'.
-            let mut fixed = std::mem::replace(&mut columns[z], IoBuf::zeroed(0));
+            let mut fixed = columns[z].take();
             parity::xor_into(fixed.as_mut_slice(), columns[m].as_slice());
             parity::xor_into(fixed.as_mut_slice(), p.as_slice());
             vec![(z, fixed)]

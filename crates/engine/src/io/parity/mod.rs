@@ -383,7 +383,7 @@ async fn parity_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), Vd
         if unavailable.contains(member) {
             return Some(None);
         }
-        let buf = std::mem::replace(view, IoBuf::zeroed(0));
+        let buf = view.take();
         let op = DriveOp::Read { offset_bytes: strip_offset + piece.offset_in_strip_bytes, buf };
         let (result, buf) = member_io(env, member, op).await;
         *view = buf.expect("read returns its buffer");
