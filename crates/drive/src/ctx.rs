@@ -531,6 +531,12 @@ impl IoCtx {
         out.push(completion);
     }
 
+    /// A completion of `token` with nothing in it, `delay` from now: a timer for the context's
+    /// owner, which sleeps in the ring no longer than the earliest one.
+    pub fn timer(&mut self, token: Token, delay: Duration) {
+        self.park(Completion { token, result: Ok(()), buf: None, bufs: Vec::new() }, delay);
+    }
+
     fn park(&mut self, completion: Completion, delay: Duration) {
         self.delay_sequence += 1;
         let sequence = self.delay_sequence;

@@ -365,6 +365,11 @@ impl Engine {
                 }
             }
             VdRequest::Write { offset_bytes, buf } => {
+                // Known before the write is cut into shards' pieces: a piece cannot tell whether
+                // it is the tail of a stream's write (`io::gather`).
+                let (row_bytes, end_bytes) = (vd.geometry().row_data_bytes(), offset_bytes + buf.len() as u64);
+                let spans_rows = end_bytes > offset_bytes && offset_bytes / row_bytes != (end_bytes - 1) / row_bytes;
+                vd.write_streams.note(offset_bytes, end_bytes, spans_rows);
                 let (buf, done) = match self.fast_io(vd, true, offset_bytes, buf, done) {
                     Ok(()) => return,
                     Err(back) => back,

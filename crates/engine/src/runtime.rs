@@ -74,6 +74,8 @@ pub struct Reactor {
     spawned: RefCell<Vec<Pin<Box<dyn Future<Output = ()>>>>>,
     /// The shard's controller cache.
     cache: Rc<crate::cache::ShardCache>,
+    /// Parity rows whose write waits for the rest of the row (`io::gather`).
+    gathers: RefCell<HashMap<LockKey, Rc<crate::io::gather::Gather>>>,
 }
 
 /// Wakes a task from another thread: queues it and rouses its shard from the ring wait (a task
@@ -109,7 +111,13 @@ impl Reactor {
             shard_index: std::cell::Cell::new(0),
             spawned: RefCell::new(Vec::new()),
             cache: Rc::new(crate::cache::ShardCache::new()),
+            gathers: RefCell::new(HashMap::new()),
         })
+    }
+
+    /// The rows being gathered (`io::gather`).
+    pub(crate) fn gathers(&self) -> &RefCell<HashMap<LockKey, Rc<crate::io::gather::Gather>>> {
+        &self.gathers
     }
 
     /// The shard's controller cache.
@@ -141,6 +149,13 @@ impl Reactor {
 
     /// Starts `op` on `drive`; the returned future resolves with its completion.
     pub fn submit(&self, drive: &dyn Drive, op: DriveOp) -> DriveIo<'_> {
+        let index = self.op_slot();
+        drive.submit(&mut self.ctx.borrow_mut(), index as Token, op);
+        DriveIo { reactor: self, index, finished: false }
+    }
+
+    /// A free operation slot, waiting for its completion.
+    fn op_slot(&self) -> usize {
         let index = match self.free_ops.borrow_mut().pop() {
             Some(index) => index,
             None => {
@@ -150,8 +165,20 @@ impl Reactor {
             }
         };
         self.ops.borrow_mut()[index] = OpSlot::Waiting(None);
-        drive.submit(&mut self.ctx.borrow_mut(), index as Token, op);
+        index
+    }
+
+    /// Resolves `delay` from now (a timer in the shard's ring wait: no thread of its own).
+    pub fn sleep(&self, delay: std::time::Duration) -> DriveIo<'_> {
+        let index = self.op_slot();
+        self.ctx.borrow_mut().timer(index as Token, delay);
         DriveIo { reactor: self, index, finished: false }
+    }
+
+    /// Whether completions come in seeded order (the simulator), where nothing may depend on
+    /// the wall clock.
+    pub fn is_seeded(&self) -> bool {
+        matches!(&*self.order.borrow(), CompletionOrder::Seeded(_))
     }
 
     /// Collects completions from the context and hands them to their futures. Returns how many

@@ -28,6 +28,7 @@
 //! (generics, no `dyn`, no boxed futures), so the data path pays nothing for it.
 
 mod copy;
+pub(crate) mod gather;
 pub(crate) mod intent;
 mod lost;
 mod merged;
@@ -266,7 +267,11 @@ async fn serve_row_by_row(env: &Env, offset_bytes: u64, mut buf: IoBuf, write: b
         let rest = buf.split_off(piece.len_bytes as usize);
         rows.push((piece, std::mem::replace(&mut buf, rest)));
     }
-    let futures = rows.into_iter().map(|(piece, row_buf)| serve_row(env, piece, row_buf, write));
+    let row_count = rows.len();
+    let futures = rows.into_iter().enumerate().map(|(index, (piece, row_buf))| {
+        let hold = write && gather::may_hold(env, &piece, index + 1 == row_count);
+        serve_row(env, piece, row_buf, write, hold)
+    });
     let mut result = Ok(());
     let mut views = Vec::new();
     for (row_result, row_buf) in join_all(futures).await {
@@ -278,15 +283,41 @@ async fn serve_row_by_row(env: &Env, offset_bytes: u64, mut buf: IoBuf, write: b
     VdCompletion { result, buf: Some(IoBuf::join(views)) }
 }
 
-async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Result<(), VdError>, IoBuf) {
-    let map = env.vd.geometry().row_map(piece.row);
-    let pieces: Vec<DataPiece> = map.data_pieces(piece.offset_in_row_bytes, piece.len_bytes).collect();
-    let mut views = split_views(buf, &pieces);
-    let lock = write.then(|| env.reactor.lock(LockKey { vd_id: env.vd.id(), row: piece.row }));
+/// Serves one row piece. A write joins the row's gathering if one is open (`gather`); with
+/// `hold` it opens one, and writes what it gathered.
+async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool, hold: bool) -> (Result<(), VdError>, IoBuf) {
+    let key = LockKey { vd_id: env.vd.id(), row: piece.row };
+    if write {
+        if let Some(gathered) = gather::join(env, key, &piece, &buf) {
+            return (gathered.await, buf);
+        }
+    }
+    let lock = write.then(|| env.reactor.lock(key));
+    let gathering = hold.then(|| gather::open(env, key, &piece));
     if let Some(lock) = &lock {
         // The ticket was taken when the lock was created; wait for our turn.
         lock.acquired().await;
     }
+    let (result, buf) = match gathering {
+        Some(gathering) => {
+            let (gathered_piece, bytes) = gather::collect(env, key, &gathering, &buf).await;
+            let joined = gather::joined_count(&gathering) as u64;
+            let (result, _) = serve_row_locked(env, gathered_piece, bytes, true).await;
+            gather::finish(&gathering, &result);
+            env.vd.note_gathered(joined);
+            (result, buf)
+        }
+        None => serve_row_locked(env, piece, buf, write).await,
+    };
+    drop(lock);
+    (result, buf)
+}
+
+/// Serves one row piece; a write holds the row lock.
+async fn serve_row_locked(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Result<(), VdError>, IoBuf) {
+    let map = env.vd.geometry().row_map(piece.row);
+    let pieces: Vec<DataPiece> = map.data_pieces(piece.offset_in_row_bytes, piece.len_bytes).collect();
+    let mut views = split_views(buf, &pieces);
     // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes. A row
     // write is unlogged unless it is a parity row write whose image the journal will hold
     // (`parity::row_log`, which marks it unlogged after all if the image cannot be written).
@@ -307,6 +338,5 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Resu
         // Under the row lock, so that no row job can find the bytes lost again in between.
         env.vd.bad_blocks().rewritten(piece.vd_offset_bytes, piece.len_bytes);
     }
-    drop(lock);
     (result, IoBuf::join(views))
 }

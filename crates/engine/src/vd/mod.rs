@@ -9,6 +9,7 @@ mod rebuilt;
 mod request;
 mod requests_in_flight;
 mod streams;
+mod write_streams;
 
 use crate::config::{IoPolicy, ReadPolicy, WritePolicy};
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
@@ -233,6 +234,10 @@ pub struct VirtualDrive {
     last_client_request_ns: AtomicU64,
     /// Request pieces queued or running on shards, plus writes whose acknowledgement is held.
     requests_in_flight: AtomicUsize,
+    /// Parity rows written whole by gathering (`io::gather`), and the writes that joined them.
+    pub(crate) write_streams: write_streams::WriteStreams,
+    gathered_rows: AtomicU64,
+    gathered_joins: AtomicU64,
     acks: Mutex<AckGate>,
     /// Whether `acks` holds or refuses acknowledgements now; written under its lock, read
     /// without it, so that a write completing with the gate open (nearly always) takes no lock.
@@ -316,6 +321,9 @@ impl VirtualDrive {
             init_epoch: AtomicU64::new(0),
             last_client_request_ns: AtomicU64::new(0),
             requests_in_flight: AtomicUsize::new(0),
+            write_streams: write_streams::WriteStreams::default(),
+            gathered_rows: AtomicU64::new(0),
+            gathered_joins: AtomicU64::new(0),
             acks: Mutex::new(AckGate::default()),
             acks_gated: AtomicBool::new(false),
             write_intent: std::sync::OnceLock::new(),

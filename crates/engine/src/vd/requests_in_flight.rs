@@ -5,6 +5,19 @@
 use super::*;
 
 impl VirtualDrive {
+    /// Counts a gathered row write (`io::gather`) that `joins` later writes joined.
+    pub(crate) fn note_gathered(&self, joins: u64) {
+        if joins > 0 {
+            self.gathered_rows.fetch_add(1, Ordering::Relaxed);
+            self.gathered_joins.fetch_add(joins, Ordering::Relaxed);
+        }
+    }
+
+    /// Parity rows written by gathering writes of a stream, and the writes that joined them.
+    pub fn gathered(&self) -> (u64, u64) {
+        (self.gathered_rows.load(Ordering::Relaxed), self.gathered_joins.load(Ordering::Relaxed))
+    }
+
     /// Counts a request piece handed to a shard; [`VirtualDrive::finish`] ends it.
     pub(crate) fn begin_request(&self) {
         self.requests_in_flight.fetch_add(1, Ordering::AcqRel);
