@@ -36,8 +36,8 @@ pub mod vd;
 pub use local::LocalEngine;
 pub use runtime::CompletionOrder;
 pub use vd::{
-    CheckMode, CheckOutcome, Member, MemberEvent, MemberSet, MemberState, Mismatch, VdCompletion, VdError, VdLayout, VdRequest, VdState,
-    VirtualDrive, MEMBER_RESERVED_BYTES,
+    CheckMode, CheckOutcome, GatherCounts, Member, MemberEvent, MemberSet, MemberState, Mismatch, VdCompletion, VdError, VdLayout,
+    VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES,
 };
 
 use crossbeam_channel::Sender;
@@ -369,7 +369,19 @@ impl Engine {
                 // it is the tail of a stream's write (`io::gather`).
                 let (row_bytes, end_bytes) = (vd.geometry().row_data_bytes(), offset_bytes + buf.len() as u64);
                 let spans_rows = end_bytes > offset_bytes && offset_bytes / row_bytes != (end_bytes - 1) / row_bytes;
-                vd.write_streams.note(offset_bytes, end_bytes, spans_rows);
+                let done =
+                    match spans_rows && matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity) {
+                        true => {
+                            vd.write_streams.note(offset_bytes, end_bytes, spans_rows);
+                            vd.write_streams.begin();
+                            let vd = Arc::clone(vd);
+                            Box::new(move |completion| {
+                                vd.write_streams.end();
+                                done(completion)
+                            })
+                        }
+                        false => done,
+                    };
                 let (buf, done) = match self.fast_io(vd, true, offset_bytes, buf, done) {
                     Ok(()) => return,
                     Err(back) => back,

@@ -17,6 +17,7 @@ pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
 pub(crate) use fast_writes::FillTicket;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
+pub use requests_in_flight::GatherCounts;
 
 use crate::Done;
 use drive::{Drive, DriveError, DriveKind, OpKind};
@@ -236,6 +237,7 @@ pub struct VirtualDrive {
     requests_in_flight: AtomicUsize,
     /// Parity rows written whole by gathering (`io::gather`), and the writes that joined them.
     pub(crate) write_streams: write_streams::WriteStreams,
+    gather_waits: AtomicU64,
     gathered_rows: AtomicU64,
     gathered_joins: AtomicU64,
     acks: Mutex<AckGate>,
@@ -322,6 +324,7 @@ impl VirtualDrive {
             last_client_request_ns: AtomicU64::new(0),
             requests_in_flight: AtomicUsize::new(0),
             write_streams: write_streams::WriteStreams::default(),
+            gather_waits: AtomicU64::new(0),
             gathered_rows: AtomicU64::new(0),
             gathered_joins: AtomicU64::new(0),
             acks: Mutex::new(AckGate::default()),

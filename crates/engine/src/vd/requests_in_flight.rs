@@ -4,18 +4,35 @@
 
 use super::*;
 
+/// What write gathering (`io::gather`) did on a VD.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatherCounts {
+    /// Row writes that waited for the rest of their row.
+    pub waits: u64,
+    /// Those that other writes joined.
+    pub rows: u64,
+    /// The writes that joined them.
+    pub joins: u64,
+}
+
 impl VirtualDrive {
-    /// Counts a gathered row write (`io::gather`) that `joins` later writes joined.
+    /// Counts a row write that waited to gather (`io::gather`), which `joins` later writes joined.
     pub(crate) fn note_gathered(&self, joins: u64) {
+        self.gather_waits.fetch_add(1, Ordering::Relaxed);
         if joins > 0 {
             self.gathered_rows.fetch_add(1, Ordering::Relaxed);
             self.gathered_joins.fetch_add(joins, Ordering::Relaxed);
         }
     }
 
-    /// Parity rows written by gathering writes of a stream, and the writes that joined them.
-    pub fn gathered(&self) -> (u64, u64) {
-        (self.gathered_rows.load(Ordering::Relaxed), self.gathered_joins.load(Ordering::Relaxed))
+    /// Parity row writes that waited to gather writes of a stream, those that gathered any
+    /// (written whole, or nearer it), and the writes that joined them.
+    pub fn gathered(&self) -> GatherCounts {
+        GatherCounts {
+            waits: self.gather_waits.load(Ordering::Relaxed),
+            rows: self.gathered_rows.load(Ordering::Relaxed),
+            joins: self.gathered_joins.load(Ordering::Relaxed),
+        }
     }
 
     /// Counts a request piece handed to a shard; [`VirtualDrive::finish`] ends it.

@@ -1,11 +1,18 @@
 //! Sequential write streams of a parity VD, for write gathering (`io::gather`): the ends of the
 //! last few writes that spanned rows, and of those among them that continued one of those (a
-//! stream). A row piece that ends where a stream's write ends is that write's tail, and the
-//! stream's next write will likely bring the rest of its row. Random writes, however large,
-//! never continue one another, so their rows never wait. Relaxed atomics: a heuristic that a
-//! race can only make wait or not wait once.
+//! stream), and how many such writes are in flight. A row piece that ends where a stream's
+//! write ends is that write's tail, and while another of them is in flight the stream's next
+//! write will likely bring the rest of its row. Random writes, however large, never continue
+//! one another, and a writer at queue depth 1 has none other in flight, so their rows never
+//! wait. Relaxed atomics for the ends: a heuristic that a race can only make wait or not wait
+//! once.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Gaps between a stream's writes longer than this are idle time, not its pace.
+const INTERVAL_SAMPLE_MAX: Duration = Duration::from_millis(10);
 
 /// Writes remembered: at least the queue depth of one stream, so that a write's end is still
 /// known when its tail reaches its shard.
@@ -17,6 +24,18 @@ pub(crate) struct WriteStreams {
     next_end: AtomicUsize,
     stream_ends: [AtomicU64; REMEMBERED],
     next_stream_end: AtomicUsize,
+    /// Writes spanning rows submitted and not yet completed.
+    in_flight: AtomicUsize,
+    /// When the last write of a stream was submitted, and the mean time between them (ns since
+    /// [`epoch_ns`]'s epoch; a moving average over about eight writes).
+    last_stream_write_ns: AtomicU64,
+    interval_ns: AtomicU64,
+}
+
+/// Nanoseconds since the first call: a clock that fits an atomic.
+fn epoch_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 impl WriteStreams {
@@ -31,7 +50,38 @@ impl WriteStreams {
         if continues {
             let slot = self.next_stream_end.fetch_add(1, Ordering::Relaxed) % REMEMBERED;
             self.stream_ends[slot].store(end_bytes, Ordering::Relaxed);
+            self.note_interval();
         }
+    }
+
+    fn note_interval(&self) {
+        let now_ns = epoch_ns();
+        let last_ns = self.last_stream_write_ns.swap(now_ns, Ordering::Relaxed);
+        let sample_ns = now_ns.saturating_sub(last_ns).min(INTERVAL_SAMPLE_MAX.as_nanos() as u64);
+        let mean_ns = self.interval_ns.load(Ordering::Relaxed);
+        let updated_ns = if mean_ns == 0 { sample_ns } else { mean_ns - mean_ns / 8 + sample_ns / 8 };
+        self.interval_ns.store(updated_ns, Ordering::Relaxed);
+    }
+
+    /// The mean time between a stream's writes (zero before the second).
+    pub(crate) fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed))
+    }
+
+    /// A write spanning rows was submitted ([`WriteStreams::end`] when it completes, before its
+    /// client hears, so that the next write of a closed-loop client never counts it).
+    pub(crate) fn begin(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn end(&self) {
+        let before = self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "more writes spanning rows completed than were submitted");
+    }
+
+    /// Whether a write spanning rows other than the caller's is in flight.
+    pub(crate) fn others_in_flight(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 1
     }
 
     /// Whether a write of a stream ends at `end_bytes`.
