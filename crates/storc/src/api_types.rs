@@ -401,6 +401,15 @@ pub struct VdView {
     /// Writes the Fast Path served since the daemon started.
     #[serde(default)]
     pub fast_path_writes: u64,
+    /// Write gathering on parity levels since the daemon started: row writes that waited for
+    /// the rest of their row from the next write of a sequential stream, those the next write
+    /// joined (written whole instead of two read-modify-writes), and the writes that joined.
+    #[serde(default)]
+    pub gather_waits: u64,
+    #[serde(default)]
+    pub gathered_rows: u64,
+    #[serde(default)]
+    pub gathered_joins: u64,
 }
 
 /// A VD's resync after an unclean stop: its dirty regions' parity or copies are recomputed.

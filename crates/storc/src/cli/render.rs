@@ -430,7 +430,19 @@ fn vd_properties(vd: &VdView) -> Vec<(&'static str, String)> {
         ("Size", format!("{} ({} bytes)", human_size(vd.size_bytes), vd.size_bytes)),
         ("Resync", resync_text(vd.resync.as_ref())),
         ("Fast Path", fast_path_text(vd)),
+        ("Write Gathering", gathering_text(vd)),
     ]
+}
+
+/// Parity levels only: what the waits for the rest of a row brought.
+fn gathering_text(vd: &VdView) -> String {
+    if !matches!(vd.level.as_str(), "RAID5" | "RAID6" | "RAID50" | "RAID60") {
+        return "- (parity levels only)".into();
+    }
+    format!(
+        "{} row writes waited for a stream's next write, {} were joined by {} writes (full stripes instead of read-modify-writes)",
+        vd.gather_waits, vd.gathered_rows, vd.gathered_joins
+    )
 }
 
 fn fast_path_text(vd: &VdView) -> String {

@@ -185,6 +185,9 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         fast_path_reads: vd.fast_path_reads(),
         fast_path_writes_off: state.controller.engine().fast_path_writes_ineligible(vd).map(String::from),
         fast_path_writes: vd.fast_path_writes(),
+        gather_waits: vd.gathered().waits,
+        gathered_rows: vd.gathered().rows,
+        gathered_joins: vd.gathered().joins,
     }
 }
 

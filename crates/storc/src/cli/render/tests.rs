@@ -38,6 +38,9 @@ pub fn sample_vd() -> VdView {
         fast_path_reads: 0,
         fast_path_writes_off: Some("writes: RAID0 and JBOD only".into()),
         fast_path_writes: 0,
+        gather_waits: 0,
+        gathered_rows: 0,
+        gathered_joins: 0,
     }
 }
 
