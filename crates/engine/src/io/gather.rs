@@ -13,7 +13,7 @@
 //! - any other write to the row closes the gathering before it takes its own ticket, so it,
 //!   and everything after it, lands after the gathered write;
 //! - the owner writes at the first of: the row whole, the gathering closed, its wait passed
-//!   (twice the time between the stream's writes, from [`HOLD_MIN`] to [`HOLD`]).
+//!   (twice the usual time until a join, from [`HOLD_MIN`] to [`HOLD`]).
 //!
 //! Nothing is acknowledged before the gathered write completes, so a crash or a read meanwhile
 //! sees each byte old or new, as with any write in flight. Never in the simulator (it runs on
@@ -32,10 +32,10 @@ use std::task::{Poll, Waker};
 use std::time::Duration;
 
 /// The longest an owner waits for the rest of its row: about one request's time on disks at the
-/// queue depths where a stream's next write is already on its way. It waits twice the time
-/// between the stream's writes (`vd::write_streams`) when that is shorter, so that on fast
-/// members a wait that finds nothing costs little; a writer at queue depth 1 never waits (see
-/// [`may_hold`]).
+/// queue depths where a stream's next write is already on its way. It waits twice the usual
+/// time until a join (`vd::write_streams`) when that is shorter, so that a wait that finds
+/// nothing costs little once the stream's pace is known; a writer at queue depth 1 never
+/// waits (see [`may_hold`]).
 pub(crate) const HOLD: Duration = Duration::from_micros(1500);
 /// The shortest wait: what a shard takes to see the next message after a busy turn.
 pub(crate) const HOLD_MIN: Duration = Duration::from_micros(50);
@@ -138,7 +138,8 @@ pub(super) fn join(env: &Env, key: LockKey, piece: &RowPiece, buf: &IoBuf) -> Op
 /// [`HOLD`] has passed, then closes it and returns the range to write (from the row's start)
 /// with the bytes: the owner's `own` with the joiners' laid over it in arrival order.
 pub(super) async fn collect(env: &Env, key: LockKey, gather: &Rc<Gather>, own: &IoBuf) -> (RowPiece, IoBuf) {
-    let hold = (env.vd.write_streams.interval() * 2).clamp(HOLD_MIN, HOLD);
+    let hold = env.vd.write_streams.wait(HOLD_MIN, HOLD);
+    let started = std::time::Instant::now();
     let mut timer = std::pin::pin!(env.reactor.sleep(hold));
     poll_fn(|cx| {
         if !gather.open.get() || timer.as_mut().poll(cx).is_ready() {
@@ -148,6 +149,8 @@ pub(super) async fn collect(env: &Env, key: LockKey, gather: &Rc<Gather>, own: &
         Poll::Pending
     })
     .await;
+    let joined_after = (!gather.joined.borrow().is_empty()).then(|| started.elapsed());
+    env.vd.write_streams.note_wait(joined_after, HOLD);
     gather.close();
     let mut gathers = env.reactor.gathers().borrow_mut();
     if gathers.get(&key).is_some_and(|registered| Rc::ptr_eq(registered, gather)) {

@@ -8,11 +8,7 @@
 //! once.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
-/// Gaps between a stream's writes longer than this are idle time, not its pace.
-const INTERVAL_SAMPLE_MAX: Duration = Duration::from_millis(10);
+use std::time::Duration;
 
 /// Writes remembered: at least the queue depth of one stream, so that a write's end is still
 /// known when its tail reaches its shard.
@@ -26,16 +22,9 @@ pub(crate) struct WriteStreams {
     next_stream_end: AtomicUsize,
     /// Writes spanning rows submitted and not yet completed.
     in_flight: AtomicUsize,
-    /// When the last write of a stream was submitted, and the mean time between them (ns since
-    /// [`epoch_ns`]'s epoch; a moving average over about eight writes).
-    last_stream_write_ns: AtomicU64,
-    interval_ns: AtomicU64,
-}
-
-/// Nanoseconds since the first call: a clock that fits an atomic.
-fn epoch_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    /// How long a row waited before the stream's next write joined it: a moving average over
+    /// about eight joins, doubled after a wait that nothing joined (0: none yet).
+    join_wait_ns: AtomicU64,
 }
 
 impl WriteStreams {
@@ -50,22 +39,28 @@ impl WriteStreams {
         if continues {
             let slot = self.next_stream_end.fetch_add(1, Ordering::Relaxed) % REMEMBERED;
             self.stream_ends[slot].store(end_bytes, Ordering::Relaxed);
-            self.note_interval();
         }
     }
 
-    fn note_interval(&self) {
-        let now_ns = epoch_ns();
-        let last_ns = self.last_stream_write_ns.swap(now_ns, Ordering::Relaxed);
-        let sample_ns = now_ns.saturating_sub(last_ns).min(INTERVAL_SAMPLE_MAX.as_nanos() as u64);
-        let mean_ns = self.interval_ns.load(Ordering::Relaxed);
-        let updated_ns = if mean_ns == 0 { sample_ns } else { mean_ns - mean_ns / 8 + sample_ns / 8 };
-        self.interval_ns.store(updated_ns, Ordering::Relaxed);
+    /// A row's wait ended: `joined_after` is how long it waited until the next write joined
+    /// it, `None` if none did before the wait ran out (`longest`: the cap of a wait).
+    pub(crate) fn note_wait(&self, joined_after: Option<Duration>, longest: Duration) {
+        let mean_ns = self.join_wait_ns.load(Ordering::Relaxed);
+        let updated_ns = match joined_after {
+            Some(waited) if mean_ns == 0 => waited.as_nanos() as u64,
+            Some(waited) => mean_ns - mean_ns / 8 + waited.as_nanos() as u64 / 8,
+            None => (mean_ns * 2).clamp(1, longest.as_nanos() as u64),
+        };
+        self.join_wait_ns.store(updated_ns, Ordering::Relaxed);
     }
 
-    /// The mean time between a stream's writes (zero before the second).
-    pub(crate) fn interval(&self) -> Duration {
-        Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed))
+    /// How long a row waits for the next write of a stream: twice the usual wait before a
+    /// join, from `shortest` to `longest` (the longest until a join has been seen).
+    pub(crate) fn wait(&self, shortest: Duration, longest: Duration) -> Duration {
+        match self.join_wait_ns.load(Ordering::Relaxed) {
+            0 => longest,
+            mean_ns => (Duration::from_nanos(mean_ns) * 2).clamp(shortest, longest),
+        }
     }
 
     /// A write spanning rows was submitted ([`WriteStreams::end`] when it completes, before its
