@@ -36,7 +36,10 @@ use std::time::Duration;
 /// time until a join (`vd::write_streams`) when that is shorter, so that a wait that finds
 /// nothing costs little once the stream's pace is known; a writer at queue depth 1 never
 /// waits (see [`may_hold`]).
-pub(crate) const HOLD: Duration = Duration::from_micros(1500);
+///
+/// A debug build does the shard's work (parity above all) ten to thirty times slower, so the
+/// next write reaches the shard that much later: it waits 20 ms.
+pub(crate) const HOLD: Duration = if cfg!(debug_assertions) { Duration::from_millis(20) } else { Duration::from_micros(1500) };
 /// The shortest wait: what a shard takes to see the next message after a busy turn.
 pub(crate) const HOLD_MIN: Duration = Duration::from_micros(50);
 
@@ -149,8 +152,13 @@ pub(super) async fn collect(env: &Env, key: LockKey, gather: &Rc<Gather>, own: &
         Poll::Pending
     })
     .await;
-    let joined_after = (!gather.joined.borrow().is_empty()).then(|| started.elapsed());
-    env.vd.write_streams.note_wait(joined_after, HOLD);
+    // A wait closed early by a write that did not join says nothing of the stream's pace.
+    let timed_out = gather.open.get();
+    match (gather.joined.borrow().is_empty(), timed_out) {
+        (false, _) => env.vd.write_streams.note_wait(Some(started.elapsed()), HOLD),
+        (true, true) => env.vd.write_streams.note_wait(None, HOLD),
+        (true, false) => {}
+    }
     gather.close();
     let mut gathers = env.reactor.gathers().borrow_mut();
     if gathers.get(&key).is_some_and(|registered| Rc::ptr_eq(registered, gather)) {

@@ -49,7 +49,8 @@ impl WriteStreams {
         let updated_ns = match joined_after {
             Some(waited) if mean_ns == 0 => waited.as_nanos() as u64,
             Some(waited) => mean_ns - mean_ns / 8 + waited.as_nanos() as u64 / 8,
-            None => (mean_ns * 2).clamp(1, longest.as_nanos() as u64),
+            // Still unknown (0): the next wait is the longest anyway.
+            None => (mean_ns * 2).min(longest.as_nanos() as u64),
         };
         self.join_wait_ns.store(updated_ns, Ordering::Relaxed);
     }
