@@ -6,6 +6,8 @@
 //! # Map
 //! - [`spec`]: access specifications (lines of block size, share, read %, random %,
 //!   alignment) and how a worker picks its next request in its zone. Pure.
+//! - [`distribution`]: how random requests fall in a zone (uniform, zipf, zoned hot spots),
+//!   so that a cache has a hot set to find. Pure.
 //! - [`patterns`]: the pattern table and the suites; a pattern's sweep expands to points.
 //! - [`workload`]: workers that drive a [`target::Target`], closed or open loop.
 //! - [`verify`]: `--verify`, headed sectors written and checked on read.
@@ -28,6 +30,7 @@
 //! context. This crate measures; it asserts nothing about speed.
 
 pub mod build;
+pub mod distribution;
 pub mod files;
 pub mod machine;
 pub mod nbd_target;

@@ -5,6 +5,7 @@
 //! group's, one point per combination, the last axis varying fastest. Nothing here runs I/O;
 //! `runner` turns a point into workers on a target.
 
+use crate::distribution::Distribution;
 use crate::results::{AxisValues, ChartHint, GroupDescription};
 use crate::spec::{AccessLine, AccessSpec};
 use std::collections::BTreeMap;
@@ -137,6 +138,15 @@ pub struct Group {
     /// Outstanding I/Os per worker.
     pub queue_depth: usize,
     pub zone: ZoneRule,
+    /// Where random requests fall in the zone, as [`Distribution::parse`] reads it.
+    pub distribution: &'static str,
+}
+
+impl Group {
+    /// The pattern's own distribution.
+    pub fn default_distribution(&self) -> Distribution {
+        Distribution::parse(self.distribution).expect("built-in distributions are valid")
+    }
 }
 
 /// A chart the source drew: `y` against `x`, a line per `series` value, other axes `fixed`.
@@ -213,7 +223,7 @@ const FILE_SERVER_BIMODAL: &[AccessLine] = &[
 ];
 
 const fn one(lines: &'static [AccessLine], workers: usize, queue_depth: usize, zone: ZoneRule) -> Group {
-    Group { lines, workers, queue_depth, zone }
+    Group { lines, workers, queue_depth, zone, distribution: "uniform" }
 }
 
 const IOPS_BY_QD: &[Chart] = &[Chart { title: "IOPS by queue depth", x: Axis::QueueDepth, y: "iops", series: None, fixed: &[] }];
@@ -441,6 +451,16 @@ pub static PATTERNS: &[Pattern] = &[
         charts: IOPS_BY_QD,
     },
     Pattern {
+        name: "oltp-skewed",
+        source: Source::Enterprise,
+        description: "oltp with a hot set: 8 KiB random, 2:1 read:write, 90% of requests to 10% of the target; QD sweep 1 to 256",
+        notes: "seed 003's SQL Server test (a brokerage database, the SSD cache's showcase) names no access pattern; \
+                storc models its hot user data as fio's zoned:90/10 over the whole target (--distribution replaces it)",
+        groups: &[Group { distribution: "zoned:90/10", ..one(&[line(8 * KIB, 100, 67, 100)], 1, 1, ZoneRule::Whole) }],
+        sweep: &[(Axis::QueueDepth, QD_1_256)],
+        charts: IOPS_BY_QD,
+    },
+    Pattern {
         name: "analytics",
         source: Source::Enterprise,
         description: "8 KiB random, 50:50, high QD; plus pure random read and pure random write; QD sweep 1 to 256",
@@ -550,6 +570,7 @@ pub static SUITES: &[Suite] = &[
             "multithreaded-read",
             "multithreaded-write",
             "oltp",
+            "oltp-skewed",
             "analytics",
             "os-drive",
             "file-server-bimodal",
@@ -608,6 +629,8 @@ pub struct SweepOptions {
     /// Replaces the worker-count axis, or adds one (`--workers`): one point of a sweep run on
     /// its own, to compare with the same point run after the others.
     pub workers: Option<Vec<u64>>,
+    /// Replaces every group's distribution of random requests (`--distribution`).
+    pub distribution: Option<Distribution>,
 }
 
 /// One point of a pattern: its coordinates and its groups with the sweep applied.
@@ -623,6 +646,7 @@ pub struct GroupPlan {
     pub workers: usize,
     pub queue_depth: usize,
     pub zone: ZoneRule,
+    pub distribution: Distribution,
 }
 
 impl Pattern {
@@ -652,7 +676,7 @@ impl Pattern {
         let mut points = Vec::new();
         let mut index = vec![0usize; axes.len()];
         loop {
-            points.push(self.point(axes.iter().zip(&index).map(|((axis, values), &i)| (*axis, values[i]))));
+            points.push(self.point(axes.iter().zip(&index).map(|((axis, values), &i)| (*axis, values[i])), options));
             // Odometer: bump the last axis, carry leftwards.
             let mut position = axes.len();
             loop {
@@ -669,7 +693,7 @@ impl Pattern {
         }
     }
 
-    fn point(&self, coordinates: impl Iterator<Item = (Axis, u64)>) -> PointPlan {
+    fn point(&self, coordinates: impl Iterator<Item = (Axis, u64)>, options: &SweepOptions) -> PointPlan {
         let mut groups: Vec<GroupPlan> = self
             .groups
             .iter()
@@ -678,6 +702,7 @@ impl Pattern {
                 workers: g.workers,
                 queue_depth: g.queue_depth,
                 zone: g.zone,
+                distribution: options.distribution.clone().unwrap_or_else(|| g.default_distribution()),
             })
             .collect();
         let mut map = BTreeMap::new();
@@ -688,11 +713,17 @@ impl Pattern {
         PointPlan { coordinates: map, groups }
     }
 
-    /// The groups as defined, for results.
-    pub fn group_descriptions(&self) -> Vec<GroupDescription> {
+    /// The groups as defined, with the distribution in effect (`options`), for results.
+    pub fn group_descriptions(&self, options: &SweepOptions) -> Vec<GroupDescription> {
         self.groups
             .iter()
-            .map(|g| GroupDescription { lines: g.lines.to_vec(), workers: g.workers, queue_depth: g.queue_depth, zone: g.zone.text() })
+            .map(|g| GroupDescription {
+                lines: g.lines.to_vec(),
+                workers: g.workers,
+                queue_depth: g.queue_depth,
+                zone: g.zone.text(),
+                distribution: options.distribution.clone().unwrap_or_else(|| g.default_distribution()).text(),
+            })
             .collect()
     }
 
@@ -825,7 +856,7 @@ mod tests {
         let qd = SweepOptions { queue_depths: Some(vec![1, 32]), ..SweepOptions::default() };
         assert_eq!(find("review-sequential-read").unwrap().axes(&qd).last(), Some(&(Axis::QueueDepth, vec![1, 32])));
         assert_eq!(find("oltp").unwrap().axes(&qd), vec![(Axis::QueueDepth, vec![1, 32])]);
-        let block = SweepOptions { block_sizes: Some(vec![4096]), queue_depths: Some(vec![32]), quick: true, workers: None };
+        let block = SweepOptions { block_sizes: Some(vec![4096]), queue_depths: Some(vec![32]), quick: true, ..SweepOptions::default() };
         assert_eq!(find("review-random-read").unwrap().axes(&block), vec![(Axis::BlockBytes, vec![4096]), (Axis::QueueDepth, vec![32])]);
         let point = &find("oltp").unwrap().points(&block)[0];
         assert_eq!((point.groups[0].spec.lines()[0].block_bytes, point.groups[0].queue_depth), (4096, 32));
@@ -833,6 +864,26 @@ mod tests {
         let points = find("review-multithreaded-read").unwrap().points(&workers);
         assert_eq!(points.len(), 1, "one worker count and one queue depth: one point");
         assert_eq!((points[0].groups[0].workers, points[0].groups[0].queue_depth), (2, 1));
+    }
+
+    #[test]
+    fn distributions_come_from_the_pattern_unless_replaced() {
+        let defaults = SweepOptions::default();
+        let skewed = find("oltp-skewed").unwrap();
+        let oltp = find("oltp").unwrap();
+        assert_eq!(skewed.points(&defaults)[0].groups[0].distribution.text(), "zoned:90/10:10/90");
+        assert_eq!(oltp.points(&defaults)[0].groups[0].distribution, Distribution::Uniform);
+        assert_eq!(skewed.group_descriptions(&defaults)[0].distribution, "zoned:90/10:10/90");
+        let zipf = SweepOptions { distribution: Some(Distribution::Zipf { theta: 1.1 }), ..SweepOptions::default() };
+        for pattern in [skewed, oltp] {
+            assert!(pattern.points(&zipf).iter().all(|p| p.groups[0].distribution.text() == "zipf:1.1"), "{}", pattern.name);
+            assert_eq!(pattern.group_descriptions(&zipf)[0].distribution, "zipf:1.1");
+        }
+        for pattern in PATTERNS {
+            for group in pattern.groups {
+                let _ = group.default_distribution();
+            }
+        }
     }
 
     #[test]

@@ -116,6 +116,9 @@ pub struct Settings {
     /// `--workers`: worker counts that replaced each pattern's own.
     #[serde(default)]
     pub workers: Option<Vec<u64>>,
+    /// `--distribution`: where random requests fell, replacing each pattern's own (`zipf:1.1`).
+    #[serde(default)]
+    pub distribution: Option<String>,
 }
 
 /// One pattern as defined, and everything measured for it.
@@ -149,6 +152,9 @@ pub struct GroupDescription {
     pub queue_depth: usize,
     /// Which part of the target the workers use (`whole target, one slice per worker`).
     pub zone: String,
+    /// Where random requests fall in the zone (`uniform`, `zoned:90/10:10/90`, `zipf:1.1`).
+    #[serde(default)]
+    pub distribution: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

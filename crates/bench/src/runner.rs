@@ -82,7 +82,7 @@ impl<'a> Runner<'a> {
             source: pattern.source.text().into(),
             description: pattern.description.into(),
             notes: pattern.notes.into(),
-            groups: pattern.group_descriptions(),
+            groups: pattern.group_descriptions(&self.settings.sweep),
             axes: pattern.axis_values(&self.settings.sweep),
             charts: pattern.chart_hints(),
             ratings: ratings(&points),
@@ -144,7 +144,9 @@ pub fn build_jobs(target: &OpenTarget, plan: &PointPlan, reads_checked: bool) ->
             let worker_target = target.worker_target(workers_before + worker, disk, group.queue_depth, &group.spec, reads_checked)?;
             let verify_base_bytes = disk as u64 * target.disk_capacity_bytes();
             let spec = group.spec.clone();
-            jobs.push(Job { target: worker_target, spec, queue_depth: group.queue_depth, zone, first_offset_bytes, verify_base_bytes });
+            let distribution = group.distribution.clone();
+            let queue_depth = group.queue_depth;
+            jobs.push(Job { target: worker_target, spec, queue_depth, zone, first_offset_bytes, verify_base_bytes, distribution });
         }
         workers_before += group.workers;
     }

@@ -4,6 +4,7 @@
 //! Pure: no I/O, no clock. The generator takes its random numbers from the caller's seeded RNG,
 //! so the same seed gives the same sequence of requests.
 
+use crate::distribution::Distribution;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -104,13 +105,14 @@ pub struct Io {
     pub len_bytes: u64,
 }
 
-/// Where one worker's requests go: its zone, and the end of its last request, where the next
-/// sequential one starts (IOMeter's rule: "sequential" continues from the last I/O, whatever
-/// that was).
+/// Where one worker's requests go: its zone, how its random requests fall in it, and the end
+/// of its last request, where the next sequential one starts (IOMeter's rule: "sequential"
+/// continues from the last I/O, whatever that was).
 #[derive(Clone, Debug)]
 pub struct Cursor {
     zone: Range<u64>,
     next_bytes: u64,
+    distribution: Distribution,
 }
 
 impl Cursor {
@@ -119,7 +121,12 @@ impl Cursor {
     pub fn new(zone: Range<u64>, first_bytes: u64) -> Cursor {
         assert!(zone.start.is_multiple_of(SECTOR_BYTES) && zone.end.is_multiple_of(SECTOR_BYTES), "zone {zone:?} is not sector-aligned");
         assert!(zone.contains(&first_bytes) || first_bytes == zone.start, "first offset {first_bytes} outside {zone:?}");
-        Cursor { zone, next_bytes: first_bytes }
+        Cursor { zone, next_bytes: first_bytes, distribution: Distribution::Uniform }
+    }
+
+    /// The same cursor with its random requests drawn from `distribution`.
+    pub fn with_distribution(self, distribution: Distribution) -> Cursor {
+        Cursor { distribution, ..self }
     }
 
     pub fn zone(&self) -> &Range<u64> {
@@ -155,7 +162,7 @@ impl Cursor {
     fn random_offset(&self, line: &AccessLine, rng: &mut impl Rng) -> u64 {
         let start = aligned_start(&self.zone, line).expect("line fits the zone");
         let slots = (self.zone.end - line.block_bytes - start) / line.align_bytes + 1;
-        start + rng.gen_range(0..slots) * line.align_bytes
+        start + self.distribution.slot(slots, rng) * line.align_bytes
     }
 
     /// From the end of the last request, rounded up to the alignment; back to the start of the
@@ -228,6 +235,24 @@ mod tests {
         check(vec![line(1000, 100, 100, 0)], "block size 1000 bytes");
         check(vec![line(4096, 100, 101, 0)], "read 101%");
         check(vec![], "at least one line");
+    }
+
+    #[test]
+    fn random_offsets_follow_the_distribution_and_stay_aligned() {
+        let spec = AccessSpec::new(vec![line(8 * KIB, 100, 100, 100)]).unwrap();
+        let zone = 4 * KIB..4 * KIB + 80 * 1024 * KIB;
+        let distribution = Distribution::parse("zoned:90/10").unwrap();
+        let mut cursor = Cursor::new(zone.clone(), zone.start).with_distribution(distribution);
+        let mut rng = SmallRng::seed_from_u64(5);
+        let hot_end = zone.start.next_multiple_of(8 * KIB) + 8 * 1024 * KIB;
+        let mut hot = 0;
+        for _ in 0..20_000 {
+            let io = cursor.next(&spec, &mut rng);
+            assert!(io.offset_bytes % (8 * KIB) == 0 && zone.contains(&io.offset_bytes) && io.offset_bytes + io.len_bytes <= zone.end);
+            hot += u32::from(io.offset_bytes < hot_end);
+        }
+        let share = f64::from(hot) / 20_000.0;
+        assert!((share - 0.9).abs() < 0.01, "the zone's first 10% took {share:.3} of the requests");
     }
 
     #[test]

@@ -26,7 +26,8 @@ fn options(duration_ms: u64, pace: Pace, verifier: Option<Arc<Verifier>>) -> Run
 }
 
 fn job(target: Arc<dyn Target>, lines: Vec<AccessLine>, queue_depth: usize, zone: std::ops::Range<u64>) -> Job {
-    Job { target, spec: AccessSpec::new(lines).unwrap(), queue_depth, first_offset_bytes: zone.start, zone, verify_base_bytes: 0 }
+    let spec = AccessSpec::new(lines).unwrap();
+    Job { target, spec, queue_depth, first_offset_bytes: zone.start, zone, verify_base_bytes: 0, distribution: Default::default() }
 }
 
 /// Serves one request at a time, each taking `service`, on a thread of its own.
@@ -234,7 +235,7 @@ fn a_run_with_mismatches_fails_and_says_where() {
         ramp: Duration::ZERO,
         seed: 1,
         verify: true,
-        sweep: SweepOptions { quick: true, queue_depths: Some(vec![8]), block_sizes: None, workers: None },
+        sweep: SweepOptions { quick: true, queue_depths: Some(vec![8]), ..SweepOptions::default() },
         pace: Pace::Closed,
     };
     let mut runner = Runner::new(&target, settings);

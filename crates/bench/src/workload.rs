@@ -15,6 +15,7 @@
 //! next request from that completion would recurse, once per request, until the stack ends; so
 //! every issue goes through a per-thread trampoline that turns such recursion into a loop.
 
+use crate::distribution::Distribution;
 use crate::spec::{AccessLine, AccessSpec, Cursor, Io};
 use crate::target::Target;
 use crate::verify::{Verifier, VerifyCounts};
@@ -46,6 +47,8 @@ pub struct Job {
     /// Where the job's disk starts in the verifier's address space: disk × disk capacity in a
     /// set, so that two disks' sectors at one offset are told apart; 0 for a single target.
     pub verify_base_bytes: u64,
+    /// Where its random requests fall in the zone.
+    pub distribution: Distribution,
 }
 
 /// How requests are timed.
@@ -209,7 +212,7 @@ struct JobState {
 impl JobState {
     fn new(job: &Job, seed: u64) -> JobState {
         assert!(job.queue_depth > 0, "a worker needs at least one outstanding I/O");
-        let cursor = Cursor::new(job.zone.clone(), job.first_offset_bytes);
+        let cursor = Cursor::new(job.zone.clone(), job.first_offset_bytes).with_distribution(job.distribution.clone());
         for line in job.spec.lines() {
             assert!(cursor.fits(line), "zone {:?} cannot hold a {}-byte request", job.zone, line.block_bytes);
         }
@@ -536,6 +539,7 @@ pub fn run(workers: &[Worker], config: RunConfig) -> Measurement {
             verify_base_bytes: 0,
             zone: w.zone.clone(),
             first_offset_bytes: w.zone.start,
+            distribution: Distribution::Uniform,
         })
         .collect();
     let options = RunOptions { ramp: config.ramp, duration: config.duration, seed: config.seed, pace: Pace::Closed, verifier: None };

@@ -4,6 +4,7 @@
 //! the terminal around them.
 
 use crate::report::table;
+use bench::distribution::Distribution;
 use bench::open::{OpenOptions, OpenTarget, TargetSpec, TARGET_FORMS};
 use bench::patterns::{self, Axis, Pattern, SweepOptions, SUITES};
 use bench::progress::Progress;
@@ -188,6 +189,11 @@ pub struct MeasureArgs {
     /// Workers per group, replacing each pattern's own sweep (e.g. 2, or 1,2,4).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     workers: Option<Vec<u64>>,
+    /// Where random requests fall, replacing each pattern's own (fio's random_distribution):
+    /// uniform, zipf:THETA (e.g. zipf:1.1), or zoned:IO/SPACE[:IO/SPACE...] (e.g. zoned:90/10,
+    /// 90% of requests to the first 10% of each worker's zone).
+    #[arg(long, value_name = "DIST", value_parser = Distribution::parse)]
+    distribution: Option<Distribution>,
     /// For CI: short points and each sweep cut to its first, middle and last value.
     #[arg(long)]
     quick: bool,
@@ -259,7 +265,11 @@ fn describe_pattern(pattern: &Pattern, sweep: &SweepOptions) -> String {
             .iter()
             .map(|l| format!("{} {}% r{} rnd{}", size_text(l.block_bytes), l.share_percent, l.read_percent, l.random_percent))
             .collect();
-        out += &format!("  workers: {} x QD {}, {}; {}\n", group.workers, group.queue_depth, group.zone.text(), lines.join(", "));
+        let skew = match group.distribution {
+            "uniform" => String::new(),
+            distribution => format!(", random offsets {distribution}"),
+        };
+        out += &format!("  workers: {} x QD {}, {}{skew}; {}\n", group.workers, group.queue_depth, group.zone.text(), lines.join(", "));
     }
     for (axis, values) in pattern.axes(sweep) {
         let values: Vec<String> = values.iter().map(|&v| axis_value_text(axis, v)).collect();
@@ -277,7 +287,7 @@ fn definition(pattern: &Pattern, sweep: &SweepOptions) -> PatternResult {
         source: pattern.source.text().into(),
         description: pattern.description.into(),
         notes: pattern.notes.into(),
-        groups: pattern.group_descriptions(),
+        groups: pattern.group_descriptions(sweep),
         axes: pattern.axis_values(sweep),
         charts: pattern.chart_hints(),
         points: Vec::new(),
@@ -354,6 +364,7 @@ fn measure(patterns: &[&'static Pattern], suite: Option<&str>, args: &MeasureArg
     settings.sweep.queue_depths = args.qd.clone();
     settings.sweep.block_sizes = args.block.clone();
     settings.sweep.workers = args.workers.clone();
+    settings.sweep.distribution = args.distribution.clone();
     settings.pace = args.rate.map_or(Pace::Closed, |rate_iops| Pace::Open { rate_iops });
     let spec = TargetSpec::parse(&args.target)?;
     let target = OpenTarget::open(&spec, OpenOptions { shards: args.shards })?;
@@ -405,6 +416,7 @@ fn measure(patterns: &[&'static Pattern], suite: Option<&str>, args: &MeasureArg
             queue_depths: args.qd.clone(),
             block_sizes: args.block.clone(),
             workers: args.workers.clone(),
+            distribution: args.distribution.as_ref().map(Distribution::text),
         },
         patterns: results_patterns,
     };

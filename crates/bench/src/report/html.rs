@@ -231,12 +231,18 @@ fn pattern_section(out: &mut String, p: &PatternResult) {
             .iter()
             .map(|l| format!("{} {}% read {}% random {}%", size_text(l.block_bytes), l.share_percent, l.read_percent, l.random_percent))
             .collect();
+        // Results written before distributions existed have none: uniform.
+        let skew = match g.distribution.as_str() {
+            "" | "uniform" => String::new(),
+            distribution => format!(", random offsets {distribution}"),
+        };
         let _ = writeln!(
             out,
-            "<p class=\"note\">workers: {} × QD {}, {}; {}</p>",
+            "<p class=\"note\">workers: {} × QD {}, {}{}; {}</p>",
             g.workers,
             g.queue_depth,
             escape(&g.zone),
+            escape(&skew),
             escape(&lines.join(", "))
         );
     }
