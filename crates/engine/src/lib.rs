@@ -29,8 +29,10 @@ mod join;
 pub mod journal;
 mod local;
 pub mod metadata;
+mod router;
 pub mod runtime;
 mod shard;
+pub mod ssd_cache;
 pub mod vd;
 
 pub use local::LocalEngine;
@@ -42,7 +44,7 @@ pub use vd::{
 
 use crossbeam_channel::Sender;
 use drive::{Completion, Drive, DriveOp, IoBuf, ShardWaker};
-use join::{validate, validate_row, validate_run, Joiner, RunJoin};
+use join::{validate, validate_row, validate_run, RunJoin};
 use shard::{start_shard, start_ticker};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -212,6 +214,8 @@ impl ShardHandle {
 /// The running engine: shard threads serving any number of virtual drives.
 pub struct Engine {
     shards: Vec<ShardHandle>,
+    /// Cuts requests into shards' pieces (the same links as `shards`).
+    router: router::Router,
     /// Stops the ticker thread when the engine is dropped.
     ticker: Option<(Sender<()>, JoinHandle<()>)>,
     cache_bytes: u64,
@@ -246,6 +250,7 @@ impl Engine {
         }
         let ticker = start_ticker(shards.iter().map(|s| (s.link.inbox.clone(), Arc::clone(&s.link.waker))).collect())?;
         Ok(Engine {
+            router: router::Router::new(links),
             shards,
             ticker: Some(ticker),
             cache_bytes: config.cache_bytes,
@@ -343,16 +348,17 @@ impl Engine {
             return done(VdCompletion { result: Err(error), buf: request.into_buf() });
         }
         vd.note_client_request();
+        if let Some(cache) = vd.ssd_cache().get() {
+            return cache.submit(self, vd, request, done);
+        }
+        self.submit_direct(vd, request, done);
+    }
+
+    /// [`Engine::submit`] past the SSD cache: the path of every request of a VD without one,
+    /// and of a cached VD's misses and writes.
+    pub(crate) fn submit_direct(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
         match request {
-            VdRequest::Flush => {
-                // Every shard: each holds its own part of the VD's cached data and journal.
-                let joiner = Joiner::new(self.shards.len(), done);
-                for index in 0..self.shards.len() {
-                    let joiner = Arc::clone(&joiner);
-                    let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
-                    self.send_request(index, vd, VdRequest::Flush, done);
-                }
-            }
+            VdRequest::Flush => self.router.flush(vd, done),
             VdRequest::Read { offset_bytes, buf } => {
                 let (buf, done) = match self.fast_io(vd, false, offset_bytes, buf, done) {
                     Ok(()) => return,
@@ -396,35 +402,8 @@ impl Engine {
         self.journal_attached.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Cuts a request into runs of rows owned by one shard and sends each to its shard.
-    fn submit_pieces(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf, write: bool, done: Done) {
-        let mut pieces: Vec<(usize, u64, IoBuf)> = Vec::new();
-        let mut run_start = offset_bytes;
-        let mut run_shard = None;
-        for row in vd.geometry().rows(offset_bytes, buf.len() as u64) {
-            let shard = self.shard_of_row(vd, row.row);
-            if run_shard.is_some_and(|s| s != shard) {
-                let rest = buf.split_off((row.vd_offset_bytes - run_start) as usize);
-                pieces.push((run_shard.expect("checked"), run_start, std::mem::replace(&mut buf, rest)));
-                run_start = row.vd_offset_bytes;
-            }
-            run_shard = Some(shard);
-        }
-        pieces.push((run_shard.unwrap_or(0), run_start, buf));
-        let request = |offset_bytes, buf| match write {
-            true => VdRequest::Write { offset_bytes, buf },
-            false => VdRequest::Read { offset_bytes, buf },
-        };
-        if pieces.len() == 1 {
-            let (shard, offset, buf) = pieces.pop().expect("one piece");
-            return self.send_request(shard, vd, request(offset, buf), done);
-        }
-        let joiner = Joiner::new(pieces.len(), done);
-        for (index, (shard, offset, buf)) in pieces.into_iter().enumerate() {
-            let joiner = Arc::clone(&joiner);
-            let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
-            self.send_request(shard, vd, request(offset, buf), done);
-        }
+    fn submit_pieces(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, write: bool, done: Done) {
+        self.router.submit_pieces(vd, offset_bytes, buf, write, done);
     }
 
     /// Sends each shard its part of a read-ahead, counted in the VD's requests in flight.
@@ -444,18 +423,9 @@ impl Engine {
         self.shards[shard.expect("a read-ahead is never empty")].send(ShardMsg::Prefetch { vd: Arc::clone(vd), range: start..range.end });
     }
 
-    /// Hands one request piece to a shard, counted in the VD's requests in flight until
-    /// [`VirtualDrive::finish`] delivers it (a deletion waits for that count to drain).
-    fn send_request(&self, shard: usize, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
-        vd.begin_request();
-        self.shards[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done });
-    }
-
-    /// The shard that owns `row` of `vd`: rows are dealt to shards in strides, each VD's
-    /// starting at a shard of its own, so that many VDs' first rows (where every file system
-    /// keeps its hottest blocks, where every benchmark starts) do not all land on one shard.
+    /// The shard that owns `row` of `vd` (see [`router::Router::shard_of_row`]).
     fn shard_of_row(&self, vd: &VirtualDrive, row: u64) -> usize {
-        ((row / shard_stride_rows(vd.geometry()) + vd.id()) % self.shards.len() as u64) as usize
+        self.router.shard_of_row(vd, row)
     }
 
     /// Rebuilds the strips that the `targets` members hold in row `row`, on the shard that owns

@@ -261,6 +261,8 @@ pub struct VirtualDrive {
     /// What the Fast Path's writes and the things they must not overtake agree through (see
     /// `fast_writes`).
     fast_writes: fast_writes::FastWrites,
+    /// The SSD cache serving it, or whether it is one (`crate::ssd_cache`).
+    ssd_cache: crate::ssd_cache::Attachment,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -335,6 +337,7 @@ impl VirtualDrive {
             cache_dirty_bytes: AtomicU64::new(0),
             fast_path_reads: AtomicU64::new(0),
             fast_writes: fast_writes::FastWrites::default(),
+            ssd_cache: crate::ssd_cache::Attachment::default(),
         })
     }
 
@@ -468,6 +471,11 @@ impl VirtualDrive {
     pub fn id(&self) -> u64 {
         self.id
     }
+    /// The SSD cache serving this VD, or whether it is a cache VD.
+    pub fn ssd_cache(&self) -> &crate::ssd_cache::Attachment {
+        &self.ssd_cache
+    }
+
     pub fn instance_id(&self) -> u64 {
         self.instance_id
     }

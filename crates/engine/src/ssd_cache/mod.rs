@@ -1,0 +1,471 @@
+//! SSD caching (seed 003's CacheCade): the hot 64 KiB lines of VDs on hard disks kept on a
+//! *cache VD*, itself a VD of any level (RAID0 for speed, RAID1/10 to survive an SSD's loss),
+//! usually on SSDs. One cache VD may serve several VDs.
+//!
+//! ```text
+//! Engine::submit(vd) ──▶ SsdCache::submit ──┬─ read, every line valid ─▶ cache VD (one read per line)
+//!                                           ├─ read, a miss ─▶ the VD's own path ─▶ client
+//!                                           │        └─ second miss of a line ─▶ fill: the line from the VD ─▶ cache VD
+//!                                           └─ write ─▶ the VD, and the cache VD for lines it holds ─▶ client
+//! ```
+//!
+//! This is the write-through tier: every write reaches the VD before it is acknowledged, so the
+//! cache VD never holds the only copy of anything, and losing it loses nothing. What lines it
+//! holds, how they are admitted and evicted, and the rules that keep each equal to its VD are
+//! in [`lines`]. A sequential stream past [`SsdCacheOptions::sequential_cutoff_bytes`] (4 MiB,
+//! bcache's default) is served from the cache where it hits but promotes nothing, so a scan does
+//! not displace the hot set.
+//!
+//! The tier sits above the engine's normal path: the VD's misses and writes take the path a
+//! request without the tier takes (its own controller cache, read-ahead and Fast Path apply),
+//! and the cache VD is read and written through the shards like any VD, so its level, its
+//! member failures and its rebuilds are those of any VD. Fills are issued from completions on
+//! shard threads, through the engine's [`Router`].
+//!
+//! Not yet built (issue 13): write-back caching with a persistent line map, the controller's
+//! configuration (`add vd cachecade`, `set ssdcaching`), and a map that survives a restart.
+
+mod lines;
+
+use crate::router::Router;
+use crate::{Done, Engine, VdCompletion, VdRequest, VirtualDrive};
+use drive::IoBuf;
+use lines::{LineKey, Lines, WriteAction};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A line: the unit of promotion and eviction (MegaRAID's CacheCade and the issue's example).
+pub const DEFAULT_LINE_BYTES: u64 = 64 << 10;
+/// A sequential stream longer than this promotes nothing (bcache's `sequential_cutoff`).
+pub const DEFAULT_SEQUENTIAL_CUTOFF_BYTES: u64 = 4 << 20;
+/// Sequential streams followed at once, by their end offset, for the cutoff.
+const STREAMS_TRACKED: usize = 16;
+
+#[derive(Clone, Copy, Debug)]
+pub struct SsdCacheOptions {
+    pub line_bytes: u64,
+    pub sequential_cutoff_bytes: u64,
+}
+
+impl Default for SsdCacheOptions {
+    fn default() -> Self {
+        SsdCacheOptions { line_bytes: DEFAULT_LINE_BYTES, sequential_cutoff_bytes: DEFAULT_SEQUENTIAL_CUTOFF_BYTES }
+    }
+}
+
+/// What the cache has done since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SsdCacheStats {
+    /// Reads served from the cache VD.
+    pub read_hits: u64,
+    /// Reads that went to the VD (not counting those of a sequential stream past the cutoff).
+    pub read_misses: u64,
+    /// Reads of a stream past the cutoff that missed: served by the VD, promoting nothing.
+    pub read_bypassed: u64,
+    /// Lines written to the cache VD and served from then on.
+    pub promotions: u64,
+    /// Fills dropped: a write came meanwhile, or the VD or the cache VD failed them.
+    pub fills_dropped: u64,
+    pub evictions: u64,
+    /// Writes that updated lines on the cache VD as well as the VD.
+    pub write_updates: u64,
+    /// Reads the cache VD failed, served again by the VD.
+    pub cache_read_errors: u64,
+    pub lines_valid: u64,
+    pub line_count: u64,
+    pub line_bytes: u64,
+}
+
+impl SsdCacheStats {
+    /// Hits over hits and misses (bypassed reads left out), 0 before any read.
+    pub fn hit_ratio(&self) -> f64 {
+        let reads = self.read_hits + self.read_misses;
+        if reads == 0 {
+            return 0.0;
+        }
+        self.read_hits as f64 / reads as f64
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    read_hits: AtomicU64,
+    read_misses: AtomicU64,
+    read_bypassed: AtomicU64,
+    promotions: AtomicU64,
+    fills_dropped: AtomicU64,
+    write_updates: AtomicU64,
+    cache_read_errors: AtomicU64,
+}
+
+/// One cache VD and the lines it holds for the VDs attached to it.
+pub struct SsdCache {
+    cache_vd: Arc<VirtualDrive>,
+    router: Router,
+    options: SsdCacheOptions,
+    lines: Mutex<Lines>,
+    streams: Mutex<Vec<Stream>>,
+    counters: Counters,
+}
+
+/// A sequential stream: where its next request starts, how long it has run.
+#[derive(Clone, Copy)]
+struct Stream {
+    vd_instance: u64,
+    end_bytes: u64,
+    run_bytes: u64,
+    last_use: u64,
+}
+
+/// A VD's link to the cache serving it (a field of [`VirtualDrive`]).
+#[derive(Default)]
+pub struct Attachment {
+    /// Read without the lock on every request: whether to look under it.
+    attached: AtomicBool,
+    cache: Mutex<Option<Arc<SsdCache>>>,
+    /// This VD is a cache VD: it cannot have a cache of its own.
+    is_cache_vd: AtomicBool,
+}
+
+impl Attachment {
+    /// The cache serving the VD, if any.
+    pub fn get(&self) -> Option<Arc<SsdCache>> {
+        if !self.attached.load(Ordering::Acquire) {
+            return None;
+        }
+        self.cache.lock().expect("ssd cache attachment lock").clone()
+    }
+
+    pub fn is_cache_vd(&self) -> bool {
+        self.is_cache_vd.load(Ordering::Acquire)
+    }
+}
+
+impl Engine {
+    /// Makes `cache_vd` a cache VD (see the module docs); attach VDs to it with
+    /// [`Engine::attach_ssd_cache`].
+    ///
+    /// # Errors
+    /// If the VD is attached to a cache itself, is already a cache VD, or cannot hold a line.
+    pub fn ssd_cache(&self, cache_vd: &Arc<VirtualDrive>, options: SsdCacheOptions) -> Result<Arc<SsdCache>, String> {
+        let name = cache_vd.name();
+        if !options.line_bytes.is_power_of_two() || !(4096..=1 << 20).contains(&options.line_bytes) {
+            return Err(format!("line size {} bytes: allowed a power of two from 4 KiB to 1 MiB", options.line_bytes));
+        }
+        if cache_vd.ssd_cache().get().is_some() {
+            return Err(format!("virtual drive {name} is cached by a cache VD; it cannot be one"));
+        }
+        let slot_count = (cache_vd.capacity_bytes() / options.line_bytes).min(u64::from(u32::MAX)) as u32;
+        if slot_count == 0 {
+            return Err(format!("virtual drive {name} is smaller than one {}-byte line", options.line_bytes));
+        }
+        if cache_vd.ssd_cache().is_cache_vd.swap(true, Ordering::AcqRel) {
+            return Err(format!("virtual drive {name} is a cache VD already"));
+        }
+        Ok(Arc::new(SsdCache {
+            cache_vd: Arc::clone(cache_vd),
+            router: self.router.clone(),
+            options,
+            lines: Mutex::new(Lines::new(slot_count)),
+            streams: Mutex::new(Vec::with_capacity(STREAMS_TRACKED)),
+            counters: Counters::default(),
+        }))
+    }
+
+    /// Has `cache` serve `vd` from now on.
+    ///
+    /// # Errors
+    /// If `vd` is a cache VD or is served by a cache already.
+    pub fn attach_ssd_cache(&self, vd: &Arc<VirtualDrive>, cache: &Arc<SsdCache>) -> Result<(), String> {
+        let attachment = vd.ssd_cache();
+        if attachment.is_cache_vd() {
+            return Err(format!("virtual drive {} is a cache VD; it cannot be cached", vd.name()));
+        }
+        let mut slot = attachment.cache.lock().expect("ssd cache attachment lock");
+        if slot.is_some() {
+            return Err(format!("virtual drive {} is cached already; detach its cache first", vd.name()));
+        }
+        cache.lines().attach(vd.instance_id());
+        *slot = Some(Arc::clone(cache));
+        attachment.attached.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Stops caching `vd`: its lines are dropped (those in use once idle). Nothing to write
+    /// back: the tier is write-through.
+    pub fn detach_ssd_cache(&self, vd: &Arc<VirtualDrive>) {
+        let attachment = vd.ssd_cache();
+        let mut slot = attachment.cache.lock().expect("ssd cache attachment lock");
+        attachment.attached.store(false, Ordering::Release);
+        if let Some(cache) = slot.take() {
+            cache.lines().detach(vd.instance_id());
+        }
+    }
+}
+
+impl SsdCache {
+    pub fn cache_vd(&self) -> &Arc<VirtualDrive> {
+        &self.cache_vd
+    }
+
+    pub fn stats(&self) -> SsdCacheStats {
+        let c = &self.counters;
+        let lines = self.lines();
+        SsdCacheStats {
+            read_hits: c.read_hits.load(Ordering::Relaxed),
+            read_misses: c.read_misses.load(Ordering::Relaxed),
+            read_bypassed: c.read_bypassed.load(Ordering::Relaxed),
+            promotions: c.promotions.load(Ordering::Relaxed),
+            fills_dropped: c.fills_dropped.load(Ordering::Relaxed),
+            evictions: lines.evictions,
+            write_updates: c.write_updates.load(Ordering::Relaxed),
+            cache_read_errors: c.cache_read_errors.load(Ordering::Relaxed),
+            lines_valid: lines.valid_count() as u64,
+            line_count: u64::from(lines.slot_count()),
+            line_bytes: self.options.line_bytes,
+        }
+    }
+
+    /// Checks the line map's invariants (every slot free or held by one line, ...): for tests;
+    /// it looks at every line.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) {
+        self.lines().check();
+    }
+
+    /// Lines of `vd` the cache can serve now.
+    pub fn lines_valid_of(&self, vd: &VirtualDrive) -> u64 {
+        self.lines().valid_count_of(vd.instance_id()) as u64
+    }
+
+    fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
+        self.lines.lock().expect("ssd cache lines lock")
+    }
+
+    /// The lines a range touches, as keys.
+    fn keys(&self, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Vec<LineKey> {
+        let line = self.options.line_bytes;
+        let (first, last) = (offset_bytes / line, (offset_bytes + len_bytes - 1) / line);
+        (first..=last).map(|index| (vd.instance_id(), index)).collect()
+    }
+
+    /// Serves `request` of `vd`, which this cache is attached to; `engine` takes what goes to
+    /// the VD on the submitting thread.
+    pub(crate) fn submit(self: &Arc<Self>, engine: &Engine, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
+        if let Err(error) = crate::join::validate(vd, &request) {
+            return done(VdCompletion { result: Err(error), buf: request.into_buf() });
+        }
+        match request {
+            VdRequest::Read { offset_bytes, buf } => self.read(engine, vd, offset_bytes, buf, done),
+            VdRequest::Write { offset_bytes, buf } => self.write(engine, vd, offset_bytes, buf, done),
+            VdRequest::Flush => engine.submit_direct(vd, VdRequest::Flush, done),
+        }
+    }
+
+    fn read(self: &Arc<Self>, engine: &Engine, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, done: Done) {
+        let len_bytes = buf.len() as u64;
+        let keys = self.keys(vd, offset_bytes, len_bytes);
+        let sequential = self.continues_long_stream(vd, offset_bytes, len_bytes);
+        let slots = self.lines().begin_read(&keys);
+        if let Some(slots) = slots {
+            self.counters.read_hits.fetch_add(1, Ordering::Relaxed);
+            return self.read_hit(vd, offset_bytes, buf, keys, slots, done);
+        }
+        if sequential {
+            self.counters.read_bypassed.fetch_add(1, Ordering::Relaxed);
+            return engine.submit_direct(vd, VdRequest::Read { offset_bytes, buf }, done);
+        }
+        self.counters.read_misses.fetch_add(1, Ordering::Relaxed);
+        let promote: Vec<LineKey> = {
+            let mut lines = self.lines();
+            keys.into_iter().filter(|&key| lines.note_miss(key)).collect()
+        };
+        if promote.is_empty() {
+            return engine.submit_direct(vd, VdRequest::Read { offset_bytes, buf }, done);
+        }
+        // The client first; then the lines it missed twice, from the VD to the cache VD.
+        let (cache, vd_for_fill) = (Arc::clone(self), Arc::clone(vd));
+        let done: Done = Box::new(move |completion| {
+            done(completion);
+            for key in promote {
+                cache.fill(&vd_for_fill, key);
+            }
+        });
+        engine.submit_direct(vd, VdRequest::Read { offset_bytes, buf }, done);
+    }
+
+    /// Reads every line of a hit from its slot on the cache VD; a failure has the VD serve the
+    /// whole read again (the line is dropped).
+    fn read_hit(
+        self: &Arc<Self>,
+        vd: &Arc<VirtualDrive>,
+        offset_bytes: u64,
+        mut buf: IoBuf,
+        keys: Vec<LineKey>,
+        slots: Vec<u32>,
+        done: Done,
+    ) {
+        let line = self.options.line_bytes;
+        let end_bytes = offset_bytes + buf.len() as u64;
+        let mut pieces = Vec::with_capacity(keys.len());
+        let mut piece_start = offset_bytes;
+        for slot in &slots {
+            let piece_end = ((piece_start / line + 1) * line).min(end_bytes);
+            let rest = buf.split_off((piece_end - piece_start) as usize);
+            pieces.push((u64::from(*slot) * line + piece_start % line, std::mem::replace(&mut buf, rest)));
+            piece_start = piece_end;
+        }
+        let (cache, vd) = (Arc::clone(self), Arc::clone(vd));
+        let joined: Done = Box::new(move |completion: VdCompletion| {
+            let ok = completion.result.is_ok();
+            {
+                let mut lines = cache.lines();
+                for key in &keys {
+                    lines.end_read(*key, ok);
+                }
+            }
+            if ok {
+                return done(completion);
+            }
+            cache.counters.cache_read_errors.fetch_add(1, Ordering::Relaxed);
+            let buf = completion.buf.expect("a read returns its buffer");
+            cache.router.submit_plain(&vd, VdRequest::Read { offset_bytes, buf }, done);
+        });
+        let joiner = crate::join::Joiner::new(pieces.len(), joined);
+        for (index, (cache_offset_bytes, piece)) in pieces.into_iter().enumerate() {
+            let joiner = Arc::clone(&joiner);
+            let piece_done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
+            self.router.submit_plain(&self.cache_vd, VdRequest::Read { offset_bytes: cache_offset_bytes, buf: piece }, piece_done);
+        }
+    }
+
+    /// Writes to the VD, and to the cache VD the parts of lines it holds (see [`lines`]);
+    /// acknowledged once both are done, with the VD's result.
+    fn write(self: &Arc<Self>, engine: &Engine, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, done: Done) {
+        let line = self.options.line_bytes;
+        let keys = self.keys(vd, offset_bytes, buf.len() as u64);
+        let actions: Vec<WriteAction> = {
+            let mut lines = self.lines();
+            keys.iter().map(|&key| lines.begin_write(key)).collect()
+        };
+        let mut updates = Vec::new();
+        for (key, action) in keys.iter().zip(&actions) {
+            let WriteAction::Update(slot) = *action else { continue };
+            let line_start = key.1 * line;
+            let (start, end) = (offset_bytes.max(line_start), (offset_bytes + buf.len() as u64).min(line_start + line));
+            let data = &buf.as_slice()[(start - offset_bytes) as usize..(end - offset_bytes) as usize];
+            updates.push((u64::from(slot) * line + start - line_start, IoBuf::from_slice(data)));
+        }
+        if !updates.is_empty() {
+            self.counters.write_updates.fetch_add(1, Ordering::Relaxed);
+        }
+        let join = Arc::new(WriteJoin {
+            cache: Arc::clone(self),
+            keys,
+            actions,
+            state: Mutex::new(WriteJoinState { remaining: updates.len() + 1, cache_ok: true, vd_completion: None, done: Some(done) }),
+        });
+        for (cache_offset_bytes, data) in updates {
+            let join = Arc::clone(&join);
+            let update_done: Done = Box::new(move |completion| join.update_done(completion.result.is_ok()));
+            self.router.submit_plain(&self.cache_vd, VdRequest::Write { offset_bytes: cache_offset_bytes, buf: data }, update_done);
+        }
+        let vd_done: Done = Box::new(move |completion| join.vd_done(completion));
+        engine.submit_direct(vd, VdRequest::Write { offset_bytes, buf }, vd_done);
+    }
+
+    /// Promotes `key`: reads the line from the VD and writes it to its slot, then serves it,
+    /// unless a write came meanwhile (see [`lines`]).
+    fn fill(self: &Arc<Self>, vd: &Arc<VirtualDrive>, key: LineKey) {
+        let Some(slot) = self.lines().begin_fill(key) else { return };
+        let line = self.options.line_bytes;
+        let offset_bytes = key.1 * line;
+        let len_bytes = line.min(vd.capacity_bytes() - offset_bytes);
+        let cache = Arc::clone(self);
+        let read_done: Done = Box::new(move |completion| {
+            if completion.result.is_err() {
+                return cache.end_fill(key, false);
+            }
+            let buf = completion.buf.expect("a read returns its buffer");
+            let written = Arc::clone(&cache);
+            let write_done: Done = Box::new(move |completion| written.end_fill(key, completion.result.is_ok()));
+            let cache_offset_bytes = u64::from(slot) * line;
+            cache.router.submit_plain(&cache.cache_vd, VdRequest::Write { offset_bytes: cache_offset_bytes, buf }, write_done);
+        });
+        self.router.submit_plain(vd, VdRequest::Read { offset_bytes, buf: IoBuf::zeroed(len_bytes as usize) }, read_done);
+    }
+
+    fn end_fill(&self, key: LineKey, ok: bool) {
+        let installed = self.lines().end_fill(key, ok);
+        let counter = if installed { &self.counters.promotions } else { &self.counters.fills_dropped };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes the request in the stream table; whether it continues a stream already past the
+    /// sequential cutoff.
+    fn continues_long_stream(&self, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> bool {
+        let mut streams = self.streams.lock().expect("ssd cache streams lock");
+        let tick = streams.iter().map(|s| s.last_use).max().unwrap_or(0) + 1;
+        let instance = vd.instance_id();
+        if let Some(stream) = streams.iter_mut().find(|s| s.vd_instance == instance && s.end_bytes == offset_bytes) {
+            stream.end_bytes = offset_bytes + len_bytes;
+            stream.run_bytes += len_bytes;
+            stream.last_use = tick;
+            return stream.run_bytes > self.options.sequential_cutoff_bytes;
+        }
+        let stream = Stream { vd_instance: instance, end_bytes: offset_bytes + len_bytes, run_bytes: len_bytes, last_use: tick };
+        if streams.len() < STREAMS_TRACKED {
+            streams.push(stream);
+        } else if let Some(oldest) = streams.iter_mut().min_by_key(|s| s.last_use) {
+            *oldest = stream;
+        }
+        false
+    }
+}
+
+/// A write to the VD and its updates of cached lines: acknowledged when all are done.
+struct WriteJoin {
+    cache: Arc<SsdCache>,
+    keys: Vec<LineKey>,
+    actions: Vec<WriteAction>,
+    state: Mutex<WriteJoinState>,
+}
+
+struct WriteJoinState {
+    remaining: usize,
+    cache_ok: bool,
+    vd_completion: Option<VdCompletion>,
+    done: Option<Done>,
+}
+
+impl WriteJoin {
+    fn update_done(&self, ok: bool) {
+        let mut state = self.state.lock().expect("ssd cache write join lock");
+        state.cache_ok &= ok;
+        self.piece_done(state);
+    }
+
+    fn vd_done(&self, completion: VdCompletion) {
+        let mut state = self.state.lock().expect("ssd cache write join lock");
+        state.vd_completion = Some(completion);
+        self.piece_done(state);
+    }
+
+    fn piece_done(&self, mut state: std::sync::MutexGuard<'_, WriteJoinState>) {
+        state.remaining -= 1;
+        if state.remaining > 0 {
+            return;
+        }
+        let completion = state.vd_completion.take().expect("the VD's write is one of the pieces");
+        let done = state.done.take().expect("acknowledged once");
+        let ok = state.cache_ok && completion.result.is_ok();
+        drop(state);
+        {
+            let mut lines = self.cache.lines();
+            for (key, action) in self.keys.iter().zip(&self.actions) {
+                lines.end_write(*key, *action, ok);
+            }
+        }
+        done(completion);
+    }
+}
