@@ -9,6 +9,7 @@ use crate::target::{RawDriveTarget, Target, VdTarget};
 use crate::target_spec::{member_spec_text, member_text, MemberSpec, TargetSpec, VdSpec};
 use drive::{Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RealClock};
 use engine::config::WritePolicy;
+use engine::ssd_cache::SsdCacheOptions;
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -76,10 +77,28 @@ fn build_vd(spec: &VdSpec, engine: &Arc<Engine>, disk: Option<usize>, files: &mu
     };
     let id = disk.unwrap_or(0) as u64;
     let name = disk.map_or("bench".to_string(), |disk| format!("bench{disk}"));
-    let vd = VirtualDrive::new(id, &name, layout, drives.clone()).map_err(|e| format!("--target vd:{}: {e}", spec.level))?;
+    let vd = Arc::new(VirtualDrive::new(id, &name, layout, drives.clone()).map_err(|e| format!("--target vd:{}: {e}", spec.level))?);
     vd.set_write_policy(spec.write_policy);
     vd.set_read_policies(spec.read_policy, spec.io_policy);
-    Ok(BuiltVd { target: Arc::new(VdTarget { engine: Arc::clone(engine), vd: Arc::new(vd) }), drives })
+    if let Some(cache_spec) = &spec.ssd_cache {
+        attach_ssd_cache(&vd, cache_spec, engine, disk, files)?;
+    }
+    Ok(BuiltVd { target: Arc::new(VdTarget { engine: Arc::clone(engine), vd }), drives })
+}
+
+/// Builds the `cachecade=` cache VD on drives of its own and has it cache `vd`.
+fn attach_ssd_cache(vd: &Arc<VirtualDrive>, spec: &VdSpec, engine: &Engine, disk: Option<usize>, files: &mut CreatedFiles) -> Result<(), String> {
+    let clock = Arc::new(RealClock::new());
+    let member_name = |member: usize| disk.map_or(format!("cache{member}"), |disk| format!("{disk}.cache{member}"));
+    let drives: Vec<Arc<dyn Drive>> =
+        (0..spec.drive_count).map(|member| make_drive(&spec.drive, &member_name(member), &clock, files)).collect::<Result<_, _>>()?;
+    let layout =
+        VdLayout { level: spec.level, strip_size_bytes: spec.strip_size_bytes, drives_per_span: spec.drives_per_span, member_size_bytes: None };
+    // Ids apart from the cached VDs' (a set's disks are 0 to 31).
+    let id = 1000 + disk.unwrap_or(0) as u64;
+    let cache_vd = VirtualDrive::new(id, &format!("cache{id}"), layout, drives).map_err(|e| format!("cachecade: {e}"))?;
+    let cache = engine.ssd_cache(&Arc::new(cache_vd), SsdCacheOptions::default()).map_err(|e| format!("cachecade: {e}"))?;
+    engine.attach_ssd_cache(vd, &cache).map_err(|e| format!("cachecade: {e}"))
 }
 
 /// A set's disks: VDs or raw drives, all of one spec, on one engine.
@@ -200,6 +219,15 @@ fn policies_in_effect(spec: &VdSpec, journal: Option<&Arc<dyn Drive>>) -> Polici
     };
     if let Some(journal) = journal {
         notes.push(format!("journal on {}", journal.info().name));
+    }
+    if let Some(cache) = &spec.ssd_cache {
+        notes.push(format!(
+            "SSD cache (write-through, {} KiB lines) on {} of {} x {}",
+            engine::ssd_cache::DEFAULT_LINE_BYTES / 1024,
+            cache.level,
+            cache.drive_count,
+            member_text(&cache.drive)
+        ));
     }
     Policies { write, read: spec.read_policy.short_name().into(), io: spec.io_policy.short_name().into(), note: notes.join("; ") }
 }

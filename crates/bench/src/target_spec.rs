@@ -18,7 +18,7 @@ TARGET is one of:
   set:N:TARGET                      N disks, each a vd:... or raw:... TARGET, on one engine; a
                                     pattern's workers take the disks as IOMeter's do (8 workers
                                     on 16 disks: two each, every disk at the pattern's QD)
-  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:journal=DRIVE]
+  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:journal=DRIVE][:cachecade=LEVEL:COUNTxDRIVE]
                                     a virtual drive built in this process, no daemon:
     LEVEL   r0 r1 r1e r5 r6 r10 r50 r60 jbod
     COUNT   member drives
@@ -29,8 +29,11 @@ TARGET is one of:
     strip   strip size in KiB (default 64); span: drives per span for r10/r50/r60
     POLICY  wt|wb|awb (write, default wt), nora|ra|adra (read-ahead), direct|cached (IO)
     journal the cache's journal (WB needs one; last, as it may hold colons): a DRIVE as above
+    cachecade  an SSD cache (write-through) in front of the VD: a cache VD built of its own
+            drives (last of all; its LEVEL r0, r1 or r10)
   e.g. vd:r5:8xhdd:15k:600GiB:strip=64   vd:r10:4xmem:1GiB   vd:r6:6xfile:/var/tmp:2GiB
        vd:r5:8xhdd:15k:600GiB:wb:journal=ssd:sata:8GiB
+       vd:r10:8xhdd:15k:32GiB,nowritecache:cachecade=r0:3xssd:sas:2GiB
        set:16:vd:jbod:1xssd:nvme:20GiB   set:16:raw:ssd:nvme:20GiB (the HBA tests of seed 002)";
 
 /// A parsed `--target`.
@@ -64,6 +67,8 @@ pub struct VdSpec {
     pub io_policy: IoPolicy,
     /// The cache's journal drive.
     pub journal: Option<MemberSpec>,
+    /// The SSD cache's cache VD (`cachecade=`), built of its own drives.
+    pub ssd_cache: Option<Box<VdSpec>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -128,7 +133,11 @@ fn parse_set(rest: &str) -> Result<TargetSpec, String> {
 }
 
 fn parse_vd(rest: &str) -> Result<VdSpec, String> {
-    // `journal=` comes last: its drive may hold colons.
+    // `cachecade=` comes last of all, `journal=` before it: their drives may hold colons.
+    let (rest, ssd_cache) = match rest.split_once(":cachecade=") {
+        Some((before, cache)) => (before, Some(Box::new(parse_cache_vd(cache)?))),
+        None => (rest, None),
+    };
     let (rest, journal) = match rest.split_once(":journal=") {
         Some((before, journal)) => {
             (before, Some(parse_member(&journal.split(':').collect::<Vec<_>>()).map_err(|e| format!("journal: {e}"))?))
@@ -176,7 +185,20 @@ fn parse_vd(rest: &str) -> Result<VdSpec, String> {
         read_policy,
         io_policy,
         journal,
+        ssd_cache,
     })
+}
+
+/// The cache VD of `cachecade=`: RAID0, 1 or 10, write-through, no journal of its own.
+fn parse_cache_vd(text: &str) -> Result<VdSpec, String> {
+    let spec = parse_vd(text).map_err(|e| format!("cachecade: {e}"))?;
+    if !matches!(spec.level, Level::Raid0 | Level::Raid1 | Level::Raid10) {
+        return Err(format!("cachecade: a cache VD is r0, r1 or r10, not {}", spec.level.short_name()));
+    }
+    if spec.journal.is_some() || spec.ssd_cache.is_some() || spec.write_policy != WritePolicy::WriteThrough {
+        return Err("cachecade: a cache VD takes LEVEL:COUNTxDRIVE[:strip=KIB][:span=N] only".into());
+    }
+    Ok(spec)
 }
 
 fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
@@ -237,7 +259,9 @@ fn vd_spec_text(spec: &VdSpec) -> String {
     let span = spec.drives_per_span.map(|n| format!(":span={n}")).unwrap_or_default();
     let policies = format!(":{}:{}:{}", spec.write_policy.short_name(), spec.read_policy.short_name(), spec.io_policy.short_name());
     let journal = spec.journal.as_ref().map(|j| format!(":journal={}", member_spec_text(j))).unwrap_or_default();
-    format!("{}:{}x{member}:strip={}{span}{policies}{journal}", spec.level.short_name(), spec.drive_count, spec.strip_size_bytes / 1024)
+    let cache = spec.ssd_cache.as_ref().map(|c| format!(":cachecade={}", vd_spec_text(c))).unwrap_or_default();
+    let level = spec.level.short_name();
+    format!("{level}:{}x{member}:strip={}{span}{policies}{journal}{cache}", spec.drive_count, spec.strip_size_bytes / 1024)
 }
 
 #[cfg(test)]
@@ -272,6 +296,14 @@ mod tests {
         let spec = vd("vd:r1:2xssd:nvme:1TiB,qd=4");
         assert!(matches!(spec.drive, MemberSpec::Emulated(EmulatedDriveSpec { queue_depth: Some(4), .. })));
         assert_eq!(vd("vd:r6:6xfile:/tmp:2GiB").drive, MemberSpec::Files { dir: "/tmp".into(), capacity_bytes: 2 << 30 });
+        let spec = vd("vd:r10:8xhdd:15k:32GiB,nowritecache:wb:journal=ssd:sata:1GiB:cachecade=r1:2xssd:sas:2GiB:strip=256");
+        let cache = spec.ssd_cache.as_ref().expect("a cache VD");
+        assert_eq!((cache.level, cache.drive_count, cache.strip_size_bytes), (Level::Raid1, 2, 256 * 1024));
+        assert_eq!(cache.drive, MemberSpec::Emulated(EmulatedDriveSpec::new(EmulatedClass::SsdSas, 2 << 30)));
+        assert!(spec.journal.is_some());
+        let text = TargetSpec::Vd(spec.clone()).text();
+        assert!(text.ends_with(":cachecade=r1:2xssd:sas:2GiB:strip=256:wt:nora:direct"), "{text}");
+        assert_eq!(vd(&text), spec);
     }
 
     #[test]
@@ -309,6 +341,8 @@ mod tests {
         check("set:many:raw:mem:1GiB", "disk count \"many\"");
         check("set:2:/dev/null", "each disk of a set is a vd:... or a raw:...");
         check("set:2:set:2:raw:mem:1GiB", "each disk of a set");
+        check("vd:r5:8xmem:1GiB:cachecade=r5:3xmem:1GiB", "a cache VD is r0, r1 or r10");
+        check("vd:r5:8xmem:1GiB:cachecade=r0:3xmem:1GiB:wb", "LEVEL:COUNTxDRIVE[:strip=KIB][:span=N] only");
         assert!(error("vd:r5").contains("vd:LEVEL:COUNTxDRIVE"));
     }
 }

@@ -302,6 +302,10 @@ pub struct VdRecord {
     /// background initialization (BGI) that makes them consistent has not completed. Cleared
     /// when it does, or by a full initialization.
     pub bgi_pending: bool,
+    /// A cache VD (CacheCade): it holds hot lines of the VDs that name it, and is not exported.
+    pub cache_vd: bool,
+    /// The cache VD that caches this one (`set ssdcaching=on`), if any.
+    pub ssd_cache_vd_id: Option<u32>,
 }
 
 /// A VD byte range whose data is lost (MegaRAID's puncture, md's bad-block log).

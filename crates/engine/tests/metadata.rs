@@ -59,6 +59,8 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             member_size_bytes: (1 << 40) - u64::from(index as u32) * 4096,
             bad_blocks: (0..index as u64 % 3).map(|n| BadBlock { offset_bytes: n << 30, len_bytes: 512 << n }).collect(),
             bgi_pending: index % 2 == 1,
+            cache_vd: index % 5 == 2,
+            ssd_cache_vd_id: (index % 4 == 1).then_some(index as u32 + 100),
         });
     }
     let hot_spares = vec![
@@ -125,6 +127,8 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         member_size_bytes: 1 << 30,
         bad_blocks: Vec::new(),
         bgi_pending: false,
+        cache_vd: false,
+        ssd_cache_vd_id: None,
     };
     let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
     ControllerConfig {
@@ -245,6 +249,9 @@ fn encode_old(sb: &Superblock, version: u32) -> Vec<u8> {
         old.extend_from_slice(&payload[at..at + drive_record_bytes]);
     }
     let mut rest = payload[16 + drive_count * DRIVE_RECORD_BYTES..].to_vec();
+    if (4..10).contains(&version) {
+        rest[76..80].fill(0); // the VD record's ssd_cache_vd_id, reserved before version 10
+    }
     if version < 4 {
         rest.drain(72..80); // the VD record's bad_block_count and reserved
     }
@@ -342,7 +349,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&9u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&10u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -377,11 +384,11 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&3u32.to_le_bytes()); // drives_per_span
     payload.extend_from_slice(&(64u64 << 10).to_le_bytes()); // strip_size_bytes
     payload.extend_from_slice(&3u32.to_le_bytes()); // member_count
-    payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, vd_flags (no BGI pending), reserved
+    payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, vd_flags (no BGI pending, no cache VD), reserved
     payload.extend_from_slice(&[b"vd0".as_slice(), &[0; 29]].concat());
     payload.extend_from_slice(&(1u64 << 30).to_le_bytes()); // member_size_bytes
     payload.extend_from_slice(&0u32.to_le_bytes()); // bad_block_count
-    payload.extend_from_slice(&[0; 4]); // reserved
+    payload.extend_from_slice(&u32::MAX.to_le_bytes()); // ssd_cache_vd_id: none
     [0u32, 1, 2].iter().for_each(|slot| payload.extend_from_slice(&slot.to_le_bytes()));
     payload.extend_from_slice(&3u32.to_le_bytes()); // spare slot
     payload.extend_from_slice(&1u32.to_le_bytes()); // dedicated_count
@@ -409,8 +416,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 10), |_| UnknownVersion { found: 10, supported: 9 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 9 });
+    check_decode("unknown version", |b| set_u32(b, 8, 11), |_| UnknownVersion { found: 11, supported: 10 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 10 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -468,7 +475,12 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
     check_decode("drive reserved", sealed(DRIVE_RECORDS + 7, 1), reserved("drive record 0".into(), "reserved", 7));
     check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
     check_decode("drive reserved tail", sealed(DRIVE_RECORDS + 45, 1), reserved("drive record 0".into(), "reserved", 45));
-    check_decode("vd reserved tail", sealed(VD0 + 79, 1), reserved(vd0(), "reserved", 79));
+    // Version 10 holds `ssd_cache_vd_id` in the VD record's last 4 bytes; before, they are reserved.
+    let mut v9 = encode(&superblock(small_config(9, 3), 1), 0).unwrap();
+    relabel(&mut v9, 9);
+    v9[VD0 + 79] = 1;
+    reseal(&mut v9);
+    assert_eq!(decode(&v9).err(), Some(ReservedNotZero { record: vd0(), field: "reserved", offset_bytes: 79 }), "vd reserved tail");
     let bgi_rate =
         |_: &[u8]| UnknownCode { record: "record counts".into(), field: "bgi_rate_percent", code: 101, known: "0 to 100".into() };
     check_decode("bgi rate", sealed(PAYLOAD + 15, 101), bgi_rate);
@@ -530,7 +542,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 10), "metadata format version 10 is unknown; this storc reads versions 1 to 9");
+    check("version", |b| set_u32(b, 8, 11), "metadata format version 11 is unknown; this storc reads versions 1 to 10");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -882,13 +894,13 @@ fn version_5_metadata_is_read_with_no_bgi_pending() {
     assert_eq!(bytes[vd_record_at + 29], 1, "vd_flags bit 0");
     assert_eq!(decode(&bytes), Ok(sb.clone()));
     let mut unknown_flag = bytes.clone();
-    unknown_flag[vd_record_at + 29] = 3;
+    unknown_flag[vd_record_at + 29] = 5;
     reseal(&mut unknown_flag);
     let expected = MetadataError::UnknownCode {
         record: "vd record 0 (vd 7)".into(),
         field: "vd_flags",
-        code: 3,
-        known: "bit 0 (background initialization pending)".into(),
+        code: 5,
+        known: "bit 0 (background initialization pending), bit 1 (cache VD)".into(),
     };
     assert_eq!(decode(&unknown_flag).err(), Some(expected));
 }
@@ -1011,7 +1023,45 @@ fn version_8_metadata_knows_no_journal_drive() {
     let mut plain = sb;
     plain.config.drives[1].state = DriveState::Online;
     let mut v8 = encode(&plain, 0).unwrap();
-    set_u32(&mut v8, 8, 8);
-    reseal(&mut v8);
+    relabel(&mut v8, 8);
     assert_eq!(decode(&v8), Ok(plain));
+}
+
+/// Version 10 added SSD caching: the cache VD flag (`vd_flags` bit 1) and `ssd_cache_vd_id`.
+/// A version-9 record with the flag was never written and is refused; one without reads as
+/// caching nothing.
+#[test]
+fn version_9_metadata_knows_no_ssd_cache() {
+    let mut config = small_config(0x9a, 5);
+    config.vds[0].cache_vd = true;
+    let cache_vd = superblock(config.clone(), 0);
+    let bytes = encode(&cache_vd, 0).unwrap();
+    assert_eq!(bytes[VD0 + 29], 2, "vd_flags bit 1");
+    assert_eq!(decode(&bytes), Ok(cache_vd));
+    let mut v9 = bytes.clone();
+    relabel(&mut v9, 9);
+    let known = "bit 0 (background initialization pending)".to_string();
+    let expected = MetadataError::UnknownCode { record: "vd record 0 (vd 7)".into(), field: "vd_flags", code: 2, known };
+    assert_eq!(decode(&v9).err(), Some(expected));
+    config.vds[0].cache_vd = false;
+    config.vds[0].ssd_cache_vd_id = Some(3);
+    let cached = superblock(config, 0);
+    let bytes = encode(&cached, 0).unwrap();
+    assert_eq!(bytes[VD0 + 76..VD0 + 80], 3u32.to_le_bytes());
+    assert_eq!(decode(&bytes), Ok(cached.clone()));
+    let mut v9 = bytes;
+    relabel(&mut v9, 9);
+    let mut uncached = cached;
+    uncached.config.vds[0].ssd_cache_vd_id = None;
+    assert_eq!(decode(&v9), Ok(uncached));
+}
+
+/// Bytes of a one-VD configuration written by this version, relabelled as the older `version`:
+/// the VD record's `ssd_cache_vd_id` (version 10) goes back to reserved zeros.
+fn relabel(bytes: &mut [u8], version: u32) {
+    set_u32(bytes, 8, version);
+    if version < 10 {
+        bytes[VD0 + 76..VD0 + 80].fill(0);
+    }
+    reseal(bytes);
 }

@@ -55,6 +55,8 @@ impl Controller {
             member_size_bytes,
             bad_blocks: Vec::new(),
             bgi_pending: false,
+            cache_vd: false,
+            ssd_cache_vd_id: None,
         };
         let opening = bgi::opening_for(&vd);
         let record = VdRecord { bgi_pending: opening == Opening::CreatedOverData, ..record };

@@ -57,6 +57,8 @@ mod tests {
             member_size_bytes: 8 * GIB,
             bad_blocks: Vec::new(),
             bgi_pending: false,
+            cache_vd: false,
+            ssd_cache_vd_id: None,
         };
         let mut drives: Vec<DriveRecord> = (0..3)
             .map(|slot| DriveRecord {

@@ -23,8 +23,9 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// (background initialization pending), the patrol read settings and the consistency check
 /// schedule (the counts grow to 48 bytes). Version 7 adds the id of the journal the cache trusts.
 /// Version 8 adds the legs of a mirrored journal that must not be replayed. Version 9 adds the
-/// drive state `Jrnl` (a slot's drive holding the journal).
-pub const FORMAT_VERSION: u32 = 9;
+/// drive state `Jrnl` (a slot's drive holding the journal). Version 10 adds SSD caching: the VD
+/// flag of a cache VD, and the cache VD that caches a VD.
+pub const FORMAT_VERSION: u32 = 10;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
@@ -39,6 +40,8 @@ const FORMAT_VERSION_JOURNAL: u32 = 7;
 const FORMAT_VERSION_JOURNAL_LEGS: u32 = 8;
 /// The first version with the drive state `Jrnl`.
 const FORMAT_VERSION_JOURNAL_DRIVE: u32 = 9;
+/// The first version with cache VDs (SSD caching).
+const FORMAT_VERSION_SSD_CACHE: u32 = 10;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -182,8 +185,10 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
     put(&mut fixed, vd_record::STRIP_SIZE_BYTES, &vd.strip_size_bytes.to_le_bytes());
     put(&mut fixed, vd_record::MEMBER_COUNT, &(vd.member_slots.len() as u32).to_le_bytes());
     put(&mut fixed, vd_record::NAME_LEN, &[name.len() as u8]);
-    let flags = if vd.bgi_pending { vd_record::FLAG_BGI_PENDING } else { 0 };
+    let flags = if vd.bgi_pending { vd_record::FLAG_BGI_PENDING } else { 0 } | if vd.cache_vd { vd_record::FLAG_CACHE_VD } else { 0 };
     put(&mut fixed, vd_record::VD_FLAGS, &[flags]);
+    let cache_vd_id = vd.ssd_cache_vd_id.unwrap_or(vd_record::NO_SSD_CACHE);
+    put(&mut fixed, vd_record::SSD_CACHE_VD_ID, &cache_vd_id.to_le_bytes());
     fixed[vd_record::NAME.offset..][..name.len()].copy_from_slice(name);
     put(&mut fixed, vd_record::MEMBER_SIZE_BYTES, &vd.member_size_bytes.to_le_bytes());
     put(&mut fixed, vd_record::BAD_BLOCK_COUNT, &(vd.bad_blocks.len() as u32).to_le_bytes());
@@ -493,19 +498,23 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
     let fixed = reader.take(fixed_bytes, || format!("vd record {index} of {count}"))?;
     let vd_id = get_u32(fixed, vd_record::VD_ID);
     let record = || vd_record_name(index as usize, vd_id);
-    let bgi_pending = match version {
+    let flags = match version {
         ..FORMAT_VERSION_BGI => {
             check_zero(fixed, vd_record::RESERVED_V5, record)?;
-            false
+            0
         }
         _ => {
             check_zero(fixed, vd_record::RESERVED, record)?;
             let flags = get::<1>(fixed, vd_record::VD_FLAGS)[0];
-            if flags & !vd_record::FLAGS_KNOWN != 0 {
-                let known = "bit 0 (background initialization pending)".to_string();
+            let (known_flags, known) = match version {
+                ..FORMAT_VERSION_SSD_CACHE => (vd_record::FLAGS_KNOWN_V9, "bit 0 (background initialization pending)"),
+                _ => (vd_record::FLAGS_KNOWN, "bit 0 (background initialization pending), bit 1 (cache VD)"),
+            };
+            if flags & !known_flags != 0 {
+                let known = known.to_string();
                 return Err(MetadataError::UnknownCode { record: record(), field: vd_record::VD_FLAGS.name, code: flags, known });
             }
-            flags & vd_record::FLAG_BGI_PENDING != 0
+            flags
         }
     };
     let level = decode_code(fixed, vd_record::LEVEL, record)?;
@@ -515,12 +524,17 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
     let name = decode_name(fixed, record)?;
     let member_count = get_u32(fixed, vd_record::MEMBER_COUNT);
     let member_slots = reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
+    let ssd_cache_vd_id = match version {
+        ..FORMAT_VERSION_BITMAP => None,
+        ..FORMAT_VERSION_SSD_CACHE => {
+            check_zero(fixed, vd_record::RESERVED_TAIL, record)?;
+            None
+        }
+        _ => Some(get_u32(fixed, vd_record::SSD_CACHE_VD_ID)).filter(|&id| id != vd_record::NO_SSD_CACHE),
+    };
     let bad_blocks = match version {
         ..FORMAT_VERSION_BITMAP => Vec::new(),
-        _ => {
-            check_zero(fixed, vd_record::RESERVED_TAIL, record)?;
-            decode_bad_blocks(reader, get_u32(fixed, vd_record::BAD_BLOCK_COUNT), record)?
-        }
+        _ => decode_bad_blocks(reader, get_u32(fixed, vd_record::BAD_BLOCK_COUNT), record)?,
     };
     let member_size_bytes = match version {
         1 => smallest_recorded_capacity_bytes(&member_slots, drives),
@@ -539,7 +553,9 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
         read_policy,
         io_policy,
         bad_blocks,
-        bgi_pending,
+        bgi_pending: flags & vd_record::FLAG_BGI_PENDING != 0,
+        cache_vd: flags & vd_record::FLAG_CACHE_VD != 0,
+        ssd_cache_vd_id,
     })
 }
 

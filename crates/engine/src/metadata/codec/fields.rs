@@ -196,7 +196,12 @@ pub(crate) mod vd_record {
     pub const NAME: Field = Field::new("name", 32, VD_NAME_BYTES_MAX);
     pub const MEMBER_SIZE_BYTES: Field = Field::new("member_size_bytes", 64, 8);
     pub const BAD_BLOCK_COUNT: Field = Field::new("bad_block_count", 72, 4);
+    /// Version 10: the cache VD caching this VD, in the bytes versions 4 to 9 kept reserved.
+    pub const SSD_CACHE_VD_ID: Field = Field::new("ssd_cache_vd_id", 76, 4);
+    /// Versions 4 to 9: bytes 76 to 79 are reserved.
     pub const RESERVED_TAIL: Field = Field::new("reserved", 76, 4);
+    /// `ssd_cache_vd_id` of a VD no cache VD caches.
+    pub const NO_SSD_CACHE: u32 = u32::MAX;
     pub const ALL: [Field; 16] = [
         VD_ID,
         DRIVE_GROUP,
@@ -213,14 +218,18 @@ pub(crate) mod vd_record {
         NAME,
         MEMBER_SIZE_BYTES,
         BAD_BLOCK_COUNT,
-        RESERVED_TAIL,
+        SSD_CACHE_VD_ID,
     ];
     const _: () = assert!(BYTES == 80 && BYTES_V1 == MEMBER_SIZE_BYTES.offset && BYTES_V3 == BAD_BLOCK_COUNT.offset);
     const _: () = assert!(super::tiles(&ALL, BYTES));
     const _: () = assert!(VD_NAME_BYTES_MAX <= u8::MAX as usize, "name_len is one byte");
     /// `vd_flags` bit 0: background initialization has not completed (see `VdRecord::bgi_pending`).
     pub const FLAG_BGI_PENDING: u8 = 1;
-    pub const FLAGS_KNOWN: u8 = FLAG_BGI_PENDING;
+    /// `vd_flags` bit 1 (version 10): a cache VD (see `VdRecord::cache_vd`).
+    pub const FLAG_CACHE_VD: u8 = 2;
+    /// The flags versions 6 to 9 know.
+    pub const FLAGS_KNOWN_V9: u8 = FLAG_BGI_PENDING;
+    pub const FLAGS_KNOWN: u8 = FLAG_BGI_PENDING | FLAG_CACHE_VD;
 }
 
 /// The fixed part of a hot spare record; `dedicated_count` u32 drive groups follow it.
