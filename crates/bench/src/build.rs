@@ -87,13 +87,23 @@ fn build_vd(spec: &VdSpec, engine: &Arc<Engine>, disk: Option<usize>, files: &mu
 }
 
 /// Builds the `cachecade=` cache VD on drives of its own and has it cache `vd`.
-fn attach_ssd_cache(vd: &Arc<VirtualDrive>, spec: &VdSpec, engine: &Engine, disk: Option<usize>, files: &mut CreatedFiles) -> Result<(), String> {
+fn attach_ssd_cache(
+    vd: &Arc<VirtualDrive>,
+    spec: &VdSpec,
+    engine: &Engine,
+    disk: Option<usize>,
+    files: &mut CreatedFiles,
+) -> Result<(), String> {
     let clock = Arc::new(RealClock::new());
     let member_name = |member: usize| disk.map_or(format!("cache{member}"), |disk| format!("{disk}.cache{member}"));
     let drives: Vec<Arc<dyn Drive>> =
         (0..spec.drive_count).map(|member| make_drive(&spec.drive, &member_name(member), &clock, files)).collect::<Result<_, _>>()?;
-    let layout =
-        VdLayout { level: spec.level, strip_size_bytes: spec.strip_size_bytes, drives_per_span: spec.drives_per_span, member_size_bytes: None };
+    let layout = VdLayout {
+        level: spec.level,
+        strip_size_bytes: spec.strip_size_bytes,
+        drives_per_span: spec.drives_per_span,
+        member_size_bytes: None,
+    };
     // Ids apart from the cached VDs' (a set's disks are 0 to 31).
     let id = 1000 + disk.unwrap_or(0) as u64;
     let cache_vd = VirtualDrive::new(id, &format!("cache{id}"), layout, drives).map_err(|e| format!("cachecade: {e}"))?;

@@ -248,7 +248,9 @@ mod tests {
         let mut hot = 0;
         for _ in 0..20_000 {
             let io = cursor.next(&spec, &mut rng);
-            assert!(io.offset_bytes % (8 * KIB) == 0 && zone.contains(&io.offset_bytes) && io.offset_bytes + io.len_bytes <= zone.end);
+            assert!(
+                io.offset_bytes.is_multiple_of(8 * KIB) && zone.contains(&io.offset_bytes) && io.offset_bytes + io.len_bytes <= zone.end
+            );
             hot += u32::from(io.offset_bytes < hot_end);
         }
         let share = f64::from(hot) / 20_000.0;

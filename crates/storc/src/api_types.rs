@@ -410,6 +410,36 @@ pub struct VdView {
     pub gathered_rows: u64,
     #[serde(default)]
     pub gathered_joins: u64,
+    /// A cache VD (SSD caching): it caches other VDs and is not exported.
+    #[serde(default)]
+    pub cache_vd: bool,
+    /// Its side of SSD caching: what a cache VD holds, or which cache VD caches this one.
+    #[serde(default)]
+    pub ssd_cache: Option<SsdCacheInfo>,
+}
+
+/// SSD caching (CacheCade, write-through) of a VD, from either side.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SsdCacheInfo {
+    /// The cache VD caching this VD (on a cached VD).
+    pub cache_vd: Option<u32>,
+    /// The VDs this cache VD caches (on a cache VD).
+    pub cached_vds: Vec<u32>,
+    /// Lines the cache serves: all of them on a cache VD, this VD's on a cached one.
+    pub lines_valid: u64,
+    /// Lines the cache VD holds at most (on a cache VD).
+    pub line_count: u64,
+    pub line_bytes: u64,
+    /// Counters of the cache VD (zero on a cached VD).
+    pub read_hits: u64,
+    pub read_misses: u64,
+    /// Reads of sequential streams past the cutoff that missed (they promote nothing).
+    pub read_bypassed: u64,
+    pub promotions: u64,
+    pub evictions: u64,
+    pub write_updates: u64,
+    /// Hits over hits and misses since the controller started.
+    pub hit_ratio: f64,
 }
 
 /// A VD's resync after an unclean stop: its dirty regions' parity or copies are recomputed.
@@ -481,6 +511,12 @@ pub struct CreateVd {
     pub read_policy: Option<String>,
     /// "direct" (default), "cached".
     pub io_policy: Option<String>,
+    /// A cache VD for SSD caching (`add vd cachecade`): r0, r1 or r10, not exported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cachecade: bool,
+    /// With `cachecade`: VDs it caches from the start (`assignvds=0,1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assign_vds: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -490,6 +526,9 @@ pub struct SetVd {
     pub read_policy: Option<String>,
     pub io_policy: Option<String>,
     pub name: Option<String>,
+    /// SSD caching: "on" (by the only cache VD), "off", or "vN" (by cache VD N).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssd_caching: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

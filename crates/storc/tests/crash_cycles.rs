@@ -122,14 +122,14 @@ fn change_configuration_until_stopped(daemon_api: std::path::PathBuf, seed: u64,
         let outcome = match rng.below(4) {
             0 => {
                 let name = VD_NAMES[rng.below(2) as usize];
-                let body = SetVd { name: Some(name.into()), write_policy: None, read_policy: None, io_policy: None };
+                let body = SetVd { name: Some(name.into()), ..SetVd::default() };
                 request("PATCH", "/api/v1/vds/0", serde_json::to_string(&body).unwrap())
             }
             1 => request("POST", "/api/v1/drives/7/hotspare", serde_json::to_string(&AddHotSpare { drive_groups: vec![] }).unwrap()),
             2 => request("DELETE", "/api/v1/drives/7/hotspare", String::new()),
             _ => {
                 let policy = ["wt", "wb"][rng.below(2) as usize];
-                let body = SetVd { write_policy: Some(policy.into()), name: None, read_policy: None, io_policy: None };
+                let body = SetVd { write_policy: Some(policy.into()), ..SetVd::default() };
                 request("PATCH", "/api/v1/vds/0", serde_json::to_string(&body).unwrap())
             }
         };

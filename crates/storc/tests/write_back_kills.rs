@@ -117,7 +117,7 @@ fn write_until_stopped(mut nbd: Client, model: Arc<Mutex<Vec<BlockModel>>>, tall
 }
 
 fn set_write_back(daemon: &Daemon) {
-    let body = SetVd { write_policy: Some("wb".into()), read_policy: None, io_policy: None, name: None };
+    let body = SetVd { write_policy: Some("wb".into()), ..SetVd::default() };
     let reply = daemon.api("PATCH", "/api/v1/vds/0", Some(&body));
     assert!(reply.status < 300, "set wrcache=wb: {} {}", reply.status, reply.body);
 }

@@ -83,6 +83,7 @@ impl Controller {
             }
             state.vds.insert(record.vd_id, vd);
         }
+        self.apply_ssd_caches(&mut state);
         if !state.foreign.is_empty() {
             self.log(Severity::Warning, format!("{} foreign configuration(s) found; see /c0/fall show", state.foreign.len()));
         }

@@ -15,6 +15,11 @@ impl Controller {
     /// # Errors
     /// Which slot or rule is wrong, and what is allowed; nothing changes.
     pub fn create_vd(&self, spec: CreateVdSpec) -> Result<VdRecord, ControlError> {
+        self.create_vd_of_kind(spec, false)
+    }
+
+    /// Creates a VD, or a cache VD (`cache_vd`, see `ssd_caching`).
+    pub(super) fn create_vd_of_kind(&self, spec: CreateVdSpec, cache_vd: bool) -> Result<VdRecord, ControlError> {
         let mut state = self.state.lock().expect("controller lock");
         check_new_members(&state, &spec.slots)?;
         let vd_id = (0..).find(|id| !state.vds.contains_key(id)).expect("a free VD id");
@@ -59,7 +64,7 @@ impl Controller {
             ssd_cache_vd_id: None,
         };
         let opening = bgi::opening_for(&vd);
-        let record = VdRecord { bgi_pending: opening == Opening::CreatedOverData, ..record };
+        let record = VdRecord { bgi_pending: opening == Opening::CreatedOverData, cache_vd, ..record };
         vd.set_notifier(self.member_events.clone());
         self.open_write_intent(state.config.controller_id, vd_id, &vd, opening);
         vd.bad_blocks().set_notifier(self.bad_block_events.clone());
@@ -70,6 +75,9 @@ impl Controller {
         state.config.vds.push(record.clone());
         state.vds.insert(vd_id, Arc::new(vd));
         let persisted = self.persist(&mut state);
+        if cache_vd {
+            self.apply_ssd_caches(&mut state);
+        }
         drop(state);
         self.log(
             Severity::Info,
@@ -103,6 +111,8 @@ impl Controller {
                 "v{vd_id} is being initialized (full); delete it once that ends (`show init` says how far)"
             )));
         }
+        // The VDs it caches go on uncached; cached, it goes on uncached until it is gone.
+        self.unlink_ssd_caching(&mut state, vd_id);
         // Nothing of this VD may still be on its way to the drives once another VD can have
         // them: refuse new requests, then wait for those already queued or running.
         let vd = Arc::clone(&state.vds[&vd_id]);
@@ -375,6 +385,7 @@ impl Controller {
                 state.vds.insert(record.vd_id, vd);
             }
         }
+        self.apply_ssd_caches(&mut state);
         let persisted = self.persist(&mut state);
         drop(state);
         self.log(Severity::Info, format!("imported {imported} VD(s) from {} foreign configuration(s)", foreign.len()));

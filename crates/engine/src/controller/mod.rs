@@ -30,6 +30,7 @@ mod rebuild;
 mod resync;
 mod settings;
 mod spares;
+mod ssd_caching;
 pub mod state;
 mod types;
 
@@ -43,6 +44,7 @@ pub use journal_images::write_row_image;
 pub use patrol::{PatrolCommand, PatrolTally, PatrolView, PATROL_READ_BYTES, PROBE_BYTES};
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
+pub use ssd_caching::{SsdCacheView, SsdCaching};
 pub use types::*;
 
 use crate::vd::{MemberEvent, MemberState, VdLayout, VirtualDrive};
@@ -110,6 +112,8 @@ pub struct Controller {
     journal: Mutex<journal::JournalSlot>,
     /// This controller, for the threads it starts (set once, right after it is built).
     myself: std::sync::OnceLock<std::sync::Weak<Controller>>,
+    /// The SSD cache of each cache VD, by its VD number (`ssd_caching`).
+    ssd_caches: Mutex<BTreeMap<u32, Arc<crate::ssd_cache::SsdCache>>>,
 }
 
 fn now_unix_secs() -> u64 {
@@ -232,6 +236,7 @@ impl Controller {
             bitmap_daemon: Mutex::new(None),
             journal: Mutex::new(journal::JournalSlot::default()),
             myself: std::sync::OnceLock::new(),
+            ssd_caches: Mutex::new(BTreeMap::new()),
         });
         let _ = controller.myself.set(Arc::downgrade(&controller));
         for (severity, description) in startup_events {

@@ -526,7 +526,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
     let member_slots = reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
     let ssd_cache_vd_id = match version {
         ..FORMAT_VERSION_BITMAP => None,
-        ..FORMAT_VERSION_SSD_CACHE => {
+        FORMAT_VERSION_BITMAP..FORMAT_VERSION_SSD_CACHE => {
             check_zero(fixed, vd_record::RESERVED_TAIL, record)?;
             None
         }

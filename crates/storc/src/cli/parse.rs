@@ -337,10 +337,12 @@ struct VdSpec {
     write_policy: Option<String>,
     read_policy: Option<String>,
     io_policy: Option<String>,
+    cachecade: bool,
+    assign_vds: Option<Vec<u32>>,
 }
 
 const ADD_VD_ALLOWED: &str = "a level (r0, r1, r1e, r5, r6, r10, r50, r60, jbod or type=raid5), drives=LIST, \
-     strip=KiB, name=NAME, pdperarray=N, wt|wb|awb, nora|ra|adra, direct|cached";
+     strip=KiB, name=NAME, pdperarray=N, wt|wb|awb, nora|ra|adra, direct|cached, cachecade, assignvds=LIST";
 
 fn parse_add_vd(tokens: &[String]) -> Result<CreateVd, UsageError> {
     let mut spec = VdSpec::default();
@@ -364,6 +366,10 @@ impl VdSpec {
         if let Some(word) = Choice::io_policy().find(token) {
             return set_once(&mut self.io_policy, word.to_string(), "IO policy", token);
         }
+        if token.eq_ignore_ascii_case("cachecade") {
+            self.cachecade = true;
+            return Ok(());
+        }
         match parse_level(token) {
             Ok(level) => set_once(&mut self.level, level, "RAID level", token),
             Err(error) if looks_like_level(token) => Err(error),
@@ -378,6 +384,7 @@ impl VdSpec {
             "strip" => set_once(&mut self.strip_kib, parse_strip_kib(value)?, "strip=", token),
             "name" => set_once(&mut self.name, parse_vd_name(value)?, "name=", token),
             "pdperarray" => set_once(&mut self.pdperarray, parse_pdperarray(value)?, "pdperarray=", token),
+            "assignvds" => set_once(&mut self.assign_vds, parse_number_list("assignvds", value, "VD")?, "assignvds=", token),
             _ => usage(format!("unknown option \"{token}\" for add vd; allowed: {ADD_VD_ALLOWED}")),
         }
     }
@@ -390,7 +397,15 @@ impl VdSpec {
             return usage("add vd needs drives=LIST, e.g. drives=0-3,5");
         };
         check_geometry(level, drives.len(), self.pdperarray, self.strip_kib.unwrap_or(STRIP_KIB_DEFAULT))?;
+        if self.cachecade && !matches!(level, Level::Raid0 | Level::Raid1 | Level::Raid10) {
+            return usage(format!("add vd cachecade: a cache VD is r0, r1 or r10, not {}", level.short_name()));
+        }
+        if !self.cachecade && self.assign_vds.is_some() {
+            return usage("assignvds= is for a cache VD: add vd cachecade r0|r1|r10 drives=LIST assignvds=LIST");
+        }
         Ok(CreateVd {
+            cachecade: self.cachecade,
+            assign_vds: self.assign_vds.unwrap_or_default(),
             level: level.short_name().to_string(),
             drives,
             strip_kib: self.strip_kib,
@@ -501,7 +516,7 @@ fn parse_range(item: &str, noun: &str) -> Result<(u32, u32), String> {
 }
 
 fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
-    const ALLOWED: &str = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME";
+    const ALLOWED: &str = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME, ssdcaching=on|off|vN";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
@@ -515,10 +530,22 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
             "rdcache" => set_once(&mut changes.read_policy, Choice::read_policy().parse(value)?, "rdcache=", token)?,
             "iopolicy" => set_once(&mut changes.io_policy, Choice::io_policy().parse(value)?, "iopolicy=", token)?,
             "name" => set_once(&mut changes.name, parse_vd_name(value)?, "name=", token)?,
+            "ssdcaching" => set_once(&mut changes.ssd_caching, parse_ssd_caching(value)?, "ssdcaching=", token)?,
             _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
         }
     }
     Ok(changes)
+}
+
+/// `on`, `off`, or `vN`: the cache VD to cache by.
+fn parse_ssd_caching(value: &str) -> Result<String, UsageError> {
+    let lower = value.to_ascii_lowercase();
+    let by_vd = lower.strip_prefix('v').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    match lower.as_str() {
+        "on" | "off" => Ok(lower),
+        _ if by_vd => Ok(lower),
+        _ => usage(format!("ssdcaching={value:?} is not allowed; allowed: on, off, or vN (the cache VD to cache by)")),
+    }
 }
 
 pub(super) fn percent(key: &str, value: &str) -> Result<u8, UsageError> {

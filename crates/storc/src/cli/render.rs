@@ -344,7 +344,7 @@ fn vd_table(vds: &[VdView]) -> Table {
     for vd in vds {
         table.push(vec![
             format!("{}/{}", vd.drive_group, vd.vd),
-            vd.level.clone(),
+            if vd.cache_vd { format!("CC:{}", vd.level) } else { vd.level.clone() },
             vd.state.clone(),
             if vd.consistent { "Yes" } else { "No" }.to_string(),
             human_size(vd.size_bytes),
@@ -352,7 +352,7 @@ fn vd_table(vds: &[VdView]) -> Table {
             cache_code(&vd.read_policy, &vd.write_policy_effective, &vd.io_policy),
             if vd.fast_path_off.is_none() { "Yes" } else { "No" }.to_string(),
             vd.name.clone(),
-            vd.export_name.clone(),
+            if vd.cache_vd { "-".to_string() } else { vd.export_name.clone() },
         ]);
     }
     table
@@ -431,7 +431,35 @@ fn vd_properties(vd: &VdView) -> Vec<(&'static str, String)> {
         ("Resync", resync_text(vd.resync.as_ref())),
         ("Fast Path", fast_path_text(vd)),
         ("Write Gathering", gathering_text(vd)),
+        ("SSD Caching", ssd_caching_text(vd)),
     ]
+}
+
+/// CacheCade, from either side: a cache VD's contents and counters, or the cache VD of a VD.
+fn ssd_caching_text(vd: &VdView) -> String {
+    let Some(cache) = &vd.ssd_cache else {
+        return match vd.cache_vd {
+            true => "cache VD (not ready)".into(),
+            false => "Off".into(),
+        };
+    };
+    let line_kib = cache.line_bytes / 1024;
+    match cache.cache_vd {
+        Some(cache_vd) => format!("On (cache VD v{cache_vd}, write-through): {} of its {line_kib} KiB lines hold this VD", cache.lines_valid),
+        None => format!(
+            "cache VD (write-through) of {}: {} of {} {line_kib} KiB lines valid; reads {} hits, {} misses, {} bypassed (hit ratio {:.2}); {} promotions, {} evictions, {} writes updated lines",
+            if cache.cached_vds.is_empty() { "no VD".to_string() } else { cache.cached_vds.iter().map(|v| format!("v{v}")).collect::<Vec<_>>().join(", ") },
+            cache.lines_valid,
+            cache.line_count,
+            cache.read_hits,
+            cache.read_misses,
+            cache.read_bypassed,
+            cache.hit_ratio,
+            cache.promotions,
+            cache.evictions,
+            cache.write_updates
+        ),
+    }
 }
 
 /// Parity levels only: what the waits for the rest of a row brought.

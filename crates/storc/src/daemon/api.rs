@@ -10,7 +10,8 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use engine::config::{CcMode, DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
 use engine::controller::{
-    ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, ResyncStatus, SlotView, VdChanges,
+    ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, ResyncStatus, SlotView, SsdCacheView,
+    SsdCaching, VdChanges,
 };
 use engine::VirtualDrive;
 use layout::Level;
@@ -188,6 +189,44 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         gather_waits: vd.gathered().waits,
         gathered_rows: vd.gathered().rows,
         gathered_joins: vd.gathered().joins,
+        cache_vd: record.cache_vd,
+        ssd_cache: state.controller.ssd_cache_view(record.vd_id).map(ssd_cache_info),
+    }
+}
+
+fn ssd_cache_info(view: SsdCacheView) -> SsdCacheInfo {
+    match view {
+        SsdCacheView::CacheVd { cached_vds, stats } => SsdCacheInfo {
+            cache_vd: None,
+            cached_vds,
+            lines_valid: stats.lines_valid,
+            line_count: stats.line_count,
+            line_bytes: stats.line_bytes,
+            read_hits: stats.read_hits,
+            read_misses: stats.read_misses,
+            read_bypassed: stats.read_bypassed,
+            promotions: stats.promotions,
+            evictions: stats.evictions,
+            write_updates: stats.write_updates,
+            hit_ratio: stats.hit_ratio(),
+        },
+        SsdCacheView::Cached { cache_vd_id, lines_valid, line_bytes } => {
+            SsdCacheInfo { cache_vd: Some(cache_vd_id), lines_valid, line_bytes, ..SsdCacheInfo::default() }
+        }
+    }
+}
+
+/// `on`, `off` or `vN` of `set ssdcaching=`.
+fn ssd_caching(text: &str) -> Result<SsdCaching, (StatusCode, Json<ApiError>)> {
+    let lower = text.to_ascii_lowercase();
+    match lower.as_str() {
+        "on" => Ok(SsdCaching::On),
+        "off" => Ok(SsdCaching::Off),
+        _ => lower
+            .strip_prefix('v')
+            .and_then(|n| n.parse().ok())
+            .map(SsdCaching::By)
+            .ok_or_else(|| bad(format!("ssdcaching={text:?} is not allowed; allowed: on, off, or vN (the cache VD)"))),
     }
 }
 
@@ -388,7 +427,15 @@ async fn create_vd(State(state): State<Shared>, ApiJson(body): ApiJson<CreateVd>
         io_policy: io_policy(body.io_policy.as_deref())?.unwrap_or(IoPolicy::Direct),
     };
     let controller = Arc::clone(&state.controller);
-    let record = blocking(move || controller.create_vd(spec)).await?;
+    let (cachecade, assign_vds) = (body.cachecade, body.assign_vds.clone());
+    if !cachecade && !assign_vds.is_empty() {
+        return Err(bad("assignvds= is for a cache VD (add vd cachecade ...)".to_string()));
+    }
+    let record = blocking(move || match cachecade {
+        true => controller.create_cache_vd(spec, &assign_vds),
+        false => controller.create_vd(spec),
+    })
+    .await?;
     let (record, vd) = state.controller.vd(record.vd_id).map_err(fail)?;
     Ok((StatusCode::CREATED, Json(vd_view(&state, &record, &vd))))
 }
@@ -400,8 +447,20 @@ async fn set_vd(State(state): State<Shared>, Path(id): Path<u32>, ApiJson(body):
         io_policy: io_policy(body.io_policy.as_deref())?,
         name: body.name.clone(),
     };
+    let caching = body.ssd_caching.as_deref().map(ssd_caching).transpose()?;
+    let policies_or_name = body.write_policy.is_some() || body.read_policy.is_some() || body.io_policy.is_some() || body.name.is_some();
     let controller = Arc::clone(&state.controller);
-    blocking(move || controller.set_vd(id, changes)).await?;
+    blocking(move || {
+        // Caching first: it has more reasons to refuse, and a refusal then changes nothing.
+        if let Some(caching) = caching {
+            controller.set_ssd_caching(id, caching)?;
+        }
+        match policies_or_name {
+            true => controller.set_vd(id, changes).map(|_| ()),
+            false => Ok(()),
+        }
+    })
+    .await?;
     let (record, vd) = state.controller.vd(id).map_err(fail)?;
     ok(vd_view(&state, &record, &vd))
 }
@@ -521,6 +580,8 @@ pub fn refresh_exports(state: &AppState) {
         .controller
         .vds()
         .into_iter()
+        // A cache VD holds copies of other VDs' lines: nothing a client should read or write.
+        .filter(|(record, _)| !record.cache_vd)
         .map(|(record, vd)| {
             // Connections follow the VD object across renames and end with it; a VD created in
             // its place later (same number, same name) is another instance.

@@ -323,6 +323,8 @@ pub fn create_vd_body(level: &str, drives: &[u32], name: &str) -> CreateVd {
         write_policy: None,
         read_policy: None,
         io_policy: None,
+        cachecade: false,
+        assign_vds: Vec::new(),
     }
 }
 

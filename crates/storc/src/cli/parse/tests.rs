@@ -107,11 +107,28 @@ fn vd_delete_and_set() {
     check("/c0/v2 set wrcache=wx", "usage: unknown write policy \"wx\"; allowed: wt, wb, awb");
     check("/c0/v2 set rdcache=always", "usage: unknown read policy \"always\"; allowed: nora, ra, adra");
     check("/c0/v2 set iopolicy=fast", "usage: unknown IO policy \"fast\"; allowed: direct, cached");
-    let allowed = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME";
+    let allowed = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME, ssdcaching=on|off|vN";
     check("/c0/v2 set", &format!("usage: set needs one or more of: {allowed}"));
     check("/c0/v2 set wb", &format!("usage: set: \"wb\" is not KEY=VALUE; allowed: {allowed}"));
     check("/c0/v2 set pdcache=on", &format!("usage: set: unknown property \"pdcache\"; allowed: {allowed}"));
     check("/c0/v2 set wrcache=wt wrcache=wb", "usage: \"wrcache=wb\": wrcache= given twice; give it once");
+    let off = r#"PATCH /api/v1/vds/2 {"write_policy":null,"read_policy":null,"io_policy":null,"name":null,"ssd_caching":"off"}"#;
+    check("/c0/v2 set ssdcaching=OFF", off);
+    check("/c0/v2 set ssdcaching=v3", &off.replace("off", "v3"));
+    check("/c0/v2 set ssdcaching=yes", "usage: ssdcaching=\"yes\" is not allowed; allowed: on, off, or vN (the cache VD to cache by)");
+}
+
+#[test]
+fn add_vd_cachecade_makes_a_cache_vd_of_r0_r1_or_r10() {
+    check(
+        "/c0 add vd cachecade type=raid0 drives=8-10 wt assignvds=0,1",
+        r#"POST /api/v1/vds {"level":"r0","drives":[8,9,10],"strip_kib":null,"name":null,"pdperarray":null,"write_policy":"wt","read_policy":null,"io_policy":null,"cachecade":true,"assign_vds":[0,1]}"#,
+    );
+    check("/c0 add vd cachecade r5 drives=8-10", "usage: add vd cachecade: a cache VD is r0, r1 or r10, not r5");
+    check(
+        "/c0 add vd r1 drives=8-9 assignvds=0",
+        "usage: assignvds= is for a cache VD: add vd cachecade r0|r1|r10 drives=LIST assignvds=LIST",
+    );
 }
 
 #[test]
@@ -153,7 +170,7 @@ fn objects_and_commands_that_do_not_exist() {
     );
     check(
         "/c0",
-        "usage: missing command after /c0; allowed: show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH",
+        "usage: missing command after /c0; allowed: show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], add vd cachecade r0|r1|r10 drives=LIST [assignvds=LIST], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH",
     );
     check("/c0 set rebuildrate=101", "usage: rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
     check("/c0 set autorebuild=maybe", "usage: autorebuild=\"maybe\" is not allowed; allowed: on, off");
@@ -191,7 +208,7 @@ fn show_badblocks_needs_one_vd() {
     );
     check(
         "/c0/v2 show badblock",
-        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
+        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=|ssdcaching=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
     );
     let args: Vec<String> = ["/c0/v2", "show", "badblocks", "J"].map(String::from).to_vec();
     assert!(parse(&args).unwrap().json_output);

@@ -41,6 +41,8 @@ pub fn sample_vd() -> VdView {
         gather_waits: 0,
         gathered_rows: 0,
         gathered_joins: 0,
+        cache_vd: false,
+        ssd_cache: None,
     }
 }
 

@@ -1,0 +1,116 @@
+//! SSD caching in the controller's configuration: cache VDs and the VDs they cache survive a
+//! restart, bad requests change nothing, deleting either side leaves the other serving, and a
+//! failed cache VD loses nothing (the tier writes through).
+
+mod common;
+
+use common::{engine, mem_drives, pattern, spec};
+use drive::Drive;
+use engine::controller::{ControlError, Controller, ControllerOptions, OfferedDrive, SsdCacheView, SsdCaching};
+use engine::Engine;
+use layout::{Level, MIB};
+use std::sync::Arc;
+
+fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>]) -> Arc<Controller> {
+    let offered = drives.iter().enumerate().map(|(i, d)| OfferedDrive { drive: Arc::clone(d), source: format!("mem{i}") }).collect();
+    Controller::open(Arc::clone(engine), offered, ControllerOptions::default()).unwrap()
+}
+
+fn cached_by(controller: &Controller, vd_id: u32) -> Option<u32> {
+    match controller.ssd_cache_view(vd_id) {
+        Some(SsdCacheView::Cached { cache_vd_id, .. }) => Some(cache_vd_id),
+        _ => None,
+    }
+}
+
+fn cache_stats(controller: &Controller, cache_vd_id: u32) -> engine::ssd_cache::SsdCacheStats {
+    match controller.ssd_cache_view(cache_vd_id) {
+        Some(SsdCacheView::CacheVd { stats, .. }) => stats,
+        other => panic!("v{cache_vd_id} is no cache VD: {other:?}"),
+    }
+}
+
+fn wait_for(condition: impl Fn() -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_cache_vd_caches_its_vds_across_a_restart_and_deleting_it_leaves_them_serving() {
+    let engine = engine();
+    let drives = mem_drives(6, 32 * MIB);
+    let controller = open(&engine, &drives);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    controller.create_vd(spec(Level::Raid1, &[3, 4], "logs")).unwrap();
+    let error = controller.create_cache_vd(spec(Level::Raid5, &[5], "cache"), &[]).unwrap_err();
+    assert!(matches!(&error, ControlError::BadInput(m) if m.contains("RAID 0, 1 or 10")), "{error}");
+    let before = controller.config();
+    let error = controller.set_ssd_caching(0, SsdCaching::On).unwrap_err();
+    assert!(error.to_string().contains("there is no cache VD"), "{error}");
+    assert_eq!(controller.config().vds, before.vds, "a refused request changes nothing");
+
+    let cache = controller.create_cache_vd(spec(Level::Raid0, &[5], "cache"), &[0]).unwrap();
+    assert!(cache.cache_vd);
+    assert_eq!(cached_by(&controller, 0), Some(cache.vd_id));
+    controller.set_ssd_caching(1, SsdCaching::On).unwrap();
+    let error = controller.set_ssd_caching(cache.vd_id, SsdCaching::On).unwrap_err();
+    assert!(error.to_string().contains("is a cache VD"), "{error}");
+    let error = controller.set_ssd_caching(0, SsdCaching::By(1)).unwrap_err();
+    assert!(error.to_string().contains("v1 is not a cache VD"), "{error}");
+
+    // Reads of a hot range twice: promoted, then hits; the data is the VD's.
+    let (_, db) = controller.vd(0).unwrap();
+    let data = pattern(MIB as usize, 7);
+    engine.write_at(&db, 0, &data).unwrap();
+    for _ in 0..2 {
+        assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == data.as_slice());
+    }
+    wait_for(|| cache_stats(&controller, cache.vd_id).promotions == 16, "16 lines promoted");
+    assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == data.as_slice());
+    assert!(cache_stats(&controller, cache.vd_id).read_hits >= 1);
+    let config = controller.config();
+    controller.shutdown();
+    drop(controller);
+
+    let controller = open(&engine, &drives);
+    assert_eq!(controller.config().vds, config.vds, "cache VD and caching come back from the metadata");
+    assert_eq!((cached_by(&controller, 0), cached_by(&controller, 1)), (Some(cache.vd_id), Some(cache.vd_id)));
+    let (_, db) = controller.vd(0).unwrap();
+    assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == data.as_slice());
+
+    controller.set_ssd_caching(1, SsdCaching::Off).unwrap();
+    assert_eq!(cached_by(&controller, 1), None);
+    controller.delete_vd(cache.vd_id, false, false).unwrap();
+    assert_eq!(cached_by(&controller, 0), None, "its VDs go on uncached");
+    assert!(controller.config().vds.iter().all(|v| v.ssd_cache_vd_id.is_none()));
+    assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == data.as_slice());
+    controller.shutdown();
+}
+
+#[test]
+fn a_failed_cache_vd_loses_nothing() {
+    let engine = engine();
+    let faulty: Vec<Arc<drive::FaultyDrive>> =
+        (0..4).map(|_| Arc::new(drive::FaultyDrive::new(Arc::new(drive::MemDrive::new(32 * MIB))))).collect();
+    let drives: Vec<Arc<dyn Drive>> = faulty.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
+    let controller = open(&engine, &drives);
+    controller.create_vd(spec(Level::Raid1, &[0, 1], "db")).unwrap();
+    let cache = controller.create_cache_vd(spec(Level::Raid0, &[2, 3], "cache"), &[0]).unwrap();
+    let (_, db) = controller.vd(0).unwrap();
+    let data = pattern(MIB as usize, 9);
+    engine.write_at(&db, 0, &data).unwrap();
+    for _ in 0..2 {
+        engine.read_at(&db, 0, MIB as usize).unwrap();
+    }
+    wait_for(|| cache_stats(&controller, cache.vd_id).promotions == 16, "16 lines promoted");
+    // The cache VD loses a member (RAID0: it fails); writes and reads go on from the VD.
+    faulty[3].set_failed(true);
+    let newer = pattern(MIB as usize, 10);
+    engine.write_at(&db, 0, &newer).unwrap();
+    assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == newer.as_slice());
+    assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == newer.as_slice());
+    controller.shutdown();
+}
