@@ -4,6 +4,7 @@
 mod bad_blocks;
 mod copy;
 mod fast_writes;
+mod member;
 pub mod policy;
 mod rebuilt;
 mod request;
@@ -16,13 +17,14 @@ pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
 pub(crate) use fast_writes::FillTicket;
+pub use member::Member;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 pub use requests_in_flight::GatherCounts;
 
 use crate::Done;
-use drive::{Drive, DriveError, DriveKind, OpKind};
+use drive::{Drive, DriveError, OpKind};
 use layout::{Geometry, GeometryConfig, Level, SpanKind};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -83,98 +85,6 @@ impl VdState {
             VdState::Degraded => "Dgrd",
             VdState::Offline => "OfLn",
         }
-    }
-}
-
-/// One member drive of a VD and what the engine tracks about it.
-pub struct Member {
-    /// Replaced when a spare or a new drive takes the member's place (while the member is out
-    /// of service, so no new I/O reaches the old drive).
-    drive: RwLock<Arc<dyn Drive>>,
-    state: AtomicU8,
-    /// I/Os submitted and not completed, across shards (mirror read selection).
-    pub(crate) outstanding: AtomicU32,
-    /// Where the last I/O ended: the head position for "nearer copy" decisions.
-    pub(crate) last_end_bytes: AtomicU64,
-    /// Where its recent reads ended (mirror stream affinity).
-    pub(crate) read_streams: streams::StreamEnds,
-    read_errors: AtomicU32,
-    /// Set when a write reached the VD while this member was out of service: its contents are
-    /// stale and it must not be brought back online without a rebuild.
-    missed_writes: std::sync::atomic::AtomicBool,
-    /// The copy of this member to another drive, while one runs (see `copy`).
-    copy: RwLock<Option<Arc<CopyTarget>>>,
-    /// `copy` holds a copy: set and cleared under its write lock, read without a lock by the
-    /// Fast Path's checks.
-    copying: AtomicBool,
-    /// The drive is an SSD or memory (the Fast Path's rule), kept with `drive`.
-    fast_drive: AtomicBool,
-    /// While `Rebuilding`: the rows the rebuild made current (see `rebuilt`).
-    rebuilt: rebuilt::RebuiltRows,
-}
-
-/// SSDs and memory: the drives the Fast Path reads directly (next to a hard disk's seek, the
-/// hop it saves is nothing).
-pub(crate) fn is_fast_drive(drive: &dyn Drive) -> bool {
-    drive.info().kind == DriveKind::Memory || drive.info().solid_state
-}
-
-impl Member {
-    fn new(drive: Arc<dyn Drive>) -> Member {
-        Member {
-            state: AtomicU8::new(MemberState::Online as u8),
-            outstanding: AtomicU32::new(0),
-            last_end_bytes: AtomicU64::new(0),
-            read_streams: streams::StreamEnds::default(),
-            read_errors: AtomicU32::new(0),
-            missed_writes: std::sync::atomic::AtomicBool::new(false),
-            copy: RwLock::new(None),
-            copying: AtomicBool::new(false),
-            fast_drive: AtomicBool::new(is_fast_drive(&*drive)),
-            drive: RwLock::new(drive),
-            rebuilt: rebuilt::RebuiltRows::default(),
-        }
-    }
-
-    /// Puts `drive` in this member's place.
-    fn set_drive(&self, drive: Arc<dyn Drive>) {
-        let mut current = self.drive.write().expect("member drive lock poisoned");
-        self.fast_drive.store(is_fast_drive(&*drive), Ordering::Release);
-        *current = drive;
-    }
-
-    /// Whether a copy of this member runs, without taking its lock.
-    pub fn is_copying(&self) -> bool {
-        // SeqCst: one side of the handshake with Fast Path writes (see `fast_writes`).
-        self.copying.load(Ordering::SeqCst)
-    }
-
-    /// Whether the member's drive is an SSD or memory, without taking its lock.
-    pub fn is_fast_drive(&self) -> bool {
-        self.fast_drive.load(Ordering::Acquire)
-    }
-
-    /// The copy of this member to another drive, if one runs. The I/O path reads it before
-    /// [`Member::drive`] (see `copy`).
-    pub fn copy_target(&self) -> Option<Arc<CopyTarget>> {
-        self.copy.read().expect("member copy lock poisoned").clone()
-    }
-
-    pub fn has_missed_writes(&self) -> bool {
-        self.missed_writes.load(Ordering::Acquire)
-    }
-
-    /// The drive that holds this member now.
-    pub fn drive(&self) -> Arc<dyn Drive> {
-        Arc::clone(&self.drive.read().expect("member drive lock poisoned"))
-    }
-
-    pub fn state(&self) -> MemberState {
-        MemberState::from_u8(self.state.load(Ordering::Acquire))
-    }
-
-    pub fn read_error_count(&self) -> u32 {
-        self.read_errors.load(Ordering::Relaxed)
     }
 }
 

@@ -10,8 +10,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use engine::config::{CcMode, DriveState, IoPolicy, ReadPolicy, VdRecord, WritePolicy};
 use engine::controller::{
-    ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, ResyncStatus, SlotView, SsdCacheView,
-    SsdCaching, VdChanges,
+    ControlError, Controller, ControllerChanges, CreateVdSpec, DriveCommand, RebuildCommand, ResyncStatus, SlotView, VdChanges,
 };
 use engine::VirtualDrive;
 use layout::Level;
@@ -190,43 +189,7 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         gathered_rows: vd.gathered().rows,
         gathered_joins: vd.gathered().joins,
         cache_vd: record.cache_vd,
-        ssd_cache: state.controller.ssd_cache_view(record.vd_id).map(ssd_cache_info),
-    }
-}
-
-fn ssd_cache_info(view: SsdCacheView) -> SsdCacheInfo {
-    match view {
-        SsdCacheView::CacheVd { cached_vds, stats } => SsdCacheInfo {
-            cache_vd: None,
-            cached_vds,
-            lines_valid: stats.lines_valid,
-            line_count: stats.line_count,
-            line_bytes: stats.line_bytes,
-            read_hits: stats.read_hits,
-            read_misses: stats.read_misses,
-            read_bypassed: stats.read_bypassed,
-            promotions: stats.promotions,
-            evictions: stats.evictions,
-            write_updates: stats.write_updates,
-            hit_ratio: stats.hit_ratio(),
-        },
-        SsdCacheView::Cached { cache_vd_id, lines_valid, line_bytes } => {
-            SsdCacheInfo { cache_vd: Some(cache_vd_id), lines_valid, line_bytes, ..SsdCacheInfo::default() }
-        }
-    }
-}
-
-/// `on`, `off` or `vN` of `set ssdcaching=`.
-fn ssd_caching(text: &str) -> Result<SsdCaching, (StatusCode, Json<ApiError>)> {
-    let lower = text.to_ascii_lowercase();
-    match lower.as_str() {
-        "on" => Ok(SsdCaching::On),
-        "off" => Ok(SsdCaching::Off),
-        _ => lower
-            .strip_prefix('v')
-            .and_then(|n| n.parse().ok())
-            .map(SsdCaching::By)
-            .ok_or_else(|| bad(format!("ssdcaching={text:?} is not allowed; allowed: on, off, or vN (the cache VD)"))),
+        ssd_cache: state.controller.ssd_cache_view(record.vd_id).map(super::api_ssd_cache::ssd_cache_info),
     }
 }
 
@@ -447,7 +410,7 @@ async fn set_vd(State(state): State<Shared>, Path(id): Path<u32>, ApiJson(body):
         io_policy: io_policy(body.io_policy.as_deref())?,
         name: body.name.clone(),
     };
-    let caching = body.ssd_caching.as_deref().map(ssd_caching).transpose()?;
+    let caching = body.ssd_caching.as_deref().map(super::api_ssd_cache::ssd_caching).transpose()?;
     let policies_or_name = body.write_policy.is_some() || body.read_policy.is_some() || body.io_policy.is_some() || body.name.is_some();
     let controller = Arc::clone(&state.controller);
     blocking(move || {

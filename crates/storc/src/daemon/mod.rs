@@ -9,6 +9,7 @@ mod api_bgi;
 mod api_cc;
 mod api_copyback;
 mod api_journal;
+mod api_ssd_cache;
 mod data_dir;
 mod drives;
 mod export;
