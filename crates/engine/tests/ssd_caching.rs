@@ -1,5 +1,5 @@
 //! SSD caching in the controller's configuration: cache VDs and the VDs they cache survive a
-//! restart, bad requests change nothing, deleting either side leaves the other serving, and a
+//! restart (warm after a clean stop, cold after a crash), bad requests change nothing, deleting either side leaves the other serving, and a
 //! failed cache VD loses nothing (the tier writes through).
 
 mod common;
@@ -20,6 +20,13 @@ fn cached_by(controller: &Controller, vd_id: u32) -> Option<u32> {
     match controller.ssd_cache_view(vd_id) {
         Some(SsdCacheView::Cached { cache_vd_id, .. }) => Some(cache_vd_id),
         _ => None,
+    }
+}
+
+fn lines_of(controller: &Controller, vd_id: u32) -> u64 {
+    match controller.ssd_cache_view(vd_id) {
+        Some(SsdCacheView::Cached { lines_valid, .. }) => lines_valid,
+        other => panic!("v{vd_id} is not cached: {other:?}"),
     }
 }
 
@@ -76,8 +83,20 @@ fn a_cache_vd_caches_its_vds_across_a_restart_and_deleting_it_leaves_them_servin
     drop(controller);
 
     let controller = open(&engine, &drives);
-    assert_eq!(controller.config().vds, config.vds, "cache VD and caching come back from the metadata");
+    assert_eq!(controller.config().vds.len(), config.vds.len());
+    for (before, after) in config.vds.iter().zip(controller.config().vds) {
+        assert_eq!((before.cache_vd, before.ssd_cache_vd_id), (after.cache_vd, after.ssd_cache_vd_id), "from the metadata");
+    }
     assert_eq!((cached_by(&controller, 0), cached_by(&controller, 1)), (Some(cache.vd_id), Some(cache.vd_id)));
+    // A clean stop saved the map: the 16 lines are there before any read, and serve the first.
+    let (_, db) = controller.vd(0).unwrap();
+    assert_eq!(lines_of(&controller, 0), 16, "warm after a clean stop");
+    assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == data.as_slice());
+    assert_eq!(cache_stats(&controller, cache.vd_id).read_hits, 1, "the first read after the start is a hit");
+    // A crash (no clean stop): the map was invalidated at start, so the next start is cold.
+    drop(controller);
+    let controller = open(&engine, &drives);
+    assert_eq!(lines_of(&controller, 0), 0, "cold after a crash");
     let (_, db) = controller.vd(0).unwrap();
     assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice() == data.as_slice());
 

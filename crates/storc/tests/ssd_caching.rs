@@ -1,7 +1,8 @@
 //! SSD caching (CacheCade, write-through) against the real daemon: a RAID5 `db` of three file
 //! drives cached by a RAID1 cache VD of two more, made and assigned with storcli's commands.
 //! The cache VD is not exported; reads of the image twice promote it and the third is served
-//! from the cache VD; after kill -9 the daemon comes back with the same caching and the image;
+//! from the cache VD; after kill -9 the daemon comes back with the same caching and the image
+//! (cold), after a clean stop warm with the same lines;
 //! with one of the cache's drives offline, serving and new writes go on and read back.
 
 mod common;
@@ -56,6 +57,16 @@ fn a_cache_vd_serves_hot_reads_survives_kill_9_and_a_lost_drive_loses_nothing() 
     let daemon = Daemon::start(&scratch, &drives);
     assert_eq!(vd(&daemon, 0).ssd_cache.and_then(|c| c.cache_vd), Some(1), "caching comes back from the metadata");
     assert_image(&daemon, &image, db.size_bytes, "after kill -9");
+    assert_eq!(vd(&daemon, 0).ssd_cache.map(|c| c.lines_valid), Some(0), "cold after kill -9");
+    // Promoted again, then a clean stop: the next start is warm with the same lines.
+    assert_image(&daemon, &image, db.size_bytes, "after kill -9, second pass");
+    let warm_lines = vd(&daemon, 0).ssd_cache.map_or(0, |c| c.lines_valid);
+    assert!(warm_lines > 0);
+    daemon.stop();
+    let daemon = Daemon::start(&scratch, &drives);
+    assert_eq!(vd(&daemon, 0).ssd_cache.map(|c| c.lines_valid), Some(warm_lines), "warm after a clean stop");
+    assert_image(&daemon, &image, db.size_bytes, "after a clean stop");
+    assert!(vd(&daemon, 1).ssd_cache.is_some_and(|c| c.read_hits > 0), "served from the cache at once");
 
     // One of the cache VD's drives goes offline: it runs degraded, the VD goes on.
     daemon.cli(&["/c0/s4", "set", "offline"]);

@@ -8,12 +8,14 @@ impl Controller {
         offered: Vec<OfferedDrive>,
         found: Vec<(usize, Superblock)>,
         assembly: metadata::Assembly,
-    ) -> Result<(), ControlError> {
+    ) -> Result<u64, ControlError> {
         let mut state = self.state.lock().expect("controller lock");
         let superblock_of = |index: usize| found.iter().find(|(i, _)| *i == index).map(|(_, sb)| sb.clone());
         if let Some(ours) = &assembly.ours {
             state.config = ours.config.clone();
         }
+        // What a clean stop wrote last, if this start follows one (the SSD caches' maps).
+        let found_generation = state.config.generation;
         let ours_id = state.config.controller_id;
         let mut offered: Vec<Option<OfferedDrive>> = offered.into_iter().map(Some).collect();
         // Our drives keep their recorded slots.
@@ -83,7 +85,6 @@ impl Controller {
             }
             state.vds.insert(record.vd_id, vd);
         }
-        self.apply_ssd_caches(&mut state);
         if !state.foreign.is_empty() {
             self.log(Severity::Warning, format!("{} foreign configuration(s) found; see /c0/fall show", state.foreign.len()));
         }
@@ -110,7 +111,7 @@ impl Controller {
                 self.take_over(&mut state, vd_id);
             }
         }
-        Ok(())
+        Ok(found_generation)
     }
 }
 

@@ -76,7 +76,7 @@ impl Controller {
         state.vds.insert(vd_id, Arc::new(vd));
         let persisted = self.persist(&mut state);
         if cache_vd {
-            self.apply_ssd_caches(&mut state);
+            self.apply_ssd_caches(&mut state, &BTreeMap::new());
         }
         drop(state);
         self.log(
@@ -385,7 +385,7 @@ impl Controller {
                 state.vds.insert(record.vd_id, vd);
             }
         }
-        self.apply_ssd_caches(&mut state);
+        self.apply_ssd_caches(&mut state, &BTreeMap::new());
         let persisted = self.persist(&mut state);
         drop(state);
         self.log(Severity::Info, format!("imported {imported} VD(s) from {} foreign configuration(s)", foreign.len()));

@@ -242,7 +242,7 @@ impl Controller {
         for (severity, description) in startup_events {
             controller.log(severity, description);
         }
-        controller.assemble(offered, found, assembly)?;
+        let found_generation = controller.assemble(offered, found, assembly)?;
         let journal_offers = controller.journal_offers_at_start(options.journal);
         controller.open_journal(journal_offers);
         controller.start_journal_watch().map_err(|e| ControlError::Io(format!("cannot start the journal thread: {e}")))?;
@@ -257,6 +257,9 @@ impl Controller {
             .name("storc-badblocks".into())
             .spawn(move || bad_blocks::watch_bad_blocks(watcher, bad_block_receiver))
             .map_err(|e| ControlError::Io(format!("cannot start the bad-block thread: {e}")))?;
+        // With the watcher running (a cache VD's failing member must be recordable) and before
+        // any client: the maps are read and invalidated outside the state lock.
+        controller.start_ssd_caches(found_generation);
         Ok(controller)
     }
 
@@ -437,7 +440,8 @@ impl Controller {
         self.stop_rebuilds();
         // The cache goes to the members and the journal is checkpointed empty: a clean stop
         // leaves nothing to replay, and the bitmap's clean pass below sees every write.
-        if let Err(error) = self.engine.quiesce() {
+        let quiesced = self.engine.quiesce();
+        if let Err(error) = &quiesced {
             self.log(Severity::Warning, format!("cache not written out at shutdown ({error}); the journal keeps it for the next start"));
         }
         for (record, vd) in self.vds() {
@@ -453,8 +457,13 @@ impl Controller {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let mut state = self.state.lock().expect("controller lock");
-        let _ = self.persist(&mut state);
+        let persisted = self.persist(&mut state);
         drop(state);
+        // Only after a stop that left nothing to replay and wrote its configuration: the maps
+        // name that configuration's generation.
+        if quiesced.is_ok() && persisted.is_ok() {
+            self.save_ssd_cache_maps();
+        }
         self.log(Severity::Info, "controller stopped cleanly".into());
     }
 

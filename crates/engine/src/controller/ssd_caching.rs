@@ -8,7 +8,11 @@
 //! is deleted loses nothing, and its VDs go on from their own members.
 
 use super::*;
-use crate::ssd_cache::{SsdCache, SsdCacheOptions, SsdCacheStats};
+use crate::ssd_cache::{MapEntry, MapOwner, SsdCache, SsdCacheOptions, SsdCacheStats};
+
+/// How long a clean stop waits for the SSD caches' fills to end before it saves their maps
+/// (with clients gone, a fill is two I/Os).
+const MAP_SAVE_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A cache VD, or a VD it caches, as `show` reports it.
 #[derive(Clone, Debug)]
@@ -113,9 +117,11 @@ impl Controller {
     }
 
     /// Makes the configuration's SSD caching real: a cache for every cache VD, every VD that
-    /// names one attached to it. A VD that names no cache VD (an imported configuration whose
-    /// numbers changed) is left uncached with an event; the caller persists the change.
-    pub(super) fn apply_ssd_caches(&self, state: &mut State) {
+    /// names one attached to it, with the lines of `loaded` (maps read at start) for its cache
+    /// VD. A VD that names no cache VD (an imported configuration whose numbers changed) is
+    /// left uncached with an event. Returns whether a record changed (the caller persists).
+    pub(super) fn apply_ssd_caches(&self, state: &mut State, loaded: &BTreeMap<u32, Vec<MapEntry>>) -> bool {
+        let mut changed = false;
         for record in state.config.vds.iter().filter(|v| v.cache_vd) {
             if let Err(error) = self.ssd_cache_for(state, record.vd_id) {
                 self.log(Severity::Warning, format!("cache VD v{} caches nothing: {error}", record.vd_id));
@@ -127,11 +133,84 @@ impl Controller {
             if vd.ssd_cache().get().is_some() {
                 continue;
             }
-            let attached =
-                self.ssd_cache_for(state, cache_vd_id).and_then(|c| self.engine.attach_ssd_cache(&vd, &c).map_err(ControlError::Conflict));
-            if let Err(error) = attached {
-                self.log(Severity::Warning, format!("v{}: SSD caching off: {error}", record.vd_id));
-                state.config.vds.iter_mut().find(|v| v.vd_id == record.vd_id).expect("from the list").ssd_cache_vd_id = None;
+            let cache = self.ssd_cache_for(state, cache_vd_id);
+            let attached = cache.and_then(|c| self.engine.attach_ssd_cache(&vd, &c).map_err(ControlError::Conflict).map(|()| c));
+            match attached {
+                Ok(cache) => {
+                    let Some(entries) = loaded.get(&cache_vd_id) else { continue };
+                    let lines = cache.install_map(&vd, record.vd_id, entries);
+                    self.log(
+                        Severity::Info,
+                        format!("v{}: SSD cache starts warm: {lines} line(s) on cache VD v{cache_vd_id}", record.vd_id),
+                    );
+                }
+                Err(error) => {
+                    self.log(Severity::Warning, format!("v{}: SSD caching off: {error}", record.vd_id));
+                    state.config.vds.iter_mut().find(|v| v.vd_id == record.vd_id).expect("from the list").ssd_cache_vd_id = None;
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
+
+    /// At start, before any client: each optimal cache VD's map from the last clean stop (if
+    /// that stop wrote `found_generation`, the configuration assembled) is read, then every
+    /// cache VD's map is invalidated, then the VDs are attached with their lines. A map that
+    /// cannot be invalidated is not used. The maps' I/O runs outside the state lock: a cache
+    /// VD member failing meanwhile must be recordable.
+    pub(super) fn start_ssd_caches(&self, found_generation: u64) {
+        let (owner, caches) = {
+            let state = self.state.lock().expect("controller lock");
+            let owner = MapOwner { controller_id: state.config.controller_id.0, generation: found_generation };
+            let cache_vd_ids: Vec<u32> = state.config.vds.iter().filter(|v| v.cache_vd).map(|v| v.vd_id).collect();
+            let caches: Vec<(u32, Arc<SsdCache>, bool)> = cache_vd_ids
+                .into_iter()
+                .filter_map(|id| {
+                    let optimal = state.vds[&id].state() == crate::VdState::Optimal;
+                    self.ssd_cache_for(&state, id).ok().map(|cache| (id, cache, optimal))
+                })
+                .collect();
+            (owner, caches)
+        };
+        let mut loaded = BTreeMap::new();
+        for (cache_vd_id, cache, optimal) in caches {
+            let entries = if optimal { cache.load_map(owner) } else { Ok(Vec::new()) };
+            match (entries, cache.invalidate_map()) {
+                (Ok(entries), Ok(())) => drop(loaded.insert(cache_vd_id, entries)),
+                (Err(error), _) | (_, Err(error)) => {
+                    self.log(Severity::Warning, format!("cache VD v{cache_vd_id} starts cold: its map: {error}"));
+                }
+            }
+        }
+        let mut state = self.state.lock().expect("controller lock");
+        if self.apply_ssd_caches(&mut state, &loaded) {
+            let _ = self.persist(&mut state);
+        }
+    }
+
+    /// At a clean stop (clients gone, the configuration written): each cache's map, naming the
+    /// VDs it caches by number, for a warm start. Outside the state lock, as at start.
+    pub(super) fn save_ssd_cache_maps(&self) {
+        let (owner, caches, vd_ids) = {
+            let state = self.state.lock().expect("controller lock");
+            let owner = MapOwner { controller_id: state.config.controller_id.0, generation: state.config.generation };
+            let caches: Vec<(u32, Arc<SsdCache>)> =
+                self.ssd_caches.lock().expect("ssd caches lock").iter().map(|(id, cache)| (*id, Arc::clone(cache))).collect();
+            // (instance, VD number, cache VD number) of every cached VD.
+            let vd_ids: Vec<(u64, u32, u32)> = state
+                .config
+                .vds
+                .iter()
+                .filter_map(|v| v.ssd_cache_vd_id.map(|cache| (state.vds[&v.vd_id].instance_id(), v.vd_id, cache)))
+                .collect();
+            (owner, caches, vd_ids)
+        };
+        for (cache_vd_id, cache) in caches {
+            let vd_id_of = |instance: u64| vd_ids.iter().find(|(i, _, c)| *i == instance && *c == cache_vd_id).map(|(_, id, _)| *id);
+            match cache.save_map(owner, vd_id_of, MAP_SAVE_IDLE_TIMEOUT) {
+                Ok(lines) => self.log(Severity::Info, format!("cache VD v{cache_vd_id}: map of {lines} line(s) saved for a warm start")),
+                Err(error) => self.log(Severity::Warning, format!("cache VD v{cache_vd_id}: map not saved ({error}); it starts cold")),
             }
         }
     }

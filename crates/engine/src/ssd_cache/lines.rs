@@ -79,6 +79,8 @@ pub(crate) struct Lines {
     /// VDs (instance ids) whose lines may be filled: attached now.
     attached: HashSet<u64>,
     fills_in_flight: usize,
+    /// No fill starts (a clean stop saves the map).
+    frozen: bool,
     tick: u64,
     pub(crate) evictions: u64,
 }
@@ -97,6 +99,7 @@ impl Lines {
             writing: HashMap::new(),
             attached: HashSet::new(),
             fills_in_flight: 0,
+            frozen: false,
             tick: 0,
             evictions: 0,
         }
@@ -185,6 +188,7 @@ impl Lines {
         let blocked = self.entries.contains_key(&key)
             || self.writing.contains_key(&key)
             || self.fills_in_flight >= FILLS_IN_FLIGHT_MAX
+            || self.frozen
             || !self.attached.contains(&key.0);
         let slot = if blocked { None } else { self.free.pop().or_else(|| self.evict()) };
         let Some(slot) = slot else {
@@ -287,6 +291,42 @@ impl Lines {
         self.lru.remove(&entry.last_use);
         self.evictions += 1;
         Some(entry.slot)
+    }
+
+    /// Stops new fills, for a snapshot of the map.
+    pub(crate) fn freeze(&mut self) {
+        self.frozen = true;
+    }
+
+    /// Nothing reads, writes or fills any line: the map stays as it is until I/O comes.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.fills_in_flight == 0 && self.writing.is_empty() && self.entries.values().all(|e| e.readers == 0 && e.writers == 0)
+    }
+
+    /// The valid lines, oldest use first, with their slots.
+    pub(crate) fn valid_lines(&self) -> Vec<(LineKey, u32)> {
+        self.lru.values().map(|key| (*key, self.entries[key].slot)).collect()
+    }
+
+    /// Makes each line valid in its slot (a map read back at start), skipping any whose slot
+    /// is not free or whose line is known already; returns how many were installed.
+    pub(crate) fn install(&mut self, lines: &[(LineKey, u32)]) -> usize {
+        let mut free = vec![false; self.slot_count as usize];
+        self.free.iter().for_each(|&slot| free[slot as usize] = true);
+        let mut installed = 0;
+        for &(key, slot) in lines {
+            if !free.get(slot as usize).copied().unwrap_or(false) || self.entries.contains_key(&key) {
+                continue;
+            }
+            free[slot as usize] = false;
+            self.tick += 1;
+            self.entries.insert(key, Entry { slot, state: State::Valid, readers: 0, writers: 0, last_use: self.tick });
+            self.lru.insert(self.tick, key);
+            installed += 1;
+        }
+        // Popped from the end: the lowest free slots first, as at the start.
+        self.free = (0..self.slot_count).rev().filter(|&slot| free[slot as usize]).collect();
+        installed
     }
 
     /// Checks the invariants that the rules above keep (tests and debug builds).
@@ -405,6 +445,22 @@ mod tests {
         assert!(lines.entries.is_empty(), "the stale line left once idle");
         assert_eq!(lines.free.len(), 4);
         lines.check();
+    }
+
+    #[test]
+    fn a_saved_map_installs_into_free_slots_once() {
+        let mut lines = lines(4);
+        promote(&mut lines, 1);
+        let saved = lines.valid_lines();
+        let mut fresh = self::lines(4);
+        let taken = (((VD, 9)), saved[0].1);
+        assert_eq!(fresh.install(&[saved[0], ((VD, 2), 3), taken, ((VD, 5), 7)]), 2, "a slot taken twice or out of range is skipped");
+        assert!(fresh.begin_read(&[(VD, 1)]).is_some() && fresh.begin_read(&[(VD, 2)]).is_some());
+        assert_eq!(fresh.free.len(), 2);
+        fresh.check();
+        fresh.freeze();
+        assert!(fresh.note_miss((VD, 3)) || fresh.note_miss((VD, 3)));
+        assert_eq!(fresh.begin_fill((VD, 3)), None, "frozen: no fill starts");
     }
 
     #[test]

@@ -22,15 +22,18 @@
 //! member failures and its rebuilds are those of any VD. Fills are issued from completions on
 //! shard threads, through the engine's [`Router`].
 //!
-//! Not yet built (issue 13): write-back caching with a persistent line map, the controller's
-//! configuration (`add vd cachecade`, `set ssdcaching`), and a map that survives a restart.
+//! The line map is kept on the cache VD across a clean stop ([`map`]): the cache starts warm.
+//! Not yet built (issue 13): write-back caching, whose dirty lines need a crash-safe map.
 
 mod lines;
+mod map;
+mod persist;
 
 use crate::router::Router;
 use crate::{Done, Engine, VdCompletion, VdRequest, VirtualDrive};
 use drive::IoBuf;
 use lines::{LineKey, Lines, WriteAction};
+pub use map::{MapEntry, MapOwner};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -155,7 +158,7 @@ impl Engine {
         if cache_vd.ssd_cache().get().is_some() {
             return Err(format!("virtual drive {name} is cached by a cache VD; it cannot be one"));
         }
-        let slot_count = (cache_vd.capacity_bytes() / options.line_bytes).min(u64::from(u32::MAX)) as u32;
+        let slot_count = map::slot_count_for(cache_vd.capacity_bytes(), options.line_bytes);
         if slot_count == 0 {
             return Err(format!("virtual drive {name} is smaller than one {}-byte line", options.line_bytes));
         }
