@@ -453,7 +453,7 @@ mod tests {
         promote(&mut lines, 1);
         let saved = lines.valid_lines();
         let mut fresh = self::lines(4);
-        let taken = (((VD, 9)), saved[0].1);
+        let taken = ((VD, 9), saved[0].1);
         assert_eq!(fresh.install(&[saved[0], ((VD, 2), 3), taken, ((VD, 5), 7)]), 2, "a slot taken twice or out of range is skipped");
         assert!(fresh.begin_read(&[(VD, 1)]).is_some() && fresh.begin_read(&[(VD, 2)]).is_some());
         assert_eq!(fresh.free.len(), 2);

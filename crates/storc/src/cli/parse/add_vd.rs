@@ -20,7 +20,7 @@ struct VdSpec {
     assign_vds: Option<Vec<u32>>,
 }
 
-const ADD_VD_ALLOWED: &str = "a level (r0, r1, r1e, r5, r6, r10, r50, r60, jbod or type=raid5), drives=LIST, \
+pub(super) const ADD_VD_ALLOWED: &str = "a level (r0, r1, r1e, r5, r6, r10, r50, r60, jbod or type=raid5), drives=LIST, \
      strip=KiB, name=NAME, pdperarray=N, wt|wb|awb, nora|ra|adra, direct|cached, cachecade, assignvds=LIST";
 
 pub(super) fn parse_add_vd(tokens: &[String]) -> Result<CreateVd, UsageError> {

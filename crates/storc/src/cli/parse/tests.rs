@@ -1,3 +1,4 @@
+use super::add_vd::ADD_VD_ALLOWED;
 use super::*;
 
 /// `expected` is the requests, one per line as `METHOD PATH [BODY]`, or `usage: MESSAGE`.
