@@ -371,23 +371,8 @@ impl Engine {
                 }
             }
             VdRequest::Write { offset_bytes, buf } => {
-                // Known before the write is cut into shards' pieces: a piece cannot tell whether
-                // it is the tail of a stream's write (`io::gather`).
-                let (row_bytes, end_bytes) = (vd.geometry().row_data_bytes(), offset_bytes + buf.len() as u64);
-                let spans_rows = end_bytes > offset_bytes && offset_bytes / row_bytes != (end_bytes - 1) / row_bytes;
-                let done =
-                    match spans_rows && matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity) {
-                        true => {
-                            vd.write_streams.note(offset_bytes, end_bytes, spans_rows);
-                            vd.write_streams.begin();
-                            let vd = Arc::clone(vd);
-                            Box::new(move |completion| {
-                                vd.write_streams.end();
-                                done(completion)
-                            })
-                        }
-                        false => done,
-                    };
+                // Write gathering's streams (`io::gather`).
+                let done = vd::write_streams::track(vd, offset_bytes, buf.len() as u64, done);
                 let (buf, done) = match self.fast_io(vd, true, offset_bytes, buf, done) {
                     Ok(()) => return,
                     Err(back) => back,

@@ -10,7 +10,7 @@ mod rebuilt;
 mod request;
 mod requests_in_flight;
 mod streams;
-mod write_streams;
+pub(crate) mod write_streams;
 
 use crate::config::{IoPolicy, ReadPolicy, WritePolicy};
 pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};

@@ -7,8 +7,31 @@
 //! wait. Relaxed atomics for the ends: a heuristic that a race can only make wait or not wait
 //! once.
 
+use super::VirtualDrive;
+use crate::Done;
+use layout::SpanKind;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Notes a client write of `[offset, offset + len)` and counts it in flight until it completes,
+/// if it spans rows of a parity VD; any other write gets `done` back unchanged. Called before
+/// the write is cut into shards' pieces: a piece cannot tell whether it is the tail of a
+/// stream's write.
+pub(crate) fn track(vd: &Arc<VirtualDrive>, offset_bytes: u64, len_bytes: u64, done: Done) -> Done {
+    let (row_bytes, end_bytes) = (vd.geometry().row_data_bytes(), offset_bytes + len_bytes);
+    let spans_rows = len_bytes > 0 && offset_bytes / row_bytes != (end_bytes - 1) / row_bytes;
+    if !spans_rows || !matches!(vd.geometry().span_kind(), SpanKind::Parity | SpanKind::DoubleParity) {
+        return done;
+    }
+    vd.write_streams.note(offset_bytes, end_bytes);
+    vd.write_streams.begin();
+    let vd = Arc::clone(vd);
+    Box::new(move |completion| {
+        vd.write_streams.end();
+        done(completion)
+    })
+}
 
 /// Writes remembered: at least the queue depth of one stream, so that a write's end is still
 /// known when its tail reaches its shard.
@@ -28,11 +51,8 @@ pub(crate) struct WriteStreams {
 }
 
 impl WriteStreams {
-    /// A write of `[start, end)` was submitted; `spans_rows`: it covers more than one row.
-    pub(crate) fn note(&self, start_bytes: u64, end_bytes: u64, spans_rows: bool) {
-        if !spans_rows {
-            return;
-        }
+    /// A write of `[start, end)` spanning rows was submitted.
+    fn note(&self, start_bytes: u64, end_bytes: u64) {
         let continues = self.ends.iter().any(|end| end.load(Ordering::Relaxed) == start_bytes && start_bytes != 0);
         let slot = self.next_end.fetch_add(1, Ordering::Relaxed) % REMEMBERED;
         self.ends[slot].store(end_bytes, Ordering::Relaxed);
@@ -66,11 +86,11 @@ impl WriteStreams {
 
     /// A write spanning rows was submitted ([`WriteStreams::end`] when it completes, before its
     /// client hears, so that the next write of a closed-loop client never counts it).
-    pub(crate) fn begin(&self) {
+    fn begin(&self) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
     }
 
-    pub(crate) fn end(&self) {
+    fn end(&self) {
         let before = self.in_flight.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "more writes spanning rows completed than were submitted");
     }
@@ -93,13 +113,11 @@ mod tests {
     #[test]
     fn only_writes_that_continue_a_write_spanning_rows_are_stream_ends() {
         let streams = WriteStreams::default();
-        streams.note(0, 1 << 20, true);
+        streams.note(0, 1 << 20);
         assert!(!streams.is_stream_end(1 << 20), "the first write continues nothing");
-        streams.note(1 << 20, 2 << 20, true);
+        streams.note(1 << 20, 2 << 20);
         assert!(streams.is_stream_end(2 << 20));
-        streams.note(2 << 20, (2 << 20) + 4096, false);
-        assert!(!streams.is_stream_end((2 << 20) + 4096), "a write within one row is no stream's");
-        streams.note(7 << 20, 8 << 20, true);
+        streams.note(7 << 20, 8 << 20);
         assert!(!streams.is_stream_end(8 << 20), "a random large write continues nothing");
     }
 }
