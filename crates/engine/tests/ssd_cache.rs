@@ -166,6 +166,31 @@ fn cached_lines_stay_equal_to_the_vd_under_concurrent_writes_reads_and_evictions
 }
 
 #[test]
+fn a_promotion_reads_the_whole_line_and_a_bad_block_elsewhere_in_it_fails_only_the_fill() {
+    let rig = rig(32);
+    let model = pattern(5, 4 * LINE);
+    rig.write(0, &model);
+    // Line 1 is read twice at 8 KiB: the second miss reads the whole line and promotes it.
+    for _ in 0..2 {
+        assert_eq!(rig.read(LINE + 8 * KIB, 8 * KIB), &model[(LINE + 8 * KIB) as usize..][..8192]);
+    }
+    wait_for(|| rig.cache.stats().promotions == 1, "line 1 promoted");
+    // The whole line is served from the cache VD now, not only the part that was asked for.
+    let before = rig.cache.stats().read_hits;
+    assert_eq!(rig.read(LINE, LINE), &model[LINE as usize..][..LINE as usize]);
+    assert_eq!(rig.cache.stats().read_hits, before + 1);
+    // Line 2 holds a bad block past the range asked for: the whole-line read fails, the
+    // client's range is read alone and returned, the fill is dropped.
+    rig.vd.bad_blocks().load(&[engine::config::BadBlock { offset_bytes: 2 * LINE + 32 * KIB, len_bytes: 4 * KIB }]);
+    for _ in 0..2 {
+        assert_eq!(rig.read(2 * LINE, 8 * KIB), &model[(2 * LINE) as usize..][..8192]);
+    }
+    wait_for(|| rig.cache.stats().fills_dropped == 1, "the fill of line 2 dropped");
+    assert_eq!(rig.cache.lines_valid_of(&rig.vd), 1);
+    rig.cache.check_invariants();
+}
+
+#[test]
 fn a_sequential_scan_leaves_the_hot_set_cached() {
     let rig = rig(32);
     let hot: Vec<u64> = (0..8).map(|i| (i * 37 % 300) * LINE).collect();

@@ -279,12 +279,22 @@ impl SsdCache {
             return engine.submit_direct(vd, VdRequest::Read { offset_bytes, buf }, done);
         }
         self.counters.read_misses.fetch_add(1, Ordering::Relaxed);
+        let within_one_line = keys.len() == 1;
         let promote: Vec<LineKey> = {
             let mut lines = self.lines();
             keys.into_iter().filter(|&key| lines.note_miss(key)).collect()
         };
         if promote.is_empty() {
             return engine.submit_direct(vd, VdRequest::Read { offset_bytes, buf }, done);
+        }
+        if let (true, [key]) = (within_one_line, &promote[..]) {
+            let key = *key;
+            // Within one line: the VD reads the whole line for the client and the fill at once
+            // (on a hard disk the rest of a 64 KiB line costs a fraction of the seek).
+            let Some(slot) = self.lines().begin_fill(key) else {
+                return engine.submit_direct(vd, VdRequest::Read { offset_bytes, buf }, done);
+            };
+            return self.read_line_and_fill(engine, vd, (offset_bytes, buf), key, slot, done);
         }
         // The client first; then the lines it missed twice, from the VD to the cache VD.
         let (cache, vd_for_fill) = (Arc::clone(self), Arc::clone(vd));
@@ -396,6 +406,41 @@ impl SsdCache {
             cache.router.submit_plain(&cache.cache_vd, VdRequest::Write { offset_bytes: cache_offset_bytes, buf }, write_done);
         });
         self.router.submit_plain(vd, VdRequest::Read { offset_bytes, buf: IoBuf::zeroed(len_bytes as usize) }, read_done);
+    }
+
+    /// A miss within line `key`, promoted with `slot` (its fill begun): the whole line is read
+    /// from the VD, the client gets its part, and the line goes to the cache VD. If the line
+    /// cannot be read whole (a bad block elsewhere in it), the fill is dropped and the client's
+    /// range read alone.
+    fn read_line_and_fill(
+        self: &Arc<Self>,
+        engine: &Engine,
+        vd: &Arc<VirtualDrive>,
+        (offset_bytes, mut buf): (u64, IoBuf),
+        key: LineKey,
+        slot: u32,
+        done: Done,
+    ) {
+        let line = self.options.line_bytes;
+        let line_offset_bytes = key.1 * line;
+        let line_len_bytes = line.min(vd.capacity_bytes() - line_offset_bytes);
+        let (cache, vd_for_retry) = (Arc::clone(self), Arc::clone(vd));
+        let line_done: Done = Box::new(move |completion| {
+            let Some(line_buf) = completion.buf.filter(|_| completion.result.is_ok()) else {
+                cache.end_fill(key, false);
+                return cache.router.submit_plain(&vd_for_retry, VdRequest::Read { offset_bytes, buf }, done);
+            };
+            let start = (offset_bytes - line_offset_bytes) as usize;
+            let client_len = buf.len();
+            buf.as_mut_slice().copy_from_slice(&line_buf.as_slice()[start..start + client_len]);
+            done(VdCompletion { result: Ok(()), buf: Some(buf) });
+            let written = Arc::clone(&cache);
+            let write_done: Done = Box::new(move |completion| written.end_fill(key, completion.result.is_ok()));
+            let cache_offset_bytes = u64::from(slot) * line;
+            cache.router.submit_plain(&cache.cache_vd, VdRequest::Write { offset_bytes: cache_offset_bytes, buf: line_buf }, write_done);
+        });
+        let request = VdRequest::Read { offset_bytes: line_offset_bytes, buf: IoBuf::zeroed(line_len_bytes as usize) };
+        engine.submit_direct(vd, request, line_done);
     }
 
     fn end_fill(&self, key: LineKey, ok: bool) {
