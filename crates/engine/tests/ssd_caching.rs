@@ -110,6 +110,30 @@ fn a_cache_vd_caches_its_vds_across_a_restart_and_deleting_it_leaves_them_servin
 }
 
 #[test]
+fn a_full_initialization_drops_the_vds_lines() {
+    let engine = engine();
+    let drives = mem_drives(4, 32 * MIB);
+    let controller = open(&engine, &drives);
+    controller.create_vd(spec(Level::Raid1, &[0, 1], "db")).unwrap();
+    let cache = controller.create_cache_vd(spec(Level::Raid0, &[2, 3], "cache"), &[0]).unwrap();
+    let (_, db) = controller.vd(0).unwrap();
+    engine.write_at(&db, 0, &pattern(MIB as usize, 3)).unwrap();
+    for _ in 0..2 {
+        engine.read_at(&db, 0, MIB as usize).unwrap();
+    }
+    wait_for(|| cache_stats(&controller, cache.vd_id).promotions == 16, "16 lines promoted");
+    controller.start_init(0, true, false, false).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while controller.init(0).is_some() {
+        assert!(std::time::Instant::now() < deadline, "the full init did not end");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(lines_of(&controller, 0), 0, "the zeros are newer than every line");
+    assert!(engine.read_at(&db, 0, MIB as usize).unwrap().as_slice().iter().all(|&b| b == 0), "zeros, not cached data");
+    controller.shutdown();
+}
+
+#[test]
 fn a_failed_cache_vd_loses_nothing() {
     let engine = engine();
     let faulty: Vec<Arc<drive::FaultyDrive>> =

@@ -281,6 +281,10 @@ impl Controller {
             vd.set_initializing(false);
             return Err(ControlError::Conflict(format!("v{vd_id}: the cache cannot be emptied ({error}); nothing was written, try again")));
         }
+        // So are its lines on an SSD cache (a fill still under way is poisoned).
+        if let Some(cache) = vd.ssd_cache().get() {
+            cache.drop_lines(&vd);
+        }
         // No resync may walk the VD while its members are overwritten, nor mark a region synced
         // once they are marked unsynced below: it is stopped, and waited for.
         self.bgi_stopped.lock().expect("bgi lock").insert(vd_id);

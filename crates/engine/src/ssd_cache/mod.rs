@@ -236,6 +236,14 @@ impl SsdCache {
         self.lines().check();
     }
 
+    /// Drops every line of `vd` (those in use once idle; fills under way are poisoned), which
+    /// stays attached: its data changed under the cache (a full initialization).
+    pub fn drop_lines(&self, vd: &VirtualDrive) {
+        let mut lines = self.lines();
+        lines.detach(vd.instance_id());
+        lines.attach(vd.instance_id());
+    }
+
     /// Lines of `vd` the cache can serve now.
     pub fn lines_valid_of(&self, vd: &VirtualDrive) -> u64 {
         self.lines().valid_count_of(vd.instance_id()) as u64
