@@ -408,6 +408,10 @@ impl Controller {
         }
         let pinned_before = self.engine.cache_stats().pinned_bytes;
         let rest = self.engine.forget(&vd);
+        // An SSD cache may hold lines of those writes: the members will not.
+        if let Some(cache) = vd.ssd_cache().get() {
+            cache.drop_lines(&vd);
+        }
         self.log(Severity::Critical, format!("v{vd_id}: its preserved cache was discarded by request; those writes are lost"));
         Ok(match rest {
             Ok(()) => format!("discarded the preserved cache of v{vd_id} (the controller held {pinned_before} pinned bytes)"),
