@@ -12,7 +12,9 @@ impl SsdCache {
     /// Saves the map of valid lines past the last slot, for a warm start ([`map`]): new fills
     /// stop, and once nothing reads, writes or fills a line (clients stopped first), the valid
     /// lines of VDs that `vd_id_of` names (by instance id) are written and the cache VD
-    /// flushed. Control plane only, at a clean stop. Returns the lines saved.
+    /// flushed. Control plane only, at a clean stop, which is the end of the VDs' I/O (as for
+    /// the write-intent bitmap closed just before): a write after it could leave a saved line
+    /// older than its VD after a crash. Returns the lines saved.
     ///
     /// # Errors
     /// The tier did not go idle within `idle_timeout`, or the cache VD failed the write.
