@@ -52,6 +52,8 @@ fn a_cache_vd_serves_hot_reads_survives_kill_9_and_a_lost_drive_loses_nothing() 
     assert!(stats.promotions > 0 && stats.read_hits > 0 && stats.read_bypassed > 0, "{stats:?}");
     let show = daemon.cli(&["/c0/v1", "show", "all"]);
     assert!(show.contains("SSD Caching") && show.contains("cache VD (write-through) of v0"), "{show}");
+    let summary = daemon.cli(&["/c0", "show"]);
+    assert!(summary.contains("CACHECADE") && summary.contains("CC:RAID1"), "{summary}");
 
     daemon.kill9();
     let daemon = Daemon::start(&scratch, &drives);

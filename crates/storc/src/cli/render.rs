@@ -17,7 +17,7 @@ Consist=parity and copies known to match the data (No: initialization or resync 
 Cache=read policy, write policy in effect, IO policy: NR=No Read Ahead|R=Read Ahead|
 AR=Adaptive Read Ahead|WT=WriteThrough|WB=WriteBack|AWB=Always WriteBack|
 D=Direct IO|C=Cached IO|FP=Fast Path for reads within a strip, on RAID0/JBOD writes too (Yes/No: why in show all)|
-Export=NBD export name
+Export=NBD export name|CC:=a cache VD (SSD caching): it holds other VDs' hot lines and is not exported
 ";
 const PD_LEGEND: &str = "\
 UGood=Unconfigured Good|UBad=Unconfigured Bad|Onln=Online|Offln=Offline|Failed=Failed|
@@ -168,6 +168,9 @@ fn controller_report(controller: &ControllerView, all: bool, answer: &Value) -> 
     text += &section("VD LIST", &vd_table_or_none(&controller.vds));
     if all && !controller.vds.is_empty() {
         text += &section("VD POLICIES", &policy_table(&controller.vds).render());
+    }
+    if let Some(table) = cachecade_table(&controller.vds) {
+        text += &section("CACHECADE", &table.render());
     }
     text += &section("PD LIST", &pd_table_or_none(&controller.drives));
     let endpoints = if controller.nbd_endpoints.is_empty() { "None\n".to_string() } else { controller.nbd_endpoints.join("\n") + "\n" };
@@ -323,6 +326,28 @@ fn foreign_report(configurations: &[ForeignView], answer: &Value) -> Report {
         text += &section("Foreign VDs", &vds_text);
     }
     Report { description: "Show Foreign Configurations Succeeded".to_string(), text, data: answer.clone() }
+}
+
+/// The cache VDs: what they hold and how well they serve, or `None` if there are none.
+fn cachecade_table(vds: &[VdView]) -> Option<Table> {
+    let mut table = Table::new(&["VD", "TYPE", "Size", "Lines", "Valid", "Hit ratio", "Hits", "Misses", "Bypassed", "Caches"]);
+    for vd in vds.iter().filter(|vd| vd.cache_vd) {
+        let Some(cache) = &vd.ssd_cache else { continue };
+        let caches: Vec<String> = cache.cached_vds.iter().map(|v| format!("v{v}")).collect();
+        table.push(vec![
+            vd.vd.to_string(),
+            vd.level.clone(),
+            human_size(vd.size_bytes),
+            format!("{} x {} KiB", cache.line_count, cache.line_bytes / 1024),
+            cache.lines_valid.to_string(),
+            format!("{:.2}", cache.hit_ratio),
+            cache.read_hits.to_string(),
+            cache.read_misses.to_string(),
+            cache.read_bypassed.to_string(),
+            if caches.is_empty() { "-".to_string() } else { caches.join(",") },
+        ]);
+    }
+    (!table.is_empty()).then_some(table)
 }
 
 fn vd_table_or_none(vds: &[VdView]) -> String {
