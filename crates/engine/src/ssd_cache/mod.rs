@@ -260,12 +260,11 @@ impl SsdCache {
         (first..=last).map(|index| (vd.instance_id(), index)).collect()
     }
 
-    /// Serves `request` of `vd`, which this cache is attached to; `engine` takes what goes to
-    /// the VD on the submitting thread.
+    /// Serves `request` of `vd`, which this cache is attached to and [`Engine::submit`]
+    /// validated; `engine` takes what goes to the VD on the submitting thread.
     pub(crate) fn submit(self: &Arc<Self>, engine: &Engine, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
-        if let Err(error) = crate::join::validate(vd, &request) {
-            return done(VdCompletion { result: Err(error), buf: request.into_buf() });
-        }
+        // The cache VD's background work (a rebuild of a mirrored cache) yields to clients too.
+        self.cache_vd.note_client_request();
         match request {
             VdRequest::Read { offset_bytes, buf } => self.read(engine, vd, offset_bytes, buf, done),
             VdRequest::Write { offset_bytes, buf } => self.write(engine, vd, offset_bytes, buf, done),
