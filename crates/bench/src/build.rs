@@ -65,23 +65,13 @@ struct BuiltVd {
 
 /// `disk`: the VD's place in a set, which names its drives apart from the other disks'.
 fn build_vd(spec: &VdSpec, engine: &Arc<Engine>, disk: Option<usize>, files: &mut CreatedFiles) -> Result<BuiltVd, String> {
-    let clock = Arc::new(RealClock::new());
-    let member_name = |member: usize| disk.map_or(member.to_string(), |disk| format!("{disk}.{member}"));
-    let drives: Vec<Arc<dyn Drive>> =
-        (0..spec.drive_count).map(|member| make_drive(&spec.drive, &member_name(member), &clock, files)).collect::<Result<_, _>>()?;
-    let layout = VdLayout {
-        level: spec.level,
-        strip_size_bytes: spec.strip_size_bytes,
-        drives_per_span: spec.drives_per_span,
-        member_size_bytes: None,
-    };
     let id = disk.unwrap_or(0) as u64;
     let name = disk.map_or("bench".to_string(), |disk| format!("bench{disk}"));
-    let vd = Arc::new(VirtualDrive::new(id, &name, layout, drives.clone()).map_err(|e| format!("--target vd:{}: {e}", spec.level))?);
+    let (vd, drives) = new_vd(spec, id, &name, "", disk, files).map_err(|e| format!("--target vd:{}: {e}", spec.level))?;
     vd.set_write_policy(spec.write_policy);
     vd.set_read_policies(spec.read_policy, spec.io_policy);
     if let Some(cache_spec) = &spec.ssd_cache {
-        attach_ssd_cache(&vd, cache_spec, engine, disk, files)?;
+        attach_ssd_cache(&vd, cache_spec, engine, disk, files).map_err(|e| format!("cachecade: {e}"))?;
     }
     Ok(BuiltVd { target: Arc::new(VdTarget { engine: Arc::clone(engine), vd }), drives })
 }
@@ -94,8 +84,25 @@ fn attach_ssd_cache(
     disk: Option<usize>,
     files: &mut CreatedFiles,
 ) -> Result<(), String> {
+    // Ids apart from the cached VDs' (a set's disks are 0 to 31).
+    let id = 1000 + disk.unwrap_or(0) as u64;
+    let (cache_vd, _) = new_vd(spec, id, &format!("cache{id}"), "cache", disk, files)?;
+    let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions::default())?;
+    engine.attach_ssd_cache(vd, &cache)
+}
+
+/// A VD of `spec`'s level over drives made for it, named `{disk}.{prefix}{member}` (or
+/// `{prefix}{member}` outside a set).
+fn new_vd(
+    spec: &VdSpec,
+    id: u64,
+    name: &str,
+    prefix: &str,
+    disk: Option<usize>,
+    files: &mut CreatedFiles,
+) -> Result<(Arc<VirtualDrive>, Vec<Arc<dyn Drive>>), String> {
     let clock = Arc::new(RealClock::new());
-    let member_name = |member: usize| disk.map_or(format!("cache{member}"), |disk| format!("{disk}.cache{member}"));
+    let member_name = |member: usize| disk.map_or(format!("{prefix}{member}"), |disk| format!("{disk}.{prefix}{member}"));
     let drives: Vec<Arc<dyn Drive>> =
         (0..spec.drive_count).map(|member| make_drive(&spec.drive, &member_name(member), &clock, files)).collect::<Result<_, _>>()?;
     let layout = VdLayout {
@@ -104,11 +111,8 @@ fn attach_ssd_cache(
         drives_per_span: spec.drives_per_span,
         member_size_bytes: None,
     };
-    // Ids apart from the cached VDs' (a set's disks are 0 to 31).
-    let id = 1000 + disk.unwrap_or(0) as u64;
-    let cache_vd = VirtualDrive::new(id, &format!("cache{id}"), layout, drives).map_err(|e| format!("cachecade: {e}"))?;
-    let cache = engine.ssd_cache(&Arc::new(cache_vd), SsdCacheOptions::default()).map_err(|e| format!("cachecade: {e}"))?;
-    engine.attach_ssd_cache(vd, &cache).map_err(|e| format!("cachecade: {e}"))
+    let vd = VirtualDrive::new(id, name, layout, drives.clone()).map_err(|e| e.to_string())?;
+    Ok((Arc::new(vd), drives))
 }
 
 /// A set's disks: VDs or raw drives, all of one spec, on one engine.
