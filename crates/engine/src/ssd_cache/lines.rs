@@ -71,9 +71,14 @@ pub(crate) struct Lines {
     /// Valid lines by last use, oldest first.
     lru: BTreeMap<u64, LineKey>,
     free: Vec<u32>,
-    ghosts: VecDeque<LineKey>,
-    ghost_set: HashSet<LineKey>,
+    /// Missed lines in miss order, each with the number of its miss. A line promoted or missed
+    /// again leaves its old entry behind (removing it would cost a scan on the data path); the
+    /// entry counts against the bound and is skipped when it comes out.
+    ghosts: VecDeque<(LineKey, u64)>,
+    /// The lines remembered, with the number of their entry in `ghosts`.
+    ghost_set: HashMap<LineKey, u64>,
     ghosts_max: usize,
+    misses: u64,
     /// Writes in flight per line, cached or not.
     writing: HashMap<LineKey, u32>,
     /// VDs (instance ids) whose lines may be filled: attached now.
@@ -94,8 +99,9 @@ impl Lines {
             lru: BTreeMap::new(),
             free: (0..slot_count).rev().collect(),
             ghosts: VecDeque::new(),
-            ghost_set: HashSet::new(),
+            ghost_set: HashMap::new(),
             ghosts_max: (slot_count as usize / 2).max(16),
+            misses: 0,
             writing: HashMap::new(),
             attached: HashSet::new(),
             fills_in_flight: 0,
@@ -130,8 +136,8 @@ impl Lines {
         for key in keys {
             self.make_stale(key);
         }
-        self.ghosts.retain(|key| key.0 != vd_instance);
-        self.ghost_set.retain(|key| key.0 != vd_instance);
+        self.ghosts.retain(|(key, _)| key.0 != vd_instance);
+        self.ghost_set.retain(|key, _| key.0 != vd_instance);
     }
 
     /// The slots of `keys` if every one is `Valid`, each pinned for a read (see
@@ -168,15 +174,17 @@ impl Lines {
         if self.entries.contains_key(&key) || !self.attached.contains(&key.0) {
             return false;
         }
-        if self.ghost_set.remove(&key) {
-            self.ghosts.retain(|k| *k != key);
+        if self.ghost_set.remove(&key).is_some() {
             return true;
         }
-        self.ghosts.push_back(key);
-        self.ghost_set.insert(key);
+        self.misses += 1;
+        self.ghosts.push_back((key, self.misses));
+        self.ghost_set.insert(key, self.misses);
         while self.ghosts.len() > self.ghosts_max {
-            let oldest = self.ghosts.pop_front().expect("over the bound");
-            self.ghost_set.remove(&oldest);
+            let (oldest, miss) = self.ghosts.pop_front().expect("over the bound");
+            if self.ghost_set.get(&oldest) == Some(&miss) {
+                self.ghost_set.remove(&oldest);
+            }
         }
         false
     }
@@ -343,7 +351,9 @@ impl Lines {
             }
         }
         assert_eq!(self.lru.len(), self.entries.values().filter(|e| e.state == State::Valid).count());
-        assert_eq!(self.ghosts.len(), self.ghost_set.len());
+        assert!(self.ghosts.len() <= self.ghosts_max && self.ghost_set.len() <= self.ghosts.len());
+        let entries: HashSet<(LineKey, u64)> = self.ghosts.iter().copied().collect();
+        assert!(self.ghost_set.iter().all(|(key, miss)| entries.contains(&(*key, *miss))), "every remembered line has its entry");
     }
 }
 
@@ -391,6 +401,21 @@ mod tests {
         assert_eq!(lines.valid_count(), 4);
         assert!(lines.ghosts.len() <= lines.ghosts_max);
         lines.check();
+    }
+
+    #[test]
+    fn a_line_missed_again_outlives_its_old_ghost_entry() {
+        let mut lines = lines(4);
+        assert_eq!(lines.ghosts_max, 16);
+        assert!(!lines.note_miss((VD, 1)) && lines.note_miss((VD, 1)), "promoted: its entry stays behind");
+        assert!(!lines.note_miss((VD, 1)), "not filled, missed again: remembered anew");
+        for n in 100..115 {
+            lines.note_miss((VD, n));
+        }
+        // The old entry of line 1 has just left the queue; its new one has not.
+        assert!(lines.ghosts.iter().all(|(key, miss)| *key != (VD, 1) || *miss != 1));
+        lines.check();
+        assert!(lines.note_miss((VD, 1)), "still remembered: its second miss promotes it");
     }
 
     #[test]
