@@ -304,6 +304,9 @@ pub struct VdRecord {
     pub bgi_pending: bool,
     /// A cache VD (CacheCade): it holds hot lines of the VDs that name it, and is not exported.
     pub cache_vd: bool,
+    /// A cache VD that caches write-back (`/c0 add vd cachecade ... wb`): it holds data its VDs
+    /// do not have yet. Only with `cache_vd`.
+    pub cache_write_back: bool,
     /// The cache VD that caches this one (`set ssdcaching=on`), if any.
     pub ssd_cache_vd_id: Option<u32>,
 }

@@ -349,6 +349,10 @@ impl Engine {
         }
         vd.note_client_request();
         if let Some(cache) = vd.ssd_cache().get() {
+            if vd.ssd_cache().is_lost() {
+                let error = VdError::SsdCacheLost { vd: vd.name(), cache_vd: cache.cache_vd().name() };
+                return done(VdCompletion { result: Err(error), buf: request.into_buf() });
+            }
             return cache.submit(self, vd, request, done);
         }
         self.submit_direct(vd, request, done);

@@ -60,6 +60,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             bad_blocks: (0..index as u64 % 3).map(|n| BadBlock { offset_bytes: n << 30, len_bytes: 512 << n }).collect(),
             bgi_pending: index % 2 == 1,
             cache_vd: index % 5 == 2,
+            cache_write_back: index % 10 == 7,
             ssd_cache_vd_id: (index % 4 == 1).then_some(index as u32 + 100),
         });
     }
@@ -128,6 +129,7 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         bad_blocks: Vec::new(),
         bgi_pending: false,
         cache_vd: false,
+        cache_write_back: false,
         ssd_cache_vd_id: None,
     };
     let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
@@ -349,7 +351,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&10u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&11u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -416,8 +418,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 11), |_| UnknownVersion { found: 11, supported: 10 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 10 });
+    check_decode("unknown version", |b| set_u32(b, 8, 12), |_| UnknownVersion { found: 12, supported: 11 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 11 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -542,7 +544,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 11), "metadata format version 11 is unknown; this storc reads versions 1 to 10");
+    check("version", |b| set_u32(b, 8, 12), "metadata format version 12 is unknown; this storc reads versions 1 to 11");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -894,13 +896,13 @@ fn version_5_metadata_is_read_with_no_bgi_pending() {
     assert_eq!(bytes[vd_record_at + 29], 1, "vd_flags bit 0");
     assert_eq!(decode(&bytes), Ok(sb.clone()));
     let mut unknown_flag = bytes.clone();
-    unknown_flag[vd_record_at + 29] = 5;
+    unknown_flag[vd_record_at + 29] = 9;
     reseal(&mut unknown_flag);
     let expected = MetadataError::UnknownCode {
         record: "vd record 0 (vd 7)".into(),
         field: "vd_flags",
-        code: 5,
-        known: "bit 0 (background initialization pending), bit 1 (cache VD)".into(),
+        code: 9,
+        known: "bit 0 (background initialization pending), bit 1 (cache VD), bit 2 (write-back cache VD)".into(),
     };
     assert_eq!(decode(&unknown_flag).err(), Some(expected));
 }
@@ -1064,4 +1066,22 @@ fn relabel(bytes: &mut [u8], version: u32) {
         bytes[VD0 + 76..VD0 + 80].fill(0);
     }
     reseal(bytes);
+}
+
+/// Version 11 added the write-back cache VD flag (`vd_flags` bit 2): a version-10 record with
+/// it was never written and is refused.
+#[test]
+fn version_10_metadata_knows_no_write_back_cache_vd() {
+    let mut config = small_config(0x9b, 5);
+    config.vds[0].cache_vd = true;
+    config.vds[0].cache_write_back = true;
+    let cache_vd = superblock(config, 0);
+    let bytes = encode(&cache_vd, 0).unwrap();
+    assert_eq!(bytes[VD0 + 29], 6, "vd_flags bits 1 and 2");
+    assert_eq!(decode(&bytes), Ok(cache_vd));
+    let mut v10 = bytes;
+    relabel(&mut v10, 10);
+    let known = "bit 0 (background initialization pending), bit 1 (cache VD)".to_string();
+    let expected = MetadataError::UnknownCode { record: "vd record 0 (vd 7)".into(), field: "vd_flags", code: 6, known };
+    assert_eq!(decode(&v10).err(), Some(expected));
 }

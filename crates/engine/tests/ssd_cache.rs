@@ -161,7 +161,7 @@ fn cached_lines_stay_equal_to_the_vd_under_concurrent_writes_reads_and_evictions
     // Every line the cache serves, and the VD without the cache, hold the model.
     let model = model.lock().unwrap().clone();
     assert!(rig.read(0, hot_lines * LINE) == model, "through the cache");
-    rig.engine.detach_ssd_cache(&rig.vd);
+    rig.engine.detach_ssd_cache(&rig.vd).unwrap();
     assert!(rig.read(0, hot_lines * LINE) == model, "the VD itself (write-through)");
 }
 
@@ -237,7 +237,7 @@ fn attaching_is_refused_where_it_makes_no_sense_and_detaching_drops_the_lines() 
         assert_eq!(rig.engine.read_at(&other, 0, 4096).unwrap().len(), 4096);
     }
     wait_for(|| rig.cache.lines_valid_of(&rig.vd) == 1 && rig.cache.lines_valid_of(&other) == 1, "a line of each VD");
-    rig.engine.detach_ssd_cache(&rig.vd);
+    rig.engine.detach_ssd_cache(&rig.vd).unwrap();
     assert_eq!(rig.cache.lines_valid_of(&rig.vd), 0);
     assert_eq!(rig.cache.lines_valid_of(&other), 1);
     rig.cache.check_invariants();

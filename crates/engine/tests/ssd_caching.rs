@@ -52,14 +52,14 @@ fn a_cache_vd_caches_its_vds_across_a_restart_and_deleting_it_leaves_them_servin
     let controller = open(&engine, &drives);
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
     controller.create_vd(spec(Level::Raid1, &[3, 4], "logs")).unwrap();
-    let error = controller.create_cache_vd(spec(Level::Raid5, &[5], "cache"), &[]).unwrap_err();
+    let error = controller.create_cache_vd(spec(Level::Raid5, &[5], "cache"), false, &[]).unwrap_err();
     assert!(matches!(&error, ControlError::BadInput(m) if m.contains("RAID 0, 1 or 10")), "{error}");
     let before = controller.config();
     let error = controller.set_ssd_caching(0, SsdCaching::On).unwrap_err();
     assert!(error.to_string().contains("there is no cache VD"), "{error}");
     assert_eq!(controller.config().vds, before.vds, "a refused request changes nothing");
 
-    let cache = controller.create_cache_vd(spec(Level::Raid0, &[5], "cache"), &[0]).unwrap();
+    let cache = controller.create_cache_vd(spec(Level::Raid0, &[5], "cache"), false, &[0]).unwrap();
     assert!(cache.cache_vd);
     assert_eq!(cached_by(&controller, 0), Some(cache.vd_id));
     controller.set_ssd_caching(1, SsdCaching::On).unwrap();
@@ -115,7 +115,7 @@ fn a_full_initialization_drops_the_vds_lines() {
     let drives = mem_drives(4, 32 * MIB);
     let controller = open(&engine, &drives);
     controller.create_vd(spec(Level::Raid1, &[0, 1], "db")).unwrap();
-    let cache = controller.create_cache_vd(spec(Level::Raid0, &[2, 3], "cache"), &[0]).unwrap();
+    let cache = controller.create_cache_vd(spec(Level::Raid0, &[2, 3], "cache"), false, &[0]).unwrap();
     let (_, db) = controller.vd(0).unwrap();
     engine.write_at(&db, 0, &pattern(MIB as usize, 3)).unwrap();
     for _ in 0..2 {
@@ -141,7 +141,7 @@ fn a_failed_cache_vd_loses_nothing() {
     let drives: Vec<Arc<dyn Drive>> = faulty.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
     let controller = open(&engine, &drives);
     controller.create_vd(spec(Level::Raid1, &[0, 1], "db")).unwrap();
-    let cache = controller.create_cache_vd(spec(Level::Raid0, &[2, 3], "cache"), &[0]).unwrap();
+    let cache = controller.create_cache_vd(spec(Level::Raid0, &[2, 3], "cache"), false, &[0]).unwrap();
     let (_, db) = controller.vd(0).unwrap();
     let data = pattern(MIB as usize, 9);
     engine.write_at(&db, 0, &data).unwrap();

@@ -440,6 +440,21 @@ pub struct SsdCacheInfo {
     pub write_updates: u64,
     /// Hits over hits and misses since the controller started.
     pub hit_ratio: f64,
+    /// The cache keeps writes to its lines (write-back) rather than writing them through.
+    #[serde(default)]
+    pub write_back: bool,
+    /// Lines newer on the cache VD than on their VD: all of them on a cache VD, this VD's on a
+    /// cached one.
+    #[serde(default)]
+    pub lines_dirty: u64,
+    /// Writes kept on the cache VD, lines destaged since (on a cache VD).
+    #[serde(default)]
+    pub writes_absorbed: u64,
+    #[serde(default)]
+    pub lines_destaged: u64,
+    /// This VD is offline: its write-back cache VD failed holding its newest data.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
 }
 
 /// A VD's resync after an unclean stop: its dirty regions' parity or copies are recomputed.

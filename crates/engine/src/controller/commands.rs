@@ -15,11 +15,11 @@ impl Controller {
     /// # Errors
     /// Which slot or rule is wrong, and what is allowed; nothing changes.
     pub fn create_vd(&self, spec: CreateVdSpec) -> Result<VdRecord, ControlError> {
-        self.create_vd_of_kind(spec, false)
+        self.create_vd_of_kind(spec, None)
     }
 
-    /// Creates a VD, or a cache VD (`cache_vd`, see `ssd_caching`).
-    pub(super) fn create_vd_of_kind(&self, spec: CreateVdSpec, cache_vd: bool) -> Result<VdRecord, ControlError> {
+    /// Creates a VD, or a cache VD (`cache`: `Some(write_back)`, see `ssd_caching`).
+    pub(super) fn create_vd_of_kind(&self, spec: CreateVdSpec, cache: Option<bool>) -> Result<VdRecord, ControlError> {
         let mut state = self.state.lock().expect("controller lock");
         check_new_members(&state, &spec.slots)?;
         let vd_id = (0..).find(|id| !state.vds.contains_key(id)).expect("a free VD id");
@@ -61,10 +61,12 @@ impl Controller {
             bad_blocks: Vec::new(),
             bgi_pending: false,
             cache_vd: false,
+            cache_write_back: false,
             ssd_cache_vd_id: None,
         };
         let opening = bgi::opening_for(&vd);
-        let record = VdRecord { bgi_pending: opening == Opening::CreatedOverData, cache_vd, ..record };
+        let (cache_vd, cache_write_back) = (cache.is_some(), cache == Some(true));
+        let record = VdRecord { bgi_pending: opening == Opening::CreatedOverData, cache_vd, cache_write_back, ..record };
         vd.set_notifier(self.member_events.clone());
         self.open_write_intent(state.config.controller_id, vd_id, &vd, opening);
         vd.bad_blocks().set_notifier(self.bad_block_events.clone());
@@ -97,6 +99,16 @@ impl Controller {
     /// # Errors
     /// No such VD, or in use without `force`.
     pub fn delete_vd(&self, vd_id: u32, force: bool, in_use: bool) -> Result<(), ControlError> {
+        // A write-back cache VD's data goes to the VDs it caches first (not under the lock).
+        self.drain_cache_vd_users(vd_id)?;
+        let deleted = self.delete_drained_vd(vd_id, force, in_use);
+        if deleted.is_err() {
+            self.end_cache_vd_drains(vd_id);
+        }
+        deleted
+    }
+
+    fn delete_drained_vd(&self, vd_id: u32, force: bool, in_use: bool) -> Result<(), ControlError> {
         let mut state = self.state.lock().expect("controller lock");
         let Some(position) = state.config.vds.iter().position(|v| v.vd_id == vd_id) else {
             drop(state);

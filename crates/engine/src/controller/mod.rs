@@ -498,6 +498,10 @@ impl Controller {
         if take_over {
             self.take_over(&mut state, record.vd_id);
         }
+        drop(state);
+        if record.cache_vd && vd.state() == crate::VdState::Offline {
+            self.cache_vd_failed(record.vd_id, false);
+        }
     }
 }
 

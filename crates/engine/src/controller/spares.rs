@@ -58,6 +58,7 @@ mod tests {
             bad_blocks: Vec::new(),
             bgi_pending: false,
             cache_vd: false,
+            cache_write_back: false,
             ssd_cache_vd_id: None,
         };
         let mut drives: Vec<DriveRecord> = (0..3)

@@ -24,8 +24,9 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// schedule (the counts grow to 48 bytes). Version 7 adds the id of the journal the cache trusts.
 /// Version 8 adds the legs of a mirrored journal that must not be replayed. Version 9 adds the
 /// drive state `Jrnl` (a slot's drive holding the journal). Version 10 adds SSD caching: the VD
-/// flag of a cache VD, and the cache VD that caches a VD.
-pub const FORMAT_VERSION: u32 = 10;
+/// flag of a cache VD, and the cache VD that caches a VD. Version 11 adds the VD flag of a
+/// write-back cache VD.
+pub const FORMAT_VERSION: u32 = 11;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
@@ -42,6 +43,8 @@ const FORMAT_VERSION_JOURNAL_LEGS: u32 = 8;
 const FORMAT_VERSION_JOURNAL_DRIVE: u32 = 9;
 /// The first version with cache VDs (SSD caching).
 const FORMAT_VERSION_SSD_CACHE: u32 = 10;
+/// The first version with write-back cache VDs.
+const FORMAT_VERSION_SSD_CACHE_WRITE_BACK: u32 = 11;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -185,7 +188,9 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
     put(&mut fixed, vd_record::STRIP_SIZE_BYTES, &vd.strip_size_bytes.to_le_bytes());
     put(&mut fixed, vd_record::MEMBER_COUNT, &(vd.member_slots.len() as u32).to_le_bytes());
     put(&mut fixed, vd_record::NAME_LEN, &[name.len() as u8]);
-    let flags = if vd.bgi_pending { vd_record::FLAG_BGI_PENDING } else { 0 } | if vd.cache_vd { vd_record::FLAG_CACHE_VD } else { 0 };
+    let flags = if vd.bgi_pending { vd_record::FLAG_BGI_PENDING } else { 0 }
+        | if vd.cache_vd { vd_record::FLAG_CACHE_VD } else { 0 }
+        | if vd.cache_vd && vd.cache_write_back { vd_record::FLAG_CACHE_WRITE_BACK } else { 0 };
     put(&mut fixed, vd_record::VD_FLAGS, &[flags]);
     let cache_vd_id = vd.ssd_cache_vd_id.unwrap_or(vd_record::NO_SSD_CACHE);
     put(&mut fixed, vd_record::SSD_CACHE_VD_ID, &cache_vd_id.to_le_bytes());
@@ -508,7 +513,10 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
             let flags = get::<1>(fixed, vd_record::VD_FLAGS)[0];
             let (known_flags, known) = match version {
                 ..FORMAT_VERSION_SSD_CACHE => (vd_record::FLAGS_KNOWN_V9, "bit 0 (background initialization pending)"),
-                _ => (vd_record::FLAGS_KNOWN, "bit 0 (background initialization pending), bit 1 (cache VD)"),
+                ..FORMAT_VERSION_SSD_CACHE_WRITE_BACK => {
+                    (vd_record::FLAGS_KNOWN_V10, "bit 0 (background initialization pending), bit 1 (cache VD)")
+                }
+                _ => (vd_record::FLAGS_KNOWN, "bit 0 (background initialization pending), bit 1 (cache VD), bit 2 (write-back cache VD)"),
             };
             if flags & !known_flags != 0 {
                 let known = known.to_string();
@@ -555,6 +563,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
         bad_blocks,
         bgi_pending: flags & vd_record::FLAG_BGI_PENDING != 0,
         cache_vd: flags & vd_record::FLAG_CACHE_VD != 0,
+        cache_write_back: flags & vd_record::FLAG_CACHE_VD != 0 && flags & vd_record::FLAG_CACHE_WRITE_BACK != 0,
         ssd_cache_vd_id,
     })
 }

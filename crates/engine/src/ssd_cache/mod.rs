@@ -6,13 +6,20 @@
 //! Engine::submit(vd) ──▶ SsdCache::submit ──┬─ read, every line valid ─▶ cache VD (one read per line)
 //!                                           ├─ read, a miss ─▶ the VD's own path ─▶ client
 //!                                           │        └─ second miss of a line ─▶ fill: the line from the VD ─▶ cache VD
-//!                                           └─ write ─▶ the VD, and the cache VD for lines it holds ─▶ client
+//!                                           ├─ write, write-through ─▶ the VD, and the cache VD for lines it holds ─▶ client
+//!                                           └─ write, write-back ─▶ the cache VD for lines it holds (dirty), the VD for the rest ─▶ client
+//!                                                                    └─ destage (watermarks, idle, detach) ─▶ the VD, in LBA order
 //! ```
 //!
-//! This is the write-through tier: every write reaches the VD before it is acknowledged, so the
-//! cache VD never holds the only copy of anything, and losing it loses nothing. What lines it
-//! holds, how they are admitted and evicted, and the rules that keep each equal to its VD are
-//! in [`lines`]. A sequential stream past [`SsdCacheOptions::sequential_cutoff_bytes`] (4 MiB,
+//! A write-through cache has every write reach the VD before it is acknowledged: the cache VD
+//! never holds the only copy of anything, and losing it loses nothing. A write-back cache
+//! ([`write_back`]) keeps writes to the lines it holds on the cache VD only, as dirty lines
+//! named in a table on the cache VD that a restart after a crash reads back ([`map`]), and
+//! destages them later ([`destage`]); a lost cache VD then loses data, so its VDs with dirty
+//! lines go offline ([`Attachment::mark_lost`]) rather than serve what their members hold.
+//! A RAID1 or RAID10 cache VD survives one SSD's loss like any VD. What lines a cache holds,
+//! how they are admitted and evicted, and the rules that keep each equal to (or newer than)
+//! its VD are in [`lines`]. A sequential stream past [`SsdCacheOptions::sequential_cutoff_bytes`] (4 MiB,
 //! bcache's default) is served from the cache where it hits but promotes nothing, so a scan does
 //! not displace the hot set.
 //!
@@ -22,20 +29,24 @@
 //! member failures and its rebuilds are those of any VD. Fills are issued from completions on
 //! shard threads, through the engine's [`Router`].
 //!
-//! The line map is kept on the cache VD across a clean stop ([`map`]): the cache starts warm.
-//! Not yet built (issue 13): write-back caching, whose dirty lines need a crash-safe map.
+//! The line table is kept on the cache VD ([`map`]): the cache starts warm after a clean stop,
+//! and with its dirty lines after any stop.
 
+mod destage;
 mod lines;
 mod map;
 mod persist;
+mod write_back;
 
 use crate::router::Router;
 use crate::{Done, Engine, VdCompletion, VdRequest, VirtualDrive};
 use drive::IoBuf;
 use lines::{LineKey, Lines, WriteAction};
 pub use map::{MapEntry, MapOwner};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// A line: the unit of promotion and eviction (MegaRAID's CacheCade and the issue's example).
 pub const DEFAULT_LINE_BYTES: u64 = 64 << 10;
@@ -48,13 +59,18 @@ const STREAMS_TRACKED: usize = 16;
 pub struct SsdCacheOptions {
     pub line_bytes: u64,
     pub sequential_cutoff_bytes: u64,
+    /// Writes to held lines stay on the cache VD (see the module docs).
+    pub write_back: bool,
 }
 
 impl Default for SsdCacheOptions {
     fn default() -> Self {
-        SsdCacheOptions { line_bytes: DEFAULT_LINE_BYTES, sequential_cutoff_bytes: DEFAULT_SEQUENTIAL_CUTOFF_BYTES }
+        SsdCacheOptions { line_bytes: DEFAULT_LINE_BYTES, sequential_cutoff_bytes: DEFAULT_SEQUENTIAL_CUTOFF_BYTES, write_back: false }
     }
 }
+
+/// How long detaching a write-back cache waits for a VD's dirty lines to be destaged.
+pub const DETACH_FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the cache has done since it was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -74,9 +90,20 @@ pub struct SsdCacheStats {
     pub write_updates: u64,
     /// Reads the cache VD failed, served again by the VD.
     pub cache_read_errors: u64,
+    /// Writes kept on the cache VD (write-back), in part or whole.
+    pub writes_absorbed: u64,
+    /// Dirty lines written to their VDs and clean since.
+    pub lines_destaged: u64,
+    /// Destages that left their line dirty (a write came meanwhile, or a failure).
+    pub destage_retries: u64,
+    /// Writes of the line table that failed (their writes failed with them).
+    pub table_write_errors: u64,
     pub lines_valid: u64,
+    /// Lines newer on the cache VD than on their VD.
+    pub lines_dirty: u64,
     pub line_count: u64,
     pub line_bytes: u64,
+    pub write_back: bool,
 }
 
 impl SsdCacheStats {
@@ -99,6 +126,10 @@ struct Counters {
     fills_dropped: AtomicU64,
     write_updates: AtomicU64,
     cache_read_errors: AtomicU64,
+    writes_absorbed: AtomicU64,
+    lines_destaged: AtomicU64,
+    destage_retries: AtomicU64,
+    table_write_errors: AtomicU64,
 }
 
 /// One cache VD and the lines it holds for the VDs attached to it.
@@ -109,6 +140,18 @@ pub struct SsdCache {
     lines: Mutex<Lines>,
     streams: Mutex<Vec<Stream>>,
     counters: Counters,
+    /// The attached VDs by instance id, for the destager.
+    vds: Mutex<HashMap<u64, Weak<VirtualDrive>>>,
+    /// VDs (instance ids) whose dirty lines are being drained: their writes go through.
+    draining: Mutex<HashSet<u64>>,
+    /// The last write through the cache (the destager's idle rule).
+    last_write: Mutex<Instant>,
+    /// The destager is between its watermarks, going down.
+    destage_active: AtomicBool,
+    /// The table on the cache VD is ours and `running` ([`SsdCache::begin_service`]): until
+    /// then a write-back cache writes through (nothing could find its dirty lines after a
+    /// crash).
+    in_service: AtomicBool,
 }
 
 /// A sequential stream: where its next request starts, how long it has run.
@@ -128,6 +171,8 @@ pub struct Attachment {
     cache: Mutex<Option<Arc<SsdCache>>>,
     /// This VD is a cache VD: it cannot have a cache of its own.
     is_cache_vd: AtomicBool,
+    /// Its write-back cache VD failed holding dirty lines of it: every request fails.
+    lost: AtomicBool,
 }
 
 impl Attachment {
@@ -141,6 +186,16 @@ impl Attachment {
 
     pub fn is_cache_vd(&self) -> bool {
         self.is_cache_vd.load(Ordering::Acquire)
+    }
+
+    /// Takes the VD offline: its write-back cache VD failed while holding dirty lines of it,
+    /// which its members do not have. Undone by [`Engine::discard_ssd_cache`].
+    pub fn mark_lost(&self) {
+        self.lost.store(true, Ordering::Release);
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
     }
 }
 
@@ -165,14 +220,23 @@ impl Engine {
         if cache_vd.ssd_cache().is_cache_vd.swap(true, Ordering::AcqRel) {
             return Err(format!("virtual drive {name} is a cache VD already"));
         }
-        Ok(Arc::new(SsdCache {
+        let cache = Arc::new(SsdCache {
             cache_vd: Arc::clone(cache_vd),
             router: self.router.clone(),
             options,
-            lines: Mutex::new(Lines::new(slot_count)),
+            lines: Mutex::new(Lines::new(slot_count, options.write_back)),
             streams: Mutex::new(Vec::with_capacity(STREAMS_TRACKED)),
             counters: Counters::default(),
-        }))
+            vds: Mutex::new(HashMap::new()),
+            draining: Mutex::new(HashSet::new()),
+            last_write: Mutex::new(Instant::now()),
+            destage_active: AtomicBool::new(false),
+            in_service: AtomicBool::new(false),
+        });
+        if options.write_back {
+            destage::spawn(&cache);
+        }
+        Ok(cache)
     }
 
     /// Has `cache` serve `vd` from now on.
@@ -188,20 +252,44 @@ impl Engine {
         if slot.is_some() {
             return Err(format!("virtual drive {} is cached already; detach its cache first", vd.name()));
         }
-        cache.lines().attach(vd.instance_id());
+        let vd_id = u32::try_from(vd.id()).map_err(|_| format!("virtual drive {}: id {} is past the line table's", vd.name(), vd.id()))?;
+        cache.lines().attach(vd.instance_id(), vd_id);
+        cache.vds.lock().expect("ssd cache vds lock").insert(vd.instance_id(), Arc::downgrade(vd));
         *slot = Some(Arc::clone(cache));
         attachment.attached.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Stops caching `vd`: its lines are dropped (those in use once idle). Nothing to write
-    /// back: the tier is write-through.
-    pub fn detach_ssd_cache(&self, vd: &Arc<VirtualDrive>) {
+    /// Stops caching `vd`: a write-back cache destages its dirty lines first (its writes go
+    /// through meanwhile); then its lines are dropped (those in use once idle).
+    ///
+    /// # Errors
+    /// Dirty lines could not be destaged within [`DETACH_FLUSH_TIMEOUT`]: the VD stays cached.
+    pub fn detach_ssd_cache(&self, vd: &Arc<VirtualDrive>) -> Result<(), String> {
+        let Some(cache) = vd.ssd_cache().get() else { return Ok(()) };
+        if cache.options.write_back {
+            if let Err(error) = cache.flush_vd(vd, DETACH_FLUSH_TIMEOUT) {
+                cache.end_drain(vd);
+                return Err(error);
+            }
+        }
+        self.discard_ssd_cache(vd);
+        Ok(())
+    }
+
+    /// Stops caching `vd` without destaging anything: dirty lines are discarded (its cache VD
+    /// failed, or an administrator chose to). A VD offline for a lost cache comes back with
+    /// what its members hold.
+    pub fn discard_ssd_cache(&self, vd: &Arc<VirtualDrive>) {
         let attachment = vd.ssd_cache();
         let mut slot = attachment.cache.lock().expect("ssd cache attachment lock");
         attachment.attached.store(false, Ordering::Release);
+        attachment.lost.store(false, Ordering::Release);
         if let Some(cache) = slot.take() {
             cache.lines().detach(vd.instance_id());
+            cache.vds.lock().expect("ssd cache vds lock").remove(&vd.instance_id());
+            cache.end_drain(vd);
+            cache.kick_table();
         }
     }
 }
@@ -223,9 +311,15 @@ impl SsdCache {
             evictions: lines.evictions,
             write_updates: c.write_updates.load(Ordering::Relaxed),
             cache_read_errors: c.cache_read_errors.load(Ordering::Relaxed),
+            writes_absorbed: c.writes_absorbed.load(Ordering::Relaxed),
+            lines_destaged: c.lines_destaged.load(Ordering::Relaxed),
+            destage_retries: c.destage_retries.load(Ordering::Relaxed),
+            table_write_errors: c.table_write_errors.load(Ordering::Relaxed),
             lines_valid: lines.valid_count() as u64,
+            lines_dirty: lines.dirty_count() as u64,
             line_count: u64::from(lines.slot_count()),
             line_bytes: self.options.line_bytes,
+            write_back: self.options.write_back,
         }
     }
 
@@ -238,15 +332,32 @@ impl SsdCache {
 
     /// Drops every line of `vd` (those in use once idle; fills under way are poisoned), which
     /// stays attached: its data changed under the cache (a full initialization).
-    pub fn drop_lines(&self, vd: &VirtualDrive) {
-        let mut lines = self.lines();
-        lines.detach(vd.instance_id());
-        lines.attach(vd.instance_id());
+    pub fn drop_lines(self: &Arc<Self>, vd: &VirtualDrive) {
+        {
+            let mut lines = self.lines();
+            lines.detach(vd.instance_id());
+            lines.attach(vd.instance_id(), vd.id() as u32);
+        }
+        self.kick_table();
     }
 
     /// Lines of `vd` the cache can serve now.
     pub fn lines_valid_of(&self, vd: &VirtualDrive) -> u64 {
         self.lines().valid_count_of(vd.instance_id()) as u64
+    }
+
+    /// Lines of `vd` newer on the cache VD than on `vd`.
+    pub fn lines_dirty_of(&self, vd: &VirtualDrive) -> u64 {
+        self.lines().dirty_count_of(vd.instance_id()) as u64
+    }
+
+    pub fn is_write_back(&self) -> bool {
+        self.options.write_back
+    }
+
+    /// Writes to held lines stay on the cache VD now (write-back, its table in service).
+    fn writes_back(&self) -> bool {
+        self.options.write_back && self.in_service.load(Ordering::Acquire)
     }
 
     fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
@@ -267,9 +378,23 @@ impl SsdCache {
         self.cache_vd.note_client_request();
         match request {
             VdRequest::Read { offset_bytes, buf } => self.read(engine, vd, offset_bytes, buf, done),
+            VdRequest::Write { offset_bytes, buf } if self.writes_back() && !self.is_draining(vd) => {
+                self.note_write();
+                self.write_back(engine, vd, offset_bytes, buf, done);
+            }
             VdRequest::Write { offset_bytes, buf } => self.write(engine, vd, offset_bytes, buf, done),
+            VdRequest::Flush if self.writes_back() => self.flush_both(engine, vd, done),
             VdRequest::Flush => engine.submit_direct(vd, VdRequest::Flush, done),
         }
+    }
+
+    /// A client's flush of a VD cached write-back: the cache VD holds its acknowledged writes
+    /// too.
+    fn flush_both(&self, engine: &Engine, vd: &Arc<VirtualDrive>, done: Done) {
+        let joiner = crate::join::Joiner::new(2, done);
+        let cache_joiner = Arc::clone(&joiner);
+        self.router.flush(&self.cache_vd, Box::new(move |completion| cache_joiner.piece_done(0, completion)));
+        engine.submit_direct(vd, VdRequest::Flush, Box::new(move |completion| joiner.piece_done(1, completion)));
     }
 
     fn read(self: &Arc<Self>, engine: &Engine, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, done: Done) {
@@ -338,13 +463,16 @@ impl SsdCache {
         let (cache, vd) = (Arc::clone(self), Arc::clone(vd));
         let joined: Done = Box::new(move |completion: VdCompletion| {
             let ok = completion.result.is_ok();
-            {
+            let dirty = {
                 let mut lines = cache.lines();
+                let dirty = lines.any_dirty(&keys);
                 for key in &keys {
                     lines.end_read(*key, ok);
                 }
-            }
-            if ok {
+                dirty
+            };
+            // A dirty line has no other copy: its VD would return older data.
+            if ok || dirty {
                 return done(completion);
             }
             cache.counters.cache_read_errors.fetch_add(1, Ordering::Relaxed);

@@ -73,7 +73,8 @@ pub enum VdState {
     PartiallyDegraded,
     /// Serving, but one more loss in some span loses data.
     Degraded,
-    /// Lost more than it tolerates: every I/O fails.
+    /// Lost more than it tolerates, or the write-back SSD cache holding its newest data: every
+    /// I/O fails.
     Offline,
 }
 
@@ -439,7 +440,10 @@ impl VirtualDrive {
     pub fn state(&self) -> VdState {
         let lost = self.unavailable();
         let lost_mask: Vec<bool> = (0..self.members.len()).map(|m| lost.contains(m)).collect();
-        if lost.is_empty() {
+        if self.ssd_cache.is_lost() {
+            // Its newest data was on a write-back cache VD that failed (`ssd_cache`).
+            VdState::Offline
+        } else if lost.is_empty() {
             VdState::Optimal
         } else if !self.geometry.survives(&lost_mask) {
             VdState::Offline

@@ -330,16 +330,19 @@ fn foreign_report(configurations: &[ForeignView], answer: &Value) -> Report {
 
 /// The cache VDs: what they hold and how well they serve, or `None` if there are none.
 fn cachecade_table(vds: &[VdView]) -> Option<Table> {
-    let mut table = Table::new(&["VD", "TYPE", "Size", "Lines", "Valid", "Hit ratio", "Hits", "Misses", "Bypassed", "Caches"]);
+    let mut table =
+        Table::new(&["VD", "TYPE", "Policy", "Size", "Lines", "Valid", "Dirty", "Hit ratio", "Hits", "Misses", "Bypassed", "Caches"]);
     for vd in vds.iter().filter(|vd| vd.cache_vd) {
         let Some(cache) = &vd.ssd_cache else { continue };
         let caches: Vec<String> = cache.cached_vds.iter().map(|v| format!("v{v}")).collect();
         table.push(vec![
             vd.vd.to_string(),
             vd.level.clone(),
+            policy_name(cache.write_back).to_string(),
             human_size(vd.size_bytes),
             format!("{} x {} KiB", cache.line_count, cache.line_bytes / 1024),
             cache.lines_valid.to_string(),
+            human_size(cache.lines_dirty * cache.line_bytes),
             format!("{:.2}", cache.hit_ratio),
             cache.read_hits.to_string(),
             cache.read_misses.to_string(),
@@ -469,10 +472,15 @@ fn ssd_caching_text(vd: &VdView) -> String {
         };
     };
     let line_kib = cache.line_bytes / 1024;
+    let policy = policy_name(cache.write_back);
+    let dirty = human_size(cache.lines_dirty * cache.line_bytes);
     match cache.cache_vd {
-        Some(cache_vd) => format!("On (cache VD v{cache_vd}, write-through): {} of its {line_kib} KiB lines hold this VD", cache.lines_valid),
+        Some(cache_vd) if cache.lost => {
+            format!("OFFLINE: its write-back cache VD v{cache_vd} failed holding {dirty} of its newest data; delete v{cache_vd} to discard it")
+        }
+        Some(cache_vd) => format!("On (cache VD v{cache_vd}, {policy}): {} of its {line_kib} KiB lines hold this VD, {dirty} dirty", cache.lines_valid),
         None => format!(
-            "cache VD (write-through) of {}: {} of {} {line_kib} KiB lines valid; reads {} hits, {} misses, {} bypassed (hit ratio {:.2}); {} promotions, {} evictions, {} writes updated lines",
+            "cache VD ({policy}) of {}: {} of {} {line_kib} KiB lines valid, {dirty} dirty; reads {} hits, {} misses, {} bypassed (hit ratio {:.2}); {} promotions, {} evictions, {} writes updated lines, {} kept (write-back), {} lines destaged",
             if cache.cached_vds.is_empty() { "no VD".to_string() } else { cache.cached_vds.iter().map(|v| format!("v{v}")).collect::<Vec<_>>().join(", ") },
             cache.lines_valid,
             cache.line_count,
@@ -482,8 +490,18 @@ fn ssd_caching_text(vd: &VdView) -> String {
             cache.hit_ratio,
             cache.promotions,
             cache.evictions,
-            cache.write_updates
+            cache.write_updates,
+            cache.writes_absorbed,
+            cache.lines_destaged
         ),
+    }
+}
+
+fn policy_name(write_back: bool) -> &'static str {
+    if write_back {
+        "write-back"
+    } else {
+        "write-through"
     }
 }
 

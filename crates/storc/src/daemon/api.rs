@@ -379,7 +379,7 @@ fn io_policy(text: Option<&str>) -> Result<Option<IoPolicy>, (StatusCode, Json<A
 async fn create_vd(State(state): State<Shared>, ApiJson(body): ApiJson<CreateVd>) -> Reply<VdView> {
     let level = Level::parse(&body.level).map_err(|e| bad(e.to_string()))?;
     let strip_kib = body.strip_kib.unwrap_or(64);
-    let spec = CreateVdSpec {
+    let mut spec = CreateVdSpec {
         level,
         slots: body.drives.clone(),
         strip_size_bytes: strip_kib.checked_mul(1024).ok_or_else(|| bad(format!("strip {strip_kib} KiB is too large")))?,
@@ -394,8 +394,14 @@ async fn create_vd(State(state): State<Shared>, ApiJson(body): ApiJson<CreateVd>
     if !cachecade && !assign_vds.is_empty() {
         return Err(bad("assignvds= is for a cache VD (add vd cachecade ...)".to_string()));
     }
+    // A cache VD's wt|wb is its caching's (write-back keeps writes on it, CacheCade's WB); its
+    // own writes go through to its SSDs.
+    let cache_write_back = cachecade && spec.write_policy != WritePolicy::WriteThrough;
+    if cachecade {
+        spec.write_policy = WritePolicy::WriteThrough;
+    }
     let record = blocking(move || match cachecade {
-        true => controller.create_cache_vd(spec, &assign_vds),
+        true => controller.create_cache_vd(spec, cache_write_back, &assign_vds),
         false => controller.create_vd(spec),
     })
     .await?;

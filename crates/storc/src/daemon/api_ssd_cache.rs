@@ -22,9 +22,14 @@ pub(super) fn ssd_cache_info(view: SsdCacheView) -> SsdCacheInfo {
             evictions: stats.evictions,
             write_updates: stats.write_updates,
             hit_ratio: stats.hit_ratio(),
+            write_back: stats.write_back,
+            lines_dirty: stats.lines_dirty,
+            writes_absorbed: stats.writes_absorbed,
+            lines_destaged: stats.lines_destaged,
+            lost: false,
         },
-        SsdCacheView::Cached { cache_vd_id, lines_valid, line_bytes } => {
-            SsdCacheInfo { cache_vd: Some(cache_vd_id), lines_valid, line_bytes, ..SsdCacheInfo::default() }
+        SsdCacheView::Cached { cache_vd_id, lines_valid, lines_dirty, line_bytes, write_back, lost } => {
+            SsdCacheInfo { cache_vd: Some(cache_vd_id), lines_valid, lines_dirty, line_bytes, write_back, lost, ..SsdCacheInfo::default() }
         }
     }
 }

@@ -25,6 +25,8 @@ fn io_error(error: &VdError) -> IoError {
         | VdError::Initializing { .. }
         | VdError::FailureUnrecorded { .. }
         | VdError::RowNotResynced { .. }
+        | VdError::SsdCacheLost { .. }
+        | VdError::SsdCacheWrite { .. }
         | VdError::BadBlock { .. } => IoError::Io,
         // Only row jobs (rebuild, check) return these; a client request never does.
         VdError::NoRedundancy { .. }

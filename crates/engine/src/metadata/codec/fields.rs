@@ -227,9 +227,13 @@ pub(crate) mod vd_record {
     pub const FLAG_BGI_PENDING: u8 = 1;
     /// `vd_flags` bit 1 (version 10): a cache VD (see `VdRecord::cache_vd`).
     pub const FLAG_CACHE_VD: u8 = 2;
+    /// `vd_flags` bit 2 (version 11): a cache VD that caches write-back.
+    pub const FLAG_CACHE_WRITE_BACK: u8 = 4;
     /// The flags versions 6 to 9 know.
     pub const FLAGS_KNOWN_V9: u8 = FLAG_BGI_PENDING;
-    pub const FLAGS_KNOWN: u8 = FLAG_BGI_PENDING | FLAG_CACHE_VD;
+    /// The flags version 10 knows.
+    pub const FLAGS_KNOWN_V10: u8 = FLAG_BGI_PENDING | FLAG_CACHE_VD;
+    pub const FLAGS_KNOWN: u8 = FLAG_BGI_PENDING | FLAG_CACHE_VD | FLAG_CACHE_WRITE_BACK;
 }
 
 /// The fixed part of a hot spare record; `dedicated_count` u32 drive groups follow it.

@@ -5,7 +5,7 @@ use super::*;
 pub(super) fn unknown_command(object: Object, path: &str, tokens: &[String]) -> String {
     let allowed = match object {
         Object::Controller => {
-            "show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], add vd cachecade r0|r1|r10 drives=LIST [assignvds=LIST], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH"
+            "show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], add vd cachecade r0|r1|r10 drives=LIST [wt|wb] [assignvds=LIST], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH"
         }
         Object::Vds(Target::All) => {
             "show, show all, show cc, show bgi, show init (show badblocks, del, set, cc, bgi and init commands need one VD: /c0/vN)"

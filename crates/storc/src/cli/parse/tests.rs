@@ -171,7 +171,7 @@ fn objects_and_commands_that_do_not_exist() {
     );
     check(
         "/c0",
-        "usage: missing command after /c0; allowed: show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], add vd cachecade r0|r1|r10 drives=LIST [assignvds=LIST], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH",
+        "usage: missing command after /c0; allowed: show, show all, show events, show patrolread, show cc, start|stop|pause|resume patrolread, add vd LEVEL drives=LIST [options], add vd cachecade r0|r1|r10 drives=LIST [wt|wb] [assignvds=LIST], set autorebuild=on|off rebuildrate=0-100 copyback=on|off ccrate=0-100 bgirate=0-100 patrolread=on|off mode=auto|manual delay=HOURS prrate=0-100 includessds=on|off cc=off|seq|conc delay=HOURS starttime=YYYY/MM/DD HH",
     );
     check("/c0 set rebuildrate=101", "usage: rebuildrate=\"101\" is not allowed; allowed: 0 to 100 (percent)");
     check("/c0 set autorebuild=maybe", "usage: autorebuild=\"maybe\" is not allowed; allowed: on, off");

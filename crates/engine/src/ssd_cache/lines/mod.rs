@@ -21,8 +21,25 @@
 //! - A fill (promotion) starts only on a line that no write is in flight for, and any write
 //!   that arrives before it is installed poisons it: the fill read the VD before that write.
 //! - A line whose cache read or update failed becomes `Stale`.
+//!
+//! # Write-back: dirty lines ([`dirty`])
+//! - A write touching a `Valid` line writes it on the cache VD only and makes it *dirty*
+//!   (newer there than on its VD); any number of writes may do so at once, as on any drive:
+//!   there is one copy. A write touching a line the cache does not hold goes to the VD
+//!   (write-around) under the rules above. A dirty line is never `Stale`, evicted, or dropped
+//!   on a failure: only destaged (written to its VD, which is flushed) or discarded on purpose.
+//! - The table on the cache VD ([`super::map`]) must say a line is dirty before the first
+//!   write that dirtied it is acknowledged, and a slot leaves a line only once the table no
+//!   longer says it is dirty there (`durable_dirty`). Table blocks are written whole from the
+//!   state here, one write per block at a time, each with a generation: a write waits for the
+//!   generation that includes its line.
+//! - A destage starts on a dirty line no write is in flight for and pins it; it ends clean only
+//!   if no write came meanwhile (`epoch`).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+mod dirty;
+
+pub(crate) use dirty::{Destage, TableStart};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// A line: the VD's instance id (never reused in a process, unlike VD numbers) and the line's
 /// index in the VD.
@@ -54,6 +71,18 @@ struct Entry {
     writers: u32,
     /// Key in `lru` while `Valid`.
     last_use: u64,
+    /// Newer on the cache VD than on the VD (write-back).
+    dirty: bool,
+    /// Write-back writes that began on the line: a destage that saw another number ends with
+    /// the line still dirty.
+    epoch: u64,
+    destaging: bool,
+}
+
+impl Entry {
+    fn new(slot: u32, state: State) -> Entry {
+        Entry { slot, state, readers: 0, writers: 0, last_use: 0, dirty: false, epoch: 0, destaging: false }
+    }
 }
 
 /// What a write does with one line it touches.
@@ -88,10 +117,20 @@ pub(crate) struct Lines {
     frozen: bool,
     tick: u64,
     pub(crate) evictions: u64,
+    /// Writes to held lines stay on the cache VD (write-back).
+    write_back: bool,
+    /// The number of each attached VD (instance id to VD id), which the table names.
+    vd_ids: HashMap<u64, u32>,
+    /// The line each slot holds.
+    slot_keys: Vec<Option<LineKey>>,
+    /// Dirty lines in LBA order (destaged from a cursor).
+    dirty: BTreeSet<LineKey>,
+    destage_cursor: LineKey,
+    table: dirty::Table,
 }
 
 impl Lines {
-    pub(crate) fn new(slot_count: u32) -> Lines {
+    pub(crate) fn new(slot_count: u32, write_back: bool) -> Lines {
         assert!(slot_count > 0, "a cache needs at least one line");
         Lines {
             slot_count,
@@ -108,6 +147,12 @@ impl Lines {
             frozen: false,
             tick: 0,
             evictions: 0,
+            write_back,
+            vd_ids: HashMap::new(),
+            slot_keys: vec![None; slot_count as usize],
+            dirty: BTreeSet::new(),
+            destage_cursor: (0, 0),
+            table: dirty::Table::new(slot_count),
         }
     }
 
@@ -124,16 +169,19 @@ impl Lines {
         self.lru.values().filter(|key| key.0 == vd_instance).count()
     }
 
-    pub(crate) fn attach(&mut self, vd_instance: u64) {
+    pub(crate) fn attach(&mut self, vd_instance: u64, vd_id: u32) {
         self.attached.insert(vd_instance);
+        self.vd_ids.insert(vd_instance, vd_id);
     }
 
     /// Drops every line of the VD: idle ones now, busy ones once idle (they become `Stale`,
-    /// fills poisoned). No fill of it starts from now on.
+    /// fills poisoned), dirty ones too (discarded: destage them first to keep them). No fill
+    /// of it starts from now on.
     pub(crate) fn detach(&mut self, vd_instance: u64) {
         self.attached.remove(&vd_instance);
         let keys: Vec<LineKey> = self.entries.keys().filter(|key| key.0 == vd_instance).copied().collect();
         for key in keys {
+            self.discard(key);
             self.make_stale(key);
         }
         self.ghosts.retain(|(key, _)| key.0 != vd_instance);
@@ -163,7 +211,7 @@ impl Lines {
         let entry = self.entries.get_mut(&key).expect("a pinned line stays");
         assert!(entry.readers > 0, "line {key:?}: a read ended that did not begin");
         entry.readers -= 1;
-        if !ok {
+        if !ok && !entry.dirty {
             self.make_stale(key);
         }
         self.release_if_idle(key);
@@ -203,7 +251,8 @@ impl Lines {
             self.note_miss(key);
             return None;
         };
-        self.entries.insert(key, Entry { slot, state: State::Filling { poisoned: false }, readers: 0, writers: 0, last_use: 0 });
+        self.entries.insert(key, Entry::new(slot, State::Filling { poisoned: false }));
+        self.slot_keys[slot as usize] = Some(key);
         self.fills_in_flight += 1;
         Some(slot)
     }
@@ -232,8 +281,11 @@ impl Lines {
         *self.writing.entry(key).or_insert(0) += 1;
         let Some(entry) = self.entries.get_mut(&key) else { return WriteAction::Skip };
         match entry.state {
-            State::Valid if entry.writers == 0 => {
-                entry.writers = 1;
+            // A dirty line is newer than its VD whatever order updates land in: it is
+            // destaged after them (its epoch moved).
+            State::Valid if entry.writers == 0 || entry.dirty => {
+                entry.writers += 1;
+                entry.epoch += 1;
                 WriteAction::Update(entry.slot)
             }
             State::Valid | State::Stale => {
@@ -258,7 +310,9 @@ impl Lines {
         if let WriteAction::Update(_) = action {
             let entry = self.entries.get_mut(&key).expect("an updated line stays until its writer ends");
             entry.writers -= 1;
-            if !ok {
+            // A dirty line's failed range is uncertain, as after any failed write; the rest is
+            // the only copy of its data.
+            if !ok && !entry.dirty {
                 self.make_stale(key);
             }
             self.release_if_idle(key);
@@ -270,6 +324,7 @@ impl Lines {
 
     fn make_stale(&mut self, key: LineKey) {
         let Some(entry) = self.entries.get_mut(&key) else { return };
+        assert!(!entry.dirty, "line {key:?}: a dirty line is destaged or discarded, never dropped");
         match entry.state {
             State::Valid => {
                 self.lru.remove(&entry.last_use);
@@ -284,8 +339,9 @@ impl Lines {
     fn release_if_idle(&mut self, key: LineKey) {
         let Some(entry) = self.entries.get(&key) else { return };
         if entry.state == State::Stale && entry.readers == 0 && entry.writers == 0 {
-            self.free.push(entry.slot);
+            let slot = entry.slot;
             self.entries.remove(&key);
+            self.free_slot(slot);
         }
     }
 
@@ -293,9 +349,10 @@ impl Lines {
     fn evict(&mut self) -> Option<u32> {
         let victim = self.lru.iter().take(EVICTION_SCAN_MAX).map(|(_, key)| *key).find(|key| {
             let entry = &self.entries[key];
-            entry.readers == 0 && entry.writers == 0
+            entry.readers == 0 && entry.writers == 0 && !entry.dirty && !self.table.durable_dirty(entry.slot)
         })?;
         let entry = self.entries.remove(&victim).expect("an lru key has an entry");
+        self.slot_keys[entry.slot as usize] = None;
         self.lru.remove(&entry.last_use);
         self.evictions += 1;
         Some(entry.slot)
@@ -311,24 +368,25 @@ impl Lines {
         self.fills_in_flight == 0 && self.writing.is_empty() && self.entries.values().all(|e| e.readers == 0 && e.writers == 0)
     }
 
-    /// The valid lines, oldest use first, with their slots.
-    pub(crate) fn valid_lines(&self) -> Vec<(LineKey, u32)> {
-        self.lru.values().map(|key| (*key, self.entries[key].slot)).collect()
-    }
-
-    /// Makes each line valid in its slot (a map read back at start), skipping any whose slot
-    /// is not free or whose line is known already; returns how many were installed.
-    pub(crate) fn install(&mut self, lines: &[(LineKey, u32)]) -> usize {
+    /// Makes each line valid in its slot, dirty or not (a table read back at start), skipping
+    /// any whose slot is not free or whose line is known already; returns how many were
+    /// installed. The table is then written whole ([`Lines::request_all_blocks`]).
+    pub(crate) fn install(&mut self, lines: &[(LineKey, u32, bool)]) -> usize {
         let mut free = vec![false; self.slot_count as usize];
         self.free.iter().for_each(|&slot| free[slot as usize] = true);
         let mut installed = 0;
-        for &(key, slot) in lines {
-            if !free.get(slot as usize).copied().unwrap_or(false) || self.entries.contains_key(&key) {
+        for &(key, slot, dirty) in lines {
+            if !free.get(slot as usize).copied().unwrap_or(false) || self.entries.contains_key(&key) || (dirty && !self.write_back) {
                 continue;
             }
             free[slot as usize] = false;
             self.tick += 1;
-            self.entries.insert(key, Entry { slot, state: State::Valid, readers: 0, writers: 0, last_use: self.tick });
+            let entry = Entry { last_use: self.tick, dirty, ..Entry::new(slot, State::Valid) };
+            self.entries.insert(key, entry);
+            self.slot_keys[slot as usize] = Some(key);
+            if dirty {
+                self.dirty.insert(key);
+            }
             self.lru.insert(self.tick, key);
             installed += 1;
         }
@@ -340,16 +398,26 @@ impl Lines {
     /// Checks the invariants that the rules above keep (tests and debug builds).
     pub(crate) fn check(&self) {
         let mut slots: Vec<u32> = self.free.clone();
+        slots.extend(self.table.clean_pending());
         slots.extend(self.entries.values().map(|e| e.slot));
         slots.sort_unstable();
-        assert_eq!(slots, (0..self.slot_count).collect::<Vec<_>>(), "every slot is free or held by exactly one line");
+        assert_eq!(slots, (0..self.slot_count).collect::<Vec<_>>(), "every slot is free, being cleaned, or held by one line");
+        assert!(self.free.iter().all(|&slot| !self.table.durable_dirty(slot)), "no free slot is dirty in the table");
         for (key, entry) in &self.entries {
             assert_eq!(entry.state == State::Valid, self.lru.get(&entry.last_use) == Some(key), "{key:?}: in the LRU iff valid");
-            assert!(entry.writers <= 1, "{key:?}: one updating writer at most");
+            assert_eq!(self.slot_keys[entry.slot as usize], Some(*key), "{key:?}: its slot names it");
+            assert!(entry.writers <= 1 || self.write_back || entry.dirty, "{key:?}: one updating writer at most (write-through)");
             if entry.writers > 0 {
                 assert!(self.writing.contains_key(key), "{key:?}: an updating writer is counted as writing");
             }
+            assert_eq!(entry.dirty, self.dirty.contains(key), "{key:?}: in the dirty set iff dirty");
+            assert!(
+                !entry.dirty || (entry.state == State::Valid && self.write_back),
+                "{key:?}: only a valid line of a write-back cache is dirty"
+            );
+            assert!(!entry.destaging || entry.readers > 0, "{key:?}: a destage pins its line");
         }
+        assert_eq!(self.slot_keys.iter().flatten().count(), self.entries.len(), "a slot names only a line it holds");
         assert_eq!(self.lru.len(), self.entries.values().filter(|e| e.state == State::Valid).count());
         assert!(self.ghosts.len() <= self.ghosts_max && self.ghost_set.len() <= self.ghosts.len());
         let entries: HashSet<(LineKey, u64)> = self.ghosts.iter().copied().collect();
@@ -358,154 +426,4 @@ impl Lines {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const VD: u64 = 7;
-
-    fn lines(slots: u32) -> Lines {
-        let mut lines = Lines::new(slots);
-        lines.attach(VD);
-        lines
-    }
-
-    /// Promotes line `n` of the VD: two misses, a fill that succeeds.
-    fn promote(lines: &mut Lines, n: u64) {
-        assert!(!lines.note_miss((VD, n)));
-        assert!(lines.note_miss((VD, n)));
-        lines.begin_fill((VD, n)).expect("a slot");
-        assert!(lines.end_fill((VD, n), true));
-        lines.check();
-    }
-
-    #[test]
-    fn a_line_is_promoted_on_its_second_miss_and_then_served() {
-        let mut lines = lines(4);
-        assert!(lines.begin_read(&[(VD, 1)]).is_none());
-        promote(&mut lines, 1);
-        let slots = lines.begin_read(&[(VD, 1)]).expect("a hit");
-        lines.end_read((VD, 1), true);
-        assert_eq!(slots.len(), 1);
-        assert_eq!(lines.valid_count(), 1);
-    }
-
-    #[test]
-    fn a_scan_of_lines_read_once_evicts_nothing() {
-        let mut lines = lines(4);
-        for n in 0..4 {
-            promote(&mut lines, n);
-        }
-        for n in 100..10_000 {
-            assert!(!lines.note_miss((VD, n)), "a line read once is never promoted");
-        }
-        assert_eq!(lines.valid_count(), 4);
-        assert!(lines.ghosts.len() <= lines.ghosts_max);
-        lines.check();
-    }
-
-    #[test]
-    fn a_line_missed_again_outlives_its_old_ghost_entry() {
-        let mut lines = lines(4);
-        assert_eq!(lines.ghosts_max, 16);
-        assert!(!lines.note_miss((VD, 1)) && lines.note_miss((VD, 1)), "promoted: its entry stays behind");
-        assert!(!lines.note_miss((VD, 1)), "not filled, missed again: remembered anew");
-        for n in 100..115 {
-            lines.note_miss((VD, n));
-        }
-        // The old entry of line 1 has just left the queue; its new one has not.
-        assert!(lines.ghosts.iter().all(|(key, miss)| *key != (VD, 1) || *miss != 1));
-        lines.check();
-        assert!(lines.note_miss((VD, 1)), "still remembered: its second miss promotes it");
-    }
-
-    #[test]
-    fn the_least_recently_used_idle_line_is_evicted() {
-        let mut lines = lines(3);
-        for n in 0..3 {
-            promote(&mut lines, n);
-        }
-        // Line 0 is used again, line 1 is being read: line 2 is the one to go.
-        lines.begin_read(&[(VD, 0)]).unwrap();
-        lines.end_read((VD, 0), true);
-        lines.begin_read(&[(VD, 1)]).unwrap();
-        promote(&mut lines, 9);
-        assert!(lines.begin_read(&[(VD, 2)]).is_none(), "line 2 was evicted");
-        assert!(lines.begin_read(&[(VD, 0)]).is_some());
-        assert_eq!(lines.evictions, 1);
-        lines.check();
-    }
-
-    #[test]
-    fn a_write_during_a_fill_poisons_it_and_a_write_in_flight_blocks_one() {
-        let mut lines = lines(4);
-        lines.note_miss((VD, 1));
-        lines.note_miss((VD, 1));
-        lines.begin_fill((VD, 1)).unwrap();
-        assert_eq!(lines.begin_write((VD, 1)), WriteAction::Skip);
-        lines.end_write((VD, 1), WriteAction::Skip, true);
-        assert!(!lines.end_fill((VD, 1), true), "the fill read the VD before the write");
-        assert!(lines.begin_read(&[(VD, 1)]).is_none());
-        lines.check();
-        // A write in flight: no fill starts (it could read the VD before the write lands).
-        assert_eq!(lines.begin_write((VD, 2)), WriteAction::Skip);
-        lines.note_miss((VD, 2));
-        assert!(lines.note_miss((VD, 2)));
-        assert!(lines.begin_fill((VD, 2)).is_none());
-        lines.end_write((VD, 2), WriteAction::Skip, true);
-        assert!(lines.note_miss((VD, 2)), "remembered as missed: the next miss promotes it");
-        assert!(lines.begin_fill((VD, 2)).is_some());
-        lines.check();
-    }
-
-    #[test]
-    fn one_writer_updates_a_line_and_a_second_makes_it_stale() {
-        let mut lines = lines(4);
-        promote(&mut lines, 1);
-        let first = lines.begin_write((VD, 1));
-        assert!(matches!(first, WriteAction::Update(_)));
-        assert_eq!(lines.begin_write((VD, 1)), WriteAction::Skip);
-        assert!(lines.begin_read(&[(VD, 1)]).is_none(), "stale while two writes are in flight");
-        lines.end_write((VD, 1), WriteAction::Skip, true);
-        lines.end_write((VD, 1), first, true);
-        assert!(lines.entries.is_empty(), "the stale line left once idle");
-        assert_eq!(lines.free.len(), 4);
-        lines.check();
-    }
-
-    #[test]
-    fn a_saved_map_installs_into_free_slots_once() {
-        let mut lines = lines(4);
-        promote(&mut lines, 1);
-        let saved = lines.valid_lines();
-        let mut fresh = self::lines(4);
-        let taken = ((VD, 9), saved[0].1);
-        assert_eq!(fresh.install(&[saved[0], ((VD, 2), 3), taken, ((VD, 5), 7)]), 2, "a slot taken twice or out of range is skipped");
-        assert!(fresh.begin_read(&[(VD, 1)]).is_some() && fresh.begin_read(&[(VD, 2)]).is_some());
-        assert_eq!(fresh.free.len(), 2);
-        fresh.check();
-        fresh.freeze();
-        assert!(fresh.note_miss((VD, 3)) || fresh.note_miss((VD, 3)));
-        assert_eq!(fresh.begin_fill((VD, 3)), None, "frozen: no fill starts");
-    }
-
-    #[test]
-    fn failures_and_detaching_drop_lines_only_once_idle() {
-        let mut lines = lines(4);
-        promote(&mut lines, 1);
-        promote(&mut lines, 2);
-        lines.begin_read(&[(VD, 1)]).unwrap();
-        lines.end_read((VD, 1), false);
-        assert!(lines.begin_read(&[(VD, 1)]).is_none(), "a failed cache read drops the line");
-        let update = lines.begin_write((VD, 2));
-        lines.end_write((VD, 2), update, false);
-        assert_eq!(lines.valid_count(), 0, "a failed update drops the line");
-        promote(&mut lines, 3);
-        lines.begin_read(&[(VD, 3)]).unwrap();
-        lines.detach(VD);
-        assert_eq!(lines.valid_count(), 0);
-        assert!(!lines.note_miss((VD, 4)) && !lines.note_miss((VD, 4)), "a detached VD's lines are not promoted");
-        lines.end_read((VD, 3), true);
-        assert_eq!(lines.free.len(), 4);
-        lines.check();
-    }
-}
+mod tests;
