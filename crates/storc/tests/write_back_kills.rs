@@ -287,3 +287,79 @@ fn a_slot_drive_journal_is_replayed_after_a_kill_9_without_a_journal_option() {
     assert!(acknowledged > 0, "the writer wrote something");
     daemon.stop();
 }
+
+/// Write-back SSD caching (issue 13): `wb` (RAID5 of three files) cached write-back by a RAID1
+/// cache VD of two more. Its blocks are promoted, then a client writes them (they stay on the
+/// cache VD, dirty) and the daemon is killed again and again: after each restart every
+/// acknowledged write reads back, the dirty lines read back from the cache VD's table. Then one
+/// cache SSD goes offline amid the writes, and a last kill -9 loses nothing either.
+#[test]
+fn kill_9_with_a_write_back_ssd_cache_never_loses_an_acknowledged_write() {
+    let kills: u32 = std::env::var("STORC_WB_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS_DEFAULT) / 2;
+    let scratch = Scratch::new("ssd-wb-kills");
+    let drives: Vec<String> =
+        (0..DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let daemon = Daemon::start(&scratch, &drives);
+    daemon.create_vd("r5", &[0, 1, 2], "wb");
+    daemon.cli(&["/c0", "add", "vd", "cachecade", "r1", "drives=3-4", "wb", "name=ssd", "assignvds=0"]);
+    let shown = daemon.cli(&["/c0/v1", "show", "all"]);
+    assert!(shown.contains("cache VD (write-back) of v0"), "{shown}");
+    // Every block read twice: their lines are promoted (the second miss) and held.
+    let mut nbd = client(&daemon, "wb");
+    for _ in 0..2 {
+        for block in 0..BLOCK_COUNT {
+            nbd.read(block_offset_bytes(block), BLOCK_BYTES as u32).expect("read");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let held = || daemon.get::<VdView>("/api/v1/vds/0").ssd_cache.map_or(0, |c| c.lines_valid);
+    while held() < BLOCK_COUNT / 4 {
+        assert!(Instant::now() < deadline, "the blocks' {} lines were not promoted: {} held", BLOCK_COUNT / 4, held());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(nbd);
+    daemon.stop();
+
+    let model = Arc::new(Mutex::new(vec![BlockModel::default(); BLOCK_COUNT as usize]));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut rng = Rng(0x55D);
+    let (mut lost_total, mut dirty_at_restarts) = (0, 0);
+    for kill in 0..=kills + 1 {
+        let daemon = Daemon::start(&scratch, &drives);
+        let vd = daemon.vd_named("wb");
+        assert_eq!(vd.state, "Optl", "kill {kill}: {vd:?}");
+        let cache = vd.ssd_cache.expect("still cached after the restart");
+        dirty_at_restarts += cache.lines_dirty;
+        lost_total += verify(&daemon, &mut model.lock().unwrap(), kill);
+        if kill == kills + 1 {
+            assert!(daemon.vd_named("ssd").state == "Dgrd", "the cache VD runs on one SSD");
+            daemon.cli(&["/c0/v0", "set", "ssdcaching=off"]);
+            lost_total += verify(&daemon, &mut model.lock().unwrap(), kill);
+            daemon.stop();
+            break;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (nbd, model, tally, stop, seed) =
+                (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&tally), Arc::clone(&stop), rng.next());
+            std::thread::spawn(move || write_until_stopped(nbd, model, tally, seed, stop))
+        };
+        std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
+        if kill == kills {
+            // The last round: a cache SSD goes offline amid the writes, then the kill.
+            daemon.cli(&["/c0/s4", "set", "offline"]);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        daemon.kill9();
+        stop.store(true, Ordering::SeqCst);
+        writer.join().expect("writer");
+    }
+    let tally = tally.lock().unwrap();
+    println!(
+        "{} kill -9 with a write-back RAID1 SSD cache: {} acknowledged writes had to survive, {lost_total} lost; {dirty_at_restarts} dirty lines read back at the restarts",
+        kills + 1,
+        tally.acknowledged,
+    );
+    assert_eq!(lost_total, 0, "acknowledged writes lost");
+    assert!(dirty_at_restarts > 0, "the kills found dirty lines on the cache VD: the test tested the write-back path");
+}
