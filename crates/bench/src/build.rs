@@ -9,7 +9,7 @@ use crate::target::{RawDriveTarget, Target, VdTarget};
 use crate::target_spec::{member_spec_text, member_text, MemberSpec, TargetSpec, VdSpec};
 use drive::{Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RealClock};
 use engine::config::WritePolicy;
-use engine::ssd_cache::SsdCacheOptions;
+use engine::ssd_cache::{MapOwner, SsdCacheOptions};
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -87,8 +87,11 @@ fn attach_ssd_cache(
     // Ids apart from the cached VDs' (a set's disks are 0 to 31).
     let id = 1000 + disk.unwrap_or(0) as u64;
     let (cache_vd, _) = new_vd(spec, id, &format!("cache{id}"), "cache", disk, files)?;
-    let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions::default())?;
-    engine.attach_ssd_cache(vd, &cache)
+    let write_back = spec.write_policy != WritePolicy::WriteThrough;
+    let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions { write_back, ..SsdCacheOptions::default() })?;
+    engine.attach_ssd_cache(vd, &cache)?;
+    // Its table in service (fresh drives, no controller: any owner): write-back from now on.
+    cache.begin_service(MapOwner { controller_id: 0, generation: 0 })
 }
 
 /// A VD of `spec`'s level over drives made for it, named `{disk}.{prefix}{member}` (or

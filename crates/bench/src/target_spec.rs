@@ -18,7 +18,7 @@ TARGET is one of:
   set:N:TARGET                      N disks, each a vd:... or raw:... TARGET, on one engine; a
                                     pattern's workers take the disks as IOMeter's do (8 workers
                                     on 16 disks: two each, every disk at the pattern's QD)
-  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:journal=DRIVE][:cachecade=LEVEL:COUNTxDRIVE]
+  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:journal=DRIVE][:cachecade=LEVEL:COUNTxDRIVE[:wt|wb]]
                                     a virtual drive built in this process, no daemon:
     LEVEL   r0 r1 r1e r5 r6 r10 r50 r60 jbod
     COUNT   member drives
@@ -29,11 +29,11 @@ TARGET is one of:
     strip   strip size in KiB (default 64); span: drives per span for r10/r50/r60
     POLICY  wt|wb|awb (write, default wt), nora|ra|adra (read-ahead), direct|cached (IO)
     journal the cache's journal (WB needs one; last, as it may hold colons): a DRIVE as above
-    cachecade  an SSD cache (write-through) in front of the VD: a cache VD built of its own
-            drives (last of all; its LEVEL r0, r1 or r10)
+    cachecade  an SSD cache in front of the VD: a cache VD built of its own drives (last of
+            all; its LEVEL r0, r1 or r10), caching write-through (wt, default) or write-back (wb)
   e.g. vd:r5:8xhdd:15k:600GiB:strip=64   vd:r10:4xmem:1GiB   vd:r6:6xfile:/var/tmp:2GiB
        vd:r5:8xhdd:15k:600GiB:wb:journal=ssd:sata:8GiB
-       vd:r10:8xhdd:15k:32GiB,nowritecache:cachecade=r0:3xssd:sas:2GiB
+       vd:r10:8xhdd:15k:32GiB,nowritecache:cachecade=r0:3xssd:sas:2GiB:wb
        set:16:vd:jbod:1xssd:nvme:20GiB   set:16:raw:ssd:nvme:20GiB (the HBA tests of seed 002)";
 
 /// A parsed `--target`.
@@ -189,14 +189,16 @@ fn parse_vd(rest: &str) -> Result<VdSpec, String> {
     })
 }
 
-/// The cache VD of `cachecade=`: RAID0, 1 or 10, write-through, no journal of its own.
+/// The cache VD of `cachecade=`: RAID0, 1 or 10, no journal of its own; its write policy is
+/// its caching's (`wb`: write-back SSD caching).
 fn parse_cache_vd(text: &str) -> Result<VdSpec, String> {
     let spec = parse_vd(text).map_err(|e| format!("cachecade: {e}"))?;
     if !matches!(spec.level, Level::Raid0 | Level::Raid1 | Level::Raid10) {
         return Err(format!("cachecade: a cache VD is r0, r1 or r10, not {}", spec.level.short_name()));
     }
-    if spec.journal.is_some() || spec.ssd_cache.is_some() || spec.write_policy != WritePolicy::WriteThrough {
-        return Err("cachecade: a cache VD takes LEVEL:COUNTxDRIVE[:strip=KIB][:span=N] only".into());
+    let other_policies = spec.read_policy != ReadPolicy::NoReadAhead || spec.io_policy != IoPolicy::Direct;
+    if spec.journal.is_some() || spec.ssd_cache.is_some() || other_policies {
+        return Err("cachecade: a cache VD takes LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:wt|wb] only".into());
     }
     Ok(spec)
 }
@@ -342,7 +344,7 @@ mod tests {
         check("set:2:/dev/null", "each disk of a set is a vd:... or a raw:...");
         check("set:2:set:2:raw:mem:1GiB", "each disk of a set");
         check("vd:r5:8xmem:1GiB:cachecade=r5:3xmem:1GiB", "a cache VD is r0, r1 or r10");
-        check("vd:r5:8xmem:1GiB:cachecade=r0:3xmem:1GiB:wb", "LEVEL:COUNTxDRIVE[:strip=KIB][:span=N] only");
+        check("vd:r5:8xmem:1GiB:cachecade=r0:3xmem:1GiB:ra", "LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:wt|wb] only");
         assert!(error("vd:r5").contains("vd:LEVEL:COUNTxDRIVE"));
     }
 }

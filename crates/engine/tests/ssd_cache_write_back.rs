@@ -70,6 +70,15 @@ fn writes_stay_on_the_cache_vd_and_a_crash_loses_none_of_them() {
     assert!(s.writes_absorbed >= 190, "writes to held lines stay on the cache VD: {s:?}");
     assert!(dirty_lines(&controller, 0) > 0);
     check(&engine, &db, &image, "read back from the cache VD");
+    // A write over the last held line and the first one not held: a read of both takes each
+    // part from where its newest data is (the simulator's seed 39 found reads taking the VD's).
+    let across = pattern(16 * 1024, 77);
+    let at = HOT_BYTES as u64 - 8 * 1024;
+    engine.write_at(&db, at, &across).unwrap();
+    let read = engine.read_at(&db, HOT_BYTES as u64 - 65536, 2 * 65536).unwrap();
+    assert!(read.as_slice()[65536 - 8192..65536 + 8192] == across[..], "a read over a dirty line and a line not held");
+    image.extend_from_slice(engine.read_at(&db, HOT_BYTES as u64, 8192).unwrap().as_slice());
+    image[at as usize..].copy_from_slice(&across);
     // A crash: no clean stop (the old controller and its cache go without a word).
     let weak_cache = Arc::downgrade(&db.ssd_cache().get().unwrap());
     drop((controller, db));

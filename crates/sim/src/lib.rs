@@ -47,11 +47,13 @@ mod intent;
 pub mod model;
 mod readd;
 mod run;
+mod ssd_cache;
 mod verify;
 
 pub use bgi::BgiReport;
 pub use config::RunConfig;
 pub use crash::{CrashReport, ResyncReport};
+pub use ssd_cache::{run_ssd_cache_seed, SsdCacheReport};
 
 use layout::KIB;
 use std::fmt;

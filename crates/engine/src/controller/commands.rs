@@ -99,8 +99,14 @@ impl Controller {
     /// # Errors
     /// No such VD, or in use without `force`.
     pub fn delete_vd(&self, vd_id: u32, force: bool, in_use: bool) -> Result<(), ControlError> {
-        // A write-back cache VD's data goes to the VDs it caches first (not under the lock).
+        // A write-back cache VD's data goes to the VDs it caches first, and a VD cached
+        // write-back has its lines destaged (not under the lock): no dirty line of it may
+        // outlive it in the table, to be read back into a VD made later under its number.
         self.drain_cache_vd_users(vd_id)?;
+        if let Err(error) = self.drain_for_delete(vd_id) {
+            self.end_cache_vd_drains(vd_id);
+            return Err(error);
+        }
         let deleted = self.delete_drained_vd(vd_id, force, in_use);
         if deleted.is_err() {
             self.end_cache_vd_drains(vd_id);
@@ -385,6 +391,9 @@ impl Controller {
         if state.foreign.is_empty() {
             return Err(ControlError::NotFound("there is no foreign configuration to import".into()));
         }
+        if let Some(refusal) = state.foreign.iter().find_map(write_back_cache_in_use) {
+            return Err(ControlError::Conflict(refusal));
+        }
         let foreign = std::mem::take(&mut state.foreign);
         let mut imported = 0;
         for config in &foreign {
@@ -543,4 +552,16 @@ fn suspect_rows(vd: &VirtualDrive) -> String {
         "the rows whose writes failed are among rows {}{more} (written while members were failing); run a consistency check of them",
         ranges.join(", ")
     )
+}
+
+/// Why a foreign configuration cannot be imported as it is: a write-back cache VD caching VDs
+/// may hold their newest data in a table that names the other controller's VD numbers, which
+/// an import renumbers; imported without it, those VDs would serve older data.
+fn write_back_cache_in_use(config: &ForeignConfig) -> Option<String> {
+    let vds = &config.superblock.config.vds;
+    let cache = vds.iter().find(|c| c.cache_vd && c.cache_write_back && vds.iter().any(|v| v.ssd_cache_vd_id == Some(c.vd_id)))?;
+    Some(format!(
+        "foreign configuration {:032x}: its write-back cache VD v{} caches VDs and may hold their newest data, which an import cannot carry over; turn their SSD caching off (or delete the cache VD) on the controller that made it, then import",
+        config.superblock.controller_id.0, cache.vd_id
+    ))
 }

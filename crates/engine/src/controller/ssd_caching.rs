@@ -177,10 +177,21 @@ impl Controller {
         Ok(())
     }
 
-    /// Undoes [`Controller::drain_cache_vd_users`] when the delete did not happen.
+    /// Before a VD cached write-back is deleted: its dirty lines are destaged (unless its cache
+    /// VD failed: they are lost with it).
+    pub(super) fn drain_for_delete(&self, vd_id: u32) -> Result<(), ControlError> {
+        let Ok((_, vd)) = self.vd(vd_id) else { return Ok(()) };
+        match vd.ssd_cache().is_lost() {
+            true => Ok(()),
+            false => self.drain_before_detach(vd_id),
+        }
+    }
+
+    /// Undoes [`Controller::drain_cache_vd_users`] and [`Controller::drain_for_delete`] when
+    /// the delete did not happen.
     pub(super) fn end_cache_vd_drains(&self, cache_vd_id: u32) {
         let state = self.state.lock().expect("controller lock");
-        for user in state.config.vds.iter().filter(|v| v.ssd_cache_vd_id == Some(cache_vd_id)) {
+        for user in state.config.vds.iter().filter(|v| v.ssd_cache_vd_id == Some(cache_vd_id) || v.vd_id == cache_vd_id) {
             if let Some(cache) = state.vds[&user.vd_id].ssd_cache().get() {
                 cache.end_drain(&state.vds[&user.vd_id]);
             }

@@ -513,7 +513,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
             let flags = get::<1>(fixed, vd_record::VD_FLAGS)[0];
             let (known_flags, known) = match version {
                 ..FORMAT_VERSION_SSD_CACHE => (vd_record::FLAGS_KNOWN_V9, "bit 0 (background initialization pending)"),
-                ..FORMAT_VERSION_SSD_CACHE_WRITE_BACK => {
+                FORMAT_VERSION_SSD_CACHE..FORMAT_VERSION_SSD_CACHE_WRITE_BACK => {
                     (vd_record::FLAGS_KNOWN_V10, "bit 0 (background initialization pending), bit 1 (cache VD)")
                 }
                 _ => (vd_record::FLAGS_KNOWN, "bit 0 (background initialization pending), bit 1 (cache VD), bit 2 (write-back cache VD)"),

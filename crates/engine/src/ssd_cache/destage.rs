@@ -171,7 +171,7 @@ impl SsdCache {
         result
     }
 
-    pub(crate) fn end_drain(&self, vd: &VirtualDrive) {
+    pub fn end_drain(&self, vd: &VirtualDrive) {
         self.draining.lock().expect("ssd cache draining lock").remove(&vd.instance_id());
     }
 

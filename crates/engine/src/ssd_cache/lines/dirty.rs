@@ -63,6 +63,12 @@ impl Table {
         self.durable_dirty[slot as usize]
     }
 
+    /// The table on disk says, or may say once the write in flight lands, that `slot` holds a
+    /// dirty line: the slot must not take another line.
+    pub(super) fn may_say_dirty(&self, slot: u32) -> bool {
+        self.durable_dirty[slot as usize] || self.in_flight_dirty[slot as usize]
+    }
+
     pub(super) fn clean_pending(&self) -> impl Iterator<Item = u32> + '_ {
         self.clean_pending.iter().copied()
     }
@@ -107,6 +113,23 @@ impl Lines {
             (false, false) => Some((block_of(slot), self.table.request(block_of(slot)))),
         };
         (WriteAction::Update(slot), wait)
+    }
+
+    /// A read of `keys` that is no hit: if one of them is dirty, every valid one is pinned and
+    /// its slot returned (the others are read from the VD, which is as new as the cache there);
+    /// `None` if none is dirty (an ordinary miss).
+    pub(crate) fn begin_partial_read(&mut self, keys: &[LineKey]) -> Option<Vec<Option<u32>>> {
+        if !self.any_dirty(keys) {
+            return None;
+        }
+        let slots = keys
+            .iter()
+            .map(|key| {
+                let valid = self.entries.get(key).is_some_and(|e| e.state == State::Valid);
+                valid.then(|| self.begin_read(std::slice::from_ref(key)).expect("valid")[0])
+            })
+            .collect();
+        Some(slots)
     }
 
     /// Runs `waiter` once block `block` reached `generation`; gives it back if it has (with the
@@ -240,7 +263,7 @@ impl Lines {
     /// Gives a slot back: free at once, or once the table no longer says it is dirty there.
     pub(super) fn free_slot(&mut self, slot: u32) {
         self.slot_keys[slot as usize] = None;
-        if self.table.durable_dirty(slot) || self.table.in_flight_dirty[slot as usize] {
+        if self.table.may_say_dirty(slot) {
             self.table.clean_pending.insert(slot);
             self.table.request(block_of(slot));
         } else {

@@ -349,7 +349,9 @@ impl Lines {
     fn evict(&mut self) -> Option<u32> {
         let victim = self.lru.iter().take(EVICTION_SCAN_MAX).map(|(_, key)| *key).find(|key| {
             let entry = &self.entries[key];
-            entry.readers == 0 && entry.writers == 0 && !entry.dirty && !self.table.durable_dirty(entry.slot)
+            // A line destaged but not yet clean in the table stays: a crash would find the
+            // table naming it dirty in a slot holding another line.
+            entry.readers == 0 && entry.writers == 0 && !entry.dirty && !self.table.may_say_dirty(entry.slot)
         })?;
         let entry = self.entries.remove(&victim).expect("an lru key has an entry");
         self.slot_keys[entry.slot as usize] = None;
@@ -402,7 +404,7 @@ impl Lines {
         slots.extend(self.entries.values().map(|e| e.slot));
         slots.sort_unstable();
         assert_eq!(slots, (0..self.slot_count).collect::<Vec<_>>(), "every slot is free, being cleaned, or held by one line");
-        assert!(self.free.iter().all(|&slot| !self.table.durable_dirty(slot)), "no free slot is dirty in the table");
+        assert!(self.free.iter().all(|&slot| !self.table.may_say_dirty(slot)), "no free slot is (or is being written) dirty in the table");
         for (key, entry) in &self.entries {
             assert_eq!(entry.state == State::Valid, self.lru.get(&entry.last_use) == Some(key), "{key:?}: in the LRU iff valid");
             assert_eq!(self.slot_keys[entry.slot as usize], Some(*key), "{key:?}: its slot names it");

@@ -1,0 +1,225 @@
+//! Seeded runs of a write-back SSD cache (issue 13) against the reference model: a VD and its
+//! cache VD on drives with volatile write caches; clients write, read (promoting lines) and
+//! flush; lines are destaged (a small cache crosses its watermarks all the time) and drained;
+//! a cache SSD fails (RAID1 cache VD); power cuts come between any two steps, each followed by
+//! a restart that reads the dirty lines back from the cache VD's table. At the end the cache is
+//! drained and detached: the VD alone must hold what the model says.
+//!
+//! Without the controller nothing resyncs a mirror after a power cut (its write-intent bitmap
+//! is the controller's, and the main runs cover it), so the VD is RAID0 or JBOD, and a RAID1
+//! cache VD is cut only once one of its SSDs has failed (one copy left).
+//!
+//! The tier runs on the threaded engine's `Router`, which `LocalEngine` does not have, so these
+//! runs use the threaded engine: the workload, faults and power cuts come from the seed, but
+//! the threads (destaging, table writes) interleave as they will, so a seed replays the same
+//! steps without promising the same interleaving.
+
+use crate::drive::VolatileDrive;
+use crate::model::Model;
+use drive::{Drive, FaultyDrive, IoBuf};
+use engine::ssd_cache::{MapOwner, SsdCache, SsdCacheOptions};
+use engine::{Engine, EngineConfig, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES};
+use layout::{Level, KIB, MIB};
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+use std::sync::Arc;
+use std::time::Duration;
+
+const LINE_BYTES: u64 = 64 * KIB;
+/// The cache VD's slots: few, so that the watermarks (a quarter, an eighth) are crossed often
+/// and eviction competes with dirty lines.
+const CACHE_SLOTS: u64 = 12;
+const OWNER: MapOwner = MapOwner { controller_id: 0x5eed, generation: 1 };
+
+/// What one run did.
+#[derive(Clone, Debug, Default)]
+pub struct SsdCacheReport {
+    pub seed: u64,
+    pub level: String,
+    pub cache_level: String,
+    pub writes: u64,
+    /// Writes the cache kept (write-back), in part or whole.
+    pub writes_absorbed: u64,
+    pub reads: u64,
+    pub flushes: u64,
+    pub power_cuts: u64,
+    /// Dirty lines read back from the table at the restarts.
+    pub dirty_recovered: u64,
+    pub lines_destaged: u64,
+    pub ssd_failed: bool,
+}
+
+/// The drives of a run: the VD's, then the cache VD's, each volatile, behind a fault switch.
+struct Drives {
+    volatile: Vec<Arc<VolatileDrive>>,
+    faulty: Vec<Arc<FaultyDrive>>,
+    vd_count: usize,
+}
+
+impl Drives {
+    fn new(vd_count: usize, vd_member_bytes: u64, cache_count: usize, cache_member_bytes: u64) -> Drives {
+        let sizes = std::iter::repeat_n(vd_member_bytes, vd_count).chain(std::iter::repeat_n(cache_member_bytes, cache_count));
+        let volatile: Vec<Arc<VolatileDrive>> = sizes.map(|bytes| Arc::new(VolatileDrive::new(MEMBER_RESERVED_BYTES + bytes))).collect();
+        let faulty = volatile.iter().map(|d| Arc::new(FaultyDrive::new(Arc::clone(d) as Arc<dyn Drive>))).collect();
+        Drives { volatile, faulty, vd_count }
+    }
+
+    fn members(&self, range: std::ops::Range<usize>) -> Vec<Arc<dyn Drive>> {
+        self.faulty[range].iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect()
+    }
+}
+
+/// The engine, the VD, its cache VD and the cache, as one start made them.
+struct Running {
+    engine: Arc<Engine>,
+    vd: Arc<VirtualDrive>,
+    cache: Arc<SsdCache>,
+}
+
+fn new_vd(id: u64, level: Level, members: Vec<Arc<dyn Drive>>) -> Result<Arc<VirtualDrive>, String> {
+    let layout = VdLayout { level, strip_size_bytes: 64 * KIB, drives_per_span: None, member_size_bytes: None };
+    VirtualDrive::new(id, &format!("v{id}"), layout, members).map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// Starts the engine over the drives: the table read back (after a power cut), installed, put
+/// in service. Returns the dirty lines read back.
+fn start(drives: &Drives, levels: (Level, Level)) -> Result<(Running, u64), String> {
+    let engine = Arc::new(Engine::start(EngineConfig { shard_count: 1, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
+    let vd = new_vd(0, levels.0, drives.members(0..drives.vd_count))?;
+    let cache_vd = new_vd(1, levels.1, drives.members(drives.vd_count..drives.faulty.len()))?;
+    let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions { write_back: true, ..SsdCacheOptions::default() })?;
+    let entries = cache.load_map(OWNER)?;
+    engine.attach_ssd_cache(&vd, &cache)?;
+    let (_, dirty) = cache.install_map(&vd, &entries);
+    cache.begin_service(OWNER)?;
+    Ok((Running { engine, vd, cache }, dirty as u64))
+}
+
+/// A power cut: the engine stops (what it had in flight lands or not, as the drives decide),
+/// then every drive loses, keeps or tears each write it had not flushed.
+fn power_cut(running: Running, drives: &Drives, rng: &mut SmallRng) -> Result<(), String> {
+    let weak = Arc::downgrade(&running.cache);
+    drop(running);
+    for _ in 0..30_000 {
+        if weak.upgrade().is_none() {
+            for drive in &drives.volatile {
+                drive.crash(rng);
+            }
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Err("the cache's destager did not stop within 30 s of the power cut".into())
+}
+
+fn run_request(running: &Running, request: VdRequest) -> Result<Option<IoBuf>, String> {
+    let completion = running.engine.run(&running.vd, request);
+    completion.result.map(|()| completion.buf).map_err(|e| e.to_string())
+}
+
+/// Reads the whole VD in line-sized pieces against the model.
+fn verify_all(running: &Running, model: &mut Model, when: &str) -> Result<(), String> {
+    let capacity = running.vd.capacity_bytes();
+    let mut offset = 0;
+    while offset < capacity {
+        let len = LINE_BYTES.min(capacity - offset);
+        let buf = run_request(running, VdRequest::Read { offset_bytes: offset, buf: IoBuf::zeroed(len as usize) })?
+            .expect("a read returns its buffer");
+        model.check_read(offset, buf.as_slice()).map_err(|e| format!("{when}: {e}"))?;
+        offset += len;
+    }
+    Ok(())
+}
+
+/// One seeded run; an error names the seed and the step.
+pub fn run_ssd_cache_seed(seed: u64) -> Result<SsdCacheReport, String> {
+    run(seed).map_err(|e| format!("ssd cache seed {seed}: {e}"))
+}
+
+fn run(seed: u64) -> Result<SsdCacheReport, String> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0xCAC4_E5EE_D000_0000);
+    let (level, vd_count) = [(Level::Raid0, 2), (Level::Raid0, 3), (Level::Jbod, 1)][rng.gen_range(0..3)];
+    let cache_level = if rng.gen_bool(0.5) { Level::Raid1 } else { Level::Raid0 };
+    let vd_member_bytes = 2 * MIB / vd_count as u64;
+    // Room for the slots and the table (a header and a block), mirrored or striped.
+    let cache_bytes = CACHE_SLOTS * LINE_BYTES + 8 * KIB;
+    let cache_member_bytes = if cache_level == Level::Raid1 { cache_bytes } else { cache_bytes.div_ceil(2).next_multiple_of(64 * KIB) };
+    let drives = Drives::new(vd_count, vd_member_bytes, 2, cache_member_bytes);
+    let mut report = SsdCacheReport {
+        seed,
+        level: level.short_name().into(),
+        cache_level: cache_level.short_name().into(),
+        ..SsdCacheReport::default()
+    };
+    let (mut running, _) = start(&drives, (level, cache_level))?;
+    let mut model = Model::new(running.vd.capacity_bytes() as usize);
+    // The hot part of the VD: most requests go there, so its lines are promoted and rewritten.
+    let capacity = running.vd.capacity_bytes();
+    let hot_bytes = (capacity / 2).min(10 * LINE_BYTES);
+    let steps = rng.gen_range(60..160);
+    for step in 0..steps {
+        let roll = rng.gen_range(0..100);
+        let in_hot = rng.gen_bool(0.8);
+        let span = if in_hot { hot_bytes } else { capacity };
+        match roll {
+            0..=44 => write(&running, &mut model, &mut rng, span, &mut report)?,
+            45..=84 => {
+                let (offset, len) = range(&mut rng, span);
+                let buf = run_request(&running, VdRequest::Read { offset_bytes: offset, buf: IoBuf::zeroed(len as usize) })?
+                    .expect("a read returns its buffer");
+                model.check_read(offset, buf.as_slice()).map_err(|e| format!("step {step}: {e}"))?;
+                report.reads += 1;
+            }
+            85..=91 => {
+                let covers = model.submit_flush();
+                run_request(&running, VdRequest::Flush)?;
+                model.complete_flush(covers);
+                report.flushes += 1;
+            }
+            92..=94 => {
+                running.cache.flush_vd(&running.vd, Duration::from_secs(20))?;
+                running.cache.end_drain(&running.vd);
+            }
+            95..=97 if cache_level == Level::Raid0 || report.ssd_failed => {
+                power_cut(running, &drives, &mut rng)?;
+                model.crash();
+                report.power_cuts += 1;
+                let (restarted, dirty) = start(&drives, (level, cache_level))?;
+                running = restarted;
+                report.dirty_recovered += dirty;
+                verify_all(&running, &mut model, &format!("after the power cut at step {step}"))?;
+            }
+            95.. if cache_level == Level::Raid1 && !report.ssd_failed => {
+                drives.faulty[drives.vd_count + rng.gen_range(0..2)].set_failed(true);
+                report.ssd_failed = true;
+            }
+            _ => {}
+        }
+    }
+    verify_all(&running, &mut model, "at the end")?;
+    let stats = running.cache.stats();
+    report.writes_absorbed = stats.writes_absorbed;
+    report.lines_destaged = stats.lines_destaged;
+    running.engine.detach_ssd_cache(&running.vd)?;
+    verify_all(&running, &mut model, "the VD alone, after the cache was drained and detached")?;
+    Ok(report)
+}
+
+/// A request's range in the first `span_bytes`: 4 KiB aligned, 4 KiB to 96 KiB (one or two
+/// lines).
+fn range(rng: &mut SmallRng, span_bytes: u64) -> (u64, u64) {
+    let len = rng.gen_range(1..=24u64) * 4 * KIB;
+    let offset = rng.gen_range(0..=(span_bytes - len) / (4 * KIB)) * 4 * KIB;
+    (offset, len)
+}
+
+fn write(running: &Running, model: &mut Model, rng: &mut SmallRng, span: u64, report: &mut SsdCacheReport) -> Result<(), String> {
+    let (offset, len) = range(rng, span);
+    let mut data = vec![0u8; len as usize];
+    rng.fill_bytes(&mut data);
+    let id = model.submit_write(offset, &data);
+    run_request(running, VdRequest::Write { offset_bytes: offset, buf: IoBuf::from_slice(&data) })?;
+    model.complete_write(id);
+    report.writes += 1;
+    Ok(())
+}
