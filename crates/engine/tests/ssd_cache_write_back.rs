@@ -7,7 +7,7 @@ mod common;
 
 use common::{check, engine, pattern, scatter, spec, wait_until};
 use drive::{Drive, FaultyDrive, MemDrive};
-use engine::controller::{Controller, ControllerOptions, OfferedDrive, SsdCacheView, SsdCaching};
+use engine::controller::{Controller, ControllerOptions, DriveCommand, OfferedDrive, SsdCacheView, SsdCaching};
 use engine::{Engine, VdError, VdState, VirtualDrive};
 use layout::{Level, MIB};
 use std::sync::Arc;
@@ -161,5 +161,21 @@ fn a_failed_raid0_cache_vd_takes_its_vds_offline_until_it_is_deleted() {
     let blocks = read.as_slice().chunks(4096).zip(image.chunks(4096).zip(newer.chunks(4096)));
     assert!(blocks.clone().all(|(got, (old, new))| got == old || got == new), "every block is one that was written");
     assert!(blocks.clone().any(|(got, (old, new))| old != new && got == old), "the discarded writes are not there");
+    controller.shutdown();
+}
+
+#[test]
+fn setting_a_raid0_cache_vd_member_offline_takes_its_dirty_vd_offline_at_once() {
+    let engine = engine();
+    let (_, drives) = faulty_drives(4);
+    let (controller, db, image) = cached_db(&engine, &drives, Level::Raid0);
+    let mut newer = image.clone();
+    scatter(&engine, &db, &mut newer, 41, 50);
+    assert!(dirty_lines(&controller, 0) > 0);
+    controller.set_drive(3, DriveCommand::Offline).unwrap();
+    assert_eq!(db.state(), VdState::Offline, "offline with the command, not at the next I/O");
+    assert!(matches!(engine.read_at(&db, 0, 4096).unwrap_err(), VdError::SsdCacheLost { .. }));
+    controller.delete_vd(1, false, false).unwrap();
+    assert_eq!(db.state(), VdState::Optimal);
     controller.shutdown();
 }

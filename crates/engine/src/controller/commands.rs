@@ -248,7 +248,19 @@ impl Controller {
     /// No such slot, or the change is not allowed from its state (with what is); nothing changes.
     /// If the metadata cannot be written, a member stays in service (see below).
     pub fn set_drive(&self, slot: u32, command: DriveCommand) -> Result<(), ControlError> {
-        self.change_drive(slot, command, false)
+        self.change_drive(slot, command, false)?;
+        // A cache VD this took offline: as if its member had failed (`ssd_caching`).
+        let offline_cache_vd = {
+            let state = self.state.lock().expect("controller lock");
+            member_of(&state, slot)
+                .filter(|(vd_id, _)| state.config.vds.iter().any(|v| v.vd_id == *vd_id && v.cache_vd))
+                .filter(|(vd_id, _)| state.vds[vd_id].state() == crate::VdState::Offline)
+                .map(|(vd_id, _)| vd_id)
+        };
+        if let Some(cache_vd_id) = offline_cache_vd {
+            self.cache_vd_failed(cache_vd_id, false);
+        }
+        Ok(())
     }
 
     /// `set online force`: brings a member back even though it missed writes, for a VD that lost

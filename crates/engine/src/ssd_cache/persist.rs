@@ -109,7 +109,9 @@ impl SsdCache {
             let waiter = Box::new(move |ok: bool| {
                 let _ = tx.send(ok);
             });
-            if let Some((waiter, ok)) = self.lines().table_wait(block, generation, waiter) {
+            // Bound first: the lock must be released before the waiter runs (it takes it).
+            let ready = self.lines().table_wait(block, generation, waiter);
+            if let Some((waiter, ok)) = ready {
                 waiter(ok);
             }
         }

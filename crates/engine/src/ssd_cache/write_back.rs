@@ -64,7 +64,9 @@ impl SsdCache {
         for (block, generation) in waits {
             let waiting = Arc::clone(&join);
             let waiter = Box::new(move |ok: bool| waiting.table_done(ok));
-            if let Some((waiter, ok)) = self.lines().table_wait(block, generation, waiter) {
+            // Bound first: the lock must be released before the waiter runs (it takes it).
+            let ready = self.lines().table_wait(block, generation, waiter);
+            if let Some((waiter, ok)) = ready {
                 waiter(ok);
             }
         }
