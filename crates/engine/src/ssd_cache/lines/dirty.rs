@@ -107,10 +107,14 @@ impl Lines {
             self.dirty.insert(key);
         }
         let slot = entry.slot;
-        let wait = match (self.table.durable_dirty(slot), self.table.in_flight_dirty[slot as usize]) {
-            (true, _) => None,
-            (false, true) => Some((block_of(slot), self.table.blocks[block_of(slot) as usize].in_flight.expect("in flight"))),
-            (false, false) => Some((block_of(slot), self.table.request(block_of(slot)))),
+        let block = block_of(slot);
+        let in_flight = self.table.blocks[block as usize].in_flight;
+        // What the table will say once the write in flight (if any) lands decides: a write in
+        // flight that says clean (the line was destaged) would undo a dirty claim on disk.
+        let wait = match (in_flight, self.table.in_flight_dirty[slot as usize], self.table.durable_dirty(slot)) {
+            (None, _, true) | (Some(_), true, true) => None,
+            (Some(generation), true, false) => Some((block, generation)),
+            (None, _, false) | (Some(_), false, _) => Some((block, self.table.request(block))),
         };
         (WriteAction::Update(slot), wait)
     }

@@ -307,3 +307,30 @@ fn a_discarded_dirty_line_frees_its_slot_only_after_the_table_write() {
     assert_eq!(lines.free, vec![0]);
     lines.check();
 }
+
+#[test]
+fn a_write_after_a_destage_waits_for_a_table_write_after_the_clean_one_in_flight() {
+    let mut lines = write_back_lines(4);
+    promote(&mut lines, 1);
+    let (action, _) = lines.begin_write_back((VD, 1));
+    lines.end_write((VD, 1), action, true);
+    write_table(&mut lines, true);
+    // Destaged: the table write that says clean starts.
+    let destage = lines.begin_destage(None, 8);
+    assert!(lines.end_destage(destage[0], true));
+    let clean = lines.table_starts();
+    assert_eq!(clean[0].image[destage[0].slot as usize], Some(SlotEntry { vd_id: 0, line: 1, dirty: false }));
+    // Written again while the clean write is in flight: the disk says dirty now, but will say
+    // clean once it lands; the write must wait for the next one.
+    let (again, wait) = lines.begin_write_back((VD, 1));
+    let (block, generation) = wait.expect("a wait: the write in flight says clean");
+    assert!(generation > clean[0].generation);
+    for start in clean {
+        lines.table_written(start.block, start.generation, true);
+    }
+    let next = lines.table_starts();
+    assert_eq!((next[0].block, next[0].generation), (block, generation));
+    assert_eq!(next[0].image[destage[0].slot as usize], Some(SlotEntry { vd_id: 0, line: 1, dirty: true }));
+    lines.end_write((VD, 1), again, true);
+    lines.check();
+}
