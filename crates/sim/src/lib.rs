@@ -315,3 +315,28 @@ impl fmt::Display for Coverage {
         Ok(())
     }
 }
+
+/// Runs seeds `0..runs` with `run`, on as many threads as there are cores; returns the
+/// reports of the runs that passed and the failures (as text), each in no particular order.
+pub fn run_seeds_in_parallel<R: Send, E: std::fmt::Display>(runs: u64, run: impl Fn(u64) -> Result<R, E> + Sync) -> (Vec<R>, Vec<String>) {
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let results = std::sync::Mutex::new((Vec::new(), Vec::new()));
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if seed >= runs {
+                    return;
+                }
+                let outcome = run(seed);
+                let mut results = results.lock().expect("results lock");
+                match outcome {
+                    Ok(report) => results.0.push(report),
+                    Err(failure) => results.1.push(failure.to_string()),
+                }
+            });
+        }
+    });
+    results.into_inner().expect("results lock")
+}

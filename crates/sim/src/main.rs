@@ -7,25 +7,38 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(|v| v.parse::<u64>());
-    if args.iter().any(|a| a.starts_with("--ssd-cache-")) {
-        return ssd_cache_runs(value("--ssd-cache-seed"), value("--ssd-cache-runs"), value("--start"));
-    }
-    let parsed = (value("--seed"), value("--runs"), value("--start"));
-    let (seeds, verbose): (Vec<u64>, bool) = match parsed {
-        (Some(Ok(seed)), None, None) => (vec![seed], true),
-        (None, Some(Ok(runs)), start) => {
-            let start = match start {
-                Some(Ok(start)) => start,
-                None => 0,
-                Some(Err(_)) => return usage("--start takes a number"),
-            };
-            ((start..start + runs).collect(), false)
-        }
-        _ => return usage("give either --seed N, or --runs N [--start S]"),
+    let ssd_cache = args.iter().any(|a| a.starts_with("--ssd-cache-"));
+    let (seed_flag, runs_flag) = if ssd_cache { ("--ssd-cache-seed", "--ssd-cache-runs") } else { ("--seed", "--runs") };
+    let (seeds, verbose) = match seeds(value(seed_flag), value(runs_flag), value("--start")) {
+        Ok(seeds) => seeds,
+        Err(()) => return usage(&format!("give either {seed_flag} N, or {runs_flag} N [--start S] (numbers)")),
     };
+    let failed = if ssd_cache { ssd_cache_runs(&seeds, verbose) } else { main_runs(&seeds, verbose) };
+    println!("{} passed, {failed} failed", seeds.len() - failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+type Parsed = Option<Result<u64, std::num::ParseIntError>>;
+
+/// The seeds asked for, and whether to print each run's report (one seed: a replay).
+fn seeds(seed: Parsed, runs: Parsed, start: Parsed) -> Result<(Vec<u64>, bool), ()> {
+    match (seed, runs, start) {
+        (Some(Ok(seed)), None, None) => Ok((vec![seed], true)),
+        (None, Some(Ok(runs)), None) => Ok(((0..runs).collect(), false)),
+        (None, Some(Ok(runs)), Some(Ok(start))) => Ok(((start..start + runs).collect(), false)),
+        _ => Err(()),
+    }
+}
+
+/// Runs the main seeded runs; returns how many failed.
+fn main_runs(seeds: &[u64], verbose: bool) -> usize {
     let mut failed = 0;
     let mut coverage = sim::Coverage::new();
-    for seed in &seeds {
+    for seed in seeds {
         match sim::run_seed(*seed) {
             Ok(report) => {
                 if verbose {
@@ -42,25 +55,13 @@ fn main() -> ExitCode {
     if !verbose {
         print!("{coverage}");
     }
-    println!("{} passed, {failed} failed", seeds.len() - failed);
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    failed
 }
 
-type Parsed = Option<Result<u64, std::num::ParseIntError>>;
-
-fn ssd_cache_runs(seed: Parsed, runs: Parsed, start: Parsed) -> ExitCode {
-    let (seeds, verbose): (Vec<u64>, bool) = match (seed, runs, start) {
-        (Some(Ok(seed)), None, None) => (vec![seed], true),
-        (None, Some(Ok(runs)), None) => ((0..runs).collect(), false),
-        (None, Some(Ok(runs)), Some(Ok(start))) => ((start..start + runs).collect(), false),
-        _ => return usage("give either --ssd-cache-seed N, or --ssd-cache-runs N [--start S]"),
-    };
+/// Runs the write-back SSD cache's seeded runs; returns how many failed.
+fn ssd_cache_runs(seeds: &[u64], verbose: bool) -> usize {
     let mut failed = 0;
-    for seed in &seeds {
+    for seed in seeds {
         match sim::run_ssd_cache_seed(*seed) {
             Ok(report) if verbose => println!("{report:#?}"),
             Ok(_) => {}
@@ -70,12 +71,7 @@ fn ssd_cache_runs(seed: Parsed, runs: Parsed, start: Parsed) -> ExitCode {
             }
         }
     }
-    println!("{} passed, {failed} failed", seeds.len() - failed);
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    failed
 }
 
 fn usage(problem: &str) -> ExitCode {

@@ -4,38 +4,19 @@
 //! `cargo run -p sim -- --seed N`. `STORC_SIM_RUNS` changes the count (default 10,000).
 
 use layout::Level;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 #[test]
 fn seeded_runs_across_every_level_match_the_model() {
     let runs: u64 = std::env::var("STORC_SIM_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let next = AtomicU64::new(0);
-    let failures = Mutex::new(Vec::new());
-    let coverage = Mutex::new(sim::Coverage::new());
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= runs {
-                    return;
-                }
-                match sim::run_seed(seed) {
-                    Ok(report) => coverage.lock().unwrap().add(&report),
-                    Err(failure) => failures.lock().unwrap().push(failure.to_string()),
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner().unwrap();
+    let (reports, failures) = sim::run_seeds_in_parallel(runs, sim::run_seed);
     assert!(
         failures.is_empty(),
         "{} of {runs} runs failed; first ones:\n{}",
         failures.len(),
         failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n")
     );
-    let coverage = coverage.into_inner().unwrap();
+    let mut coverage = sim::Coverage::new();
+    reports.iter().for_each(|report| coverage.add(report));
     println!("{runs} seeded runs passed\n{coverage}");
     if runs >= 900 {
         assert_every_level_crashes(&coverage);

@@ -116,6 +116,27 @@ fn write_until_stopped(mut nbd: Client, model: Arc<Mutex<Vec<BlockModel>>>, tall
     }
 }
 
+/// A writer (`write_until_stopped`, `seed`) runs for `pause`, then `before_kill`, then kill -9;
+/// returns once the writer saw the daemon go.
+fn write_then_kill(
+    daemon: Daemon,
+    (model, tally): (&Arc<Mutex<Vec<BlockModel>>>, &Arc<Mutex<Tally>>),
+    seed: u64,
+    pause: Duration,
+    before_kill: impl FnOnce(&Daemon),
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (nbd, model, tally, stop) = (client(&daemon, "wb"), Arc::clone(model), Arc::clone(tally), Arc::clone(&stop));
+        std::thread::spawn(move || write_until_stopped(nbd, model, tally, seed, stop))
+    };
+    std::thread::sleep(pause);
+    before_kill(&daemon);
+    daemon.kill9();
+    stop.store(true, Ordering::SeqCst);
+    writer.join().expect("writer");
+}
+
 fn set_write_back(daemon: &Daemon) {
     let body = SetVd { write_policy: Some("wb".into()), ..SetVd::default() };
     let reply = daemon.api("PATCH", "/api/v1/vds/0", Some(&body));
@@ -156,16 +177,8 @@ fn kill_9_of_a_write_back_vd_with_a_journal_never_loses_an_acknowledged_write() 
             daemon.stop();
             break;
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (nbd, model, tally, stop, seed) =
-                (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&tally), Arc::clone(&stop), rng.next());
-            std::thread::spawn(move || write_until_stopped(nbd, model, tally, seed, stop))
-        };
-        std::thread::sleep(Duration::from_millis(30 + rng.below(470)));
-        daemon.kill9();
-        stop.store(true, Ordering::SeqCst);
-        writer.join().expect("writer");
+        let pause = Duration::from_millis(30 + rng.below(470));
+        write_then_kill(daemon, (&model, &tally), rng.next(), pause, |_| {});
     }
     let tally = tally.lock().unwrap();
     println!(
@@ -338,21 +351,14 @@ fn kill_9_with_a_write_back_ssd_cache_never_loses_an_acknowledged_write() {
             daemon.stop();
             break;
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (nbd, model, tally, stop, seed) =
-                (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&tally), Arc::clone(&stop), rng.next());
-            std::thread::spawn(move || write_until_stopped(nbd, model, tally, seed, stop))
-        };
-        std::thread::sleep(Duration::from_millis(100 + rng.below(400)));
-        if kill == kills {
-            // The last round: a cache SSD goes offline amid the writes, then the kill.
-            daemon.cli(&["/c0/s4", "set", "offline"]);
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        daemon.kill9();
-        stop.store(true, Ordering::SeqCst);
-        writer.join().expect("writer");
+        let pause = Duration::from_millis(100 + rng.below(400));
+        write_then_kill(daemon, (&model, &tally), rng.next(), pause, |daemon| {
+            if kill == kills {
+                // The last round: a cache SSD goes offline amid the writes, then the kill.
+                daemon.cli(&["/c0/s4", "set", "offline"]);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
     }
     let tally = tally.lock().unwrap();
     println!(

@@ -60,25 +60,15 @@ impl SsdCache {
 
     /// Reads every line of a hit from its slot on the cache VD; a failure has the VD serve the
     /// whole read again (the line is dropped).
-    fn read_hit(
-        self: &Arc<Self>,
-        vd: &Arc<VirtualDrive>,
-        offset_bytes: u64,
-        mut buf: IoBuf,
-        keys: Vec<LineKey>,
-        slots: Vec<u32>,
-        done: Done,
-    ) {
+    fn read_hit(self: &Arc<Self>, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, keys: Vec<LineKey>, slots: Vec<u32>, done: Done) {
         let line = self.options.line_bytes;
-        let end_bytes = offset_bytes + buf.len() as u64;
-        let mut pieces = Vec::with_capacity(keys.len());
-        let mut piece_start = offset_bytes;
-        for slot in &slots {
-            let piece_end = ((piece_start / line + 1) * line).min(end_bytes);
-            let rest = buf.split_off((piece_end - piece_start) as usize);
-            pieces.push((u64::from(*slot) * line + piece_start % line, std::mem::replace(&mut buf, rest)));
-            piece_start = piece_end;
-        }
+        let pieces: Vec<(u64, IoBuf)> = self
+            .split_by_line(offset_bytes, buf)
+            .into_iter()
+            .zip(&slots)
+            .map(|((piece_start, piece), slot)| (u64::from(*slot) * line + piece_start % line, piece))
+            .collect();
+        assert_eq!(pieces.len(), keys.len(), "one piece per line read");
         let (cache, vd) = (Arc::clone(self), Arc::clone(vd));
         let joined: Done = Box::new(move |completion: VdCompletion| {
             let ok = completion.result.is_ok();
@@ -189,6 +179,22 @@ impl SsdCache {
         false
     }
 
+    /// `buf` (VD bytes from `offset_bytes`) cut at line boundaries, without copying: each
+    /// piece with the VD offset it starts at.
+    fn split_by_line(&self, offset_bytes: u64, mut buf: IoBuf) -> Vec<(u64, IoBuf)> {
+        let line = self.options.line_bytes;
+        let end_bytes = offset_bytes + buf.len() as u64;
+        let mut pieces = Vec::new();
+        let mut piece_start = offset_bytes;
+        while piece_start < end_bytes {
+            let piece_end = ((piece_start / line + 1) * line).min(end_bytes);
+            let rest = buf.split_off((piece_end - piece_start) as usize);
+            pieces.push((piece_start, std::mem::replace(&mut buf, rest)));
+            piece_start = piece_end;
+        }
+        pieces
+    }
+
     /// A read touching dirty lines and lines the cache does not hold: each line's part from
     /// where its newest data is (the pinned lines from the cache VD, the rest from the VD).
     /// No fallback on a failure: a dirty line has no other copy.
@@ -196,21 +202,15 @@ impl SsdCache {
         self: &Arc<Self>,
         engine: &Engine,
         vd: &Arc<VirtualDrive>,
-        (offset_bytes, mut buf): (u64, IoBuf),
+        (offset_bytes, buf): (u64, IoBuf),
         keys: Vec<LineKey>,
         slots: Vec<Option<u32>>,
         done: Done,
     ) {
         let line = self.options.line_bytes;
-        let end_bytes = offset_bytes + buf.len() as u64;
-        let mut pieces = Vec::with_capacity(keys.len());
-        let mut piece_start = offset_bytes;
-        for slot in &slots {
-            let piece_end = ((piece_start / line + 1) * line).min(end_bytes);
-            let rest = buf.split_off((piece_end - piece_start) as usize);
-            pieces.push((*slot, piece_start, std::mem::replace(&mut buf, rest)));
-            piece_start = piece_end;
-        }
+        let pieces: Vec<(Option<u32>, u64, IoBuf)> =
+            self.split_by_line(offset_bytes, buf).into_iter().zip(&slots).map(|((start, piece), slot)| (*slot, start, piece)).collect();
+        assert_eq!(pieces.len(), keys.len(), "one piece per line read");
         let pinned: Vec<LineKey> = keys.iter().zip(&slots).filter(|(_, s)| s.is_some()).map(|(k, _)| *k).collect();
         let cache = Arc::clone(self);
         let joined: Done = Box::new(move |completion: VdCompletion| {
