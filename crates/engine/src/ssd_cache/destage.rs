@@ -50,7 +50,8 @@ impl SsdCache {
     /// One batch, if there is work by the rules above; whether there was.
     fn destage_round(self: &Arc<Self>) -> bool {
         let draining = self.draining.lock().expect("ssd cache draining lock").iter().next().copied();
-        let idle = Instant::now().duration_since(*self.last_write.lock().expect("ssd cache clock lock")) >= IDLE_BEFORE_DRAIN;
+        let since_write_ms = self.millis_since_created().saturating_sub(self.last_write_ms.load(Ordering::Relaxed));
+        let idle = since_write_ms >= IDLE_BEFORE_DRAIN.as_millis() as u64;
         let batch = {
             let mut lines = self.lines();
             let (dirty, slots) = (lines.dirty_count(), lines.slot_count() as usize);
@@ -72,7 +73,11 @@ impl SsdCache {
 
     /// Notes a client write, for the idle rule.
     pub(super) fn note_write(&self) {
-        *self.last_write.lock().expect("ssd cache clock lock") = Instant::now();
+        self.last_write_ms.store(self.millis_since_created(), Ordering::Relaxed);
+    }
+
+    fn millis_since_created(&self) -> u64 {
+        self.created.elapsed().as_millis() as u64
     }
 
     fn run_batch(self: &Arc<Self>, batch: Vec<Destage>) {
@@ -153,7 +158,11 @@ impl SsdCache {
     /// Lines still dirty after `timeout` (the VD or the cache VD failing their writes).
     pub fn flush_vd(&self, vd: &VirtualDrive, timeout: Duration) -> Result<(), String> {
         let instance = vd.instance_id();
-        self.draining.lock().expect("ssd cache draining lock").insert(instance);
+        {
+            let mut draining = self.draining.lock().expect("ssd cache draining lock");
+            draining.insert(instance);
+            self.any_draining.store(true, Ordering::Release);
+        }
         let deadline = Instant::now() + timeout;
         let result = loop {
             let (dirty, table_busy) = {
@@ -172,11 +181,13 @@ impl SsdCache {
     }
 
     pub fn end_drain(&self, vd: &VirtualDrive) {
-        self.draining.lock().expect("ssd cache draining lock").remove(&vd.instance_id());
+        let mut draining = self.draining.lock().expect("ssd cache draining lock");
+        draining.remove(&vd.instance_id());
+        self.any_draining.store(!draining.is_empty(), Ordering::Release);
     }
 
     /// Whether `vd`'s writes go through to it now (its lines are being drained).
     pub(super) fn is_draining(&self, vd: &VirtualDrive) -> bool {
-        self.draining.lock().expect("ssd cache draining lock").contains(&vd.instance_id())
+        self.any_draining.load(Ordering::Acquire) && self.draining.lock().expect("ssd cache draining lock").contains(&vd.instance_id())
     }
 }

@@ -145,8 +145,12 @@ pub struct SsdCache {
     vds: Mutex<HashMap<u64, Weak<VirtualDrive>>>,
     /// VDs (instance ids) whose dirty lines are being drained: their writes go through.
     draining: Mutex<HashSet<u64>>,
+    /// `draining` is not empty: read without its lock on every write.
+    any_draining: AtomicBool,
+    /// When the cache was made: `last_write_ms` counts from it.
+    created: Instant,
     /// The last write through the cache (the destager's idle rule).
-    last_write: Mutex<Instant>,
+    last_write_ms: AtomicU64,
     /// The destager is between its watermarks, going down.
     destage_active: AtomicBool,
     /// The table on the cache VD is ours and `running` ([`SsdCache::begin_service`]): until
@@ -230,7 +234,9 @@ impl Engine {
             counters: Counters::default(),
             vds: Mutex::new(HashMap::new()),
             draining: Mutex::new(HashSet::new()),
-            last_write: Mutex::new(Instant::now()),
+            any_draining: AtomicBool::new(false),
+            created: Instant::now(),
+            last_write_ms: AtomicU64::new(0),
             destage_active: AtomicBool::new(false),
             in_service: AtomicBool::new(false),
         });
