@@ -275,6 +275,65 @@ fn interleaved_sequential_streams_share_the_media_rate_and_never_exceed_it() {
     }
 }
 
+/// The slowest of `reads_per_stream` 64 KiB reads of each of `streams` sequential readers, each
+/// in its own zone (the first zone the highest) with `per_stream` reads in flight, closed loop.
+fn slowest_read_ns(spec: &str, streams: u64, per_stream: u64, reads_per_stream: u64) -> u64 {
+    let (drive, clock) = virtual_drive(spec);
+    let zone_bytes = drive.info().capacity_bytes / streams;
+    // As a RAID5 member of 8 sees a VD's sequential reader: one strip a row, none in the rows
+    // whose parity it holds.
+    let read = |stream: u64, index: u64| {
+        let zone_start_bytes = (streams - 1 - stream) * zone_bytes;
+        let row = index + index / 7;
+        DriveOp::Read { offset_bytes: zone_start_bytes + row * 64 * KIB, buf: IoBuf::zeroed(64 << 10) }
+    };
+    let mut ctx = IoCtx::without_ring();
+    let mut next_index = vec![per_stream; streams as usize];
+    let mut submitted_ns = std::collections::HashMap::new();
+    for stream in 0..streams {
+        for index in 0..per_stream {
+            let token = stream << 32 | index;
+            submitted_ns.insert(token, clock.now_ns());
+            drive.submit(&mut ctx, token, read(stream, index));
+        }
+    }
+    let (mut slowest_ns, mut completed, mut out) = (0, 0, Vec::new());
+    while completed < streams * reads_per_stream {
+        clock.advance_to(drive.next_due_ns().expect("operations are in flight"));
+        drive.poll_due(&mut ctx);
+        ctx.poll(&mut out, false);
+        for completion in out.drain(..) {
+            assert_eq!(completion.result, Ok(()));
+            completed += 1;
+            slowest_ns = slowest_ns.max(clock.now_ns() - submitted_ns.remove(&completion.token).expect("submitted"));
+            let stream = completion.token >> 32;
+            let index = &mut next_index[stream as usize];
+            if *index < reads_per_stream {
+                let token = stream << 32 | *index;
+                submitted_ns.insert(token, clock.now_ns());
+                drive.submit(&mut ctx, token, read(stream, *index));
+                *index += 1;
+            }
+        }
+    }
+    slowest_ns
+}
+
+/// Regression: a queued read served from a kept segment (another stream's, read ahead before
+/// the head left it) moved the *current* stream's look-ahead out to that segment's end, so the
+/// head "read ahead" across the whole gap between the zones before it took another command:
+/// the drive stopped for as long as reading hundreds of GB takes (920 s in a benchmark of
+/// four readers at QD 8 on RAID5, which then waited for it). No read may wait much longer than
+/// the starvation limit (1 s) plus a few services.
+#[test]
+fn a_read_from_a_kept_segment_leaves_the_current_stream_where_it_is() {
+    for (streams, per_stream) in [(2, 2), (3, 2), (4, 2), (4, 4), (3, 8)] {
+        let slowest_ns = slowest_read_ns("hdd:15k:600GiB,nowritecache", streams, per_stream, 400);
+        println!("{streams} sequential 64 KiB readers, {per_stream} reads in flight each: slowest read {} us", slowest_ns / 1000);
+        assert!(slowest_ns < 1_500_000_000, "{streams} readers at {per_stream} each: a read waited {} ms", slowest_ns / 1_000_000);
+    }
+}
+
 /// A point's result does not depend on the point run before it, once a flush (which the
 /// benchmark sends between points) drained the write cache: two interleaved readers measure
 /// the same on a fresh drive and after random writes or four other streams.

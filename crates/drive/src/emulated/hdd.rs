@@ -75,6 +75,9 @@ impl Job {
 enum Access {
     /// Served from the read-ahead buffer; the head is not involved.
     Buffer,
+    /// Served from a kept segment (an earlier stream's); neither the head nor the stream it is
+    /// reading ahead for is involved.
+    Kept,
     /// The head is reading on through the data already; the command waits for it to pass.
     Stream,
     /// Seek, rotation, transfer.
@@ -250,7 +253,7 @@ impl HddModel {
         let due_ns = at_ns + self.command_overhead_ns + self.link_ns(command.len_bytes);
         decided.push(Due { id: command.id, due_ns });
         if in_stream {
-            self.keep_reading_ahead(end_bytes, at_ns);
+            self.keep_reading_ahead(&command, at_ns);
         }
         true
     }
@@ -391,7 +394,7 @@ impl HddModel {
         if self.kept_segments.iter().any(|&(s, e)| s <= start_bytes && end_bytes <= e) {
             let ready_ns = self.ready_ns(job, at_ns);
             return Some(Plan {
-                access: Access::Buffer,
+                access: Access::Kept,
                 transfer_start_ns: ready_ns as f64,
                 end_ns: ready_ns + self.link_ns(job.command.len_bytes),
             });
@@ -457,9 +460,10 @@ impl HddModel {
 
     fn apply(&mut self, job: &Job, plan: &Plan, at_ns: u64, decided: &mut Vec<Due>) {
         match plan.access {
-            Access::Buffer => self.keep_reading_ahead(job.end_bytes(), at_ns),
+            Access::Buffer => self.keep_reading_ahead(&job.command, at_ns),
+            Access::Kept => assert!(self.use_kept_segment(job.command.offset_bytes, job.end_bytes()), "planned from a kept segment"),
             Access::Stream => {
-                self.keep_reading_ahead(job.end_bytes(), at_ns);
+                self.keep_reading_ahead(&job.command, at_ns);
                 self.free_at_ns = plan.end_ns;
                 self.last_access = Some(LastAccess { origin: job.origin, end_bytes: job.end_bytes(), end_ns: plan.end_ns });
             }
@@ -495,7 +499,15 @@ impl HddModel {
     }
 
     /// A host reading on sequentially keeps the segment a full look-ahead in front of it.
-    fn keep_reading_ahead(&mut self, end_bytes: u64, at_ns: u64) {
+    /// `command` is a read the current segment served (or the head is streaming into).
+    fn keep_reading_ahead(&mut self, command: &Command, at_ns: u64) {
+        // A read served elsewhere (a kept segment) must not move this stream: its end may be
+        // anywhere on the disk, and the head would read ahead all the way to it.
+        assert!(
+            self.read_ahead.as_ref().is_some_and(|r| r.holds_start_of(&self.platter, command, at_ns)),
+            "only a read the current segment holds the start of keeps it reading ahead"
+        );
+        let end_bytes = command.offset_bytes + command.len_bytes;
         let capacity_bytes = self.capacity_bytes;
         let read_ahead_bytes = self.read_ahead_bytes;
         let streaming = self.read_ahead.as_ref().is_some_and(|r| r.is_streaming(&self.platter, at_ns));
