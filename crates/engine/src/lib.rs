@@ -96,6 +96,8 @@ enum ShardMsg {
         vd: Arc<VirtualDrive>,
         request: VdRequest,
         done: Done,
+        /// A write of a sequential stream that may go around the journal (`vd::journal_bypass`).
+        bypass: bool,
     },
     /// A read or write served straight by one member (see `fast_path`).
     Fast(Box<fast_path::FastIo>),
@@ -369,7 +371,7 @@ impl Engine {
                     Err(back) => back,
                 };
                 let range = offset_bytes..offset_bytes + buf.len() as u64;
-                self.submit_pieces(vd, offset_bytes, buf, false, done);
+                self.router.submit_pieces(vd, offset_bytes, buf, router::Piece::READ, done);
                 if let Some(ahead) = read_ahead_for(vd, range, self.read_ahead_bytes) {
                     self.prefetch(vd, ahead);
                 }
@@ -381,7 +383,8 @@ impl Engine {
                     Ok(()) => return,
                     Err(back) => back,
                 };
-                self.submit_pieces(vd, offset_bytes, buf, true, done);
+                let bypass = vd.note_write_for_bypass(offset_bytes, buf.len() as u64);
+                self.router.submit_pieces(vd, offset_bytes, buf, router::Piece { write: true, bypass }, done);
             }
         }
     }
@@ -389,10 +392,6 @@ impl Engine {
     /// Whether a journal was ever attached to this engine.
     pub(crate) fn journal_attached(&self) -> bool {
         self.journal_attached.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn submit_pieces(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, write: bool, done: Done) {
-        self.router.submit_pieces(vd, offset_bytes, buf, write, done);
     }
 
     /// Sends each shard its part of a read-ahead, counted in the VD's requests in flight.

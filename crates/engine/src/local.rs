@@ -34,8 +34,12 @@ impl LocalEngine {
             }
             _ => None,
         };
+        let bypass = match &request {
+            VdRequest::Write { offset_bytes, buf } => vd.note_write_for_bypass(*offset_bytes, buf.len() as u64),
+            _ => false,
+        };
         let (reactor2, vd2) = (Rc::clone(&reactor), Arc::clone(vd));
-        self.executor.spawn(async move { done(crate::cache::serve(reactor2, vd2, request).await) });
+        self.executor.spawn(async move { done(crate::cache::serve(reactor2, vd2, request, bypass).await) });
         if let Some(ahead) = ahead {
             // After the read, as on a shard.
             let vd = Arc::clone(vd);

@@ -10,6 +10,19 @@ use crate::{shard_stride_rows, Done, ShardLink, ShardMsg, VdRequest, VirtualDriv
 use drive::IoBuf;
 use std::sync::Arc;
 
+/// What a request piece is: a read or a write, and for a write whether it may go around the
+/// journal (`vd::journal_bypass`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Piece {
+    pub write: bool,
+    pub bypass: bool,
+}
+
+impl Piece {
+    pub const READ: Piece = Piece { write: false, bypass: false };
+    pub const WRITE: Piece = Piece { write: true, bypass: false };
+}
+
 #[derive(Clone)]
 pub(crate) struct Router {
     links: Arc<[Arc<ShardLink>]>,
@@ -34,8 +47,8 @@ impl Router {
             return done(crate::VdCompletion { result: Err(error), buf: request.into_buf() });
         }
         match request {
-            VdRequest::Read { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, false, done),
-            VdRequest::Write { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, true, done),
+            VdRequest::Read { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, Piece::READ, done),
+            VdRequest::Write { offset_bytes, buf } => self.submit_pieces(vd, offset_bytes, buf, Piece::WRITE, done),
             VdRequest::Flush => self.flush(vd, done),
         }
     }
@@ -46,12 +59,12 @@ impl Router {
         for index in 0..self.links.len() {
             let joiner = Arc::clone(&joiner);
             let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
-            self.send_request(index, vd, VdRequest::Flush, done);
+            self.send_request(index, vd, VdRequest::Flush, false, done);
         }
     }
 
     /// Cuts a request into runs of rows owned by one shard and sends each to its shard.
-    pub(crate) fn submit_pieces(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf, write: bool, done: Done) {
+    pub(crate) fn submit_pieces(&self, vd: &Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf, kind: Piece, done: Done) {
         let mut pieces: Vec<(usize, u64, IoBuf)> = Vec::new();
         let mut run_start = offset_bytes;
         let mut run_shard = None;
@@ -65,26 +78,26 @@ impl Router {
             run_shard = Some(shard);
         }
         pieces.push((run_shard.unwrap_or(0), run_start, buf));
-        let request = |offset_bytes, buf| match write {
+        let request = |offset_bytes, buf| match kind.write {
             true => VdRequest::Write { offset_bytes, buf },
             false => VdRequest::Read { offset_bytes, buf },
         };
         if pieces.len() == 1 {
             let (shard, offset, buf) = pieces.pop().expect("one piece");
-            return self.send_request(shard, vd, request(offset, buf), done);
+            return self.send_request(shard, vd, request(offset, buf), kind.bypass, done);
         }
         let joiner = Joiner::new(pieces.len(), done);
         for (index, (shard, offset, buf)) in pieces.into_iter().enumerate() {
             let joiner = Arc::clone(&joiner);
             let done: Done = Box::new(move |completion| joiner.piece_done(index, completion));
-            self.send_request(shard, vd, request(offset, buf), done);
+            self.send_request(shard, vd, request(offset, buf), kind.bypass, done);
         }
     }
 
     /// Hands one request piece to a shard, counted in the VD's requests in flight until
     /// [`VirtualDrive::finish`] delivers it (a deletion waits for that count to drain).
-    pub(crate) fn send_request(&self, shard: usize, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
+    pub(crate) fn send_request(&self, shard: usize, vd: &Arc<VirtualDrive>, request: VdRequest, bypass: bool, done: Done) {
         vd.begin_request();
-        self.links[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done });
+        self.links[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done, bypass });
     }
 }

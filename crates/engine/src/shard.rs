@@ -126,10 +126,10 @@ fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receive
 fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
     let reactor = Rc::clone(executor.reactor());
     match msg {
-        ShardMsg::Request { vd, request, done } => {
+        ShardMsg::Request { vd, request, done, bypass } => {
             let write = matches!(request, VdRequest::Write { .. });
             executor.spawn(async move {
-                let completion = cache::serve(reactor, Arc::clone(&vd), request).await;
+                let completion = cache::serve(reactor, Arc::clone(&vd), request, bypass).await;
                 vd.finish(completion, done, write);
             });
             false

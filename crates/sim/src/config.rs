@@ -60,6 +60,9 @@ pub struct RunConfig {
     /// The operation at which one leg of a mirrored journal fails, if one does: the other goes
     /// on, and the failed one comes back stale at some restarts.
     pub journal_leg_fail_at_operation: Option<usize>,
+    /// Writes of sequential streams go around the journal (`cache::bypass`) from a stream of
+    /// one row on, and part of the writes continue the last one to make such streams.
+    pub journal_bypass: bool,
 }
 
 impl RunConfig {
@@ -107,6 +110,7 @@ impl RunConfig {
             journal_mirrored: rng.gen_bool(0.5),
             // In the first half, so that most such runs crash afterwards.
             journal_leg_fail_at_operation: rng.gen_bool(0.5).then(|| rng.gen_range(0..operation_count / 2 + 1)),
+            journal_bypass: rng.gen_bool(0.5),
         }
     }
 }

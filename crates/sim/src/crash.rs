@@ -228,6 +228,7 @@ impl Sim {
         // So does a BGI job: what it left unsynced is in the bitmap, for the resync below.
         self.bgi_at_crash();
         let members = self.drives.iter().map(|d| Arc::clone(&d.faulty) as Arc<dyn drive::Drive>).collect();
+        self.bypassed_before += self.vd.journal_bypass().bypassed().0;
         let vd = VirtualDrive::new(self.config.seed, "sim", self.layout, members).expect("the layout held before");
         for (member, recorded) in recorded.iter().enumerate() {
             match *recorded {

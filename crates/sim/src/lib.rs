@@ -89,6 +89,8 @@ pub struct RunReport {
     /// Reads served from clean data, and bytes read ahead, over all the run's engines.
     pub clean_hits: u64,
     pub read_ahead_bytes: u64,
+    /// Write pieces that went around the journal (`cache::bypass`), over all the run's VDs.
+    pub journal_bypassed_writes: u64,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -196,6 +198,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             journal_detached: sim.journal.as_ref().is_some_and(|j| j.detached),
             journal_leg_replayed: sim.journal.as_ref().is_some_and(|j| j.replayed_after_leg_failed),
             images_replayed_degraded: sim.journal.as_ref().is_some_and(|j| j.images_replayed_degraded),
+            journal_bypassed_writes: sim.bypassed_before + sim.vd.journal_bypass().bypassed().0,
             crashes: sim.crashes,
         }),
         Err(problem) => Err(RunFailure { config: Box::new(config), problem, faults: sim.faults, crashes: sim.crashes }),
@@ -246,6 +249,8 @@ pub struct LevelCoverage {
     pub clean_hits: usize,
     /// Runs that read ahead.
     pub read_ahead: usize,
+    /// Runs where writes went around the journal.
+    pub journal_bypassed: usize,
 }
 
 impl Coverage {
@@ -274,6 +279,7 @@ impl Coverage {
         level.images_replayed_degraded += usize::from(report.images_replayed_degraded);
         level.clean_hits += usize::from(report.clean_hits > 0);
         level.read_ahead += usize::from(report.read_ahead_bytes > 0);
+        level.journal_bypassed += usize::from(report.journal_bypassed_writes > 0);
     }
 
     pub fn of(&self, level: layout::Level) -> LevelCoverage {
@@ -285,12 +291,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead  bypassed"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11} {:>9}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -309,7 +315,8 @@ impl fmt::Display for Coverage {
                 c.journal_leg_replayed,
                 c.images_replayed_degraded,
                 c.clean_hits,
-                c.read_ahead
+                c.read_ahead,
+                c.journal_bypassed
             )?;
         }
         Ok(())

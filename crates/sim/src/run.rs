@@ -121,6 +121,10 @@ pub(crate) struct Sim {
     pub bgi_report: crate::bgi::BgiReport,
     /// The cache's journal, if the run has one.
     pub journal: Option<crate::cache::SimJournal>,
+    /// Where the last write submitted ended: the next write of a stream starts there.
+    pub last_write_end: u64,
+    /// Writes that went around the journal on VD objects of earlier engines (before restarts).
+    pub bypassed_before: u64,
 }
 
 impl Sim {
@@ -184,6 +188,8 @@ impl Sim {
             bgi,
             bgi_report: Default::default(),
             journal: None,
+            last_write_end: 0,
+            bypassed_before: 0,
         }
     }
 
@@ -392,6 +398,16 @@ impl Sim {
         start..start + len
     }
 
+    /// One to two rows from where the last write ended (from the start once that is too near
+    /// the end): a sequential stream's next write, long enough to go around the journal.
+    fn stream_range(&mut self) -> Range<u64> {
+        let capacity = self.model.capacity_bytes();
+        let row_bytes = self.vd.geometry().row_data_bytes();
+        let len = (self.rng.gen_range(row_bytes / SECTOR_BYTES..=2 * row_bytes / SECTOR_BYTES) * SECTOR_BYTES).min(capacity);
+        let start = if self.last_write_end + len <= capacity { self.last_write_end } else { 0 };
+        start..start + len
+    }
+
     /// Whether a request in flight of the kind `writes` (or any kind) overlaps `range`.
     fn overlaps_in_flight(&self, range: &Range<u64>, writes: bool) -> bool {
         self.in_flight.iter().flatten().any(|op| match op {
@@ -406,8 +422,11 @@ impl Sim {
             return self.submit_flush();
         }
         for _ in 0..8 {
-            let range = self.random_range();
             let write = self.rng.gen_bool(0.55);
+            let range = match write && self.config.journal_bypass && self.rng.gen_bool(0.4) {
+                true => self.stream_range(),
+                false => self.random_range(),
+            };
             // A write may overlap writes in flight but not reads; a read overlaps no write.
             let reads_only = |op: &Op| matches!(op, Op::Read(r, _) if r.start < range.end && range.start < r.end);
             let conflict = if write {
@@ -436,6 +455,7 @@ impl Sim {
         self.rng.fill(&mut data[..]);
         let id = self.model.submit_write(range.start, &data);
         self.writes += 1;
+        self.last_write_end = range.end;
         self.submit(Op::Write(range.clone(), id), VdRequest::Write { offset_bytes: range.start, buf: IoBuf::from_slice(&data) });
     }
 

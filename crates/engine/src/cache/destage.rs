@@ -311,5 +311,6 @@ pub(crate) fn tick(reactor: &Rc<Reactor>) {
     let images = reactor.cache().images.borrow().clone();
     reactor.cache().journal().into_iter().chain(images).for_each(|part| part.poke());
     super::checkpoint_images(reactor, false);
+    reactor.cache().prune_logged_rows();
     pump(reactor);
 }

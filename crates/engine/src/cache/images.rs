@@ -25,6 +25,7 @@ impl ShardCache {
     pub fn set_images(&self, part: Option<Rc<JournalPart>>) {
         *self.images.borrow_mut() = part;
         self.imaged.borrow_mut().clear();
+        self.logged_rows.borrow_mut().forget_images();
         self.wake_all();
     }
 

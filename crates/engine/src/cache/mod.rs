@@ -17,12 +17,17 @@
 //!   members and lay it over what the members returned. Under `iopolicy=cached` the result is
 //!   kept as clean data; read-ahead ([`prefetch`]) keeps what it reads under either policy.
 //!
+//! - **writes of sequential streams** past a cutoff go around the journal to the members
+//!   ([`bypass`]) when nothing the journal could replay names their bytes.
+//!
 //! Destaging starts above the high watermark (half the shard's share of the cache) and goes on
 //! down to the low one (a quarter), takes any extent older than [`AGE_LIMIT`], and runs at
 //! once for WT writes and flushes that wait for it. Runs merge contiguous extents up to
 //! [`RUN_BYTES_MAX`], so a row filled by small writes goes out as one full-stripe write.
 
+mod bypass;
 pub mod clean;
+pub(crate) use bypass::{around_durable, note_written_around};
 mod destage;
 pub mod extents;
 mod images;
@@ -110,6 +115,10 @@ pub struct ShardCache {
     /// last checkpoint (flushed before the next one).
     images: RefCell<Option<Rc<JournalPart>>>,
     imaged: RefCell<HashMap<u64, Arc<VirtualDrive>>>,
+    /// Rows named by records and images a replay could still read ([`bypass`]).
+    logged_rows: RefCell<bypass::LoggedRows>,
+    /// Per VD: the member flushes that make writes gone around the journal durable.
+    bypass_flushes: RefCell<HashMap<u64, Rc<bypass::FlushGroup>>>,
 }
 
 impl Default for ShardCache {
@@ -141,6 +150,8 @@ impl ShardCache {
             relocation_looked_at: Cell::new(None),
             images: RefCell::new(None),
             imaged: RefCell::new(HashMap::new()),
+            logged_rows: RefCell::new(bypass::LoggedRows::default()),
+            bypass_flushes: RefCell::new(HashMap::new()),
         }
     }
 
@@ -161,6 +172,7 @@ impl ShardCache {
         for cache in self.vds.borrow_mut().values_mut() {
             cache.dirty.forget_sequences();
         }
+        self.logged_rows.borrow_mut().forget_data();
         *self.journal.borrow_mut() = journal;
         self.wake_all();
     }
@@ -238,9 +250,34 @@ impl ShardCache {
         let _ = rx.await;
     }
 
+    /// Data record `sequence` holds `len_bytes` of `vd` at `offset_bytes` ([`bypass`]).
+    fn note_logged_data(&self, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64, sequence: u64) {
+        let range = offset_bytes..offset_bytes + len_bytes;
+        self.logged_rows.borrow_mut().note_data(vd.instance_id(), range, vd.geometry().row_data_bytes(), sequence);
+    }
+
+    /// Row image record `sequence` names `row` of `vd` ([`bypass`]).
+    pub(crate) fn note_logged_image(&self, vd: &VirtualDrive, row: u64, sequence: u64) {
+        self.logged_rows.borrow_mut().note_image(vd.instance_id(), row, sequence);
+    }
+
+    /// Whether a row image a replay could read names `row` of `vd` ([`bypass`]).
+    pub(crate) fn image_live(&self, vd: &VirtualDrive, row: u64) -> bool {
+        let Some(images) = self.images.borrow().clone() else { return false };
+        self.logged_rows.borrow().image_live(vd.instance_id(), row, images.durable_tail_sequence())
+    }
+
+    /// Forgets the rows whose records and images replay can no longer read.
+    pub(crate) fn prune_logged_rows(&self) {
+        let data_tail = self.journal().map(|j| j.durable_tail_sequence());
+        let image_tail = self.images.borrow().as_ref().map(|i| i.durable_tail_sequence());
+        self.logged_rows.borrow_mut().prune(data_tail, image_tail);
+    }
+
     /// Drops a VD's cached data (it was deleted) and its holds on journal records.
     pub fn forget(&self, vd: &VirtualDrive) {
         self.clean.borrow_mut().forget_vd(vd.instance_id());
+        self.bypass_flushes.borrow_mut().remove(&vd.instance_id());
         let Some(cache) = self.vds.borrow_mut().remove(&vd.instance_id()) else { return };
         self.bytes.set(self.bytes.get() - cache.dirty.bytes());
         vd.note_cache_dirty(-(cache.dirty.bytes() as i64));
@@ -328,13 +365,14 @@ enum Mode {
 }
 
 /// Serves one request of this shard through the cache.
-pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
+/// `bypass`: a write of a sequential stream that may go around the journal ([`bypass`]).
+pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: VdRequest, bypass: bool) -> VdCompletion {
     if vd.is_retired() || vd.state() == crate::VdState::Offline {
         return io::serve(reactor, vd, request).await;
     }
     match request {
         VdRequest::Read { offset_bytes, buf } => read::read(reactor, vd, offset_bytes, buf).await,
-        VdRequest::Write { offset_bytes, buf } => write(reactor, vd, offset_bytes, buf).await,
+        VdRequest::Write { offset_bytes, buf } => write(reactor, vd, offset_bytes, buf, bypass).await,
         VdRequest::Flush => flush(reactor, vd).await,
     }
 }
@@ -351,7 +389,7 @@ fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
     }
 }
 
-async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, bypass: bool) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
     let len_bytes = buf.len() as u64;
     // Writes are admitted in the order they arrived, so that overlapping writes land in that
@@ -378,6 +416,12 @@ async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, b
             let completion = io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
             cache.clean.borrow_mut().end_direct_write(direct);
             return completion;
+        }
+        let range = offset_bytes..offset_bytes + len_bytes;
+        if bypass && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range) {
+            // Like the direct path above, it queues for its row locks before the next write's turn.
+            cache.admission.next(&cache);
+            return bypass::write_around(reactor, vd, offset_bytes, buf).await;
         }
         // Room first (destaging frees it), then room in the journal (a checkpoint frees it).
         let room = cache.counted_bytes() + len_bytes <= cache.limit_bytes.get() || cache.bytes.get() == 0;
@@ -478,6 +522,7 @@ fn insert(
         cache.next_id.set(id + 1);
         if let (Some(sequence), Some(journal)) = (sequence, &journal) {
             journal.hold(sequence);
+            cache.note_logged_data(vd, offset_bytes + at as u64, len as u64, sequence);
         }
         let extent = Extent {
             len_bytes: len as u64,

@@ -62,6 +62,15 @@ pub fn write_row_image(vd: &VirtualDrive, image: &ReplayImage) -> Result<(), Str
             tracing::warn!("{}: row image of row {} not written to member {index}: {error}", vd.name(), image.row);
             vd.member_error(*index as usize, OpKind::Write, &error);
         }
+        // A member being copied: its copy may have passed this row already (only rows of
+        // unsynced regions are copied again), so the target takes the image too, as the tee
+        // gives it every write of the member.
+        if let Some(copy) = vd.copy_target(*index as usize).filter(|copy| !copy.has_failed()) {
+            let op = DriveOp::Write { offset_bytes: *offset_bytes, buf: IoBuf::from_slice(bytes) };
+            if let Err(error) = submit_and_wait(&**copy.target(), op) {
+                vd.copy_target_error(*index as usize, &copy, OpKind::Write, &error);
+            }
+        }
     }
     Ok(())
 }

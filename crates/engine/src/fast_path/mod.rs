@@ -276,7 +276,7 @@ fn complete_read(read: FastIo, result: Result<(), drive::DriveError>, buf: IoBuf
 
 /// The owning shard serves the request through the normal path; it stays counted in flight.
 fn fall_back(owner: &Owner, vd: Arc<VirtualDrive>, request: VdRequest, done: Done) {
-    let message = ShardMsg::Request { vd, request, done };
+    let message = ShardMsg::Request { vd, request, done, bypass: false };
     match owner {
         Owner::Link(link) => link.send(message),
         Owner::Index(index) => crate::shard::send_to_shard(*index, message),

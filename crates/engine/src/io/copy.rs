@@ -58,7 +58,7 @@ fn twin_of(op: &DriveOp) -> Option<DriveOp> {
 /// [`VdError::RowMemberIo`] when the target fails its write (the target is booked failed);
 /// what the rebuild of an unreadable strip returns.
 pub(crate) async fn copy_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u64, member: usize) -> Result<(), VdError> {
-    let env = Env { reactor, vd };
+    let env = Env::new(reactor, vd);
     if env.vd.is_retired() {
         return Err(VdError::Deleted { vd: env.vd.name() });
     }

@@ -154,7 +154,7 @@ pub(crate) async fn rebuild_rows(
     targets: MemberSet,
 ) -> Vec<Result<(), VdError>> {
     assert!(row_count > 0, "a run of rows holds a row");
-    let env = Env { reactor, vd };
+    let env = Env::new(reactor, vd);
     if env.vd.is_retired() {
         return vec![Err(VdError::Deleted { vd: env.vd.name() }); row_count as usize];
     }
@@ -183,7 +183,7 @@ pub(crate) async fn check_rows(
     mode: CheckMode,
 ) -> Vec<Result<CheckOutcome, VdError>> {
     assert!(row_count > 0, "a run of rows holds a row");
-    let env = Env { reactor, vd };
+    let env = Env::new(reactor, vd);
     if env.vd.is_retired() {
         return vec![Err(VdError::Deleted { vd: env.vd.name() }); row_count as usize];
     }
@@ -219,12 +219,12 @@ pub(crate) async fn check_rows(
 
 /// Runs a clean pass of the VD's bitmap on this shard (see [`intent::clean`]).
 pub(crate) async fn clean_write_intent(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, stopping: bool) -> Result<(), VdError> {
-    intent::clean(&Env { reactor, vd }, stopping).await
+    intent::clean(&Env::new(reactor, vd), stopping).await
 }
 
 /// Serves one request whose range lies in rows this shard owns (or a flush).
 pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
-    let env = Env { reactor, vd };
+    let env = Env::new(reactor, vd);
     if env.vd.is_retired() {
         // Queued before the VD was deleted; its drives may belong to another VD by now.
         return VdCompletion { result: Err(VdError::Deleted { vd: env.vd.name() }), buf: request.into_buf() };
@@ -240,6 +240,21 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: 
             serve_rows(&env, offset_bytes, buf, true).await
         }
     }
+}
+
+/// Writes `buf` at `offset_bytes` for a write that goes around the journal
+/// (`cache::bypass`): as [`serve`] does, except that a row it writes whole is written without
+/// a row image (its region is marked unlogged), unless an older image of the row is live.
+pub(crate) async fn serve_around_journal(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+    let env = Env { full_rows_unlogged: true, ..Env::new(reactor, vd) };
+    if env.vd.is_retired() {
+        return VdCompletion { result: Err(VdError::Deleted { vd: env.vd.name() }), buf: Some(buf) };
+    }
+    if env.vd.state() == crate::VdState::Offline {
+        return VdCompletion { result: Err(env.vd.offline_error()), buf: Some(buf) };
+    }
+    env.vd.note_write();
+    serve_rows(&env, offset_bytes, buf, true).await
 }
 
 /// Splits a range into row pieces and serves them concurrently. Each row future takes its lock

@@ -31,9 +31,16 @@ pub(super) fn retry_limit(vd: &VirtualDrive) -> usize {
 pub(crate) struct Env {
     pub reactor: Rc<Reactor>,
     pub vd: Arc<VirtualDrive>,
+    /// A write that goes around the journal (`cache::bypass`): a parity row it writes whole
+    /// needs no row image (`io::parity::row_log`).
+    pub full_rows_unlogged: bool,
 }
 
 impl Env {
+    pub(crate) fn new(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>) -> Env {
+        Env { reactor, vd, full_rows_unlogged: false }
+    }
+
     /// Queues for the lock of `row` and waits until it is held.
     pub(super) async fn lock_row(&self, row: u64) -> RowLock {
         let lock = self.reactor.lock(LockKey { vd_id: self.vd.id(), row });
@@ -96,6 +103,13 @@ impl Row {
             assert!(piece.len_bytes > 0 && end_bytes <= self.map.strip_size_bytes(), "piece inside its strip: {piece:?}");
             assert!(piece.offset_in_strip_bytes >= self.lo && end_bytes <= self.hi, "piece inside the column hull: {piece:?}");
         }
+    }
+
+    /// Whether the pieces cover every data strip of the row whole (a full-stripe write).
+    pub(super) fn is_whole(&self) -> bool {
+        let strip_bytes = self.map.strip_size_bytes();
+        self.pieces.len() == self.map.data_strip_count()
+            && self.pieces.iter().all(|p| p.offset_in_strip_bytes == 0 && p.len_bytes == strip_bytes)
     }
 
     pub(super) fn width_bytes(&self) -> usize {

@@ -4,6 +4,7 @@
 mod bad_blocks;
 mod copy;
 mod fast_writes;
+pub mod journal_bypass;
 mod member;
 pub mod policy;
 mod rebuilt;
@@ -17,6 +18,7 @@ pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
 pub(crate) use fast_writes::FillTicket;
+pub use journal_bypass::JournalBypass;
 pub use member::Member;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 pub use requests_in_flight::GatherCounts;
@@ -174,6 +176,8 @@ pub struct VirtualDrive {
     fast_writes: fast_writes::FastWrites,
     /// The SSD cache serving it, or whether it is one (`crate::ssd_cache`).
     ssd_cache: crate::ssd_cache::Attachment,
+    /// Which of its writes go around the journal (`journal_bypass`).
+    journal_bypass: JournalBypass,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -249,7 +253,18 @@ impl VirtualDrive {
             fast_path_reads: AtomicU64::new(0),
             fast_writes: fast_writes::FastWrites::default(),
             ssd_cache: crate::ssd_cache::Attachment::default(),
+            journal_bypass: JournalBypass::default(),
         })
+    }
+
+    /// Which of its writes go around the journal: the stream table, the cutoff, the counts.
+    pub fn journal_bypass(&self) -> &JournalBypass {
+        &self.journal_bypass
+    }
+
+    /// Notes a client write for [`JournalBypass`]: whether it may go around the journal.
+    pub(crate) fn note_write_for_bypass(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        self.journal_bypass.note_write(offset_bytes, len_bytes, self.geometry.row_data_bytes())
     }
 
     /// While set, writes are journal records being replayed: they go through as WT and, in a

@@ -330,7 +330,7 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
         "a row write touches each member at most once"
     );
     // Held until the member writes are done: then the images may go.
-    let logged = match log_row(env, row.map.row, &ops, &columns).await {
+    let logged = match log_row(env, row.map.row, &ops, &columns, row.is_whole()).await {
         Ok(logged) => logged,
         Err(error) => {
             let bufs = ops.into_iter().take(data_op_count).map(|(_, op)| match op {
@@ -342,6 +342,10 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
         }
     };
     let (bufs, error) = run_all(env, ops).await;
+    if logged.is_none() && env.full_rows_unlogged && row.is_whole() {
+        // Written around the journal: a later image of the row must wait until this is durable.
+        crate::cache::note_written_around(&env.reactor, &env.vd, row.map.row);
+    }
     drop(logged);
     let written = bufs.into_iter().take(data_op_count).map(|b| b.expect("write returns its buffer"));
     *views = restore_views(row, written, kept);
@@ -349,8 +353,9 @@ async fn write_row(env: &Env, row: &Row, views: &mut Vec<IoBuf>, p: IoBuf, q: Op
 }
 
 /// Logs a row write's member writes `ops` (whose columns in their strips are `columns`) as its
-/// image, or marks its region unlogged ([`row_log::log_row`]).
-async fn log_row(env: &Env, row: u64, ops: &[(usize, DriveOp)], columns: &[u64]) -> Attempt<Option<row_log::Logged>> {
+/// image, or marks its region unlogged ([`row_log::log_row`]). `whole`: they write every data
+/// strip of the row whole.
+async fn log_row(env: &Env, row: u64, ops: &[(usize, DriveOp)], columns: &[u64], whole: bool) -> Attempt<Option<row_log::Logged>> {
     let writes: Vec<row_log::MemberWrite> = ops
         .iter()
         .zip(columns)
@@ -361,7 +366,7 @@ async fn log_row(env: &Env, row: u64, ops: &[(usize, DriveOp)], columns: &[u64])
             _ => unreachable!("a row write writes"),
         })
         .collect();
-    row_log::log_row(env, row, &writes).await
+    row_log::log_row(env, row, &writes, whole).await
 }
 
 /// A row write's views again: the buffers of its data writes (in piece order) with those of the

@@ -64,10 +64,18 @@ pub(crate) fn logs_row_images(env: &Env) -> bool {
 /// image partition, a journal that failed, a replay, an image too large for the ring), marks
 /// the row's region unlogged. Either way the writes may go once this returns.
 ///
+/// A write that goes around the journal (`cache::bypass`) and writes the row `whole` needs no
+/// image: a crash can tear only its own data there, and the resync of the unlogged region puts
+/// parity right (every member is in service, or it would not have gone around). Unless an
+/// older image of the row is still live: replay would put it over this write.
+///
 /// # Errors
 /// The region's unlogged bit cannot be written (the VD went offline): the writes must not go.
-pub(super) async fn log_row(env: &Env, row: u64, writes: &[MemberWrite<'_>]) -> Result<Option<Logged>, AttemptError> {
-    if let Some(part) = env.reactor.cache().images().filter(|_| logs_row_images(env)) {
+pub(super) async fn log_row(env: &Env, row: u64, writes: &[MemberWrite<'_>], whole: bool) -> Result<Option<Logged>, AttemptError> {
+    let around = whole && env.full_rows_unlogged && !env.reactor.cache().image_live(&env.vd, row);
+    if let Some(part) = env.reactor.cache().images().filter(|_| logs_row_images(env) && !around) {
+        // The image's parity assumes the row's data: data written around must be durable first.
+        crate::cache::around_durable(&env.reactor, &env.vd, row).await.map_err(|_| AttemptError::Lost)?;
         match log_images(env, &part, row, writes).await {
             Ok(Some(logged)) => return Ok(Some(logged)),
             // No room, or too big. An older image of this row must not be replayed over what
@@ -106,6 +114,7 @@ async fn log_images(env: &Env, part: &Rc<JournalPart>, row: u64, writes: &[Membe
         if !entries.is_empty() {
             let Some(placed) = place(env, part, data_bytes).await? else { return Ok(None) };
             logged.sequences.push(placed.placement.sequence);
+            env.reactor.cache().note_logged_image(&env.vd, row, placed.placement.sequence);
             let vd_id = u32::try_from(env.vd.id()).expect("a VD id is a u32");
             part.write_image(&env.reactor, &placed, (vd_id, row), entries, body).await?;
         }

@@ -1,0 +1,267 @@
+//! Writes that go around the journal (`vd::journal_bypass` says which are candidates): straight
+//! to the members, acknowledged when they have it, as WT without a journal does.
+//!
+//! The danger is replay. A record or row image still in the ring is written back after a
+//! crash, over whatever the members hold; if it is older than a write that went around the
+//! journal, that acknowledged write would be undone. So a write goes around only when nothing
+//! the journal could replay names its bytes:
+//! - no dirty extent overlaps it (its record is live, and its destage would follow);
+//! - no data record that a replay would read names its rows ([`LoggedRows`]: every record
+//!   placed is noted, and forgotten once the partition's durable tail has passed it). Checked
+//!   at admission: a record placed later belongs to a later write, which lands later and is
+//!   replayed later;
+//! - no row image of a row it writes whole is live: checked under the row lock, where every
+//!   earlier write of the row has logged its image (`io::parity::row_log`); if one is, the
+//!   row write logs its image as usual.
+//!
+//! A row written whole without an image must be durable before a later write of the row logs
+//! an image: that image's parity assumes the row's data, and if a crash dropped the unflushed
+//! data of the row written around, replaying it would leave the row inconsistent. So such a
+//! row is noted when its member writes are done ([`note_written_around`]), and a row write
+//! that logs an image of a noted row waits for a flush first ([`around_durable`]).
+//!
+//! It is acknowledged only once it is durable on the members, as a WB write is once it is
+//! durable in the journal: a flush of the VD's members after it, shared by every write of the
+//! VD that completed before the flush started ([`FlushGroup`]: group commit).
+//!
+//! And only while the VD has every member in service: a row written whole without an image
+//! is marked unlogged in the bitmap, and resynced after a crash, which needs every member.
+//! Partial rows (a stream's first and last) are logged as row images as usual, so that a crash
+//! can never tear data the write does not own.
+
+use super::ShardCache;
+use crate::io;
+use crate::runtime::Reactor;
+use crate::vd::{VdCompletion, VdError, VdRequest, VirtualDrive};
+use drive::IoBuf;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Entries [`LoggedRows`] holds before a tick drops those the tails have passed.
+const PRUNE_ABOVE_ENTRIES: usize = 4096;
+
+/// The rows of this shard's VDs named by records and images the journal may still replay:
+/// for each, one past the newest sequence of each kind (0: none).
+#[derive(Default)]
+pub(crate) struct LoggedRows {
+    rows: HashMap<(u64, u64), Newest>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Newest {
+    data_below: u64,
+    image_below: u64,
+}
+
+impl LoggedRows {
+    /// A data record `sequence` names VD bytes `range` (rows of `row_bytes`).
+    pub(crate) fn note_data(&mut self, vd_instance: u64, range: Range<u64>, row_bytes: u64, sequence: u64) {
+        for row in rows_of(&range, row_bytes) {
+            let newest = self.rows.entry((vd_instance, row)).or_default();
+            newest.data_below = newest.data_below.max(sequence + 1);
+        }
+    }
+
+    /// Row image record `sequence` names row `row`.
+    pub(crate) fn note_image(&mut self, vd_instance: u64, row: u64, sequence: u64) {
+        let newest = self.rows.entry((vd_instance, row)).or_default();
+        newest.image_below = newest.image_below.max(sequence + 1);
+    }
+
+    /// Whether a data record at or past `data_tail` names a row of `range`.
+    fn data_live(&self, vd_instance: u64, range: &Range<u64>, row_bytes: u64, data_tail: u64) -> bool {
+        rows_of(range, row_bytes).any(|row| self.rows.get(&(vd_instance, row)).is_some_and(|n| n.data_below > data_tail))
+    }
+
+    /// Whether an image at or past `image_tail` names `row`.
+    pub(crate) fn image_live(&self, vd_instance: u64, row: u64, image_tail: u64) -> bool {
+        self.rows.get(&(vd_instance, row)).is_some_and(|n| n.image_below > image_tail)
+    }
+
+    /// Forgets what the tails (`None`: no such partition) have passed, once there is much.
+    pub(crate) fn prune(&mut self, data_tail: Option<u64>, image_tail: Option<u64>) {
+        if self.rows.len() <= PRUNE_ABOVE_ENTRIES {
+            return;
+        }
+        let (data_tail, image_tail) = (data_tail.unwrap_or(u64::MAX), image_tail.unwrap_or(u64::MAX));
+        self.rows.retain(|_, n| n.data_below > data_tail || n.image_below > image_tail);
+    }
+
+    pub(crate) fn forget_data(&mut self) {
+        self.rows.values_mut().for_each(|n| n.data_below = 0);
+        self.rows.retain(|_, n| n.image_below > 0);
+    }
+
+    pub(crate) fn forget_images(&mut self) {
+        self.rows.values_mut().for_each(|n| n.image_below = 0);
+        self.rows.retain(|_, n| n.data_below > 0);
+    }
+}
+
+fn rows_of(range: &Range<u64>, row_bytes: u64) -> Range<u64> {
+    assert!(range.start < range.end && row_bytes > 0, "rows of a non-empty range");
+    range.start / row_bytes..range.end.div_ceil(row_bytes)
+}
+
+/// Member flushes of one VD on this shard for the writes that went around the journal:
+/// a write waits for a flush that started after it completed; one flush serves every write
+/// waiting when it starts.
+#[derive(Default)]
+pub(crate) struct FlushGroup {
+    /// Flushes started and finished (a flush is numbered by its start).
+    started: Cell<u64>,
+    finished: Cell<u64>,
+    /// The error of the flush numbered `finished`, if it failed.
+    last_error: RefCell<Option<VdError>>,
+    /// Rows written whole without an image, by row: the flush that makes them durable.
+    rows_unflushed: RefCell<HashMap<u64, u64>>,
+    /// The same, in the order they were noted (so by flush number), to forget them once done.
+    rows_in_order: RefCell<std::collections::VecDeque<(u64, u64)>>,
+}
+
+impl FlushGroup {
+    /// The flush `number` finished: rows it covered need no other.
+    fn forget_flushed(&self, number: u64) {
+        let (mut rows, mut order) = (self.rows_unflushed.borrow_mut(), self.rows_in_order.borrow_mut());
+        while let Some(&(needed, row)) = order.front().filter(|(needed, _)| *needed <= number) {
+            order.pop_front();
+            if rows.get(&row) == Some(&needed) {
+                rows.remove(&row);
+            }
+        }
+    }
+}
+
+/// Row `row` of `vd` was just written whole without an image (its member writes are done):
+/// the next flush to start makes it durable.
+pub(crate) fn note_written_around(reactor: &Reactor, vd: &VirtualDrive, row: u64) {
+    let group = reactor.cache().flush_group(vd);
+    let needed = group.started.get() + 1;
+    assert!(group.rows_in_order.borrow().back().is_none_or(|&(last, _)| last <= needed), "flush numbers only grow");
+    group.rows_unflushed.borrow_mut().insert(row, needed);
+    group.rows_in_order.borrow_mut().push_back((needed, row));
+}
+
+/// Waits until row `row` of `vd`, if it was written around the journal, is durable: called
+/// under the row's lock by a row write about to log an image of it.
+///
+/// # Errors
+/// The flush failed (the VD went offline).
+pub(crate) async fn around_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64) -> Result<(), VdError> {
+    let needed = reactor.cache().flush_group(vd).rows_unflushed.borrow().get(&row).copied();
+    match needed {
+        Some(needed) => flushed_up_to(reactor, vd, needed).await,
+        None => Ok(()),
+    }
+}
+
+impl ShardCache {
+    fn flush_group(&self, vd: &VirtualDrive) -> Rc<FlushGroup> {
+        Rc::clone(self.bypass_flushes.borrow_mut().entry(vd.instance_id()).or_default())
+    }
+}
+
+/// Waits until everything `vd`'s members took before the call is durable on them.
+async fn members_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>) -> Result<(), VdError> {
+    // A flush running now may have started before this write's data reached the members.
+    let needed = reactor.cache().flush_group(vd).started.get() + 1;
+    flushed_up_to(reactor, vd, needed).await
+}
+
+/// Waits until flush `needed` of `vd`'s members (or a later one) finished, starting flushes
+/// as needed.
+async fn flushed_up_to(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, needed: u64) -> Result<(), VdError> {
+    let cache = Rc::clone(reactor.cache());
+    let group = cache.flush_group(vd);
+    while group.finished.get() < needed {
+        assert!(group.started.get() - group.finished.get() <= 1, "one flush of a VD runs at a time");
+        if group.started.get() > group.finished.get() {
+            cache.wait_for_change().await;
+            continue;
+        }
+        let number = group.started.get() + 1;
+        group.started.set(number);
+        let result = io::serve(Rc::clone(reactor), Arc::clone(vd), VdRequest::Flush).await.result;
+        *group.last_error.borrow_mut() = result.err();
+        group.finished.set(number);
+        group.forget_flushed(number);
+        cache.wake_all();
+    }
+    // That flush, or a later one: either made this write durable.
+    let error = group.last_error.borrow().clone();
+    error.map_or(Ok(()), Err)
+}
+
+/// Whether a write of `range` of `vd` may go around the journal now (see the module docs; the
+/// images are looked at later, under each row's lock).
+pub(super) fn allowed(cache: &ShardCache, vd: &VirtualDrive, range: &Range<u64>) -> bool {
+    if !vd.unavailable().is_empty() || vd.is_replaying() {
+        return false;
+    }
+    let dirty = cache.vds.borrow().get(&vd.instance_id()).is_some_and(|c| c.dirty.overlapping(range.clone()).next().is_some());
+    if dirty {
+        return false;
+    }
+    let data_tail = cache.journal().map_or(u64::MAX, |j| j.durable_tail_sequence());
+    !cache.logged_rows.borrow().data_live(vd.instance_id(), range, vd.geometry().row_data_bytes(), data_tail)
+}
+
+/// Writes `buf` at `offset_bytes` straight to the members: rows it covers whole go without an
+/// image (unlogged in the bitmap), the others as any row write.
+pub(super) async fn write_around(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    let len_bytes = buf.len() as u64;
+    vd.journal_bypass().note_bypassed(len_bytes);
+    let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), offset_bytes..offset_bytes + len_bytes);
+    let mut completion = io::serve_around_journal(Rc::clone(&reactor), Arc::clone(&vd), offset_bytes, buf).await;
+    cache.clean.borrow_mut().end_direct_write(direct);
+    if completion.result.is_ok() {
+        completion.result = members_durable(&reactor, &vd).await;
+    }
+    completion
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROW: u64 = 448 << 10;
+
+    #[test]
+    fn a_record_names_the_rows_it_touches_until_the_tail_passes_it() {
+        let mut logged = LoggedRows::default();
+        logged.note_data(1, ROW - 4096..ROW + 4096, ROW, 7);
+        assert!(logged.data_live(1, &(0..4096), ROW, 7), "row 0 is named by record 7");
+        assert!(logged.data_live(1, &(ROW..2 * ROW), ROW, 7), "row 1 too");
+        assert!(!logged.data_live(1, &(2 * ROW..3 * ROW), ROW, 0), "row 2 is not");
+        assert!(!logged.data_live(2, &(0..ROW), ROW, 0), "another VD's rows are not");
+        assert!(!logged.data_live(1, &(0..ROW), ROW, 8), "the durable tail passed record 7: replay never reads it");
+    }
+
+    #[test]
+    fn images_and_records_are_told_apart_and_forgotten_separately() {
+        let mut logged = LoggedRows::default();
+        logged.note_image(1, 3, 0);
+        logged.note_data(1, 3 * ROW..3 * ROW + 512, ROW, 5);
+        assert!(logged.image_live(1, 3, 0) && !logged.image_live(1, 3, 1));
+        logged.forget_images();
+        assert!(!logged.image_live(1, 3, 0));
+        assert!(logged.data_live(1, &(3 * ROW..4 * ROW), ROW, 5));
+        logged.forget_data();
+        assert!(logged.rows.is_empty());
+    }
+
+    #[test]
+    fn pruning_keeps_what_a_replay_could_still_read() {
+        let mut logged = LoggedRows::default();
+        for row in 0..PRUNE_ABOVE_ENTRIES as u64 + 10 {
+            logged.note_data(1, row * ROW..row * ROW + 512, ROW, row);
+        }
+        logged.prune(Some(100), None);
+        assert_eq!(logged.rows.len(), PRUNE_ABOVE_ENTRIES + 10 - 100);
+        assert!(logged.data_live(1, &(100 * ROW..101 * ROW), ROW, 100) && !logged.data_live(1, &(99 * ROW..100 * ROW), ROW, 100));
+    }
+}
