@@ -110,6 +110,8 @@ pub struct ShardCache {
     /// last checkpoint (flushed before the next one).
     images: RefCell<Option<Rc<JournalPart>>>,
     imaged: RefCell<HashMap<u64, Arc<VirtualDrive>>>,
+    /// What destaging did (for the daemon's metrics).
+    destaged: Cell<DestageCounts>,
 }
 
 impl Default for ShardCache {
@@ -141,6 +143,7 @@ impl ShardCache {
             relocation_looked_at: Cell::new(None),
             images: RefCell::new(None),
             imaged: RefCell::new(HashMap::new()),
+            destaged: Cell::new(DestageCounts::default()),
         }
     }
 
@@ -181,7 +184,12 @@ impl ShardCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        CacheStats { dirty_bytes: self.dirty_bytes(), pinned_bytes: self.pinned_bytes.get(), clean: self.clean_stats() }
+        CacheStats {
+            dirty_bytes: self.dirty_bytes(),
+            pinned_bytes: self.pinned_bytes.get(),
+            clean: self.clean_stats(),
+            destage: self.destaged.get(),
+        }
     }
 
     /// At a tick: the stuck data of VDs that are back (no longer offline) is destaged again,
@@ -278,6 +286,7 @@ pub struct CacheStats {
     /// Dirty bytes of offline VDs (see [`ShardCache::review_stuck`]).
     pub pinned_bytes: u64,
     pub clean: clean::CleanStats,
+    pub destage: DestageCounts,
 }
 
 impl CacheStats {
@@ -286,7 +295,23 @@ impl CacheStats {
             dirty_bytes: self.dirty_bytes + other.dirty_bytes,
             pinned_bytes: self.pinned_bytes + other.pinned_bytes,
             clean: self.clean.plus(&other.clean),
+            destage: self.destage.plus(&other.destage),
         }
+    }
+}
+
+/// Destage runs since the engine started: those that reached the members (and their bytes),
+/// and those that failed (their data stays cached and is tried again).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DestageCounts {
+    pub runs: u64,
+    pub bytes: u64,
+    pub failed_runs: u64,
+}
+
+impl DestageCounts {
+    pub fn plus(&self, other: &DestageCounts) -> DestageCounts {
+        DestageCounts { runs: self.runs + other.runs, bytes: self.bytes + other.bytes, failed_runs: self.failed_runs + other.failed_runs }
     }
 }
 

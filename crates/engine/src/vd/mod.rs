@@ -4,6 +4,7 @@
 mod bad_blocks;
 mod copy;
 mod fast_writes;
+mod io_stats;
 mod member;
 pub mod policy;
 mod rebuilt;
@@ -17,6 +18,7 @@ pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
 pub(crate) use fast_writes::FillTicket;
+pub use io_stats::{ClientIoStats, IoKind, IoKindSnapshot, LATENCY_BUCKET_BOUNDS_NS};
 pub use member::Member;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 pub use requests_in_flight::GatherCounts;
@@ -174,6 +176,8 @@ pub struct VirtualDrive {
     fast_writes: fast_writes::FastWrites,
     /// The SSD cache serving it, or whether it is one (`crate::ssd_cache`).
     ssd_cache: crate::ssd_cache::Attachment,
+    /// What its clients saw, booked by the frontend that answers them (`io_stats`).
+    client_io: io_stats::ClientIoStats,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -249,6 +253,7 @@ impl VirtualDrive {
             fast_path_reads: AtomicU64::new(0),
             fast_writes: fast_writes::FastWrites::default(),
             ssd_cache: crate::ssd_cache::Attachment::default(),
+            client_io: io_stats::ClientIoStats::default(),
         })
     }
 
@@ -383,6 +388,11 @@ impl VirtualDrive {
         self.id
     }
     /// The SSD cache serving this VD, or whether it is a cache VD.
+    /// Its clients' requests, latencies and errors (see `io_stats`).
+    pub fn client_io(&self) -> &io_stats::ClientIoStats {
+        &self.client_io
+    }
+
     pub fn ssd_cache(&self) -> &crate::ssd_cache::Attachment {
         &self.ssd_cache
     }
