@@ -7,13 +7,11 @@
 mod common;
 
 use common::api_types::SetController;
-use common::{export_difference, nbdcopy_in, write_random_image, Daemon, DaemonOptions, Scratch, MIB};
-use nbd::{Client, ClientConfig, NbdUri};
+use common::{busy_reader, export_difference, nbdcopy_in, write_random_image, Daemon, DaemonOptions, Scratch, MIB};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const DRIVE_BYTES: u64 = 64 * MIB;
@@ -112,21 +110,6 @@ fn scrape_until(daemon: &Daemon, what: &str, ready: impl Fn(&Scrape) -> bool) ->
     }
 }
 
-/// A client reading 4 KiB blocks in a loop: background operations then run at their rate.
-fn busy_reader(daemon: &Daemon, size_bytes: u64) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
-    let uri = NbdUri::Unix { socket_path: daemon.data_dir().join("nbd.sock"), export_name: "db".into() };
-    let mut client = Client::connect(&uri, &ClientConfig { structured_replies: true }).expect("connect the reader");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop_seen = Arc::clone(&stop);
-    let reader = std::thread::spawn(move || {
-        let mut offset = 0;
-        while !stop_seen.load(Ordering::SeqCst) && client.read(offset, 4096).is_ok() {
-            offset = (offset + (1 << 20) + 4096) % (size_bytes - 4096);
-        }
-    });
-    (stop, reader)
-}
-
 fn set_rates(daemon: &Daemon, percent: u8) {
     let body = SetController { rebuild_rate_percent: Some(percent), cc_rate_percent: Some(percent), ..SetController::default() };
     daemon.api("PATCH", "/api/v1/controller", Some(&body)).expect::<serde_json::Value>(200, "set the rates");
@@ -174,7 +157,7 @@ fn metrics_pass_promtool_and_move_with_io_a_rebuild_and_a_consistency_check() {
     scrape_over_tcp(&daemon, &read);
 
     set_rates(&daemon, 5);
-    let (stop, reader) = busy_reader(&daemon, vd.size_bytes);
+    let (stop, reader) = busy_reader(&daemon, "db", vd.size_bytes);
     rebuild_shows(&daemon);
     consistency_check_shows(&daemon);
     stop.store(true, Ordering::SeqCst);

@@ -153,8 +153,16 @@ pub(super) fn render(mut families: Vec<Family>) -> String {
     text
 }
 
+/// One scrape at a time: each asks every shard for its cache's counters and takes a blocking
+/// thread, so scrapes arriving together wait in line (as futures) instead of piling up there.
+static SCRAPES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// `GET /metrics`.
 pub(super) async fn metrics(State(state): State<Shared>) -> Response {
+    let Ok(_turn) = SCRAPES.acquire().await else {
+        // Never closed; answered rather than unwrapped all the same.
+        return (StatusCode::INTERNAL_SERVER_ERROR, "the scrape queue is closed\n").into_response();
+    };
     match tokio::task::spawn_blocking(move || render(gather::all(&state))).await {
         Ok(text) => ([(header::CONTENT_TYPE, prometheus_client::encoding::prometheus_text::CONTENT_TYPE)], text).into_response(),
         Err(join) => (StatusCode::INTERNAL_SERVER_ERROR, format!("collecting the metrics failed: {join}\n")).into_response(),
