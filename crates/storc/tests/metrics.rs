@@ -239,3 +239,42 @@ fn consistency_check_shows(daemon: &Daemon) {
     set_rates(daemon, 100);
     scrape_until(daemon, "the check's end", |s| s.value("storc_background_operations", &[("kind", "cc")]) == 0.0);
 }
+
+/// The caches and the journal: a write-back RAID1 with a mirrored journal, cached by an SSD
+/// cache VD. Writes are destaged, hot reads hit the cache VD, both journal legs serve.
+#[test]
+fn metrics_of_the_controller_cache_the_ssd_cache_and_the_journal_move_and_pass_promtool() {
+    common::require_tool("nbdcopy", "libnbd-bin");
+    let scratch = Scratch::new("metrics-caches");
+    let args = ["--journal", "ssd:nvme:128MiB", "--journal", "ssd:sas:128MiB", "--cache-size", "64MiB"];
+    let daemon = Daemon::start_with_args(&scratch, &common::mem_drives(4, "64MiB"), &args);
+    let vd = daemon.create_vd("r1", &[0, 1], "db");
+    daemon.cli(&["/c0/v0", "set", "wrcache=wb"]);
+    daemon.cli(&["/c0", "add", "vd", "cachecade", "r1", "drives=2-3", "name=ssd", "assignvds=0"]);
+    let image = scratch.join("image.raw");
+    write_random_image(&image, vd.size_bytes, 43);
+    nbdcopy_in(&image, &daemon.unix_uri("db"));
+    // nbdcopy reads sequentially: two passes promote the first lines, the third hits them.
+    for pass in 0..3 {
+        assert!(export_difference(&daemon.unix_uri("db"), &image, vd.size_bytes).is_none(), "pass {pass} reads the image back");
+    }
+    let cache_vd = [("vd", "1")];
+    let scrape = scrape_until(&daemon, "the writes destaged", |s| s.value("storc_cache_destaged_bytes_total", &[]) >= vd.size_bytes as f64);
+    promtool_accepts(&scrape, "with caches and a journal");
+    assert!(scrape.value("storc_cache_destages_total", &[]) > 0.0);
+    assert_eq!(scrape.value("storc_cache_destage_failures_total", &[]), 0.0);
+    assert_eq!(scrape.value("storc_journal_state", &[("state", "Optimal")]), 1.0);
+    assert_eq!(scrape.value("storc_journal_leg_in_service", &[("leg", "1")]), 1.0);
+    assert!(scrape.value("storc_journal_ring_bytes", &[]) > 0.0);
+    assert_eq!(scrape.value("storc_ssd_cache_write_back", &cache_vd), 0.0);
+    assert!(scrape.value("storc_ssd_cache_lines", &cache_vd) > 0.0);
+    assert!(scrape.value("storc_ssd_cache_promotions_total", &cache_vd) > 0.0);
+    assert!(scrape.value("storc_ssd_cache_read_hits_total", &cache_vd) > 0.0);
+    assert!(scrape.value("storc_vd_ssd_cache_valid_lines", &[VD]) > 0.0);
+    assert_eq!(scrape.value("storc_vd_ssd_cache_lost", &[VD]), 0.0);
+    let info = scrape.text.lines().find(|l| l.starts_with("storc_vd_info{vd=\"1\"")).expect("the cache VD's info");
+    assert!(info.contains("cache_vd=\"true\"") && info.contains("name=\"ssd\""), "{info}");
+    let db_info = scrape.text.lines().find(|l| l.starts_with("storc_vd_info{vd=\"0\"")).expect("the VD's info");
+    assert!(db_info.contains("write_policy=\"wb\"") && db_info.contains("write_policy_effective=\"wb\""), "{db_info}");
+    daemon.stop();
+}

@@ -4,7 +4,7 @@
 //! States and words come from the management API's views (`api::vd_view`, `api::drive_view`),
 //! so a scrape and `storc /c0 show` say the same thing.
 
-use super::{flag, Family, Kind, Labels, Value};
+use super::{flag, Columns, Family, Kind, Labels, Value};
 use crate::api_types::{DriveView, VdView};
 use crate::daemon::api::{self, AppState};
 use engine::config::VdRecord;
@@ -109,7 +109,7 @@ fn vd_families(state: &AppState, vds: &[VdSeen]) -> Vec<Family> {
     let mut info = Family::new("storc_vd", Kind::Info, "A virtual drive: its name (the NBD export's), level and policies.");
     let mut states = Family::new("storc_vd_state", Kind::Gauge, "1 for the VD's state (Optl, Pdgd, Dgrd, OfLn), 0 for the others.");
     let mut members = Family::new("storc_vd_members", Kind::Gauge, "The VD's member drives by drive state.");
-    let mut gauges = VdGauges::default();
+    let mut gauges = Columns::new(&VD_GAUGES);
     for seen in vds {
         let (view, labels) = (&seen.view, seen.labels());
         let mut described = labels.clone();
@@ -131,20 +131,14 @@ fn vd_families(state: &AppState, vds: &[VdSeen]) -> Vec<Family> {
             member_labels.push(("state", member_state.to_string()));
             members.push(member_labels, Value::Int(count));
         }
-        gauges.add(state, seen);
+        gauges.add(&labels, &vd_gauges(state, seen));
     }
     let mut families = vec![info, states, members];
-    families.extend(gauges.families());
+    families.extend(gauges.into_families());
     families
 }
 
-/// A VD's gauges and counters that take one value each.
-#[derive(Default)]
-struct VdGauges {
-    values: Vec<(Labels, [u64; 10])>,
-}
-
-/// The families of [`VdGauges`], in the order of its values.
+/// A VD's families that take one value each, in the order [`vd_gauges`] gives them.
 const VD_GAUGES: [(&str, Kind, &str); 10] = [
     ("storc_vd_size_bytes", Kind::Gauge, "The VD's capacity."),
     ("storc_vd_strip_size_bytes", Kind::Gauge, "The VD's strip size."),
@@ -158,37 +152,22 @@ const VD_GAUGES: [(&str, Kind, &str); 10] = [
     ("storc_vd_fast_path_writes", Kind::Counter, "Writes the Fast Path served (RAID0 and JBOD)."),
 ];
 
-impl VdGauges {
-    fn add(&mut self, state: &AppState, seen: &VdSeen) {
-        let view = &seen.view;
-        let bad_block_bytes = seen.record.bad_blocks.iter().map(|b| b.len_bytes).sum();
-        let connections = if seen.record.cache_vd { 0 } else { state.nbd.connections_to(&view.name) as u64 };
-        self.values.push((
-            seen.labels(),
-            [
-                view.size_bytes,
-                view.strip_size_bytes,
-                u64::from(view.consistent),
-                view.resync.as_ref().map_or(0, |resync| resync.regions),
-                bad_block_bytes,
-                seen.vd.cache_dirty_bytes(),
-                seen.vd.requests_in_flight() as u64,
-                connections,
-                view.fast_path_reads,
-                view.fast_path_writes,
-            ],
-        ));
-    }
-
-    fn families(self) -> Vec<Family> {
-        let mut families: Vec<Family> = VD_GAUGES.iter().map(|(name, kind, help)| Family::new(name, *kind, help)).collect();
-        for (labels, values) in self.values {
-            for (family, value) in families.iter_mut().zip(values) {
-                family.push(labels.clone(), Value::Int(value));
-            }
-        }
-        families
-    }
+fn vd_gauges(state: &AppState, seen: &VdSeen) -> [u64; 10] {
+    let view = &seen.view;
+    let bad_block_bytes = seen.record.bad_blocks.iter().map(|b| b.len_bytes).sum();
+    let connections = if seen.record.cache_vd { 0 } else { state.nbd.connections_to(&view.name) as u64 };
+    [
+        view.size_bytes,
+        view.strip_size_bytes,
+        u64::from(view.consistent),
+        view.resync.as_ref().map_or(0, |resync| resync.regions),
+        bad_block_bytes,
+        seen.vd.cache_dirty_bytes(),
+        seen.vd.requests_in_flight() as u64,
+        connections,
+        view.fast_path_reads,
+        view.fast_path_writes,
+    ]
 }
 
 /// What each VD's NBD clients saw, by kind of request (`op`: read, write, flush).

@@ -3,7 +3,7 @@
 //! its journal, and the SSD cache tier.
 
 use super::gather::{vd_labels, VdSeen};
-use super::{flag, Family, Kind, Labels, Value};
+use super::{flag, Columns, Family, Kind, Labels, Value};
 use crate::daemon::api::AppState;
 use engine::background::{Control, Progress};
 use engine::controller::{JournalState, SsdCacheView};
@@ -191,14 +191,14 @@ fn journal(state: &AppState) -> Vec<Family> {
 
 /// Each cache VD's line counts and counters, and each cached VD's share of its lines.
 fn ssd_cache(state: &AppState, vds: &[VdSeen]) -> Vec<Family> {
-    let mut cache_vds = SsdCacheFamilies::new();
+    let mut cache_vds = Columns::new(&SSD_CACHE_FAMILIES);
     let mut valid = Family::new("storc_vd_ssd_cache_valid_lines", Kind::Gauge, "Lines of an SSD cache VD holding this VD's data.");
     let mut dirty =
         Family::new("storc_vd_ssd_cache_dirty_lines", Kind::Gauge, "Of those, the lines newer there than on the VD (write-back).");
     let mut lost = Family::new("storc_vd_ssd_cache_lost", Kind::Gauge, "1 when the cache VD failed holding this VD's newest data.");
     for seen in vds {
         match state.controller.ssd_cache_view(seen.record.vd_id) {
-            Some(SsdCacheView::CacheVd { stats, .. }) => cache_vds.add(seen.labels(), &stats),
+            Some(SsdCacheView::CacheVd { stats, .. }) => cache_vds.add(&seen.labels(), &ssd_cache_values(&stats)),
             Some(SsdCacheView::Cached { lines_valid, lines_dirty, lost: is_lost, .. }) => {
                 valid.push(seen.labels(), Value::Int(lines_valid));
                 dirty.push(seen.labels(), Value::Int(lines_dirty));
@@ -207,17 +207,13 @@ fn ssd_cache(state: &AppState, vds: &[VdSeen]) -> Vec<Family> {
             None => {}
         }
     }
-    let mut families = cache_vds.families;
+    let mut families = cache_vds.into_families();
     families.extend([valid, dirty, lost]);
     families
 }
 
-/// The families of cache VDs (`vd` is the cache VD's number).
-struct SsdCacheFamilies {
-    families: Vec<Family>,
-}
-
-/// Their names, kinds and help, in the order `add` fills them.
+/// A cache VD's families (`vd` is the cache VD's number), in the order [`ssd_cache_values`]
+/// gives them.
 const SSD_CACHE_FAMILIES: [(&str, Kind, &str); 17] = [
     ("storc_ssd_cache_write_back", Kind::Gauge, "1 for a write-back cache VD, 0 for write-through."),
     ("storc_ssd_cache_lines", Kind::Gauge, "The cache VD's lines."),
@@ -238,33 +234,24 @@ const SSD_CACHE_FAMILIES: [(&str, Kind, &str); 17] = [
     ("storc_ssd_cache_table_write_errors", Kind::Counter, "Writes of the line table that failed (their writes failed with them)."),
 ];
 
-impl SsdCacheFamilies {
-    fn new() -> SsdCacheFamilies {
-        SsdCacheFamilies { families: SSD_CACHE_FAMILIES.iter().map(|(name, kind, help)| Family::new(name, *kind, help)).collect() }
-    }
-
-    fn add(&mut self, labels: Labels, stats: &engine::ssd_cache::SsdCacheStats) {
-        let values = [
-            u64::from(stats.write_back),
-            stats.line_count,
-            stats.lines_valid,
-            stats.lines_dirty,
-            stats.line_bytes,
-            stats.read_hits,
-            stats.read_misses,
-            stats.read_bypassed,
-            stats.promotions,
-            stats.evictions,
-            stats.fills_dropped,
-            stats.write_updates,
-            stats.writes_absorbed,
-            stats.lines_destaged,
-            stats.destage_retries,
-            stats.cache_read_errors,
-            stats.table_write_errors,
-        ];
-        for (family, value) in self.families.iter_mut().zip(values) {
-            family.push(labels.clone(), Value::Int(value));
-        }
-    }
+fn ssd_cache_values(stats: &engine::ssd_cache::SsdCacheStats) -> [u64; 17] {
+    [
+        u64::from(stats.write_back),
+        stats.line_count,
+        stats.lines_valid,
+        stats.lines_dirty,
+        stats.line_bytes,
+        stats.read_hits,
+        stats.read_misses,
+        stats.read_bypassed,
+        stats.promotions,
+        stats.evictions,
+        stats.fills_dropped,
+        stats.write_updates,
+        stats.writes_absorbed,
+        stats.lines_destaged,
+        stats.destage_retries,
+        stats.cache_read_errors,
+        stats.table_write_errors,
+    ]
 }

@@ -100,6 +100,29 @@ impl Family {
     }
 }
 
+/// Families that take one value each per object (a VD, a cache VD), filled a row at a time.
+pub(super) struct Columns {
+    families: Vec<Family>,
+}
+
+impl Columns {
+    pub fn new(definitions: &[(&'static str, Kind, &'static str)]) -> Columns {
+        Columns { families: definitions.iter().map(|(name, kind, help)| Family::new(name, *kind, help)).collect() }
+    }
+
+    /// One object's values, in the order of the definitions.
+    pub fn add(&mut self, labels: &Labels, values: &[u64]) {
+        assert_eq!(values.len(), self.families.len(), "one value per family");
+        for (family, value) in self.families.iter_mut().zip(values) {
+            family.push(labels.clone(), Value::Int(*value));
+        }
+    }
+
+    pub fn into_families(self) -> Vec<Family> {
+        self.families
+    }
+}
+
 /// A boolean as a gauge's 0 or 1.
 pub(super) fn flag(value: bool) -> Value {
     Value::Int(u64::from(value))
