@@ -38,8 +38,8 @@ pub mod vd;
 pub use local::LocalEngine;
 pub use runtime::CompletionOrder;
 pub use vd::{
-    CheckMode, CheckOutcome, GatherCounts, Member, MemberEvent, MemberSet, MemberState, Mismatch, VdCompletion, VdError, VdLayout,
-    VdRequest, VdState, VirtualDrive, MEMBER_RESERVED_BYTES,
+    CheckMode, CheckOutcome, ClientIoStats, GatherCounts, IoKind, IoKindSnapshot, Member, MemberEvent, MemberSet, MemberState, Mismatch,
+    VdCompletion, VdError, VdLayout, VdRequest, VdState, VirtualDrive, LATENCY_BUCKET_BOUNDS_NS, MEMBER_RESERVED_BYTES,
 };
 
 use crossbeam_channel::Sender;

@@ -62,7 +62,7 @@ mod uri;
 pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdError};
 pub use device::{BlockDevice, Done, IoError, ReadDone};
 pub use server::{
-    Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, CONNECTION_THREAD_STACK_BYTES, DESCRIPTORS_PER_CONNECTION,
-    DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION,
+    Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, ServerStats, CONNECTION_THREAD_STACK_BYTES,
+    DESCRIPTORS_PER_CONNECTION, DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION,
 };
 pub use uri::{NbdUri, UriError};

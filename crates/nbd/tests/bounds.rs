@@ -84,7 +84,7 @@ fn a_client_dribbling_its_handshake_is_dropped_at_the_whole_handshake_deadline()
 fn connections_beyond_the_maximum_are_refused_and_the_others_keep_working() {
     let dir = TempDir::new("connections-max");
     let config = ServerConfig { connections_max: 3, ..ServerConfig::default() };
-    let (_server, handle) = serve_with(&dir, vec![mem_export("vd0", MIB)], config);
+    let (server, handle) = serve_with(&dir, vec![mem_export("vd0", MIB)], config);
     let mut clients: Vec<Client> = (0..3).map(|_| connect(&handle, "vd0").unwrap()).collect();
     let mut refused = UnixStream::connect(socket_path(&handle)).unwrap();
     assert!(is_closed_by_server(&mut refused), "a fourth connection was served");
@@ -98,6 +98,10 @@ fn connections_beyond_the_maximum_are_refused_and_the_others_keep_working() {
     assert!(wait_until(TIMEOUT, || handle.connections_open() == 2));
     let mut again = connect(&handle, "vd0").expect("a place freed by a disconnect is given to the next client");
     assert_eq!(again.read(0, 512).unwrap(), vec![1; 512]);
+    // What the daemon's metrics report: over every listener, the refused ones apart.
+    let stats = server.stats();
+    assert_eq!((stats.connections_open, stats.connections_max), (3, 3), "{stats:?}");
+    assert_eq!((stats.connections_accepted, stats.connections_refused), (4, 2), "{stats:?}");
 }
 
 // ---- (c) payload in flight is bounded across connections ---------------------------------------

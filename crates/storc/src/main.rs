@@ -10,13 +10,22 @@ mod bench_engine;
 mod bench_parity;
 mod cli;
 mod daemon;
+mod manual;
 mod report;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "storc", version, about = "A RAID controller in software")]
+#[command(
+    name = "storc",
+    version,
+    about = "A RAID controller in software",
+    long_about = "A RAID controller in software, modelled on the MegaRAID controllers: RAID 0, 1, 1E, 5, 6, 10, 50, 60 and JBOD \
+                  over files, block devices, RAM or emulated drives, served over NBD, managed with a storcli-style command line \
+                  through the daemon's management API, with the reviewers' benchmark built in.",
+    after_help = manual::OBJECT_SYNTAX_HELP
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,6 +39,10 @@ enum Command {
     /// (parity kernels, engine against raw drives).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The manual page storc(1) in roff (man -l), or every page into a directory (--dir).
+    Man(manual::ManArgs),
+    /// A completion script for a shell (bash, zsh, fish, elvish, powershell), on stdout.
+    Completions(manual::CompletionsArgs),
 }
 
 #[derive(Subcommand)]
@@ -71,6 +84,8 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Suite(args)) => bench_cmd::suite(&args),
         Command::Bench(BenchCommand::Files(args)) => bench_cmd::files(&args),
         Command::Bench(BenchCommand::Report(args)) => bench_cmd::report(&args),
+        Command::Man(args) => manual::man(Cli::command(), &args),
+        Command::Completions(args) => manual::completions(Cli::command(), &args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,10 +9,9 @@
 mod common;
 
 use common::api_types::{CopybackView, DriveView, EventView};
-use common::{export_difference, nbdcopy_in, write_random_image, Daemon, Scratch, MIB};
+use common::{busy_reader, export_difference, nbdcopy_in, write_random_image, Daemon, Scratch, MIB};
 use nbd::{Client, ClientConfig, NbdUri};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const DRIVE_BYTES: u64 = 128 * MIB;
@@ -63,21 +62,6 @@ fn events(daemon: &Daemon) -> Vec<String> {
     daemon.get::<Vec<EventView>>("/api/v1/events").into_iter().map(|e| e.description).collect()
 }
 
-/// A client reading 4 KiB blocks in a loop, so that a copy runs at its rate, not flat out.
-fn busy_reader(daemon: &Daemon, size_bytes: u64) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
-    let uri = NbdUri::Unix { socket_path: daemon.api_socket().with_file_name("nbd.sock"), export_name: "db".into() };
-    let mut client = Client::connect(&uri, &ClientConfig { structured_replies: true }).expect("connect the reader");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop_seen = Arc::clone(&stop);
-    let reader = std::thread::spawn(move || {
-        let mut offset = 0;
-        while !stop_seen.load(Ordering::SeqCst) && client.read(offset, 4096).is_ok() {
-            offset = (offset + (1 << 20) + 4096) % (size_bytes - 4096);
-        }
-    });
-    (stop, reader)
-}
-
 #[test]
 fn the_spare_copies_back_to_a_replaced_drive_file_and_returns_to_the_global_spares() {
     let (array, daemon) = raid5_with_a_spare("copyback");
@@ -124,7 +108,7 @@ fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() 
     daemon.stop();
     let daemon = Daemon::start(&array.scratch, &array.drives);
     daemon.cli(&["/c0", "set", "rebuildrate=5"]);
-    let (stop, reader) = busy_reader(&daemon, array.size_bytes);
+    let (stop, reader) = busy_reader(&daemon, "db", array.size_bytes);
     let started = daemon.cli(&["/c0/s2", "start", "copyback", "target=8", "J"]);
     let answer: serde_json::Value = serde_json::from_str(&started).expect("J prints JSON");
     let data = &answer["Controllers"][0]["Response Data"];
@@ -149,7 +133,7 @@ fn a_proactive_replacement_killed_with_the_daemon_resumes_from_its_checkpoint() 
 
     // Killed again right after a client rewrote the first MiB (the same bytes): that write may
     // have reached the member and not the target, so the copy resumes below it, at row 0.
-    let (stop, reader) = busy_reader(&daemon, array.size_bytes); // the copy stays at 5%
+    let (stop, reader) = busy_reader(&daemon, "db", array.size_bytes); // the copy stays at 5%
     let uri = NbdUri::Unix { socket_path: daemon.api_socket().with_file_name("nbd.sock"), export_name: "db".into() };
     let mut client = Client::connect(&uri, &ClientConfig { structured_replies: true }).expect("connect the writer");
     let first_mib = std::fs::read(&array.image).unwrap()[..MIB as usize].to_vec();

@@ -7,10 +7,8 @@
 mod common;
 
 use common::api_types::{RebuildView, SetController};
-use common::{export_difference, nbdcopy_in, write_random_image, Daemon, Scratch, MIB};
-use nbd::{Client, ClientConfig, NbdUri};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use common::{busy_reader, export_difference, nbdcopy_in, write_random_image, Daemon, Scratch, MIB};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const DRIVE_BYTES: u64 = 128 * MIB;
@@ -71,21 +69,6 @@ fn wait_until_online(daemon: &Daemon, slot: u32) {
     }
 }
 
-/// A client reading 4 KiB blocks in a loop, so that the rebuild runs at its rate, not flat out.
-fn busy_reader(daemon: &Daemon, size_bytes: u64) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
-    let uri = NbdUri::Unix { socket_path: daemon.api_socket().with_file_name("nbd.sock"), export_name: "db".into() };
-    let mut client = Client::connect(&uri, &ClientConfig { structured_replies: true }).expect("connect the reader");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop_seen = Arc::clone(&stop);
-    let reader = std::thread::spawn(move || {
-        let mut offset = 0;
-        while !stop_seen.load(Ordering::SeqCst) && client.read(offset, 4096).is_ok() {
-            offset = (offset + (1 << 20) + 4096) % (size_bytes - 4096);
-        }
-    });
-    (stop, reader)
-}
-
 #[test]
 fn a_spare_takes_over_and_its_rebuilt_contents_hold_the_data_alone() {
     let (array, daemon) = raid5_with_a_spare("rebuild");
@@ -120,7 +103,7 @@ fn a_rebuild_killed_with_the_daemon_resumes_from_its_checkpoint() {
     let (array, daemon) = raid5_with_a_spare("rebuild-kill");
     // Slow: clients busy and a low rate, so that kill -9 lands well inside the rebuild.
     set_rate(&daemon, 5);
-    let (stop, reader) = busy_reader(&daemon, array.size_bytes);
+    let (stop, reader) = busy_reader(&daemon, "db", array.size_bytes);
     set_drive(&daemon, 3, "offline");
     let deadline = Instant::now() + REBUILD_TIMEOUT;
     // A checkpoint is written every 1/16 of the VD and every 5 s.

@@ -206,6 +206,47 @@ fn another_user_cannot_read_members_reach_the_sockets_or_change_anything_over_tc
     daemon.stop();
 }
 
+/// Issue 14: `--metrics-any-user` lets a Prometheus running as its own user scrape `GET /metrics`
+/// over TCP, and opens nothing else; without it, the metrics are the owner's like the rest.
+#[test]
+fn metrics_over_tcp_answer_another_user_only_when_asked_and_nothing_else_does() {
+    let user = unprivileged_user();
+    require_tool("curl", "curl");
+    let scratch = Scratch::new("metrics-user");
+    let open = DaemonOptions { api_tcp: true, extra_args: vec!["--metrics-any-user".into()], ..DaemonOptions::default() };
+    let daemon = Daemon::start_with(&scratch, &mem_drives(3, "64MiB"), &open);
+    daemon.create_vd("r1", &[0, 1], "db");
+    let before = daemon.controller();
+    let base = format!("http://{}", daemon.api_tcp_address());
+    let (status, answer) = curl_tcp(&user, "GET", &format!("{base}/metrics"), None);
+    assert_eq!(status, 200, "GET /metrics over TCP as {} with --metrics-any-user: {answer}", user.name);
+    assert!(answer.contains("storc_vd_state{vd=\"0\",state=\"Optl\"} 1"), "{answer}");
+    let attempts = [
+        ("GET", "/api/v1/controller", None),
+        ("POST", "/metrics", None),
+        ("POST", "/api/v1/drives/1/state", Some(r#"{"state":"offline"}"#)),
+    ];
+    for (method, path, body) in attempts {
+        let (status, answer) = curl_tcp(&user, method, &format!("{base}{path}"), body);
+        assert_eq!(status, 403, "{method} {path} as {} answered {status}: {answer}", user.name);
+    }
+    assert_eq!(
+        what_a_user_would_notice(&daemon.controller()),
+        what_a_user_would_notice(&before),
+        "refused requests changed the controller"
+    );
+    daemon.stop();
+
+    let closed_scratch = Scratch::new("metrics-owner-only");
+    let daemon = Daemon::start_with(&closed_scratch, &mem_drives(3, "64MiB"), &DaemonOptions { api_tcp: true, ..DaemonOptions::default() });
+    let (status, answer) = curl_tcp(&user, "GET", &format!("http://{}/metrics", daemon.api_tcp_address()), None);
+    assert_eq!(status, 403, "GET /metrics over TCP as {} without --metrics-any-user: {answer}", user.name);
+    daemon.stop();
+
+    let text = serve_refused(&Scratch::new("metrics-no-tcp"), &["--metrics-any-user"]);
+    assert!(text.contains("storc: --metrics-any-user opens GET /metrics of the TCP API to every local user: give --api-listen"), "{text}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The TCP management API's Host rule
 

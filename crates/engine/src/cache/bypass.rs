@@ -159,6 +159,30 @@ pub(crate) async fn around_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>
 }
 
 impl ShardCache {
+    /// Data record `sequence` holds `len_bytes` of `vd` at `offset_bytes` ([`bypass`]).
+    pub(super) fn note_logged_data(&self, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64, sequence: u64) {
+        let range = offset_bytes..offset_bytes + len_bytes;
+        self.logged_rows.borrow_mut().note_data(vd.instance_id(), range, vd.geometry().row_data_bytes(), sequence);
+    }
+
+    /// Row image record `sequence` names `row` of `vd` ([`bypass`]).
+    pub(crate) fn note_logged_image(&self, vd: &VirtualDrive, row: u64, sequence: u64) {
+        self.logged_rows.borrow_mut().note_image(vd.instance_id(), row, sequence);
+    }
+
+    /// Whether a row image a replay could read names `row` of `vd` ([`bypass`]).
+    pub(crate) fn image_live(&self, vd: &VirtualDrive, row: u64) -> bool {
+        let Some(images) = self.images.borrow().clone() else { return false };
+        self.logged_rows.borrow().image_live(vd.instance_id(), row, images.durable_tail_sequence())
+    }
+
+    /// Forgets the rows whose records and images replay can no longer read.
+    pub(crate) fn prune_logged_rows(&self) {
+        let data_tail = self.journal().map(|j| j.durable_tail_sequence());
+        let image_tail = self.images.borrow().as_ref().map(|i| i.durable_tail_sequence());
+        self.logged_rows.borrow_mut().prune(data_tail, image_tail);
+    }
+
     fn flush_group(&self, vd: &VirtualDrive) -> Rc<FlushGroup> {
         Rc::clone(self.bypass_flushes.borrow_mut().entry(vd.instance_id()).or_default())
     }

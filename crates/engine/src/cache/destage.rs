@@ -211,6 +211,12 @@ async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: 
         if completion.result.is_ok() {
             cache.destaged_to.borrow_mut().insert(vd.instance_id(), Arc::clone(&vd));
         }
+        let mut counts = cache.destaged.get();
+        match completion.result {
+            Ok(()) => (counts.runs, counts.bytes) = (counts.runs + 1, counts.bytes + total),
+            Err(_) => counts.failed_runs += 1,
+        }
+        cache.destaged.set(counts);
     }
     cache.runs_in_flight.set(cache.runs_in_flight.get() - 1);
     cache.wake_all();

@@ -119,6 +119,8 @@ pub struct ShardCache {
     logged_rows: RefCell<bypass::LoggedRows>,
     /// Per VD: the member flushes that make writes gone around the journal durable.
     bypass_flushes: RefCell<HashMap<u64, Rc<bypass::FlushGroup>>>,
+    /// What destaging did (for the daemon's metrics).
+    destaged: Cell<DestageCounts>,
 }
 
 impl Default for ShardCache {
@@ -152,6 +154,7 @@ impl ShardCache {
             imaged: RefCell::new(HashMap::new()),
             logged_rows: RefCell::new(bypass::LoggedRows::default()),
             bypass_flushes: RefCell::new(HashMap::new()),
+            destaged: Cell::new(DestageCounts::default()),
         }
     }
 
@@ -193,7 +196,12 @@ impl ShardCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        CacheStats { dirty_bytes: self.dirty_bytes(), pinned_bytes: self.pinned_bytes.get(), clean: self.clean_stats() }
+        CacheStats {
+            dirty_bytes: self.dirty_bytes(),
+            pinned_bytes: self.pinned_bytes.get(),
+            clean: self.clean_stats(),
+            destage: self.destaged.get(),
+        }
     }
 
     /// At a tick: the stuck data of VDs that are back (no longer offline) is destaged again,
@@ -250,30 +258,6 @@ impl ShardCache {
         let _ = rx.await;
     }
 
-    /// Data record `sequence` holds `len_bytes` of `vd` at `offset_bytes` ([`bypass`]).
-    fn note_logged_data(&self, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64, sequence: u64) {
-        let range = offset_bytes..offset_bytes + len_bytes;
-        self.logged_rows.borrow_mut().note_data(vd.instance_id(), range, vd.geometry().row_data_bytes(), sequence);
-    }
-
-    /// Row image record `sequence` names `row` of `vd` ([`bypass`]).
-    pub(crate) fn note_logged_image(&self, vd: &VirtualDrive, row: u64, sequence: u64) {
-        self.logged_rows.borrow_mut().note_image(vd.instance_id(), row, sequence);
-    }
-
-    /// Whether a row image a replay could read names `row` of `vd` ([`bypass`]).
-    pub(crate) fn image_live(&self, vd: &VirtualDrive, row: u64) -> bool {
-        let Some(images) = self.images.borrow().clone() else { return false };
-        self.logged_rows.borrow().image_live(vd.instance_id(), row, images.durable_tail_sequence())
-    }
-
-    /// Forgets the rows whose records and images replay can no longer read.
-    pub(crate) fn prune_logged_rows(&self) {
-        let data_tail = self.journal().map(|j| j.durable_tail_sequence());
-        let image_tail = self.images.borrow().as_ref().map(|i| i.durable_tail_sequence());
-        self.logged_rows.borrow_mut().prune(data_tail, image_tail);
-    }
-
     /// Drops a VD's cached data (it was deleted) and its holds on journal records.
     pub fn forget(&self, vd: &VirtualDrive) {
         self.clean.borrow_mut().forget_vd(vd.instance_id());
@@ -315,6 +299,7 @@ pub struct CacheStats {
     /// Dirty bytes of offline VDs (see [`ShardCache::review_stuck`]).
     pub pinned_bytes: u64,
     pub clean: clean::CleanStats,
+    pub destage: DestageCounts,
 }
 
 impl CacheStats {
@@ -323,7 +308,23 @@ impl CacheStats {
             dirty_bytes: self.dirty_bytes + other.dirty_bytes,
             pinned_bytes: self.pinned_bytes + other.pinned_bytes,
             clean: self.clean.plus(&other.clean),
+            destage: self.destage.plus(&other.destage),
         }
+    }
+}
+
+/// Destage runs since the engine started: those that reached the members (and their bytes),
+/// and those that failed (their data stays cached and is tried again).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DestageCounts {
+    pub runs: u64,
+    pub bytes: u64,
+    pub failed_runs: u64,
+}
+
+impl DestageCounts {
+    pub fn plus(&self, other: &DestageCounts) -> DestageCounts {
+        DestageCounts { runs: self.runs + other.runs, bytes: self.bytes + other.bytes, failed_runs: self.failed_runs + other.failed_runs }
     }
 }
 

@@ -4,6 +4,7 @@
 mod bad_blocks;
 mod copy;
 mod fast_writes;
+mod io_stats;
 pub mod journal_bypass;
 mod member;
 pub mod policy;
@@ -18,6 +19,7 @@ pub use bad_blocks::{BadBlockChange, BadBlockEvent, BadBlocks, BAD_BLOCKS_MAX};
 pub(crate) use copy::same_drive;
 pub use copy::CopyTarget;
 pub(crate) use fast_writes::FillTicket;
+pub use io_stats::{ClientIoStats, IoKind, IoKindSnapshot, LATENCY_BUCKET_BOUNDS_NS};
 pub use journal_bypass::JournalBypass;
 pub use member::Member;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
@@ -178,6 +180,8 @@ pub struct VirtualDrive {
     ssd_cache: crate::ssd_cache::Attachment,
     /// Which of its writes go around the journal (`journal_bypass`).
     journal_bypass: JournalBypass,
+    /// What its clients saw, booked by the frontend that answers them (`io_stats`).
+    client_io: io_stats::ClientIoStats,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -254,6 +258,7 @@ impl VirtualDrive {
             fast_writes: fast_writes::FastWrites::default(),
             ssd_cache: crate::ssd_cache::Attachment::default(),
             journal_bypass: JournalBypass::default(),
+            client_io: io_stats::ClientIoStats::default(),
         })
     }
 
@@ -398,6 +403,11 @@ impl VirtualDrive {
         self.id
     }
     /// The SSD cache serving this VD, or whether it is a cache VD.
+    /// Its clients' requests, latencies and errors (see `io_stats`).
+    pub fn client_io(&self) -> &io_stats::ClientIoStats {
+        &self.client_io
+    }
+
     pub fn ssd_cache(&self) -> &crate::ssd_cache::Attachment {
         &self.ssd_cache
     }

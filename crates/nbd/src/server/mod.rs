@@ -368,6 +368,21 @@ impl fmt::Display for ConnectionError {
     }
 }
 
+/// What [`Server::stats`] reports, over every listener of a server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections open now, in any phase (handshake included).
+    pub connections_open: usize,
+    pub connections_max: usize,
+    /// Connections that got a place under `connections_max` since the server started.
+    pub connections_accepted: u64,
+    /// Connections closed at once because `connections_max` were open.
+    pub connections_refused: u64,
+    /// READ and WRITE payload bytes in flight now, and their bound.
+    pub payload_in_flight_bytes: usize,
+    pub payload_in_flight_bytes_max: usize,
+}
+
 /// A set of exports, ready to listen on any number of sockets.
 #[derive(Clone)]
 pub struct Server {
@@ -382,6 +397,8 @@ struct Shared {
     connections_by_export: Mutex<HashMap<ExportIdentity, usize>>,
     /// Connections open in any phase on every listener, bounded by `connections_max`.
     connections_open: AtomicUsize,
+    /// Connections that got a place under `connections_max`, since the server started.
+    connections_accepted: AtomicU64,
     connections_refused: AtomicU64,
     payload_budget: Arc<PayloadBudget>,
     /// Every listener's registry, so `set_exports` can end connections to removed exports.
@@ -396,6 +413,7 @@ impl Shared {
             exports: RwLock::new(Arc::new(exports)),
             connections_by_export: Mutex::new(HashMap::new()),
             connections_open: AtomicUsize::new(0),
+            connections_accepted: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             payload_budget: Arc::new(PayloadBudget::new(config.payload_in_flight_bytes_total_max)),
             listeners: Mutex::new(Vec::new()),
@@ -413,7 +431,9 @@ impl Shared {
     fn reserve_connection(self: &Arc<Self>) -> Option<ConnectionSlot> {
         let max = self.config.connections_max;
         let reserved = self.connections_open.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| (open < max).then_some(open + 1));
-        reserved.ok().map(|_| ConnectionSlot { shared: Arc::clone(self) })
+        reserved.ok()?;
+        self.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        Some(ConnectionSlot { shared: Arc::clone(self) })
     }
 }
 
@@ -492,6 +512,19 @@ impl Server {
 
     pub fn exports(&self) -> Arc<Vec<Export>> {
         self.shared.exports()
+    }
+
+    /// The server's connection and payload counts now, over every listener.
+    pub fn stats(&self) -> ServerStats {
+        let shared = &self.shared;
+        ServerStats {
+            connections_open: shared.connections_open.load(Ordering::SeqCst),
+            connections_max: shared.config.connections_max,
+            connections_accepted: shared.connections_accepted.load(Ordering::Relaxed),
+            connections_refused: shared.connections_refused.load(Ordering::SeqCst),
+            payload_in_flight_bytes: shared.payload_budget.bytes(),
+            payload_in_flight_bytes_max: shared.config.payload_in_flight_bytes_total_max,
+        }
     }
 
     /// Listens on a Unix socket at `path` (which must not exist) and serves from a new thread.

@@ -18,7 +18,9 @@ mod patrol;
 mod render;
 mod table;
 
+pub(crate) use http::API_SOCKET_DEFAULT;
 use http::{Endpoint, Request};
+pub(crate) use parse::{ObjectCommands, OBJECT_COMMANDS};
 use render::{Controller, Report};
 use serde_json::Value;
 use std::io::Write;

@@ -474,6 +474,7 @@ mod settings;
 
 use add_vd::parse_add_vd;
 use help::unknown_command;
+pub(crate) use help::{ObjectCommands, OBJECT_COMMANDS};
 
 #[cfg(test)]
 pub(crate) mod tests;

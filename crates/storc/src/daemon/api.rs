@@ -58,6 +58,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/events", get(events))
         .route("/api/v1/foreign", get(foreign).delete(clear_foreign))
         .route("/api/v1/foreign/import", post(import_foreign))
+        .route("/metrics", get(super::metrics::metrics))
         .with_state(state)
 }
 
@@ -193,7 +194,7 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
     }
 }
 
-fn drive_view(view: &SlotView) -> DriveView {
+pub(super) fn drive_view(view: &SlotView) -> DriveView {
     // GHS or DHS is the hot spare record's to say, and only while the drive is a spare: a missing
     // spare keeps its record and shows Msng.
     let spare_drive_groups = view.hot_spare_drive_groups.as_ref().filter(|_| view.state == DriveState::HotSpare);
@@ -222,6 +223,12 @@ fn all_vd_views(state: &AppState) -> Vec<VdView> {
     state.controller.vds().iter().map(|(record, vd)| vd_view(state, record, vd)).collect()
 }
 
+/// What `/c0 show` calls "Needs Attention": a VD not optimal, or a drive failed, missing,
+/// offline or unconfigured bad.
+pub(super) fn needs_attention(vds: &[VdView], drives: &[DriveView]) -> bool {
+    vds.iter().any(|v| v.state != "Optl") || drives.iter().any(|d| matches!(d.state.as_str(), "Failed" | "Msng" | "Offln" | "UBad"))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
@@ -229,8 +236,7 @@ async fn controller(State(state): State<Shared>) -> Reply<ControllerView> {
     let config = state.controller.config();
     let drives: Vec<DriveView> = state.controller.slots().iter().map(drive_view).collect();
     let vds = all_vd_views(&state);
-    let attention =
-        vds.iter().any(|v| v.state != "Optl") || drives.iter().any(|d| matches!(d.state.as_str(), "Failed" | "Msng" | "Offln" | "UBad"));
+    let attention = needs_attention(&vds, &drives);
     let names: Vec<String> = vds.iter().map(|v| v.export_name.clone()).collect();
     let nbd_endpoints = state.endpoint_templates.iter().flat_map(|t| names.iter().map(move |n| t.replace("{}", n))).collect();
     ok(ControllerView {

@@ -1,9 +1,13 @@
-//! A virtual drive as an NBD export: the one place where NBD requests become engine requests.
+//! A virtual drive as an NBD export: the one place where NBD requests become engine requests,
+//! and where each is booked in its VD's client I/O stats (`engine::vd::ClientIoStats`, which the
+//! metrics report) as it is answered: so the latency is the client's, a FUA write's flush
+//! included.
 
 use drive::{BufPool, IoBuf};
-use engine::{Engine, VdError, VdRequest, VirtualDrive};
+use engine::{Engine, IoKind, VdError, VdRequest, VirtualDrive};
 use nbd::{BlockDevice, Done, IoError, ReadDone};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Largest single engine write used to zero a range (WRITE_ZEROES can cover the whole drive).
 const ZEROES_CHUNK_BYTES: u64 = 4 << 20;
@@ -40,17 +44,38 @@ fn io_error(error: &VdError) -> IoError {
     }
 }
 
+/// A client request on its way, booked when it is answered.
+struct Timed {
+    vd: Arc<VirtualDrive>,
+    kind: IoKind,
+    bytes: u64,
+    started: Instant,
+}
+
+impl Timed {
+    fn start(vd: &Arc<VirtualDrive>, kind: IoKind, bytes: u64) -> Timed {
+        Timed { vd: Arc::clone(vd), kind, bytes, started: Instant::now() }
+    }
+
+    /// Books the request, then answers the client: a client that has its answer finds it
+    /// counted in the next scrape.
+    fn answer<T>(self, result: Result<T, IoError>, done: impl FnOnce(Result<T, IoError>)) {
+        self.vd.client_io().record(self.kind, self.bytes, self.started.elapsed(), result.is_ok());
+        done(result)
+    }
+}
+
 impl VdDevice {
-    /// Flushes after a FUA write: a write-through write is on the members, but their own caches
-    /// (page cache, drive cache) must be flushed for it to be durable.
-    fn flush_then(&self, done: Done) {
-        self.engine.submit(&self.vd, VdRequest::Flush, Box::new(move |c| done(c.result.map_err(|e| io_error(&e)))));
+    /// A flush, or the one after a FUA write: a write-through write is on the members, but
+    /// their own caches (page cache, drive cache) must be flushed for it to be durable.
+    fn flush_then(&self, timed: Timed, done: Done) {
+        self.engine.submit(&self.vd, VdRequest::Flush, Box::new(move |c| timed.answer(c.result.map_err(|e| io_error(&e)), done)));
     }
 
     /// Writes zeros over `[offset, offset + len)` one chunk at a time.
-    fn zero_range(self: Arc<Self>, offset: u64, len_bytes: u64, fua: bool, done: Done) {
+    fn zero_range(self: Arc<Self>, offset: u64, len_bytes: u64, fua: bool, timed: Timed, done: Done) {
         if len_bytes == 0 {
-            return if fua { self.flush_then(done) } else { done(Ok(())) };
+            return if fua { self.flush_then(timed, done) } else { timed.answer(Ok(()), done) };
         }
         let chunk = len_bytes.min(ZEROES_CHUNK_BYTES);
         let request = VdRequest::Write { offset_bytes: offset, buf: IoBuf::zeroed(chunk as usize) };
@@ -59,8 +84,8 @@ impl VdDevice {
             &self.vd,
             request,
             Box::new(move |completion| match completion.result {
-                Ok(()) => this.zero_range(offset + chunk, len_bytes - chunk, fua, done),
-                Err(error) => done(Err(io_error(&error))),
+                Ok(()) => this.zero_range(offset + chunk, len_bytes - chunk, fua, timed, done),
+                Err(error) => timed.answer(Err(io_error(&error)), done),
             }),
         );
     }
@@ -96,32 +121,34 @@ impl BlockDevice for SharedVdDevice {
     }
 
     fn read(&self, offset: u64, buf: IoBuf, done: ReadDone<IoBuf>) {
+        let timed = Timed::start(&self.0.vd, IoKind::Read, buf.len() as u64);
         let request = VdRequest::Read { offset_bytes: offset, buf };
         self.0.engine.submit(
             &self.0.vd,
             request,
             Box::new(move |completion| match completion.result {
-                Ok(()) => done(Ok(completion.buf.expect("a read returns its buffer"))),
-                Err(error) => done(Err(io_error(&error))),
+                Ok(()) => timed.answer(Ok(completion.buf.expect("a read returns its buffer")), done),
+                Err(error) => timed.answer(Err(io_error(&error)), done),
             }),
         );
     }
 
     fn write(&self, offset: u64, buf: IoBuf, fua: bool, done: Done) {
+        let timed = Timed::start(&self.0.vd, IoKind::Write, buf.len() as u64);
         let device = Arc::clone(&self.0);
         self.0.engine.submit(
             &self.0.vd,
             VdRequest::Write { offset_bytes: offset, buf },
             Box::new(move |completion| match (completion.result, fua) {
-                (Ok(()), true) => device.flush_then(done),
-                (Ok(()), false) => done(Ok(())),
-                (Err(error), _) => done(Err(io_error(&error))),
+                (Ok(()), true) => device.flush_then(timed, done),
+                (Ok(()), false) => timed.answer(Ok(()), done),
+                (Err(error), _) => timed.answer(Err(io_error(&error)), done),
             }),
         );
     }
 
     fn flush(&self, done: Done) {
-        self.0.flush_then(done);
+        self.0.flush_then(Timed::start(&self.0.vd, IoKind::Flush, 0), done);
     }
 
     fn trim(&self, _offset: u64, _len_bytes: u64, done: Done) {
@@ -130,6 +157,7 @@ impl BlockDevice for SharedVdDevice {
     }
 
     fn write_zeroes(&self, offset: u64, len_bytes: u64, fua: bool, done: Done) {
-        Arc::clone(&self.0).zero_range(offset, len_bytes, fua, done);
+        let timed = Timed::start(&self.0.vd, IoKind::Write, len_bytes);
+        Arc::clone(&self.0).zero_range(offset, len_bytes, fua, timed, done);
     }
 }

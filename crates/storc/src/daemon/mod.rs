@@ -13,6 +13,7 @@ mod api_ssd_cache;
 mod data_dir;
 mod drives;
 mod export;
+mod metrics;
 mod nbd_limits;
 mod peer_uid;
 mod tcp_api;
@@ -44,6 +45,12 @@ pub struct Args {
     /// It answers only the daemon's user and root, and only a Host header naming the listener.
     #[arg(long)]
     api_listen: Option<String>,
+    /// GET /metrics (Prometheus' text format) over the TCP API answers every local user, not only
+    /// the daemon's user and root, so that a Prometheus running as its own user can scrape it.
+    /// It shows states, VD names and counters, and changes nothing; every other route keeps the
+    /// owner check. Needs --api-listen.
+    #[arg(long)]
+    metrics_any_user: bool,
     /// Engine shards (default: one per core).
     #[arg(long)]
     shards: Option<usize>,
@@ -76,6 +83,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         nbd: (args.nbd_listen != NBD_LISTEN_OFF).then(|| resolve_loopback("--nbd-listen", &args.nbd_listen)).transpose()?,
         api: args.api_listen.as_deref().map(|address| resolve_loopback("--api-listen", address)).transpose()?,
     };
+    if args.metrics_any_user && listen.api.is_none() {
+        return Err("--metrics-any-user opens GET /metrics of the TCP API to every local user: give --api-listen 127.0.0.1:PORT too \
+                    (the Unix socket stays owner-only)"
+            .into());
+    }
     data_dir::prepare(&args.data_dir)?;
     let default_layout = args.drives.is_empty();
     let id_file = args.data_dir.join("controller.id");
@@ -197,7 +209,7 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> 
         Some(address) => {
             let tcp = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("API on {address}: {e}"))?;
             let bound = tcp.local_addr().map_err(|e| format!("API on {address}: {e}"))?;
-            let tcp_api = axum::serve(tcp, tcp_router(router, bound)).with_graceful_shutdown(shutdown_signal());
+            let tcp_api = axum::serve(tcp, tcp_router(router, bound, args.metrics_any_user)).with_graceful_shutdown(shutdown_signal());
             tokio::try_join!(unix_api, tcp_api).map(|_| ())
         }
         None => unix_api.await,
@@ -216,10 +228,11 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> 
 fn tcp_router(
     router: axum::Router,
     bound: SocketAddr,
+    metrics_any_user: bool,
 ) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, tcp_api::TcpConnection> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let daemon_uid = unsafe { libc::geteuid() };
-    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid));
+    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid, metrics_any_user));
     router
         .layer(axum::middleware::from_fn_with_state(rules, tcp_api::guard))
         .into_make_service_with_connect_info::<tcp_api::TcpConnection>()
@@ -257,6 +270,7 @@ fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen) {
     println!("  storc /c0 show --api {}/api.sock", data_dir.display());
     if let Some(address) = listen.api {
         println!("  storc /c0 show --api tcp:{address}");
+        println!("  curl http://{address}/metrics    # Prometheus' text format");
     }
     if let Some(address) = listen.nbd {
         let warning = format!(

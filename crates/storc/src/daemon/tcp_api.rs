@@ -8,6 +8,10 @@
 //!
 //! The Unix socket needs neither rule: it is owner-only in an owner-only directory, and clients
 //! such as curl send `Host: localhost` there.
+//!
+//! One exception, asked for with `--metrics-any-user`: `GET /metrics` (read-only: states, names,
+//! counters) answers every local user, so that a Prometheus running as its own user can scrape
+//! it. The Host rule still applies to it, and every other route keeps the owner rule.
 
 use super::peer_uid;
 use crate::api_types::ApiError;
@@ -43,11 +47,13 @@ pub struct TcpRules {
     /// `127.0.0.1:9090`, `localhost:9090` (lower case); without the port too when it is 80.
     allowed_hosts: Vec<String>,
     allowed_uids: Vec<u32>,
+    /// `GET /metrics` skips the owner rule (`--metrics-any-user`).
+    metrics_any_user: bool,
 }
 
 impl TcpRules {
     /// The rules for a listener bound to `listen`, in a daemon running as `daemon_uid`.
-    pub fn new(listen: SocketAddr, daemon_uid: u32) -> TcpRules {
+    pub fn new(listen: SocketAddr, daemon_uid: u32, metrics_any_user: bool) -> TcpRules {
         let mut allowed_hosts = vec![listen.to_string(), format!("localhost:{}", listen.port())];
         if listen.port() == 80 {
             // HTTP clients leave out the default port.
@@ -59,7 +65,12 @@ impl TcpRules {
         }
         let mut allowed_uids = vec![daemon_uid, ROOT_UID];
         allowed_uids.dedup();
-        TcpRules { allowed_hosts, allowed_uids }
+        TcpRules { allowed_hosts, allowed_uids, metrics_any_user }
+    }
+
+    /// Whether `request` may skip the owner rule: a metrics scrape, when they are open to all.
+    fn open_to_any_user(&self, request: &Request) -> bool {
+        self.metrics_any_user && request.method() == axum::http::Method::GET && request.uri().path() == "/metrics"
     }
 
     /// Ok, or the refusal that names the Host received and the ones allowed.
@@ -125,6 +136,7 @@ pub async fn guard(
     next: Next,
 ) -> Response {
     let checked = match rules.check_host(request.headers()) {
+        Ok(()) if rules.open_to_any_user(&request) => Ok(()),
         Ok(()) => check_owner_off_runtime(rules, connection).await,
         Err(refusal) => Err(refusal),
     };
@@ -154,7 +166,7 @@ mod tests {
     use axum::http::HeaderValue;
 
     fn check(listen: &str, host: Option<&str>, expected: Result<(), &str>) {
-        let rules = TcpRules::new(listen.parse().unwrap(), 1000);
+        let rules = TcpRules::new(listen.parse().unwrap(), 1000, false);
         let mut headers = HeaderMap::new();
         if let Some(host) = host {
             headers.insert(header::HOST, HeaderValue::from_str(host).unwrap());
@@ -191,6 +203,19 @@ mod tests {
     }
 
     #[test]
+    fn only_a_metrics_get_skips_the_owner_rule_and_only_when_asked() {
+        let request = |method: &str, uri: &str| Request::builder().method(method).uri(uri).body(axum::body::Body::empty()).unwrap();
+        let open = TcpRules::new("127.0.0.1:9090".parse().unwrap(), 1000, true);
+        assert!(open.open_to_any_user(&request("GET", "/metrics")));
+        assert!(open.open_to_any_user(&request("GET", "/metrics?name=x")));
+        for (method, uri) in [("POST", "/metrics"), ("GET", "/metrics/"), ("GET", "/api/v1/controller"), ("DELETE", "/api/v1/vds/0")] {
+            assert!(!open.open_to_any_user(&request(method, uri)), "{method} {uri}");
+        }
+        let closed = TcpRules::new("127.0.0.1:9090".parse().unwrap(), 1000, false);
+        assert!(!closed.open_to_any_user(&request("GET", "/metrics")));
+    }
+
+    #[test]
     fn owners() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -198,13 +223,13 @@ mod tests {
         let connection = TcpConnection { peer, local: Some(accepted.local_addr().unwrap()) };
         // SAFETY: geteuid has no preconditions and cannot fail.
         let uid = unsafe { libc::geteuid() };
-        assert!(TcpRules::new(listener.local_addr().unwrap(), uid).check_owner(connection).is_ok());
+        assert!(TcpRules::new(listener.local_addr().unwrap(), uid, false).check_owner(connection).is_ok());
         let other_uid = uid + 4242;
-        let rules_of_another_user = TcpRules { allowed_hosts: Vec::new(), allowed_uids: vec![other_uid] };
+        let rules_of_another_user = TcpRules { allowed_hosts: Vec::new(), allowed_uids: vec![other_uid], metrics_any_user: false };
         let refusal = rules_of_another_user.check_owner(connection).unwrap_err();
         assert_eq!(refusal.status, StatusCode::FORBIDDEN);
         assert!(refusal.message.contains(&format!("belongs to uid {uid}")), "{}", refusal.message);
         let gone = TcpConnection { peer: "127.0.0.1:1".parse().unwrap(), local: connection.local };
-        assert!(TcpRules::new(listener.local_addr().unwrap(), uid).check_owner(gone).is_err());
+        assert!(TcpRules::new(listener.local_addr().unwrap(), uid, false).check_owner(gone).is_err());
     }
 }

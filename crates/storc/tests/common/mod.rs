@@ -382,6 +382,28 @@ pub fn http(socket: &Path, method: &str, path: &str, body: Option<&str>) -> std:
     Ok(Reply { status, body: body.to_string() })
 }
 
+/// A client of `export` reading 4 KiB blocks in a loop over its first `size_bytes`, so that
+/// background operations (rebuild, copy, check) run at their rate, not flat out. Set the flag
+/// and join the thread to stop it.
+pub fn busy_reader(
+    daemon: &Daemon,
+    export: &str,
+    size_bytes: u64,
+) -> (std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let uri = nbd::NbdUri::Unix { socket_path: daemon.data_dir().join("nbd.sock"), export_name: export.into() };
+    let mut client = nbd::Client::connect(&uri, &nbd::ClientConfig { structured_replies: true }).expect("connect the reader");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stop_seen = std::sync::Arc::clone(&stop);
+    let reader = std::thread::spawn(move || {
+        let mut offset = 0;
+        while !stop_seen.load(Ordering::SeqCst) && client.read(offset, 4096).is_ok() {
+            offset = (offset + (1 << 20) + 4096) % (size_bytes - 4096);
+        }
+    });
+    (stop, reader)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tools and images
 
