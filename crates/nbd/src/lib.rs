@@ -57,12 +57,14 @@ pub mod proto;
 pub mod server;
 mod socket;
 pub mod testing;
+pub mod tls;
 mod uri;
 
 pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdError};
 pub use device::{BlockDevice, Done, IoError, ReadDone};
 pub use server::{
     Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, CONNECTION_THREAD_STACK_BYTES, DESCRIPTORS_PER_CONNECTION,
-    DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION,
+    DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION, TLS_DESCRIPTORS_PER_CONNECTION, TLS_THREADS_PER_CONNECTION,
 };
-pub use uri::{NbdUri, UriError};
+pub use tls::{PskKeys, TlsClient, TlsCredentials, TlsMode, TlsServer};
+pub use uri::{NbdUri, UriError, UriTls};

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use crate::device::BlockDevice;
 use crate::proto::{self, BlockSizes};
 use crate::socket::{DeadlineSocket, Socket};
+use crate::tls::{TlsLink, TlsMode, TlsServer};
 use crate::uri::NbdUri;
 use limits::{LogLimiter, PayloadBudget};
 
@@ -39,6 +40,11 @@ use limits::{LogLimiter, PayloadBudget};
 pub const DESCRIPTORS_PER_CONNECTION: usize = 1;
 /// Threads one connection holds in the transmission phase: a reader and a reply writer.
 pub const THREADS_PER_CONNECTION: usize = 2;
+/// Descriptors a connection holds once it runs TLS: its socket and the two ends of the
+/// socketpair between the connection and its TLS relay (see `tls`).
+pub const TLS_DESCRIPTORS_PER_CONNECTION: usize = 3;
+/// Threads a connection holds once it runs TLS: a reader, a reply writer and the TLS relay.
+pub const TLS_THREADS_PER_CONNECTION: usize = 3;
 /// Stack of each connection thread. They parse fixed-size headers, call the device and write
 /// replies, with no recursion, so a fraction of std's 2 MiB default is plenty; it bounds the
 /// address space that idle connections reserve.
@@ -498,18 +504,25 @@ impl Server {
     pub fn serve_unix(&self, path: impl AsRef<Path>) -> io::Result<ServerHandle> {
         let path = path.as_ref().to_path_buf();
         let listener = UnixListener::bind(&path)?;
-        self.spawn_listener(Listener::Unix(listener), ListenAddress::Unix(path))
+        self.spawn_listener(Listener::Unix(listener), ListenAddress::Unix(path), ListenerState::default())
     }
 
-    /// Listens on TCP (port 0 picks a free port; see [`ServerHandle::address`]).
+    /// Listens on TCP (port 0 picks a free port; see [`ServerHandle::address`]), without TLS.
     pub fn serve_tcp(&self, address: impl ToSocketAddrs) -> io::Result<ServerHandle> {
+        self.serve_tcp_with(address, None)
+    }
+
+    /// Listens on TCP with STARTTLS offered (`TlsMode::On`) or required (`TlsMode::Require`),
+    /// or without TLS (`None`).
+    pub fn serve_tcp_with(&self, address: impl ToSocketAddrs, tls: Option<TlsServer>) -> io::Result<ServerHandle> {
         let listener = TcpListener::bind(address)?;
         let local = listener.local_addr()?;
-        self.spawn_listener(Listener::Tcp(listener), ListenAddress::Tcp(local))
+        let state = ListenerState { tls, ..ListenerState::default() };
+        self.spawn_listener(Listener::Tcp(listener), ListenAddress::Tcp(local), state)
     }
 
-    fn spawn_listener(&self, listener: Listener, address: ListenAddress) -> io::Result<ServerHandle> {
-        let state = Arc::new(ListenerState::default());
+    fn spawn_listener(&self, listener: Listener, address: ListenAddress, state: ListenerState) -> io::Result<ServerHandle> {
+        let state = Arc::new(state);
         self.shared.listeners.lock().expect("listeners lock poisoned").push(Arc::downgrade(&state));
         let shared = Arc::clone(&self.shared);
         let accept_state = Arc::clone(&state);
@@ -551,6 +564,8 @@ struct ListenerState {
     connections: Mutex<Connections>,
     connections_changed: Condvar,
     requests_in_flight: AtomicUsize,
+    /// STARTTLS offered or required on this listener's connections.
+    tls: Option<TlsServer>,
 }
 
 #[derive(Default)]
@@ -562,8 +577,30 @@ struct Connections {
 struct OpenConnection {
     /// Shares the connection's descriptor, so shutdown can close it under its threads.
     socket: Socket,
+    /// Under TLS, the plaintext end the connection's threads use (the relay holds the other):
+    /// ending its input ends the connection's as shutting a plain socket's does, while the
+    /// relay still carries the replies in flight out.
+    plain: Option<Socket>,
     /// Set once the handshake has chosen an export.
     identity: Option<ExportIdentity>,
+}
+
+impl OpenConnection {
+    /// Stops the connection reading (`Read`: requests in flight are still answered) or ends it
+    /// (`Both`: the TCP socket too, so a TLS relay stops at once).
+    fn shutdown(&self, how: Shutdown) {
+        match (&self.plain, how) {
+            (Some(plain), Shutdown::Read) => {
+                let _ = plain.shutdown(Shutdown::Read);
+            }
+            (plain, _) => {
+                if let Some(plain) = plain {
+                    let _ = plain.shutdown(how);
+                }
+                let _ = self.socket.shutdown(how);
+            }
+        }
+    }
 }
 
 impl ListenerState {
@@ -571,8 +608,15 @@ impl ListenerState {
         let mut connections = self.connections.lock().unwrap();
         let id = connections.next_id;
         connections.next_id += 1;
-        connections.open.insert(id, OpenConnection { socket: socket.clone(), identity: None });
+        connections.open.insert(id, OpenConnection { socket: socket.clone(), plain: None, identity: None });
         id
+    }
+
+    /// Records the plaintext end of connection `id`'s TLS relay.
+    fn attach_plain(&self, id: u64, plain: &Socket) {
+        if let Some(connection) = self.connections.lock().unwrap().open.get_mut(&id) {
+            connection.plain = Some(plain.clone());
+        }
     }
 
     /// Records the export connection `id` chose; false if `set_exports` has removed it since
@@ -593,14 +637,14 @@ impl ListenerState {
         let connections = self.connections.lock().unwrap();
         for connection in connections.open.values() {
             if connection.identity.as_ref().is_some_and(|identity| !identities.contains(identity)) {
-                let _ = connection.socket.shutdown(Shutdown::Read);
+                connection.shutdown(Shutdown::Read);
             }
         }
     }
 
     fn shutdown_all(&self, how: Shutdown) {
         for connection in self.connections.lock().unwrap().open.values() {
-            let _ = connection.socket.shutdown(how);
+            connection.shutdown(how);
         }
     }
 
@@ -703,26 +747,26 @@ fn spawn_connection(socket: Socket, slot: ConnectionSlot, shared: &Arc<Shared>, 
 /// Handshake, then the transmission phase of the chosen export, on this thread.
 fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) -> Result<(), ConnectionError> {
     let deadline = Instant::now() + shared.config.handshake_timeout;
-    let mut reader = io::BufReader::new(DeadlineSocket::new(socket.clone(), deadline));
-    let mut writer = io::BufWriter::new(DeadlineSocket::new(socket.clone(), deadline));
     let exports = shared.exports();
-    let negotiated = handshake::negotiate(&mut reader, &mut writer, &exports)?;
+    // Declared before the transport that uses it, so that it is dropped (and its relay joined)
+    // after every clone of its plaintext end.
+    let mut tls_link: Option<TlsLink> = None;
+    let (negotiated, mut transport) = handshake_over(socket, &exports, shared, registration, deadline, &mut tls_link)?;
     let handshake::Negotiated::Transmission { export_index, structured_replies } = negotiated else {
         return Ok(());
     };
-    drop(writer); // flushed by negotiate; replies go through the transmission's writer
     let export = &exports[export_index];
     let identity = export.identity();
     if !registration.state.enter_transmission(registration.id, identity.clone(), shared) {
         tracing::debug!(export = export.name(), "nbd: export removed during the handshake; closing");
         return Ok(());
     }
-    reader.get_mut().clear_deadline()?;
-    reader.get_mut().set_poll_budget(shared.config.poll_budget);
-    socket.set_write_timeout(Some(shared.config.reply_stall_timeout))?;
+    transport.reader.get_mut().clear_deadline()?;
+    transport.reader.get_mut().set_poll_budget(shared.config.poll_budget);
+    transport.socket.set_write_timeout(Some(shared.config.reply_stall_timeout))?;
     let session = transmission::Session {
-        reader,
-        socket,
+        reader: transport.reader,
+        socket: transport.socket,
         structured_replies,
         limits: transmission::RequestLimits {
             size_bytes: export.size_bytes(),
@@ -737,6 +781,59 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
     let outcome = export.device.serve(session);
     count_connection(shared, &identity, false);
     outcome
+}
+
+/// The socket a connection's handshake and transmission run over: the TCP or Unix socket, or
+/// the plaintext end of a TLS relay.
+struct Transport {
+    reader: io::BufReader<DeadlineSocket>,
+    socket: Socket,
+}
+
+impl Transport {
+    fn new(socket: Socket, deadline: Instant) -> Transport {
+        Transport { reader: io::BufReader::new(DeadlineSocket::new(socket.clone(), deadline)), socket }
+    }
+
+    fn writer(&self, deadline: Instant) -> io::BufWriter<DeadlineSocket> {
+        io::BufWriter::new(DeadlineSocket::new(self.socket.clone(), deadline))
+    }
+}
+
+/// Runs the handshake, switching to TLS when the client asks and the listener offers it.
+fn handshake_over(
+    socket: Socket,
+    exports: &[Export],
+    shared: &Shared,
+    registration: &Registration,
+    deadline: Instant,
+    tls_link: &mut Option<TlsLink>,
+) -> Result<(handshake::Negotiated, Transport), ConnectionError> {
+    let tls = registration.state.tls.as_ref();
+    let tls_state = match tls.map(TlsServer::mode) {
+        None => handshake::TlsState::Unavailable,
+        Some(mode) => handshake::TlsState::Offered { required: mode == TlsMode::Require },
+    };
+    let mut transport = Transport::new(socket.clone(), deadline);
+    let mut writer = transport.writer(deadline);
+    let mut haggling = handshake::greet(&mut transport.reader, &mut writer, exports, tls_state)?;
+    loop {
+        let negotiated = haggling.run(&mut transport.reader, &mut writer)?;
+        let (handshake::Negotiated::StartTls, Some(tls)) = (&negotiated, tls) else {
+            return Ok((negotiated, transport));
+        };
+        // Bytes read past STARTTLS were sent before its answer: plaintext that must not be taken
+        // as part of the TLS session (the STARTTLS injection flaw).
+        if !transport.reader.buffer().is_empty() {
+            return Err(ConnectionError::Protocol("the client sent data after NBD_OPT_STARTTLS before the TLS handshake".into()));
+        }
+        let link = tls.accept(&socket, deadline, shared.config.reply_stall_timeout)?;
+        registration.state.attach_plain(registration.id, link.socket());
+        transport = Transport::new(link.socket().clone(), deadline);
+        writer = transport.writer(deadline);
+        *tls_link = Some(link);
+        haggling.tls_started();
+    }
 }
 
 fn count_connection(shared: &Shared, identity: &ExportIdentity, opened: bool) {
@@ -766,7 +863,7 @@ impl ServerHandle {
     pub fn uri(&self, export_name: &str) -> NbdUri {
         match &self.address {
             ListenAddress::Tcp(address) => {
-                NbdUri::Tcp { host: address.ip().to_string(), port: address.port(), export_name: export_name.to_string() }
+                NbdUri::Tcp { host: address.ip().to_string(), port: address.port(), export_name: export_name.to_string(), tls: None }
             }
             ListenAddress::Unix(path) => NbdUri::Unix { socket_path: path.clone(), export_name: export_name.to_string() },
         }
