@@ -22,12 +22,13 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 struct TlsFixture {
-    _serial: std::sync::MutexGuard<'static, ()>,
     _dir: TempDir,
     handle: ServerHandle,
     device: Arc<MemDevice>,
     address: SocketAddr,
     uri: NbdUri,
+    /// Last: released once the server is shut down.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 fn serve(mode: TlsMode, config: ServerConfig) -> TlsFixture {
