@@ -26,7 +26,7 @@
 //! the TCP socket (ciphertext) and one end of a `socketpair` (plaintext) with non-blocking I/O
 //! and `poll(2)`; the connection's own code goes on over the other end exactly as over a plain
 //! socket. Nothing in the transmission phase knows about TLS, every bound there still holds,
-//! and the relay adds only two buffers of [`relay::RELAY_BUFFER_BYTES`] per connection. Each
+//! and the relay adds only two buffers of 64 KiB (`relay::RELAY_BUFFER_BYTES`) per connection. Each
 //! direction stops reading when its buffer is full, so back-pressure reaches the client.
 //!
 //! The relay ends when the connection side closes its end (after the last reply is sealed, it
