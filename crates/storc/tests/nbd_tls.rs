@@ -99,6 +99,20 @@ fn tls_on_serves_plaintext_and_tls_clients_and_warns_about_plaintext() {
     }
     let log = daemon.log();
     assert!(log.contains("serves plaintext clients too (--tls on)") && log.contains("--tls require"), "{log}");
+
+    // storc's own benchmark client speaks nbds:// with the PSK.
+    let json = scratch.join("point.json");
+    let target = nbds_uri(&daemon, "alice", "db", &keys);
+    let bench = Command::new(env!("CARGO_BIN_EXE_storc"))
+        .args(["bench", "run", "review-random-read", "--block", "4K", "--qd", "8", "--duration", "0.3", "--ramp", "0"])
+        .args(["--target", &target, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(bench.status.success(), "storc bench run --target {target}: {}", text_of(&bench));
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let iops = results["patterns"][0]["points"][0]["iops"].as_f64().unwrap_or(0.0);
+    assert!(iops > 0.0, "storc bench over nbds:// measured {iops} IOPS: {results}");
     daemon.stop();
 }
 
