@@ -11,6 +11,8 @@ use std::path::PathBuf;
 pub const TARGET_FORMS: &str = "\
 TARGET is one of:
   nbd://HOST[:PORT]/EXPORT          an NBD export over TCP (one connection per worker)
+  nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH
+                                    the same over TLS, with USER's key from a psktool file
   nbd+unix:///EXPORT?socket=PATH    an NBD export over a Unix socket
   PATH                              an existing file or block device (O_DIRECT through io_uring)
   raw:DRIVE                         one DRIVE (below) made in this process and driven directly

@@ -15,7 +15,12 @@ use std::os::unix::net::UnixStream;
 
 use crate::proto::{self, BlockSizes, ClientFlags, Command, Info, InfoRequest, ProtoError, ReplyHeader, Request};
 use crate::socket::Socket;
-use crate::uri::NbdUri;
+use crate::tls::{PskKeys, TlsClient, TlsLink};
+use crate::uri::{NbdUri, UriTls};
+
+/// How long the TLS handshake may take, and sealed requests may wait for a server that reads
+/// nothing, before the client gives up.
+const TLS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Choices made during the handshake.
 #[derive(Debug, Clone, Default)]
@@ -132,23 +137,36 @@ pub struct Client {
     pending: HashMap<u64, Pending>,
     /// Completions that arrived while a blocking call waited for another cookie.
     ready: VecDeque<Completion>,
+    /// With TLS, the relay the reader and writer talk through (their socket is its plaintext
+    /// end). Last, so it is dropped (and joined) after them.
+    _tls: Option<TlsLink>,
 }
 
 impl Client {
-    /// Connects and negotiates the export the URI names.
+    /// Connects and negotiates the export the URI names; an `nbds://` URI runs TLS with its PSK.
     pub fn connect(uri: &NbdUri, config: &ClientConfig) -> Result<Client, ClientError> {
-        let socket = match uri {
-            NbdUri::Tcp { host, port, .. } => {
+        let (socket, tls) = match uri {
+            NbdUri::Tcp { host, port, tls, .. } => {
                 let stream = TcpStream::connect((host.as_str(), *port))?;
                 stream.set_nodelay(true)?;
-                Socket::tcp(stream)
+                (Socket::tcp(stream), tls.as_ref())
             }
-            NbdUri::Unix { socket_path, .. } => Socket::unix(UnixStream::connect(socket_path)?),
+            NbdUri::Unix { socket_path, .. } => (Socket::unix(UnixStream::connect(socket_path)?), None),
         };
         let mut reader = BufReader::new(socket.clone());
-        let mut writer = BufWriter::new(socket);
-        let export = handshake(&mut reader, &mut writer, uri.export_name(), config)?;
-        Ok(Client { reader, writer, export, next_cookie: 1, pending: HashMap::new(), ready: VecDeque::new() })
+        let mut writer = BufWriter::new(socket.clone());
+        let no_zeroes = greet(&mut reader, &mut writer)?;
+        let link = match tls {
+            Some(tls) => {
+                let link = start_tls(&mut reader, &mut writer, &socket, tls)?;
+                reader = BufReader::new(link.socket().clone());
+                writer = BufWriter::new(link.socket().clone());
+                Some(link)
+            }
+            None => None,
+        };
+        let export = haggle(&mut reader, &mut writer, uri.export_name(), no_zeroes, config)?;
+        Ok(Client { reader, writer, export, next_cookie: 1, pending: HashMap::new(), ready: VecDeque::new(), _tls: link })
     }
 
     pub fn export(&self) -> &ExportInfo {
@@ -393,12 +411,39 @@ fn read_u64(reader: &mut impl Read) -> io::Result<u64> {
 
 // ---- Handshake -------------------------------------------------------------------------------
 
-fn handshake(reader: &mut impl Read, writer: &mut impl Write, export_name: &str, config: &ClientConfig) -> Result<ExportInfo, ClientError> {
+/// Reads the greeting and sends the client flags; whether the server omits the zero padding.
+fn greet(reader: &mut impl Read, writer: &mut impl Write) -> Result<bool, ClientError> {
     let mut greeting = [0u8; proto::GREETING_BYTES];
     reader.read_exact(&mut greeting)?;
     let handshake_flags = proto::parse_greeting(&greeting)?;
     let no_zeroes = handshake_flags & proto::NBD_FLAG_NO_ZEROES != 0;
     writer.write_all(&proto::encode_client_flags(ClientFlags { fixed_newstyle: true, no_zeroes }))?;
+    Ok(no_zeroes)
+}
+
+/// NBD_OPT_STARTTLS first, as the spec advises a client that wants TLS, then the handshake.
+fn start_tls(reader: &mut BufReader<Socket>, writer: &mut impl Write, socket: &Socket, tls: &UriTls) -> Result<TlsLink, ClientError> {
+    let keys = PskKeys::load(&tls.psk_file).map_err(|message| ClientError::Io(io::Error::other(message)))?;
+    let client = TlsClient::psk(&keys, &tls.username).map_err(|message| ClientError::Io(io::Error::other(message)))?;
+    send_option(writer, proto::NBD_OPT_STARTTLS, &[])?;
+    let (header, data) = read_option_reply(reader, proto::NBD_OPT_STARTTLS)?;
+    if header.reply_type != proto::NBD_REP_ACK {
+        return Err(rejected(&header, &data));
+    }
+    if !reader.buffer().is_empty() {
+        return Err(bad_reply("the server sent data after acknowledging STARTTLS".into()));
+    }
+    Ok(client.connect(socket, std::time::Instant::now() + TLS_TIMEOUT, TLS_TIMEOUT)?)
+}
+
+/// Options after the greeting (and TLS): structured replies if asked for, then the export.
+fn haggle(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    export_name: &str,
+    no_zeroes: bool,
+    config: &ClientConfig,
+) -> Result<ExportInfo, ClientError> {
     let structured_replies = config.structured_replies && negotiate_structured_replies(reader, writer)?;
     let mut export = go(reader, writer, export_name, no_zeroes)?;
     export.structured_replies = structured_replies;

@@ -10,7 +10,11 @@
 //! - [`BlockDevice`] and [`IoError`]: the interface the server drives.
 //! - [`Server`]: listeners on Unix sockets and TCP; per connection, the handshake, then the
 //!   transmission phase.
-//! - [`Client`] and [`NbdUri`]: a blocking, pipelining client for storc's benchmark and tests.
+//! - [`tls`]: NBD_OPT_STARTTLS (PSK and X.509, through OpenSSL; why not rustls is there), for
+//!   the server's TCP listeners and the client; a relay thread per TLS connection owns its SSL
+//!   object, so everything else sees a plain socket.
+//! - [`Client`] and [`NbdUri`]: a blocking, pipelining client for storc's benchmark and tests
+//!   (`nbds://` with a PSK too).
 //! - [`testing::MemDevice`]: a `Vec`-backed device to test the server alone;
 //!   [`testing::Nbdkit`]: nbdkit on a Unix socket, to test the client and the benchmark.
 //!
@@ -33,7 +37,8 @@
 //! mid-request, a write error, or a device that drops a callback cannot leak one, and a client
 //! that stops reading its replies is dropped after `reply_stall_timeout`. Connections are
 //! bounded in number (each holds [`DESCRIPTORS_PER_CONNECTION`] descriptor and
-//! [`THREADS_PER_CONNECTION`] threads), and a handshake must end within `handshake_timeout`
+//! [`THREADS_PER_CONNECTION`] threads, or [`TLS_DESCRIPTORS_PER_CONNECTION`] and
+//! [`TLS_THREADS_PER_CONNECTION`] with TLS), and a handshake must end within `handshake_timeout`
 //! however slowly its bytes arrive. So the memory, threads and descriptors a crowd of clients
 //! can make the server hold are known in advance.
 //!
@@ -57,12 +62,15 @@ pub mod proto;
 pub mod server;
 mod socket;
 pub mod testing;
+pub mod tls;
 mod uri;
 
 pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdError};
 pub use device::{BlockDevice, Done, IoError, ReadDone};
 pub use server::{
     Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, ServerStats, CONNECTION_THREAD_STACK_BYTES,
-    DESCRIPTORS_PER_CONNECTION, DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION,
+    DESCRIPTORS_PER_CONNECTION, DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION, TLS_DESCRIPTORS_PER_CONNECTION,
+    TLS_THREADS_PER_CONNECTION,
 };
-pub use uri::{NbdUri, UriError};
+pub use tls::{PskKeys, TlsClient, TlsCredentials, TlsMode, TlsServer};
+pub use uri::{NbdUri, UriError, UriTls};

@@ -410,6 +410,8 @@ pub enum ClientOption {
     Info(InfoRequest),
     Go(InfoRequest),
     StructuredReply,
+    /// NBD_OPT_STARTTLS: the TLS handshake follows the server's ACK.
+    StartTls,
     /// Any other option: the server answers NBD_REP_ERR_UNSUP and goes on.
     Unsupported {
         option: u32,
@@ -425,6 +427,7 @@ pub fn parse_option(option: u32, data: &[u8]) -> Result<ClientOption, ProtoError
         NBD_OPT_ABORT => Ok(ClientOption::Abort),
         NBD_OPT_LIST => expect_no_data(option, data).map(|()| ClientOption::List),
         NBD_OPT_STRUCTURED_REPLY => expect_no_data(option, data).map(|()| ClientOption::StructuredReply),
+        NBD_OPT_STARTTLS => expect_no_data(option, data).map(|()| ClientOption::StartTls),
         NBD_OPT_INFO => parse_info_request(option, data).map(ClientOption::Info),
         NBD_OPT_GO => parse_info_request(option, data).map(ClientOption::Go),
         _ => Ok(ClientOption::Unsupported { option }),
@@ -892,7 +895,11 @@ mod tests {
         check(parse_option(NBD_OPT_ABORT, b"ignored"), Ok(ClientOption::Abort));
         check(parse_option(NBD_OPT_LIST, &[]), Ok(ClientOption::List));
         check(parse_option(NBD_OPT_STRUCTURED_REPLY, &[]), Ok(ClientOption::StructuredReply));
-        check(parse_option(NBD_OPT_STARTTLS, &[]), Ok(ClientOption::Unsupported { option: NBD_OPT_STARTTLS }));
+        check(parse_option(NBD_OPT_STARTTLS, &[]), Ok(ClientOption::StartTls));
+        check(
+            parse_option(NBD_OPT_STARTTLS, &[0]),
+            Err(ProtoError::InvalidOption { option: NBD_OPT_STARTTLS, reason: "expected no data, got 1 bytes".into() }),
+        );
         check(parse_option(NBD_OPT_SET_META_CONTEXT, &[1, 2, 3]), Ok(ClientOption::Unsupported { option: NBD_OPT_SET_META_CONTEXT }));
     }
 

@@ -53,6 +53,15 @@ impl Socket {
         }
     }
 
+    /// O_NONBLOCK on the descriptor, so for every clone: only a TLS relay, which then owns all
+    /// reads and writes of it, sets it.
+    pub(crate) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match &*self.stream {
+            Stream::Tcp(stream) => stream.set_nonblocking(nonblocking),
+            Stream::Unix(stream) => stream.set_nonblocking(nonblocking),
+        }
+    }
+
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         match &*self.stream {
@@ -147,6 +156,15 @@ impl DeadlineSocket {
             }
             std::hint::spin_loop();
         }
+    }
+
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.raw_fd()
+    }
+
+    /// Shuts down the socket under every clone.
+    pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.socket.shutdown(how)
     }
 
     /// From now on reads and writes wait as long as the socket's own timeouts say.

@@ -1,5 +1,6 @@
-//! NBD URIs, as libnbd, qemu and fio write them:
-//! `nbd://HOST[:PORT]/EXPORT` and `nbd+unix:///EXPORT?socket=PATH`.
+//! NBD URIs, as libnbd, qemu and fio write them: `nbd://HOST[:PORT]/EXPORT`,
+//! `nbd+unix:///EXPORT?socket=PATH`, and with TLS (pre-shared keys, as libnbd writes it)
+//! `nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH`.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -10,11 +11,27 @@ use crate::proto::NBD_DEFAULT_PORT;
 /// Where an NBD export is and what it is called.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NbdUri {
-    Tcp { host: String, port: u16, export_name: String },
-    Unix { socket_path: PathBuf, export_name: String },
+    /// `tls` is set for `nbds://`.
+    Tcp {
+        host: String,
+        port: u16,
+        export_name: String,
+        tls: Option<UriTls>,
+    },
+    Unix {
+        socket_path: PathBuf,
+        export_name: String,
+    },
 }
 
-const ALLOWED_FORMS: &str = "nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH";
+/// The TLS credentials an `nbds://` URI names: a PSK user and the psktool file with its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriTls {
+    pub username: String,
+    pub psk_file: PathBuf,
+}
+
+const ALLOWED_FORMS: &str = "nbd://HOST[:PORT]/EXPORT, nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH or nbd+unix:///EXPORT?socket=PATH";
 
 /// A URI that could not be parsed: the URI, what is wrong with it, and the allowed forms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +72,9 @@ impl FromStr for NbdUri {
         let export_name = percent_decode(path).map_err(error)?;
         match scheme {
             "nbd" => parse_tcp(authority, query, export_name).map_err(error),
+            "nbds" => parse_tls(authority, query, export_name).map_err(error),
             "nbd+unix" => parse_unix(authority, query, export_name).map_err(error),
-            "nbds" | "nbds+unix" => Err(error(format!("scheme {scheme:?} needs TLS, which storc does not support"))),
+            "nbds+unix" => Err(error("TLS over a Unix socket is not supported; use nbd+unix:// (the socket is owner-only)".into())),
             _ => Err(error(format!("unknown scheme {scheme:?}"))),
         }
     }
@@ -66,6 +84,10 @@ fn parse_tcp(authority: &str, query: &str, export_name: String) -> Result<NbdUri
     if !query.is_empty() {
         return Err(format!("query {query:?} is not allowed with nbd://"));
     }
+    parse_host_port(authority, export_name)
+}
+
+fn parse_host_port(authority: &str, export_name: String) -> Result<NbdUri, String> {
     let (host, port) = split_host_port(authority)?;
     if host.is_empty() {
         return Err("nbd:// needs a host".into());
@@ -74,7 +96,35 @@ fn parse_tcp(authority: &str, query: &str, export_name: String) -> Result<NbdUri
         None => NBD_DEFAULT_PORT,
         Some(port) => port.parse().map_err(|_| format!("port {port:?} is not a number from 0 to 65535"))?,
     };
-    Ok(NbdUri::Tcp { host: host.to_string(), port, export_name })
+    Ok(NbdUri::Tcp { host: host.to_string(), port, export_name, tls: None })
+}
+
+/// `nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH` (`tls-username=USER` may name the user
+/// instead, as libnbd allows). storc's client speaks TLS with pre-shared keys only.
+fn parse_tls(authority: &str, query: &str, export_name: String) -> Result<NbdUri, String> {
+    let (mut username, host_port) = match authority.rsplit_once('@') {
+        Some((user, host_port)) => (Some(percent_decode(user)?), host_port),
+        None => (None, authority),
+    };
+    let mut psk_file = None;
+    for parameter in query.split('&').filter(|parameter| !parameter.is_empty()) {
+        match parameter.split_once('=') {
+            Some(("tls-psk-file", path)) if !path.is_empty() => psk_file = Some(PathBuf::from(percent_decode(path)?)),
+            Some(("tls-username", user)) if !user.is_empty() => username = Some(percent_decode(user)?),
+            Some(("tls-certificates", _)) => {
+                return Err("tls-certificates (X.509) is not supported by storc's client; use tls-psk-file=PATH".into());
+            }
+            _ => {
+                return Err(format!(
+                    "query parameter {parameter:?} is not allowed with nbds://; allowed: tls-psk-file=PATH, tls-username=USER"
+                ))
+            }
+        }
+    }
+    let psk_file = psk_file.ok_or("nbds:// needs ?tls-psk-file=PATH (storc's client speaks TLS with pre-shared keys)")?;
+    let username = username.filter(|user| !user.is_empty()).ok_or("nbds:// needs a PSK user: nbds://USER@HOST/EXPORT?tls-psk-file=PATH")?;
+    let NbdUri::Tcp { host, port, export_name, .. } = parse_host_port(host_port, export_name)? else { unreachable!("a TCP URI") };
+    Ok(NbdUri::Tcp { host, port, export_name, tls: Some(UriTls { username, psk_file }) })
 }
 
 /// Splits `host[:port]`, where an IPv6 host is written in brackets.
@@ -141,9 +191,18 @@ fn percent_encode(text: &str) -> String {
 impl fmt::Display for NbdUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NbdUri::Tcp { host, port, export_name } => {
+            NbdUri::Tcp { host, port, export_name, tls } => {
                 let host = if host.contains(':') { format!("[{host}]") } else { host.clone() };
-                write!(f, "nbd://{host}:{port}/{}", percent_encode(export_name))
+                match tls {
+                    None => write!(f, "nbd://{host}:{port}/{}", percent_encode(export_name)),
+                    Some(UriTls { username, psk_file }) => write!(
+                        f,
+                        "nbds://{}@{host}:{port}/{}?tls-psk-file={}",
+                        percent_encode(username),
+                        percent_encode(export_name),
+                        percent_encode(&psk_file.to_string_lossy())
+                    ),
+                }
             }
             NbdUri::Unix { socket_path, export_name } => {
                 write!(f, "nbd+unix:///{}?socket={}", percent_encode(export_name), percent_encode(&socket_path.to_string_lossy()))
@@ -162,7 +221,12 @@ mod tests {
     }
 
     fn tcp(host: &str, port: u16, export_name: &str) -> NbdUri {
-        NbdUri::Tcp { host: host.into(), port, export_name: export_name.into() }
+        NbdUri::Tcp { host: host.into(), port, export_name: export_name.into(), tls: None }
+    }
+
+    fn tls(user: &str, host: &str, port: u16, export_name: &str, psk_file: &str) -> NbdUri {
+        let tls = Some(UriTls { username: user.into(), psk_file: psk_file.into() });
+        NbdUri::Tcp { host: host.into(), port, export_name: export_name.into(), tls }
     }
 
     fn unix(path: &str, export_name: &str) -> NbdUri {
@@ -179,13 +243,21 @@ mod tests {
         check("nbd://host/with%20space", Ok(tcp("host", 10809, "with space")));
         check("nbd+unix:///vd0?socket=/run/storc.sock", Ok(unix("/run/storc.sock", "vd0")));
         check("nbd+unix://?socket=/tmp/s", Ok(unix("/tmp/s", "")));
+        check("nbds://alice@127.0.0.1:10809/v0?tls-psk-file=/k/keys.psk", Ok(tls("alice", "127.0.0.1", 10809, "v0", "/k/keys.psk")));
+        check("nbds://[::1]/v0?tls-psk-file=k.psk&tls-username=bob", Ok(tls("bob", "::1", 10809, "v0", "k.psk")));
     }
 
     #[test]
     fn invalid_uris_say_what_is_wrong() {
         check("localhost:10809", Err("missing scheme"));
         check("http://host/x", Err("unknown scheme \"http\""));
-        check("nbds://host/x", Err("scheme \"nbds\" needs TLS, which storc does not support"));
+        check("nbds://host/x?tls-psk-file=k", Err("nbds:// needs a PSK user: nbds://USER@HOST/EXPORT?tls-psk-file=PATH"));
+        check("nbds://a@host/x", Err("nbds:// needs ?tls-psk-file=PATH (storc's client speaks TLS with pre-shared keys)"));
+        check(
+            "nbds://host/x?tls-certificates=/d",
+            Err("tls-certificates (X.509) is not supported by storc's client; use tls-psk-file=PATH"),
+        );
+        check("nbds+unix:///x?socket=/s", Err("TLS over a Unix socket is not supported; use nbd+unix:// (the socket is owner-only)"));
         check("nbd:///x", Err("nbd:// needs a host"));
         check("nbd://host:99999/x", Err("port \"99999\" is not a number from 0 to 65535"));
         check("nbd://host/x?socket=/s", Err("query \"socket=/s\" is not allowed with nbd://"));
@@ -201,13 +273,14 @@ mod tests {
         let error = "ftp://x".parse::<NbdUri>().unwrap_err().to_string();
         assert_eq!(
             error,
-            "invalid NBD URI \"ftp://x\": unknown scheme \"ftp\"; allowed: nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH"
+            "invalid NBD URI \"ftp://x\": unknown scheme \"ftp\"; allowed: nbd://HOST[:PORT]/EXPORT, \
+             nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH or nbd+unix:///EXPORT?socket=PATH"
         );
     }
 
     #[test]
     fn display_parses_back() {
-        for uri in [tcp("::1", 1, "a b/c"), tcp("h", 10809, ""), unix("/tmp/x y.sock", "vd%0")] {
+        for uri in [tcp("::1", 1, "a b/c"), tcp("h", 10809, ""), unix("/tmp/x y.sock", "vd%0"), tls("a@b", "h", 1, "v", "/k k.psk")] {
             assert_eq!(uri.to_string().parse::<NbdUri>(), Ok(uri.clone()), "{uri}");
         }
         assert_eq!(unix("/tmp/s", "vd0").to_string(), "nbd+unix:///vd0?socket=/tmp/s");

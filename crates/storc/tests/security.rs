@@ -1,7 +1,8 @@
 //! Issue 8, part 5: another local user can neither read nor change the controller. The data
 //! directory and everything storc puts in it are owner-only whatever the umask; the TCP
 //! management API answers only the daemon's user and root, and only a Host that names it; listen
-//! addresses must resolve to loopback; `--nbd-listen none` leaves no TCP listener.
+//! addresses must resolve to loopback; `--nbd-listen none` leaves no TCP listener. Issue 14:
+//! `--socket-group` opens the two sockets, and nothing else, to one group.
 //!
 //! The second-user test runs commands as `nobody` through setpriv, so this file must run as root
 //! (CI does); as another user it fails and says so, it never skips.
@@ -16,12 +17,10 @@ use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Exists on every Debian system and owns nothing.
 const UNPRIVILEGED_USER: &str = "nobody";
-/// A refused start must not get as far as serving.
-const REFUSED_START_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn mode_of(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777
@@ -117,16 +116,18 @@ fn unprivileged_user() -> User {
 
 /// `program args...` as `user`, without root's supplementary groups.
 fn run_as(user: &User, program: &str, args: &[&str]) -> Output {
+    run_as_in_groups(user, None, program, args)
+}
+
+/// `program args...` as `user`, in supplementary group `gid` only (`None`: in none).
+fn run_as_in_groups(user: &User, gid: Option<u32>, program: &str, args: &[&str]) -> Output {
+    let groups = gid.map_or_else(|| "--clear-groups".to_string(), |gid| format!("--groups={gid}"));
     Command::new("setpriv")
-        .args([&format!("--reuid={}", user.uid), &format!("--regid={}", user.gid), "--clear-groups", "--", program])
+        .args([&format!("--reuid={}", user.uid), &format!("--regid={}", user.gid), &groups, "--", program])
         .args(args)
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {program} as {}: {e}", user.name))
-}
-
-fn text_of(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
 /// `curl` over TCP; the HTTP status and the body. `-q` first: root's ~/.curlrc is not the user's.
@@ -295,39 +296,12 @@ fn a_foreign_host_header_over_tcp_is_refused() {
 // ---------------------------------------------------------------------------------------------
 // Listen addresses
 
-/// `storc serve ARGS` that must be refused: its exit status and output, or a failure if it runs on.
-fn serve_refused(scratch: &Scratch, args: &[&str]) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_storc"))
-        .arg("serve")
-        .arg("--data-dir")
-        .arg(scratch.data_dir())
-        .args(["--drive", "mem:64MiB"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start storc serve");
-    let started_at = Instant::now();
-    while child.try_wait().expect("storc serve status").is_none() {
-        if started_at.elapsed() > REFUSED_START_TIMEOUT {
-            let _ = child.kill();
-            let output = child.wait_with_output().unwrap();
-            panic!("storc serve {args:?} still runs after {REFUSED_START_TIMEOUT:?}; it should refuse:\n{}", text_of(&output));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(1), "storc serve {args:?}: {}\n{}", output.status, text_of(&output));
-    text_of(&output)
-}
-
 /// Regression (issue 8): the loopback check took any host name that starts with `127.`.
 #[test]
 fn a_listen_name_that_only_starts_with_127_is_refused_before_anything_is_created() {
     let scratch = Scratch::new("listen");
     for flag in ["--nbd-listen", "--api-listen"] {
-        let text = serve_refused(&scratch, &[flag, "127.evil.example:10809"]);
+        let text = serve_refused(&scratch, &[flag, "127.evil.example:10809"], 1);
         let expected = format!("storc: {flag} 127.evil.example:10809: ");
         assert!(text.contains(&expected), "the error should name the flag and the address:\n{text}");
         assert!(text.contains("loopback only; allowed: an address in 127.0.0.0/8, [::1] or localhost, with a port"), "{text}");
@@ -378,4 +352,82 @@ fn nbd_listen_none_leaves_no_tcp_listener_and_tcp_comes_with_a_warning() {
     let log = daemon.log();
     assert!(log.contains(WARNING) && log.contains("--nbd-listen none"), "startup should warn about TCP and say how to turn it off:\n{log}");
     daemon.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// --socket-group
+
+/// A group every Debian system has, which `nobody` is not in unless setpriv puts it there.
+const SOCKET_GROUP: &str = "users";
+
+fn gid_of(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).gid()
+}
+
+/// Issue 14: the sockets can be shared with a group (a backup user, a VM manager) without
+/// sharing the drive files or a TCP listener.
+#[test]
+fn a_socket_group_member_can_use_the_sockets_and_nothing_else_and_others_cannot() {
+    let user = unprivileged_user();
+    require_tool("nbdinfo", "libnbd-bin");
+    require_tool("curl", "curl");
+    let group_gid = id_of_group(SOCKET_GROUP);
+    let scratch = Scratch::new("socket-group");
+    std::fs::set_permissions(scratch.join(""), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let options =
+        DaemonOptions { nbd_tcp: false, extra_args: vec!["--socket-group".into(), SOCKET_GROUP.into()], ..DaemonOptions::default() };
+    let daemon = Daemon::start_with(&scratch, &[], &options);
+    let data_dir = daemon.data_dir().to_path_buf();
+    check_mode(&data_dir, 0o710, "--socket-group");
+    for name in ["nbd.sock", "api.sock"] {
+        check_mode(&data_dir.join(name), 0o660, "--socket-group");
+        assert_eq!(gid_of(&data_dir.join(name)), group_gid, "{name} should belong to group {SOCKET_GROUP}");
+    }
+    assert_eq!(gid_of(&data_dir), group_gid, "the data directory should belong to group {SOCKET_GROUP}");
+    for name in ["drive-0.img", "controller.id"] {
+        check_mode(&data_dir.join(name), 0o600, "--socket-group leaves the files owner-only");
+    }
+
+    let nbd_uri = format!("nbd+unix:///?socket={}", data_dir.join("nbd.sock").display());
+    let api_socket = data_dir.join("api.sock").display().to_string();
+    let curl_api = ["-q", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", &api_socket, "http://storc/api/v1/controller"];
+    // A member: both sockets work; the drive files and the directory listing do not.
+    let listing = run_as_in_groups(&user, Some(group_gid), "nbdinfo", &["--list", &nbd_uri]);
+    assert!(listing.status.success() && text_of(&listing).contains("export=\"v0\""), "a member of {SOCKET_GROUP}: {}", text_of(&listing));
+    let api = run_as_in_groups(&user, Some(group_gid), "curl", &curl_api);
+    assert_eq!(String::from_utf8_lossy(&api.stdout), "200", "a member of {SOCKET_GROUP} over api.sock: {}", text_of(&api));
+    let member = data_dir.join("drive-0.img").display().to_string();
+    let read = run_as_in_groups(&user, Some(group_gid), "head", &["-c", "4096", &member]);
+    assert!(text_of(&read).contains("Permission denied"), "a member of {SOCKET_GROUP} read {member}: {}", text_of(&read));
+    let list = run_as_in_groups(&user, Some(group_gid), "ls", &[&data_dir.display().to_string()]);
+    assert!(!list.status.success(), "a member of {SOCKET_GROUP} listed the data directory: {}", text_of(&list));
+
+    // Not a member: refused by the kernel, as without the flag.
+    let outsider = run_as(&user, "nbdinfo", &["--list", &nbd_uri]);
+    assert!(text_of(&outsider).contains("Permission denied"), "{} outside {SOCKET_GROUP}: {}", user.name, text_of(&outsider));
+    let api = run_as(&user, "curl", &curl_api);
+    assert_ne!(String::from_utf8_lossy(&api.stdout), "200", "{} outside {SOCKET_GROUP} reached api.sock", user.name);
+    daemon.stop();
+
+    // Without the flag again, everything is owner-only once more.
+    let daemon = Daemon::start_with(&scratch, &[], &DaemonOptions { nbd_tcp: false, ..DaemonOptions::default() });
+    for (path, mode) in owned_paths(daemon.data_dir()) {
+        check_mode(&path, mode, "a restart without --socket-group");
+    }
+    daemon.stop();
+}
+
+fn id_of_group(name: &str) -> u32 {
+    let text = stdout(&run(Command::new("getent").args(["group", name])));
+    let gid = text.split(':').nth(2).unwrap_or_else(|| panic!("getent group {name} printed {text:?}"));
+    gid.trim().parse().unwrap_or_else(|_| panic!("getent group {name} printed {text:?}"))
+}
+
+#[test]
+fn an_unknown_socket_group_is_refused_before_anything_is_created() {
+    let scratch = Scratch::new("socket-group-unknown");
+    let text = serve_refused(&scratch, &["--socket-group", "no-such-group-storc"], 1);
+    assert!(text.contains("--socket-group no-such-group-storc: no such group; allowed: a group name"), "{text}");
+    assert!(!scratch.data_dir().exists(), "a refused start created {}", scratch.data_dir().display());
 }

@@ -1,5 +1,6 @@
 //! The fixed newstyle handshake, server side: greeting, client flags, then options until the
-//! client picks an export (EXPORT_NAME or GO) or leaves (ABORT or a closed socket).
+//! client picks an export (EXPORT_NAME or GO), leaves (ABORT or a closed socket), or asks for
+//! TLS (STARTTLS: the caller runs the TLS handshake and haggling goes on over TLS).
 
 use std::io::{Read, Write};
 
@@ -10,41 +11,47 @@ use crate::proto::{self, ClientOption, Info, InfoRequest, ProtoError};
 pub(crate) enum Negotiated {
     /// The client aborted; nothing more to do.
     Closed,
+    /// STARTTLS was acknowledged: the TLS handshake comes next, then [`Haggling::run`] again.
+    StartTls,
     Transmission {
         export_index: usize,
         structured_replies: bool,
     },
 }
 
+/// What the listener offers of TLS, and whether this connection has it yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TlsState {
+    /// The listener has no TLS: STARTTLS is an unsupported option.
+    Unavailable,
+    /// STARTTLS is offered; with `required`, nothing else is served before it.
+    Offered {
+        required: bool,
+    },
+    Active,
+}
+
 /// What one option leads to.
 enum Step {
     Continue,
     Closed,
+    StartTls,
     Transmission { export_index: usize },
 }
 
-/// Runs the handshake to its end. Protocol violations that leave no way to answer are
-/// `ConnectionError::Protocol` (a hard disconnect, as the spec allows).
-pub(crate) fn negotiate(reader: &mut impl Read, writer: &mut impl Write, exports: &[Export]) -> Result<Negotiated, ConnectionError> {
+/// Sends the greeting and reads the client's flags.
+pub(crate) fn greet<'a>(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    exports: &'a [Export],
+    tls: TlsState,
+) -> Result<Haggling<'a>, ConnectionError> {
     writer.write_all(&proto::encode_greeting(proto::SERVER_HANDSHAKE_FLAGS))?;
     writer.flush()?;
     let mut flags_bytes = [0u8; proto::CLIENT_FLAGS_BYTES];
     reader.read_exact(&mut flags_bytes)?;
     let client_flags = proto::parse_client_flags(&flags_bytes, proto::SERVER_HANDSHAKE_FLAGS).map_err(protocol)?;
-    let mut haggling = Haggling { exports, no_zeroes: client_flags.no_zeroes, structured_replies: false };
-    loop {
-        let (option, data) = read_option(reader, writer)?;
-        let step = haggling.answer(option, &data, writer)?;
-        writer.flush()?;
-        match step {
-            Step::Continue => {}
-            Step::Closed => return Ok(Negotiated::Closed),
-            Step::Transmission { export_index } => {
-                let structured_replies = haggling.structured_replies;
-                return Ok(Negotiated::Transmission { export_index, structured_replies });
-            }
-        }
-    }
+    Ok(Haggling { exports, no_zeroes: client_flags.no_zeroes, structured_replies: false, tls })
 }
 
 fn protocol(error: ProtoError) -> ConnectionError {
@@ -72,14 +79,50 @@ fn read_option(reader: &mut impl Read, writer: &mut impl Write) -> Result<(u32, 
 }
 
 /// The negotiation state that options change.
-struct Haggling<'a> {
+pub(crate) struct Haggling<'a> {
     exports: &'a [Export],
     no_zeroes: bool,
     structured_replies: bool,
+    tls: TlsState,
 }
 
+/// What a plaintext client hears from a listener that requires TLS.
+const TLS_REQUIRED_MESSAGE: &str = "this server requires TLS: send NBD_OPT_STARTTLS first";
+
 impl Haggling<'_> {
+    /// Answers options until one ends haggling.
+    pub(crate) fn run(&mut self, reader: &mut impl Read, writer: &mut impl Write) -> Result<Negotiated, ConnectionError> {
+        loop {
+            let (option, data) = read_option(reader, writer)?;
+            let step = self.answer(option, &data, writer)?;
+            writer.flush()?;
+            match step {
+                Step::Continue => {}
+                Step::Closed => return Ok(Negotiated::Closed),
+                Step::StartTls => return Ok(Negotiated::StartTls),
+                Step::Transmission { export_index } => {
+                    return Ok(Negotiated::Transmission { export_index, structured_replies: self.structured_replies });
+                }
+            }
+        }
+    }
+
+    /// The TLS handshake succeeded. What was negotiated in plaintext is forgotten: a client
+    /// negotiates over TLS what it wants to rely on.
+    pub(crate) fn tls_started(&mut self) {
+        self.tls = TlsState::Active;
+        self.structured_replies = false;
+    }
+
     fn answer(&mut self, option: u32, data: &[u8], writer: &mut impl Write) -> Result<Step, ConnectionError> {
+        if self.tls == (TlsState::Offered { required: true }) && option != proto::NBD_OPT_STARTTLS && option != proto::NBD_OPT_ABORT {
+            if option == proto::NBD_OPT_EXPORT_NAME {
+                // It cannot be answered with an error: the spec says end the session.
+                return Err(ConnectionError::Protocol(format!("NBD_OPT_EXPORT_NAME before TLS; {TLS_REQUIRED_MESSAGE}")));
+            }
+            reply_error(writer, option, proto::NBD_REP_ERR_TLS_REQD, TLS_REQUIRED_MESSAGE)?;
+            return Ok(Step::Continue);
+        }
         let parsed = match proto::parse_option(option, data) {
             Ok(parsed) => parsed,
             // EXPORT_NAME cannot be answered with an error: the spec says terminate.
@@ -108,12 +151,36 @@ impl Haggling<'_> {
                 writer.write_all(&proto::encode_option_reply(option, proto::NBD_REP_ACK, &[]))?;
                 Ok(Step::Continue)
             }
+            ClientOption::StartTls => self.start_tls(writer),
             ClientOption::Unsupported { option } => {
-                let message = format!("option {option} is not supported; supported: EXPORT_NAME, ABORT, LIST, INFO, GO, STRUCTURED_REPLY");
-                reply_error(writer, option, proto::NBD_REP_ERR_UNSUP, &message)?;
+                reply_error(writer, option, proto::NBD_REP_ERR_UNSUP, &self.unsupported_message(option))?;
                 Ok(Step::Continue)
             }
         }
+    }
+
+    fn start_tls(&self, writer: &mut impl Write) -> Result<Step, ConnectionError> {
+        let option = proto::NBD_OPT_STARTTLS;
+        match self.tls {
+            TlsState::Unavailable => {
+                reply_error(writer, option, proto::NBD_REP_ERR_UNSUP, &self.unsupported_message(option))?;
+                Ok(Step::Continue)
+            }
+            TlsState::Offered { .. } => {
+                writer.write_all(&proto::encode_option_reply(option, proto::NBD_REP_ACK, &[]))?;
+                Ok(Step::StartTls)
+            }
+            TlsState::Active => {
+                reply_error(writer, option, proto::NBD_REP_ERR_INVALID, "TLS is already active on this connection")?;
+                Ok(Step::Continue)
+            }
+        }
+    }
+
+    fn unsupported_message(&self, option: u32) -> String {
+        let starttls = if self.tls == TlsState::Unavailable { "" } else { ", STARTTLS" };
+        let on_this = if option == proto::NBD_OPT_STARTTLS { " on this listener (it has no TLS)" } else { "" };
+        format!("option {option} is not supported{on_this}; supported: EXPORT_NAME, ABORT, LIST, INFO, GO, STRUCTURED_REPLY{starttls}")
     }
 
     /// The empty name selects the default export, the first one; with no exports there is none.

@@ -13,6 +13,7 @@
 //! connections, requests and payload bytes in flight per connection and in total, the time a
 //! handshake may take, and the time a reply may wait for a client that does not read.
 
+mod connection;
 mod handshake;
 mod limits;
 mod transmission;
@@ -30,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use crate::device::BlockDevice;
 use crate::proto::{self, BlockSizes};
-use crate::socket::{DeadlineSocket, Socket};
+use crate::socket::Socket;
+use crate::tls::TlsServer;
 use crate::uri::NbdUri;
 use limits::{LogLimiter, PayloadBudget};
 
@@ -39,6 +41,11 @@ use limits::{LogLimiter, PayloadBudget};
 pub const DESCRIPTORS_PER_CONNECTION: usize = 1;
 /// Threads one connection holds in the transmission phase: a reader and a reply writer.
 pub const THREADS_PER_CONNECTION: usize = 2;
+/// Descriptors a connection holds once it runs TLS: its socket and the two ends of the
+/// socketpair between the connection and its TLS relay (see `tls`).
+pub const TLS_DESCRIPTORS_PER_CONNECTION: usize = 3;
+/// Threads a connection holds once it runs TLS: a reader, a reply writer and the TLS relay.
+pub const TLS_THREADS_PER_CONNECTION: usize = 3;
 /// Stack of each connection thread. They parse fixed-size headers, call the device and write
 /// replies, with no recursion, so a fraction of std's 2 MiB default is plenty; it bounds the
 /// address space that idle connections reserve.
@@ -531,18 +538,25 @@ impl Server {
     pub fn serve_unix(&self, path: impl AsRef<Path>) -> io::Result<ServerHandle> {
         let path = path.as_ref().to_path_buf();
         let listener = UnixListener::bind(&path)?;
-        self.spawn_listener(Listener::Unix(listener), ListenAddress::Unix(path))
+        self.spawn_listener(Listener::Unix(listener), ListenAddress::Unix(path), ListenerState::default())
     }
 
-    /// Listens on TCP (port 0 picks a free port; see [`ServerHandle::address`]).
+    /// Listens on TCP (port 0 picks a free port; see [`ServerHandle::address`]), without TLS.
     pub fn serve_tcp(&self, address: impl ToSocketAddrs) -> io::Result<ServerHandle> {
+        self.serve_tcp_with(address, None)
+    }
+
+    /// Listens on TCP with STARTTLS offered (`TlsMode::On`) or required (`TlsMode::Require`),
+    /// or without TLS (`None`).
+    pub fn serve_tcp_with(&self, address: impl ToSocketAddrs, tls: Option<TlsServer>) -> io::Result<ServerHandle> {
         let listener = TcpListener::bind(address)?;
         let local = listener.local_addr()?;
-        self.spawn_listener(Listener::Tcp(listener), ListenAddress::Tcp(local))
+        let state = ListenerState { tls, ..ListenerState::default() };
+        self.spawn_listener(Listener::Tcp(listener), ListenAddress::Tcp(local), state)
     }
 
-    fn spawn_listener(&self, listener: Listener, address: ListenAddress) -> io::Result<ServerHandle> {
-        let state = Arc::new(ListenerState::default());
+    fn spawn_listener(&self, listener: Listener, address: ListenAddress, state: ListenerState) -> io::Result<ServerHandle> {
+        let state = Arc::new(state);
         self.shared.listeners.lock().expect("listeners lock poisoned").push(Arc::downgrade(&state));
         let shared = Arc::clone(&self.shared);
         let accept_state = Arc::clone(&state);
@@ -584,6 +598,8 @@ struct ListenerState {
     connections: Mutex<Connections>,
     connections_changed: Condvar,
     requests_in_flight: AtomicUsize,
+    /// STARTTLS offered or required on this listener's connections.
+    tls: Option<TlsServer>,
 }
 
 #[derive(Default)]
@@ -595,8 +611,30 @@ struct Connections {
 struct OpenConnection {
     /// Shares the connection's descriptor, so shutdown can close it under its threads.
     socket: Socket,
+    /// Under TLS, the plaintext end the connection's threads use (the relay holds the other):
+    /// ending its input ends the connection's as shutting a plain socket's does, while the
+    /// relay still carries the replies in flight out.
+    plain: Option<Socket>,
     /// Set once the handshake has chosen an export.
     identity: Option<ExportIdentity>,
+}
+
+impl OpenConnection {
+    /// Stops the connection reading (`Read`: requests in flight are still answered) or ends it
+    /// (`Both`: the TCP socket too, so a TLS relay stops at once).
+    fn shutdown(&self, how: Shutdown) {
+        match (&self.plain, how) {
+            (Some(plain), Shutdown::Read) => {
+                let _ = plain.shutdown(Shutdown::Read);
+            }
+            (plain, _) => {
+                if let Some(plain) = plain {
+                    let _ = plain.shutdown(how);
+                }
+                let _ = self.socket.shutdown(how);
+            }
+        }
+    }
 }
 
 impl ListenerState {
@@ -604,8 +642,15 @@ impl ListenerState {
         let mut connections = self.connections.lock().unwrap();
         let id = connections.next_id;
         connections.next_id += 1;
-        connections.open.insert(id, OpenConnection { socket: socket.clone(), identity: None });
+        connections.open.insert(id, OpenConnection { socket: socket.clone(), plain: None, identity: None });
         id
+    }
+
+    /// Records the plaintext end of connection `id`'s TLS relay.
+    fn attach_plain(&self, id: u64, plain: &Socket) {
+        if let Some(connection) = self.connections.lock().unwrap().open.get_mut(&id) {
+            connection.plain = Some(plain.clone());
+        }
     }
 
     /// Records the export connection `id` chose; false if `set_exports` has removed it since
@@ -626,14 +671,14 @@ impl ListenerState {
         let connections = self.connections.lock().unwrap();
         for connection in connections.open.values() {
             if connection.identity.as_ref().is_some_and(|identity| !identities.contains(identity)) {
-                let _ = connection.socket.shutdown(Shutdown::Read);
+                connection.shutdown(Shutdown::Read);
             }
         }
     }
 
     fn shutdown_all(&self, how: Shutdown) {
         for connection in self.connections.lock().unwrap().open.values() {
-            let _ = connection.socket.shutdown(how);
+            connection.shutdown(how);
         }
     }
 
@@ -652,20 +697,6 @@ impl ListenerState {
             connections = self.connections_changed.wait_timeout(connections, deadline - now).unwrap().0;
         }
         true
-    }
-}
-
-/// Removes a connection from the registry when its thread ends, however it ends.
-struct Registration {
-    state: Arc<ListenerState>,
-    id: u64,
-    _slot: ConnectionSlot,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        self.state.connections.lock().unwrap().open.remove(&self.id);
-        self.state.connections_changed.notify_all();
     }
 }
 
@@ -690,7 +721,7 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>, state: Arc<ListenerState
             refuse(&shared, &socket);
             continue;
         };
-        if let Err(error) = spawn_connection(socket, slot, &shared, &state) {
+        if let Err(error) = connection::spawn_connection(socket, slot, &shared, &state) {
             if let Some(suppressed_count) = shared.refusals_log.admit(Instant::now()) {
                 tracing::warn!(%error, suppressed_count, "nbd: could not start a connection thread");
             }
@@ -713,75 +744,6 @@ fn refuse(shared: &Shared, socket: &Socket) {
     let _ = socket.shutdown(Shutdown::Both);
 }
 
-fn spawn_connection(socket: Socket, slot: ConnectionSlot, shared: &Arc<Shared>, state: &Arc<ListenerState>) -> io::Result<()> {
-    let id = state.register(&socket);
-    let registration = Registration { state: Arc::clone(state), id, _slot: slot };
-    let shared = Arc::clone(shared);
-    let builder = thread::Builder::new().name("nbd-conn".into()).stack_size(CONNECTION_THREAD_STACK_BYTES);
-    builder.spawn(move || {
-        let peer = socket.peer_name();
-        match run_connection(socket, &shared, &registration) {
-            Ok(()) => tracing::debug!(%peer, "nbd: connection closed"),
-            Err(error) => {
-                if let Some(suppressed_count) = shared.drops_log.admit(Instant::now()) {
-                    tracing::warn!(%peer, %error, suppressed_count, "nbd: connection dropped");
-                }
-            }
-        }
-        drop(registration);
-    })?;
-    Ok(())
-}
-
-/// Handshake, then the transmission phase of the chosen export, on this thread.
-fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) -> Result<(), ConnectionError> {
-    let deadline = Instant::now() + shared.config.handshake_timeout;
-    let mut reader = io::BufReader::new(DeadlineSocket::new(socket.clone(), deadline));
-    let mut writer = io::BufWriter::new(DeadlineSocket::new(socket.clone(), deadline));
-    let exports = shared.exports();
-    let negotiated = handshake::negotiate(&mut reader, &mut writer, &exports)?;
-    let handshake::Negotiated::Transmission { export_index, structured_replies } = negotiated else {
-        return Ok(());
-    };
-    drop(writer); // flushed by negotiate; replies go through the transmission's writer
-    let export = &exports[export_index];
-    let identity = export.identity();
-    if !registration.state.enter_transmission(registration.id, identity.clone(), shared) {
-        tracing::debug!(export = export.name(), "nbd: export removed during the handshake; closing");
-        return Ok(());
-    }
-    reader.get_mut().clear_deadline()?;
-    reader.get_mut().set_poll_budget(shared.config.poll_budget);
-    socket.set_write_timeout(Some(shared.config.reply_stall_timeout))?;
-    let session = transmission::Session {
-        reader,
-        socket,
-        structured_replies,
-        limits: transmission::RequestLimits {
-            size_bytes: export.size_bytes(),
-            block_size_bytes: export.block_sizes().min_bytes,
-            payload_max_bytes: export.block_sizes().max_bytes,
-            transmission_flags: export.transmission_flags(structured_replies),
-        },
-        in_flight: transmission::InFlight::new(&shared.config, Arc::clone(&registration.state), Arc::clone(&shared.payload_budget)),
-        client_gone: Arc::default(),
-    };
-    count_connection(shared, &identity, true);
-    let outcome = export.device.serve(session);
-    count_connection(shared, &identity, false);
-    outcome
-}
-
-fn count_connection(shared: &Shared, identity: &ExportIdentity, opened: bool) {
-    let mut counts = shared.connections_by_export.lock().expect("connection counts poisoned");
-    let count = counts.entry(identity.clone()).or_insert(0);
-    if opened {
-        *count += 1;
-    } else {
-        *count -= 1;
-    }
-}
-
 /// A running listener. Dropping it shuts it down as [`ServerHandle::shutdown`] does.
 pub struct ServerHandle {
     address: ListenAddress,
@@ -799,7 +761,7 @@ impl ServerHandle {
     pub fn uri(&self, export_name: &str) -> NbdUri {
         match &self.address {
             ListenAddress::Tcp(address) => {
-                NbdUri::Tcp { host: address.ip().to_string(), port: address.port(), export_name: export_name.to_string() }
+                NbdUri::Tcp { host: address.ip().to_string(), port: address.port(), export_name: export_name.to_string(), tls: None }
             }
             ListenAddress::Unix(path) => NbdUri::Unix { socket_path: path.clone(), export_name: export_name.to_string() },
         }

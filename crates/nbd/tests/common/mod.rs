@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub mod tls;
+
 use nbd::testing::MemDevice;
 use nbd::{Export, Server, ServerHandle};
 

@@ -1,6 +1,8 @@
 //! The data directory and what storc keeps in it, owner-only whatever the umask: the drive files
 //! hold every VD's raw data and the sockets read and write it, so no other local user may open
-//! either.
+//! either. `--socket-group` opens the two sockets (and only them) to one group: they become
+//! 0660 of that group, and the directory 0710 of that group, so its members can reach a socket
+//! by name but neither list the directory nor open anything else in it.
 
 use std::fs::{DirBuilder, OpenOptions, Permissions};
 use std::io::{self, Write};
@@ -9,24 +11,68 @@ use std::path::Path;
 
 pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
+/// With `--socket-group`: the group may pass through the directory (to a socket it knows the
+/// name of), not list it.
+pub const GROUP_DIR_MODE: u32 = 0o710;
+/// With `--socket-group`: the group may connect to the sockets (connect needs write permission).
+pub const GROUP_SOCKET_MODE: u32 = 0o660;
+
+/// The group of `--socket-group`, resolved before anything is created.
+#[derive(Debug, Clone)]
+pub struct SocketGroup {
+    pub name: String,
+    pub gid: u32,
+}
+
+impl SocketGroup {
+    /// # Errors
+    /// No such group in the system's group database.
+    pub fn resolve(name: &str) -> Result<SocketGroup, String> {
+        let unknown = || format!("--socket-group {name}: no such group; allowed: a group name from /etc/group (getent group NAME)");
+        let c_name = std::ffi::CString::new(name).map_err(|_| unknown())?;
+        // SAFETY: an all-zero `group` (null pointers, zero ids) is a valid value to be written over.
+        let mut group: libc::group = unsafe { std::mem::zeroed() };
+        let mut buffer = vec![0 as libc::c_char; 16 << 10];
+        let mut found: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: every pointer is to a live object of the right type for the whole call, and
+        // `buffer.len()` is the size of `buffer`; getgrnam_r writes only into them.
+        let status = unsafe { libc::getgrnam_r(c_name.as_ptr(), &mut group, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+        if status != 0 || found.is_null() {
+            return Err(unknown());
+        }
+        Ok(SocketGroup { name: name.to_string(), gid: group.gr_gid })
+    }
+}
 /// The permission bits of the group and of other users.
 const GROUP_OTHER_BITS: u32 = 0o077;
 
 /// Creates `dir` 0700, or tightens an existing one and the files storc owns in it (drive-N.img,
-/// controller.id, *.log) to owner-only, each with a logged line.
+/// controller.id, *.log) to owner-only, each with a logged line. With `group`, the directory is
+/// then 0710 of that group (see the module).
 ///
 /// # Errors
 /// `dir` is not a directory, or cannot be created or changed.
-pub fn prepare(dir: &Path) -> Result<(), String> {
+pub fn prepare(dir: &Path, group: Option<&SocketGroup>) -> Result<(), String> {
+    let group_bits = if group.is_some() { GROUP_DIR_MODE & GROUP_OTHER_BITS } else { 0 };
     match std::fs::metadata(dir) {
         Ok(metadata) if !metadata.is_dir() => {
             Err(format!("--data-dir {}: not a directory; allowed: a directory, or a path where storc creates one", dir.display()))
         }
-        Ok(metadata) => tighten(dir, metadata.permissions().mode(), "data directory"),
+        Ok(metadata) => tighten(dir, metadata.permissions().mode(), "data directory", group_bits),
         Err(error) if error.kind() == io::ErrorKind::NotFound => create(dir),
         Err(error) => Err(format!("cannot read data directory {}: {error}", dir.display())),
     }?;
+    if let Some(group) = group {
+        open_to_group(dir, group, GROUP_DIR_MODE, "data directory")?;
+    }
     tighten_owned_files(dir)
+}
+
+/// Gives `path` to `group` with `mode`.
+fn open_to_group(path: &Path, group: &SocketGroup, mode: u32, what: &str) -> Result<(), String> {
+    let failed = |error: io::Error| format!("--socket-group {}: cannot give {what} {} to the group: {error}", group.name, path.display());
+    std::os::unix::fs::chown(path, None, Some(group.gid)).map_err(failed)?;
+    std::fs::set_permissions(path, Permissions::from_mode(mode)).map_err(failed)
 }
 
 fn create(dir: &Path) -> Result<(), String> {
@@ -36,13 +82,13 @@ fn create(dir: &Path) -> Result<(), String> {
     std::fs::set_permissions(dir, Permissions::from_mode(DIR_MODE)).map_err(failed)
 }
 
-/// Clears the group and other bits of `path` if any is set, and says so.
-fn tighten(path: &Path, mode: u32, what: &str) -> Result<(), String> {
+/// Clears the group and other bits of `path` but `allowed_bits` if any is set, and says so.
+fn tighten(path: &Path, mode: u32, what: &str, allowed_bits: u32) -> Result<(), String> {
     let permission_bits = mode & 0o7777;
-    if permission_bits & GROUP_OTHER_BITS == 0 {
+    if permission_bits & GROUP_OTHER_BITS & !allowed_bits == 0 {
         return Ok(());
     }
-    let owner_only = permission_bits & !GROUP_OTHER_BITS;
+    let owner_only = permission_bits & !(GROUP_OTHER_BITS & !allowed_bits);
     std::fs::set_permissions(path, Permissions::from_mode(owner_only)).map_err(|error| {
         format!(
             "{what} {} is mode {permission_bits:04o}, open to other users, and cannot be made {owner_only:04o}: {error}",
@@ -70,7 +116,7 @@ fn tighten_owned_files(dir: &Path) -> Result<(), String> {
         // Not followed through symlinks: a link may point at a file the user keeps elsewhere.
         let metadata = entry.metadata().map_err(|error| format!("cannot read {}: {error}", entry.path().display()))?;
         if metadata.is_file() {
-            tighten(&entry.path(), metadata.permissions().mode(), "file")?;
+            tighten(&entry.path(), metadata.permissions().mode(), "file", 0)?;
         }
     }
     Ok(())
@@ -82,9 +128,13 @@ pub fn write_owner_only(path: &Path, contents: &str) -> io::Result<()> {
     file.write_all(contents.as_bytes())
 }
 
-/// Makes a socket just bound owner-only (connect needs write permission on it). The directory
-/// is already 0700, so no other user could reach it between the bind and this.
-pub fn restrict_socket(path: &Path) -> Result<(), String> {
+/// Makes a socket just bound owner-only (connect needs write permission on it), or 0660 of
+/// `group`. The directory is already 0700 (0710 of the group), so nobody else could reach it
+/// between the bind and this.
+pub fn restrict_socket(path: &Path, group: Option<&SocketGroup>) -> Result<(), String> {
+    if let Some(group) = group {
+        return open_to_group(path, group, GROUP_SOCKET_MODE, "socket");
+    }
     std::fs::set_permissions(path, Permissions::from_mode(FILE_MODE))
         .map_err(|error| format!("cannot chmod socket {}: {error}", path.display()))
 }
@@ -108,6 +158,13 @@ pub fn warn_if_open_to_others(spec: &str, path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_socket_group_is_refused_by_name() {
+        let error = SocketGroup::resolve("no-such-group-storc").unwrap_err();
+        assert_eq!(error, "--socket-group no-such-group-storc: no such group; allowed: a group name from /etc/group (getent group NAME)");
+        assert_eq!(SocketGroup::resolve("root").map(|group| group.gid), Ok(0));
+    }
 
     #[test]
     fn owned_file_names() {

@@ -15,6 +15,7 @@ mod drives;
 mod export;
 mod metrics;
 mod nbd_limits;
+mod nbd_tls;
 mod peer_uid;
 mod tcp_api;
 
@@ -37,10 +38,17 @@ pub struct Args {
     #[arg(long = "drive")]
     drives: Vec<String>,
     /// NBD over TCP on loopback (HOST:PORT), in addition to the owner-only Unix socket in the data
-    /// directory; `none` turns TCP off. Without TLS, every local user can read and write every VD
-    /// through a TCP listener.
+    /// directory; `none` turns TCP off. Without `--tls require`, every local user can read and
+    /// write every VD through a TCP listener.
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: String,
+    #[command(flatten)]
+    tls: nbd_tls::TlsArgs,
+    /// Lets the members of this group use the API and NBD Unix sockets (mode 0660, this group;
+    /// the data directory becomes 0710, so they can reach the sockets and list nothing). The
+    /// drive files, controller id and journal stay owner-only. Without it the sockets are 0600.
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
     /// Management API over TCP on loopback, in addition to the Unix socket (e.g. 127.0.0.1:9090).
     /// It answers only the daemon's user and root, and only a Host header naming the listener.
     #[arg(long)]
@@ -72,6 +80,8 @@ pub struct Args {
 /// Where the TCP listeners bind, resolved and checked before anything is created.
 struct TcpListen {
     nbd: Option<SocketAddr>,
+    /// The NBD TCP listener's TLS (`--tls on|require`), its credentials loaded.
+    nbd_tls: Option<nbd::TlsServer>,
     api: Option<SocketAddr>,
 }
 
@@ -79,8 +89,10 @@ struct TcpListen {
 const NBD_LISTEN_OFF: &str = "none";
 
 pub fn run(args: &Args) -> Result<(), String> {
+    let nbd = (args.nbd_listen != NBD_LISTEN_OFF).then(|| resolve_loopback("--nbd-listen", &args.nbd_listen)).transpose()?;
     let listen = TcpListen {
-        nbd: (args.nbd_listen != NBD_LISTEN_OFF).then(|| resolve_loopback("--nbd-listen", &args.nbd_listen)).transpose()?,
+        nbd_tls: args.tls.server(nbd.is_some())?,
+        nbd,
         api: args.api_listen.as_deref().map(|address| resolve_loopback("--api-listen", address)).transpose()?,
     };
     if args.metrics_any_user && listen.api.is_none() {
@@ -88,7 +100,8 @@ pub fn run(args: &Args) -> Result<(), String> {
                     (the Unix socket stays owner-only)"
             .into());
     }
-    data_dir::prepare(&args.data_dir)?;
+    let group = args.socket_group.as_deref().map(data_dir::SocketGroup::resolve).transpose()?;
+    data_dir::prepare(&args.data_dir, group.as_ref())?;
     let default_layout = args.drives.is_empty();
     let id_file = args.data_dir.join("controller.id");
     let ours = read_controller_id(&id_file)?;
@@ -120,7 +133,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         create_default_layout(&controller)?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let outcome = runtime.block_on(serve(args, &listen, Arc::clone(&controller)));
+    let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller)));
     controller.shutdown();
     outcome
 }
@@ -182,27 +195,38 @@ fn fresh_socket_path(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> Result<(), String> {
+async fn serve(args: &Args, listen: &TcpListen, group: Option<&data_dir::SocketGroup>, controller: Arc<Controller>) -> Result<(), String> {
     let nbd_socket = args.data_dir.join("nbd.sock");
     let api_socket = args.data_dir.join("api.sock");
     fresh_socket_path(&nbd_socket)?;
     fresh_socket_path(&api_socket)?;
-    let server = nbd::Server::empty(args.nbd_limits.server_config()?).map_err(|e| e.to_string())?;
+    let server = nbd::Server::empty(args.nbd_limits.server_config(listen.nbd_tls.is_some())?).map_err(|e| e.to_string())?;
     let absolute = std::fs::canonicalize(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone());
     let mut templates = vec![format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display())];
-    templates.extend(listen.nbd.map(|address| format!("nbd://{address}/{{}}")));
+    if let Some(address) = listen.nbd {
+        let tls_mode = listen.nbd_tls.as_ref().map(nbd::TlsServer::mode);
+        if tls_mode != Some(nbd::TlsMode::Require) {
+            templates.push(format!("nbd://{address}/{{}}"));
+        }
+        if tls_mode.is_some() {
+            templates.push(format!("nbds://{address}/{{}}"));
+        }
+    }
     let pool = drive::BufPool::new(args.nbd_limits.idle_buffers_bytes_max());
     let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
     let mut nbd_unix = server.serve_unix(&nbd_socket).map_err(|e| format!("NBD socket {}: {e}", nbd_socket.display()))?;
-    data_dir::restrict_socket(&nbd_socket)?;
-    let mut nbd_tcp = listen.nbd.map(|address| server.serve_tcp(address).map_err(|e| format!("NBD on {address}: {e}"))).transpose()?;
+    data_dir::restrict_socket(&nbd_socket, group)?;
+    let mut nbd_tcp = listen
+        .nbd
+        .map(|address| server.serve_tcp_with(address, listen.nbd_tls.clone()).map_err(|e| format!("NBD on {address}: {e}")))
+        .transpose()?;
     let unix_listener = tokio::net::UnixListener::bind(&api_socket).map_err(|e| format!("API socket {}: {e}", api_socket.display()))?;
-    data_dir::restrict_socket(&api_socket)?;
+    data_dir::restrict_socket(&api_socket, group)?;
     let router = api::router(Arc::clone(&state));
-    print_banner(&state, &absolute, listen);
+    print_banner(&state, &absolute, listen, &args.tls);
     let shutdown = shutdown_signal();
     let unix_api = axum::serve(unix_listener, router.clone()).with_graceful_shutdown(shutdown);
     let result = match listen.api {
@@ -248,7 +272,7 @@ async fn shutdown_signal() {
     eprintln!("storc: stopping: finishing in-flight I/O, flushing, writing metadata");
 }
 
-fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen) {
+fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen, tls: &nbd_tls::TlsArgs) {
     let vds = state.controller.vds();
     println!("storc serving {} virtual drive(s) on {} drive(s)", vds.len(), state.controller.slots().len());
     for (record, vd) in &vds {
@@ -262,25 +286,47 @@ fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen) {
         );
     }
     let first = vds.first().map(|(r, _)| r.name.clone()).unwrap_or_else(|| "v0".into());
+    let tls_mode = listen.nbd_tls.as_ref().map(nbd::TlsServer::mode);
     println!("reach it:");
     println!("  nbdinfo --list 'nbd+unix:///?socket={}/nbd.sock'", data_dir.display());
     if let Some(address) = listen.nbd {
-        println!("  nbdinfo nbd://{address}/{first}");
+        if tls_mode != Some(nbd::TlsMode::Require) {
+            println!("  nbdinfo nbd://{address}/{first}");
+        }
+        if let Some(uri) = tls.client_uri(&address.to_string(), &first) {
+            println!("  nbdinfo '{uri}'");
+        }
     }
     println!("  storc /c0 show --api {}/api.sock", data_dir.display());
     if let Some(address) = listen.api {
         println!("  storc /c0 show --api tcp:{address}");
         println!("  curl http://{address}/metrics    # Prometheus' text format");
     }
-    if let Some(address) = listen.nbd {
-        let warning = format!(
-            "NBD over TCP on {address} has no TLS: every local user can read and write every VD through it; \
-             the Unix socket is owner-only; turn TCP off with --nbd-listen {NBD_LISTEN_OFF}"
-        );
+    if let (Some(address), Some(tls)) = (listen.nbd, &listen.nbd_tls) {
+        println!("NBD over TCP on {address}: TLS {} with {} credentials", tls_mode_name(tls.mode()), tls.credentials_kind());
+    }
+    if let Some(address) = listen.nbd.filter(|_| tls_mode != Some(nbd::TlsMode::Require)) {
+        let warning = match tls_mode {
+            None => format!(
+                "NBD over TCP on {address} has no TLS: every local user can read and write every VD through it; \
+                 the Unix socket is owner-only; turn TCP off with --nbd-listen {NBD_LISTEN_OFF}"
+            ),
+            Some(_) => format!(
+                "NBD over TCP on {address} serves plaintext clients too (--tls on): every local user can read and write \
+                 every VD through it without TLS; refuse them with --tls require, or turn TCP off with --nbd-listen {NBD_LISTEN_OFF}"
+            ),
+        };
         println!("warning: {warning}");
         tracing::warn!("{warning}");
     }
     println!("stop with Ctrl-C (in-flight I/O completes and the configuration is written)");
+}
+
+fn tls_mode_name(mode: nbd::TlsMode) -> &'static str {
+    match mode {
+        nbd::TlsMode::On => "offered (--tls on; plaintext clients too)",
+        nbd::TlsMode::Require => "required (--tls require; plaintext clients see no export)",
+    }
 }
 
 #[cfg(test)]

@@ -57,15 +57,17 @@ impl NbdLimitArgs {
 
     /// The server's configuration, with `connections_max` lowered to what the descriptor limit
     /// holds (after raising the soft limit to the hard one); prints the effective bounds.
-    pub fn server_config(&self) -> Result<nbd::ServerConfig, String> {
+    /// With `tls`, a connection may hold a TLS relay: more descriptors and threads each.
+    pub fn server_config(&self, tls: bool) -> Result<nbd::ServerConfig, String> {
         let descriptors_max = raise_descriptor_limit()?;
         let descriptors_open = open_descriptor_count()?;
-        let connections_fit = connections_within(descriptors_max, descriptors_open);
+        let per_connection = PerConnection::new(tls);
+        let connections_fit = connections_within(descriptors_max, descriptors_open, per_connection.descriptors);
         if connections_fit == 0 {
             return Err(format!(
                 "the descriptor limit ({descriptors_max}, {descriptors_open} open) leaves no room for NBD connections after the \
                  {DESCRIPTORS_RESERVED_COUNT} reserved for the API; allowed: a limit of at least {} (ulimit -n)",
-                descriptors_open + DESCRIPTORS_RESERVED_COUNT + nbd::DESCRIPTORS_PER_CONNECTION as u64
+                descriptors_open + DESCRIPTORS_RESERVED_COUNT + per_connection.descriptors as u64
             ));
         }
         let config = nbd::ServerConfig {
@@ -78,11 +80,11 @@ impl NbdLimitArgs {
             ..nbd::ServerConfig::default()
         };
         config.check().map_err(|e| format!("NBD bounds: {}", flag_names(&e.to_string())))?;
-        self.print(&config, descriptors_max, descriptors_open);
+        self.print(&config, descriptors_max, descriptors_open, per_connection);
         Ok(config)
     }
 
-    fn print(&self, config: &nbd::ServerConfig, descriptors_max: u64, descriptors_open: u64) {
+    fn print(&self, config: &nbd::ServerConfig, descriptors_max: u64, descriptors_open: u64, per_connection: PerConnection) {
         let mib = |bytes: usize| bytes >> 20;
         if config.connections_max < self.nbd_connections_max {
             println!(
@@ -92,11 +94,11 @@ impl NbdLimitArgs {
             );
         }
         println!(
-            "NBD bounds: {} connections ({} descriptor and {} threads each), {} MiB in flight per connection, {} MiB in total, \
+            "NBD bounds: {} connections ({} descriptor(s) and {} threads each), {} MiB in flight per connection, {} MiB in total, \
              {} MiB idle buffers, handshake {} s, reply stall {} s, poll {} us",
             config.connections_max,
-            nbd::DESCRIPTORS_PER_CONNECTION,
-            nbd::THREADS_PER_CONNECTION,
+            per_connection.descriptors,
+            per_connection.threads,
             mib(config.payload_in_flight_bytes_max),
             mib(config.payload_in_flight_bytes_total_max),
             mib(self.idle_buffers_bytes_max()),
@@ -107,10 +109,27 @@ impl NbdLimitArgs {
     }
 }
 
+/// What one NBD connection holds at most.
+#[derive(Clone, Copy)]
+struct PerConnection {
+    descriptors: usize,
+    threads: usize,
+}
+
+impl PerConnection {
+    fn new(tls: bool) -> PerConnection {
+        if tls {
+            PerConnection { descriptors: nbd::TLS_DESCRIPTORS_PER_CONNECTION, threads: nbd::TLS_THREADS_PER_CONNECTION }
+        } else {
+            PerConnection { descriptors: nbd::DESCRIPTORS_PER_CONNECTION, threads: nbd::THREADS_PER_CONNECTION }
+        }
+    }
+}
+
 /// Connections that fit in the descriptors left after those open and those reserved.
-fn connections_within(descriptors_max: u64, descriptors_open: u64) -> usize {
+fn connections_within(descriptors_max: u64, descriptors_open: u64, per_connection: usize) -> usize {
     let free = descriptors_max.saturating_sub(descriptors_open + DESCRIPTORS_RESERVED_COUNT);
-    usize::try_from(free / nbd::DESCRIPTORS_PER_CONNECTION as u64).unwrap_or(usize::MAX)
+    usize::try_from(free / per_connection as u64).unwrap_or(usize::MAX)
 }
 
 /// `ServerConfig`'s field names in an error, as the flags a user gave.
@@ -178,14 +197,15 @@ mod tests {
 
     #[test]
     fn connections_fit_in_the_descriptors_left_after_the_reserve() {
-        assert_eq!(connections_within(1024, 40), (1024 - 40 - DESCRIPTORS_RESERVED_COUNT as usize) / nbd::DESCRIPTORS_PER_CONNECTION);
-        assert_eq!(connections_within(100, 40), 0);
+        assert_eq!(connections_within(1024, 40, 1), 1024 - 40 - DESCRIPTORS_RESERVED_COUNT as usize);
+        assert_eq!(connections_within(1024, 40, 3), (1024 - 40 - DESCRIPTORS_RESERVED_COUNT as usize) / 3);
+        assert_eq!(connections_within(100, 40, 1), 0);
     }
 
     #[test]
     fn config_errors_name_the_flag() {
         let flags = Flags::parse_from(["storc", "--nbd-in-flight-bytes-max", "1MiB"]).limits;
-        let error = flags.server_config().unwrap_err();
+        let error = flags.server_config(false).unwrap_err();
         assert!(error.starts_with("NBD bounds: --nbd-in-flight-bytes-max is 1048576; allowed: at least"), "{error}");
     }
 }

@@ -260,6 +260,11 @@ impl Daemon {
         format!("nbd+unix:///{export}?socket={}", self.data_dir.join("nbd.sock").display())
     }
 
+    /// `127.0.0.1:PORT` of `--nbd-listen`; panics if the daemon was started with `none`.
+    pub fn nbd_tcp_address(&self) -> &str {
+        self.nbd_address.as_deref().expect("the daemon was started with NBD over TCP")
+    }
+
     pub fn tcp_uri(&self, export: &str) -> String {
         format!("nbd://{}/{export}", self.nbd_address.as_deref().expect("the daemon was started with NBD over TCP"))
     }
@@ -551,4 +556,41 @@ pub fn block_contents(block: u64, version: u64, len_bytes: usize) -> Vec<u8> {
     bytes[..8].copy_from_slice(&block.to_le_bytes());
     bytes[8..16].copy_from_slice(&version.to_le_bytes());
     bytes
+}
+
+/// A refused start must not get as far as serving.
+pub const REFUSED_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a command printed: stdout, then stderr.
+pub fn text_of(output: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// `storc serve ARGS` (one memory drive) that must be refused with exit status `expected_code`
+/// (1: storc's own refusal; 2: clap's, for a value it does not know): what it printed, or a
+/// failure if it runs on.
+pub fn serve_refused(scratch: &Scratch, args: &[&str], expected_code: i32) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_storc"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(scratch.data_dir())
+        .args(["--drive", "mem:64MiB"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start storc serve");
+    let started_at = Instant::now();
+    while child.try_wait().expect("storc serve status").is_none() {
+        if started_at.elapsed() > REFUSED_START_TIMEOUT {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("storc serve {args:?} still runs after {REFUSED_START_TIMEOUT:?}; it should refuse:\n{}", text_of(&output));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(expected_code), "storc serve {args:?}: {}\n{}", output.status, text_of(&output));
+    text_of(&output)
 }
