@@ -13,7 +13,7 @@ pub const FILE_MODE: u32 = 0o600;
 const GROUP_OTHER_BITS: u32 = 0o077;
 
 /// Creates `dir` 0700, or tightens an existing one and the files storc owns in it (drive-N.img,
-/// controller.id, *.log) to owner-only, each with a logged line.
+/// controller.id, api.token, *.log) to owner-only, each with a logged line.
 ///
 /// # Errors
 /// `dir` is not a directory, or cannot be created or changed.
@@ -56,7 +56,7 @@ fn tighten(path: &Path, mode: u32, what: &str) -> Result<(), String> {
 fn is_owned_file_name(name: &str) -> bool {
     let drive_index = name.strip_prefix("drive-").and_then(|rest| rest.strip_suffix(".img"));
     let is_drive = drive_index.is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()));
-    is_drive || name == "controller.id" || name.ends_with(".log")
+    is_drive || name == "controller.id" || name == super::api_token::TOKEN_FILE_NAME || name.ends_with(".log")
 }
 
 fn tighten_owned_files(dir: &Path) -> Result<(), String> {
@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn owned_file_names() {
-        for name in ["drive-0.img", "drive-17.img", "controller.id", "storc.log"] {
+        for name in ["drive-0.img", "drive-17.img", "controller.id", "api.token", "storc.log"] {
             assert!(is_owned_file_name(name), "{name} is storc's");
         }
         for name in ["drive-.img", "drive-x.img", "drive-0.img.bak", "image.raw", "nbd.sock", "controller.id~"] {

@@ -10,6 +10,8 @@ mod api_cc;
 mod api_copyback;
 mod api_journal;
 mod api_ssd_cache;
+mod api_token;
+mod console;
 mod data_dir;
 mod drives;
 mod export;
@@ -40,8 +42,9 @@ pub struct Args {
     /// through a TCP listener.
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: String,
-    /// Management API over TCP on loopback, in addition to the Unix socket (e.g. 127.0.0.1:9090).
-    /// It answers only the daemon's user and root, and only a Host header naming the listener.
+    /// Management API over TCP on loopback, in addition to the Unix socket (e.g. 127.0.0.1:8080).
+    /// It answers only the daemon's user and root, only a Host header naming the listener, and
+    /// only requests carrying the token in <data-dir>/api.token.
     #[arg(long)]
     api_listen: Option<String>,
     /// Engine shards (default: one per core).
@@ -77,6 +80,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         api: args.api_listen.as_deref().map(|address| resolve_loopback("--api-listen", address)).transpose()?,
     };
     data_dir::prepare(&args.data_dir)?;
+    let token = Arc::new(api_token::ApiToken::load_or_create(&args.data_dir)?);
     let default_layout = args.drives.is_empty();
     let id_file = args.data_dir.join("controller.id");
     let ours = read_controller_id(&id_file)?;
@@ -108,7 +112,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         create_default_layout(&controller)?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let outcome = runtime.block_on(serve(args, &listen, Arc::clone(&controller)));
+    let outcome = runtime.block_on(serve(args, &listen, Arc::clone(&controller), token));
     controller.shutdown();
     outcome
 }
@@ -170,7 +174,7 @@ fn fresh_socket_path(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> Result<(), String> {
+async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>, token: Arc<api_token::ApiToken>) -> Result<(), String> {
     let nbd_socket = args.data_dir.join("nbd.sock");
     let api_socket = args.data_dir.join("api.sock");
     fresh_socket_path(&nbd_socket)?;
@@ -197,7 +201,7 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> 
         Some(address) => {
             let tcp = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("API on {address}: {e}"))?;
             let bound = tcp.local_addr().map_err(|e| format!("API on {address}: {e}"))?;
-            let tcp_api = axum::serve(tcp, tcp_router(router, bound)).with_graceful_shutdown(shutdown_signal());
+            let tcp_api = axum::serve(tcp, tcp_router(router, bound, token)).with_graceful_shutdown(shutdown_signal());
             tokio::try_join!(unix_api, tcp_api).map(|_| ())
         }
         None => unix_api.await,
@@ -212,15 +216,18 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>) -> 
     result.map_err(|e| e.to_string())
 }
 
-/// The API router behind the TCP rules (Host names the listener, the client is our user or root).
+/// The API router and the console behind the TCP rules (Host names the listener, the client is
+/// our user or root, the request carries the token).
 fn tcp_router(
     router: axum::Router,
     bound: SocketAddr,
+    token: Arc<api_token::ApiToken>,
 ) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, tcp_api::TcpConnection> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let daemon_uid = unsafe { libc::geteuid() };
-    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid));
+    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid, Arc::clone(&token)));
     router
+        .merge(console::router(token))
         .layer(axum::middleware::from_fn_with_state(rules, tcp_api::guard))
         .into_make_service_with_connect_info::<tcp_api::TcpConnection>()
 }
@@ -256,7 +263,7 @@ fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen) {
     }
     println!("  storc /c0 show --api {}/api.sock", data_dir.display());
     if let Some(address) = listen.api {
-        println!("  storc /c0 show --api tcp:{address}");
+        println!("  STORC_API_TOKEN=$(cat {}/api.token) storc /c0 show --api tcp:{address}", data_dir.display());
     }
     if let Some(address) = listen.nbd {
         let warning = format!(
