@@ -345,6 +345,10 @@ fn a_request_without_the_token_over_tcp_is_refused_with_401_and_changes_nothing(
     }
     let (status, _, answer) = http_tcp(&address, "GET", "/api/v1/vds", &address, &format!("Cookie: storc_token={token}\r\n"), "");
     assert_eq!(status, 200, "GET with the login's cookie: {answer}");
+    // The console's page itself needs no token: it holds nothing of the controller.
+    let (status, head, page) = http_tcp(&address, "GET", "/", &address, "", "");
+    assert_eq!(status, 200, "GET / without a token: {head}");
+    assert!(page.contains("storc") && head.to_ascii_lowercase().contains("content-security-policy"), "{head}");
     daemon.stop();
 
     let daemon = Daemon::start_with(&scratch, &mem_drives(4, "64MiB"), &options);

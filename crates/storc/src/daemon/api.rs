@@ -22,6 +22,8 @@ pub struct AppState {
     /// `nbd+unix:///{}?socket=...` style templates; `{}` is replaced by the export name.
     pub endpoint_templates: Vec<String>,
     pub pool: drive::BufPool,
+    /// Client I/O per VD, for the console's live charts.
+    pub io_stats: super::io_stats::IoStats,
 }
 
 pub(super) type Shared = Arc<AppState>;
@@ -56,6 +58,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/drives/{slot}/hotspare", post(add_hot_spare).delete(delete_hot_spare))
         .route("/api/v1/drives/{slot}/journal", post(super::api_journal::assign_journal_drive))
         .route("/api/v1/events", get(events))
+        .route("/api/v1/iostats", get(super::io_stats::iostats))
         .route("/api/v1/foreign", get(foreign).delete(clear_foreign))
         .route("/api/v1/foreign/import", post(import_foreign))
         .with_state(state)
@@ -545,9 +548,9 @@ async fn clear_foreign(State(state): State<Shared>) -> Reply<Message> {
 
 /// Keeps the NBD exports equal to the controller's VDs.
 pub fn refresh_exports(state: &AppState) {
-    let exports: Vec<nbd::Export> = state
-        .controller
-        .vds()
+    let vds = state.controller.vds();
+    state.io_stats.retain(&vds.iter().map(|(_, vd)| vd.instance_id()).collect::<Vec<_>>());
+    let exports: Vec<nbd::Export> = vds
         .into_iter()
         // A cache VD holds copies of other VDs' lines: nothing a client should read or write.
         .filter(|(record, _)| !record.cache_vd)
@@ -555,7 +558,8 @@ pub fn refresh_exports(state: &AppState) {
             // Connections follow the VD object across renames and end with it; a VD created in
             // its place later (same number, same name) is another instance.
             let identity = vd.instance_id();
-            let device = super::export::VdDevice { engine: Arc::clone(state.controller.engine()), vd, pool: state.pool.clone() };
+            let io = state.io_stats.counters(identity);
+            let device = super::export::VdDevice { engine: Arc::clone(state.controller.engine()), vd, pool: state.pool.clone(), io };
             let description = format!("storc v{} {}", record.vd_id, record.level);
             nbd::Export::new(record.name.clone(), Arc::new(super::export::SharedVdDevice(Arc::new(device))))
                 .with_description(description)

@@ -1,5 +1,10 @@
 //! The web console, served on the TCP management listener only (a browser cannot reach the Unix
-//! socket): so far, the login that turns the API token into a cookie.
+//! socket): one page, its style and its script, embedded in the binary (no CDN, works offline),
+//! and the login that turns the API token into a cookie.
+//!
+//! The page is plain HTML, CSS and JavaScript with no build step and no library: it calls the
+//! same `/api/v1` routes as the CLI and draws its charts as SVG itself. Its Content-Security-Policy
+//! lets it load nothing but itself, run no inline script, and talk to nothing but this listener.
 
 use super::api::ApiJson;
 use super::api_token::{self, ApiToken};
@@ -7,16 +12,45 @@ use crate::api_types::{ApiError, ConsoleLogin};
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::sync::Arc;
 
-/// The paths that answer without the token (see `tcp_api`): the login and logout themselves.
-/// Everything else on the listener needs it.
-pub const PUBLIC_PATHS: &[&str] = &["/console/login", "/console/logout"];
+/// The paths that answer without the token (see `tcp_api`): the page, what it loads, and the
+/// login and logout themselves. Everything else on the listener needs it.
+pub const PUBLIC_PATHS: &[&str] = &["/", "/console.js", "/charts.js", "/console.css", "/console/login", "/console/logout"];
+
+const PAGE_HTML: &str = include_str!("console/index.html");
+const SCRIPT_JS: &str = include_str!("console/console.js");
+const CHARTS_JS: &str = include_str!("console/charts.js");
+const STYLE_CSS: &str = include_str!("console/console.css");
+
+/// Only this listener's own files and API; no inline script, no frames, no other origin.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
 
 pub fn router(token: Arc<ApiToken>) -> Router {
-    Router::new().route("/console/login", post(login)).route("/console/logout", post(logout)).with_state(token)
+    Router::new()
+        .route("/", get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }))
+        .route("/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT_JS) }))
+        .route("/charts.js", get(|| async { asset("text/javascript; charset=utf-8", CHARTS_JS) }))
+        .route("/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
+        .route("/console/login", post(login))
+        .route("/console/logout", post(logout))
+        .with_state(token)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // A new binary may bring a new page: never run a stale script against a newer API.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// `POST /console/login {"token": "..."}`: the right token answers 204 with the cookie that

@@ -4,6 +4,7 @@ use drive::{BufPool, IoBuf};
 use engine::{Engine, VdError, VdRequest, VirtualDrive};
 use nbd::{BlockDevice, Done, IoError, ReadDone};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Largest single engine write used to zero a range (WRITE_ZEROES can cover the whole drive).
 const ZEROES_CHUNK_BYTES: u64 = 4 << 20;
@@ -13,6 +14,8 @@ pub struct VdDevice {
     pub vd: Arc<VirtualDrive>,
     /// Shared by every export: request buffers are reused, not mapped and zeroed each time.
     pub pool: BufPool,
+    /// What the console's live charts show of this VD.
+    pub io: Arc<super::io_stats::VdIoCounters>,
 }
 
 fn io_error(error: &VdError) -> IoError {
@@ -96,12 +99,16 @@ impl BlockDevice for SharedVdDevice {
     }
 
     fn read(&self, offset: u64, buf: IoBuf, done: ReadDone<IoBuf>) {
+        let (len_bytes, io, started) = (buf.len() as u64, Arc::clone(&self.0.io), Instant::now());
         let request = VdRequest::Read { offset_bytes: offset, buf };
         self.0.engine.submit(
             &self.0.vd,
             request,
             Box::new(move |completion| match completion.result {
-                Ok(()) => done(Ok(completion.buf.expect("a read returns its buffer"))),
+                Ok(()) => {
+                    io.record_read(len_bytes, started.elapsed());
+                    done(Ok(completion.buf.expect("a read returns its buffer")))
+                }
                 Err(error) => done(Err(io_error(&error))),
             }),
         );
@@ -109,12 +116,25 @@ impl BlockDevice for SharedVdDevice {
 
     fn write(&self, offset: u64, buf: IoBuf, fua: bool, done: Done) {
         let device = Arc::clone(&self.0);
+        let (len_bytes, started) = (buf.len() as u64, Instant::now());
         self.0.engine.submit(
             &self.0.vd,
             VdRequest::Write { offset_bytes: offset, buf },
             Box::new(move |completion| match (completion.result, fua) {
-                (Ok(()), true) => device.flush_then(done),
-                (Ok(()), false) => done(Ok(())),
+                // A FUA write's time, as its client sees it, includes the flush.
+                (Ok(()), true) => {
+                    let io = Arc::clone(&device.io);
+                    device.flush_then(Box::new(move |result| {
+                        if result.is_ok() {
+                            io.record_write(len_bytes, started.elapsed());
+                        }
+                        done(result)
+                    }))
+                }
+                (Ok(()), false) => {
+                    device.io.record_write(len_bytes, started.elapsed());
+                    done(Ok(()))
+                }
                 (Err(error), _) => done(Err(io_error(&error))),
             }),
         );

@@ -15,6 +15,7 @@ mod console;
 mod data_dir;
 mod drives;
 mod export;
+mod io_stats;
 mod nbd_limits;
 mod peer_uid;
 mod tcp_api;
@@ -42,9 +43,10 @@ pub struct Args {
     /// through a TCP listener.
     #[arg(long, default_value = "127.0.0.1:10809")]
     nbd_listen: String,
-    /// Management API over TCP on loopback, in addition to the Unix socket (e.g. 127.0.0.1:8080).
-    /// It answers only the daemon's user and root, only a Host header naming the listener, and
-    /// only requests carrying the token in <data-dir>/api.token.
+    /// Management API and web console over TCP on loopback, in addition to the Unix socket (e.g.
+    /// 127.0.0.1:8080). It answers only the daemon's user and root, only a Host header naming the
+    /// listener, and only requests carrying the token in <data-dir>/api.token (the console's
+    /// page and login excepted).
     #[arg(long)]
     api_listen: Option<String>,
     /// Engine shards (default: one per core).
@@ -184,7 +186,9 @@ async fn serve(args: &Args, listen: &TcpListen, controller: Arc<Controller>, tok
     let mut templates = vec![format!("nbd+unix:///{{}}?socket={}", absolute.join("nbd.sock").display())];
     templates.extend(listen.nbd.map(|address| format!("nbd://{address}/{{}}")));
     let pool = drive::BufPool::new(args.nbd_limits.idle_buffers_bytes_max());
-    let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
+    let io_stats = io_stats::IoStats::default();
+    let state =
+        Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool, io_stats });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
@@ -264,6 +268,7 @@ fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen) {
     println!("  storc /c0 show --api {}/api.sock", data_dir.display());
     if let Some(address) = listen.api {
         println!("  STORC_API_TOKEN=$(cat {}/api.token) storc /c0 show --api tcp:{address}", data_dir.display());
+        println!("  the web console: http://{address}/ (log in with the token in {}/api.token)", data_dir.display());
     }
     if let Some(address) = listen.nbd {
         let warning = format!(

@@ -7,7 +7,8 @@
 //!   a loopback port; the kernel's socket table says who did (see `peer_uid`).
 //! - The request must carry the API token (`api_token`): a process of the same user that cannot
 //!   read the data directory (a sandboxed one, a browser tab) gets no further. Only the console's
-//!   login and logout (`console::PUBLIC_PATHS`) answer without it.
+//!   page, its script and style, and its login and logout (`console::PUBLIC_PATHS`) answer
+//!   without it: the page is the same for everyone and holds nothing of the controller.
 //!
 //! A refused request reaches no handler, so it changes nothing. The Unix socket needs none of
 //! these rules: it is owner-only in an owner-only directory, and clients such as curl send
@@ -260,11 +261,11 @@ mod tests {
         let mut wrong = HeaderMap::new();
         wrong.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer 00"));
         assert!(rules.check_token("/api/v1/vds", &wrong).unwrap_err().message.starts_with("this request's API token is not this daemon's"));
-        // The console's login answers without one; nothing else does.
-        for public in ["/console/login", "/console/logout"] {
+        // The console's page and its login answer without one; nothing else does.
+        for public in ["/", "/console.js", "/charts.js", "/console.css", "/console/login", "/console/logout"] {
             assert!(rules.check_token(public, &HeaderMap::new()).is_ok(), "{public}");
         }
-        for private in ["/api/v1/vds", "/", "/console", "/favicon.ico", "//"] {
+        for private in ["/api/v1/vds", "/console", "/console.js/x", "/favicon.ico", "//"] {
             assert!(rules.check_token(private, &HeaderMap::new()).is_err(), "{private}");
         }
     }
