@@ -31,6 +31,7 @@
 //! | GET | /api/v1/patrolread | | `PatrolReadView` |
 //! | POST | /api/v1/patrolread | `PatrolReadAction` | `Message` |
 //! | GET | /api/v1/events | | `Vec<EventView>` |
+//! | GET | /api/v1/iostats | | `IoStatsView` |
 //! | GET | /api/v1/foreign | | `Vec<ForeignView>` |
 //! | POST | /api/v1/foreign/import | | `Message` |
 //! | DELETE | /api/v1/foreign | | `Message` |
@@ -39,9 +40,17 @@
 //! (no such VD or slot) or 409 (not allowed in the current state) with an `ApiError` body whose
 //! message names what is wrong and what is allowed. Over TCP, 421 (a Host header that does not
 //! name the listener) and 403 (a client that is neither the daemon's user nor root) come before
-//! any handler runs.
+//! any handler runs, then 401 (no API token, see `daemon::api_token`). Over TCP only, the console:
+//! `GET /` (its page), `POST /console/login` (`ConsoleLogin`; sets the token's cookie),
+//! `POST /console/logout`.
 
 use serde::{Deserialize, Serialize};
+
+// The console's DTOs in a file of their own (this one is long); `#[path]` so that the tests'
+// copy of this module (`tests/common`) finds it too.
+#[path = "api_types/console.rs"]
+mod console;
+pub use console::*;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ApiError {

@@ -1,8 +1,9 @@
 //! Issue 8, part 5: another local user can neither read nor change the controller. The data
 //! directory and everything storc puts in it are owner-only whatever the umask; the TCP
-//! management API answers only the daemon's user and root, and only a Host that names it; listen
-//! addresses must resolve to loopback; `--nbd-listen none` leaves no TCP listener. Issue 14:
-//! `--socket-group` opens the two sockets, and nothing else, to one group.
+//! management API answers only the daemon's user and root, only a Host that names it, and (issue
+//! 14) only a request carrying the token from `<data-dir>/api.token`; listen addresses must
+//! resolve to loopback; `--nbd-listen none` leaves no TCP listener; `--socket-group` opens the
+//! two sockets, and nothing else, to one group.
 //!
 //! The second-user test runs commands as `nobody` through setpriv, so this file must run as root
 //! (CI does); as another user it fails and says so, it never skips.
@@ -34,7 +35,7 @@ fn check_mode(path: &Path, expected: u32, when: &str) {
 /// Everything storc creates in its data directory with the embedded default.
 fn owned_paths(data_dir: &Path) -> Vec<(std::path::PathBuf, u32)> {
     let mut paths: Vec<_> = (0..8).map(|i| (data_dir.join(format!("drive-{i}.img")), 0o600)).collect();
-    paths.extend(["controller.id", "nbd.sock", "api.sock"].iter().map(|name| (data_dir.join(name), 0o600)));
+    paths.extend(["controller.id", "api.token", "nbd.sock", "api.sock"].iter().map(|name| (data_dir.join(name), 0o600)));
     paths.push((data_dir.to_path_buf(), 0o700));
     paths
 }
@@ -54,7 +55,7 @@ fn files_and_sockets_are_owner_only_whatever_the_umask() {
     // A data directory left open by an older storc (or a chmod) is tightened, and the log says so.
     let data_dir = scratch.data_dir();
     std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    for name in ["drive-3.img", "controller.id"] {
+    for name in ["drive-3.img", "controller.id", "api.token"] {
         std::fs::set_permissions(data_dir.join(name), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     let old_log = data_dir.join("old.log");
@@ -67,7 +68,9 @@ fn files_and_sockets_are_owner_only_whatever_the_umask() {
     check_mode(&old_log, 0o600, "restart after a chmod");
     let log = daemon.log();
     let dir_line = format!("data directory {} was mode 0755, open to other users; now 0700", data_dir.display());
-    for line in [dir_line.as_str(), "drive-3.img was mode 0644", "controller.id was mode 0644", "old.log was mode 0666"] {
+    for line in
+        [dir_line.as_str(), "drive-3.img was mode 0644", "controller.id was mode 0644", "api.token was mode 0644", "old.log was mode 0666"]
+    {
         assert!(log.contains(line), "the log should say what was tightened ({line:?}):\n{log}");
     }
     daemon.stop();
@@ -132,9 +135,17 @@ fn run_as_in_groups(user: &User, gid: Option<u32>, program: &str, args: &[&str])
 
 /// `curl` over TCP; the HTTP status and the body. `-q` first: root's ~/.curlrc is not the user's.
 fn curl_tcp(user: &User, method: &str, url: &str, body: Option<&str>) -> (u16, String) {
+    curl_tcp_with(user, method, url, body, &[])
+}
+
+/// `curl_tcp` with further headers.
+fn curl_tcp_with(user: &User, method: &str, url: &str, body: Option<&str>, headers: &[&str]) -> (u16, String) {
     let mut args = vec!["-q", "-sS", "-X", method, "-H", "Content-Type: application/json", "-w", "\n%{http_code}", url];
     if let Some(body) = body {
         args.extend(["--data", body]);
+    }
+    for header in headers {
+        args.extend(["-H", header]);
     }
     let output = run_as(user, "curl", &args);
     let text = String::from_utf8_lossy(&output.stdout).to_string();
@@ -200,9 +211,14 @@ fn another_user_cannot_read_members_reach_the_sockets_or_change_anything_over_tc
     let after = daemon.controller();
     assert_eq!(what_a_user_would_notice(&after), what_a_user_would_notice(&before), "refused requests changed the controller");
 
-    // The control: root reaches the same TCP API, so the 403s above were about the user.
+    // The refusal comes before the token is looked at: the user's requests fail the same with it.
+    let authorization = format!("Authorization: Bearer {}", daemon.api_token());
+    let (status, answer) = curl_tcp_with(&user, "GET", &format!("{api}/controller"), None, &[&authorization]);
+    assert_eq!(status, 403, "GET over TCP as {} with the token answered {status}: {answer}", user.name);
+
+    // The control: root reaches the same TCP API with the token, so the 403s above were about the user.
     let root = User { name: "root", uid: 0, gid: 0 };
-    let (status, answer) = curl_tcp(&root, "GET", &format!("{api}/controller"), None);
+    let (status, answer) = curl_tcp_with(&root, "GET", &format!("{api}/controller"), None, &[&authorization]);
     assert_eq!(status, 200, "GET over TCP as root: {answer}");
     daemon.stop();
 }
@@ -251,17 +267,27 @@ fn metrics_over_tcp_answer_another_user_only_when_asked_and_nothing_else_does() 
 // ---------------------------------------------------------------------------------------------
 // The TCP management API's Host rule
 
-/// One request over TCP with the given Host header; status and body.
-fn http_tcp_with_host(address: &str, method: &str, path: &str, host: &str) -> (u16, String) {
+/// One request over TCP with the given Host header and further header lines; status and body.
+fn http_tcp_with_host(address: &str, method: &str, path: &str, host: &str, headers: &str) -> (u16, String) {
+    let (status, _, body) = http_tcp(address, method, path, host, headers, "");
+    (status, body)
+}
+
+/// One request over TCP: status, the head of the answer, and its body.
+fn http_tcp(address: &str, method: &str, path: &str, host: &str, headers: &str, body: &str) -> (u16, String, String) {
     let mut stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("connect {address}: {e}"));
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(request.as_bytes()).unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("malformed answer {answer:?}"));
     let status = head.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, body.to_string())
+    (status, head.to_string(), body.to_string())
 }
 
 /// Regression (issue 8): the TCP API accepted any Host, so a web page whose name the attacker's
@@ -275,7 +301,7 @@ fn a_foreign_host_header_over_tcp_is_refused() {
     let address = daemon.api_tcp_address();
     let port = address.rsplit_once(':').unwrap().1;
     for (method, path) in [("GET", "/api/v1/controller"), ("DELETE", "/api/v1/vds/0?force=true")] {
-        let (status, body) = http_tcp_with_host(address, method, path, &format!("rebind.evil.example:{port}"));
+        let (status, body) = http_tcp_with_host(address, method, path, &format!("rebind.evil.example:{port}"), "");
         assert_eq!(status, 421, "{method} {path} with a foreign Host answered {status}: {body}");
         let error: common::api_types::ApiError = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
         let expected = format!("Host \"rebind.evil.example:{port}\" is not this API's address; allowed: {address}, localhost:{port}");
@@ -284,12 +310,91 @@ fn a_foreign_host_header_over_tcp_is_refused() {
     assert_eq!(what_a_user_would_notice(&daemon.controller()), what_a_user_would_notice(&before), "a refused request changed something");
 
     // The controls: the listener's own names, and the CLI, which sends the address it was given.
+    let authorization = format!("Authorization: Bearer {}\r\n", daemon.api_token());
     for host in [address.to_string(), format!("localhost:{port}")] {
-        let (status, body) = http_tcp_with_host(address, "GET", "/api/v1/controller", &host);
+        let (status, body) = http_tcp_with_host(address, "GET", "/api/v1/controller", &host, &authorization);
         assert_eq!(status, 200, "GET with Host {host}: {body}");
     }
-    let cli = Command::new(env!("CARGO_BIN_EXE_storc")).args(["/c0", "show", "--api", &format!("tcp:{address}")]).output().unwrap();
+    let cli = Command::new(env!("CARGO_BIN_EXE_storc"))
+        .args(["/c0", "show", "--api", &format!("tcp:{address}")])
+        .env("STORC_API_TOKEN", daemon.api_token())
+        .output()
+        .unwrap();
     assert!(cli.status.success(), "storc /c0 show --api tcp:{address}: {}", text_of(&cli));
+    daemon.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The TCP management API's token (issue 14)
+
+/// Requests that would each change the controller (or read it), with their bodies.
+const CHANGING_REQUESTS: &[(&str, &str, &str)] = &[
+    ("GET", "/api/v1/controller", ""),
+    ("POST", "/api/v1/drives/1/state", r#"{"state":"offline"}"#),
+    ("POST", "/api/v1/drives/2/hotspare", r#"{"drive_groups":[]}"#),
+    ("PATCH", "/api/v1/vds/0", r#"{"read_policy":"ra"}"#),
+    ("POST", "/api/v1/vds", r#"{"level":"r1","drives":[2,3]}"#),
+    ("DELETE", "/api/v1/vds/0?force=true", ""),
+];
+
+/// Issue 14: a request over TCP without the API token (or with another one) is refused with 401
+/// before any handler runs, and changes nothing. The token is written once, owner-only, and kept
+/// across restarts; the console's login turns it into an HttpOnly, SameSite=Strict cookie.
+#[test]
+fn a_request_without_the_token_over_tcp_is_refused_with_401_and_changes_nothing() {
+    let scratch = Scratch::new("token");
+    let options = DaemonOptions { api_tcp: true, ..DaemonOptions::default() };
+    let daemon = Daemon::start_with(&scratch, &mem_drives(4, "64MiB"), &options);
+    daemon.create_vd("r1", &[0, 1], "db");
+    let token = daemon.api_token();
+    assert!(token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()), "api.token holds {token:?}");
+    let token_path = daemon.data_dir().join("api.token");
+    check_mode(&token_path, 0o600, "the first start");
+    let before = daemon.controller();
+    let address = daemon.api_tcp_address().to_string();
+    let wrong = if token.starts_with('0') { "1".repeat(64) } else { "0".repeat(64) };
+    let no_token = [
+        String::new(),
+        format!("Authorization: Bearer {wrong}\r\n"),
+        format!("Cookie: storc_token={wrong}\r\n"),
+        format!("Authorization: Basic {token}\r\n"),
+    ];
+    for credentials in &no_token {
+        for (method, path, body) in CHANGING_REQUESTS {
+            let (status, head, answer) = http_tcp(&address, method, path, &address, credentials, body);
+            assert_eq!(status, 401, "{method} {path} with {credentials:?} answered {status}: {answer}");
+            assert!(head.to_ascii_lowercase().contains("www-authenticate: bearer realm=\"storc\""), "a 401 names its scheme: {head}");
+            let error: common::api_types::ApiError = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{answer}: {e}"));
+            assert!(error.error.contains(&token_path.display().to_string()), "the refusal should say where the token is: {}", error.error);
+        }
+    }
+    let after = daemon.controller();
+    assert_eq!(what_a_user_would_notice(&after), what_a_user_would_notice(&before), "refused requests changed the controller");
+    assert_eq!(after.vds[0].read_policy, before.vds[0].read_policy, "a refused PATCH changed a policy");
+
+    // The controls: the token as a bearer, then as the cookie the console's login sets.
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let (status, _, answer) = http_tcp(&address, "GET", "/api/v1/controller", &address, &bearer, "");
+    assert_eq!(status, 200, "GET with the token: {answer}");
+    let (status, head, _) = http_tcp(&address, "POST", "/console/login", &address, "", &format!(r#"{{"token":"{wrong}"}}"#));
+    assert_eq!(status, 401, "a login with another token");
+    assert!(!head.to_ascii_lowercase().contains("set-cookie"), "a failed login set a cookie: {head}");
+    let (status, head, _) = http_tcp(&address, "POST", "/console/login", &address, "", &format!(r#"{{"token":"{token}"}}"#));
+    assert_eq!(status, 204, "a login with the token: {head}");
+    let cookie_line = head.lines().find(|line| line.to_ascii_lowercase().starts_with("set-cookie:")).expect("the login sets a cookie");
+    for attribute in [format!("storc_token={token}"), "HttpOnly".into(), "SameSite=Strict".into(), "Path=/".into()] {
+        assert!(cookie_line.contains(&attribute), "the cookie lacks {attribute}: {cookie_line}");
+    }
+    let (status, _, answer) = http_tcp(&address, "GET", "/api/v1/vds", &address, &format!("Cookie: storc_token={token}\r\n"), "");
+    assert_eq!(status, 200, "GET with the login's cookie: {answer}");
+    // The console's page itself needs no token: it holds nothing of the controller.
+    let (status, head, page) = http_tcp(&address, "GET", "/", &address, "", "");
+    assert_eq!(status, 200, "GET / without a token: {head}");
+    assert!(page.contains("storc") && head.to_ascii_lowercase().contains("content-security-policy"), "{head}");
+    daemon.stop();
+
+    let daemon = Daemon::start_with(&scratch, &mem_drives(4, "64MiB"), &options);
+    assert_eq!(daemon.api_token(), token, "a restart keeps the token");
     daemon.stop();
 }
 

@@ -8,11 +8,14 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Where `storc serve` puts its socket when started in the current directory with defaults.
 pub const API_SOCKET_DEFAULT: &str = "./storc-data/api.sock";
+/// The API token a request over TCP carries, unless `STORC_API_TOKEN` gives it: the one of a
+/// daemon started in the current directory with defaults.
+const API_TOKEN_FILE_DEFAULT: &str = "./storc-data/api.token";
 /// Creating or deleting a VD writes metadata to every drive; a daemon silent for this long is stuck.
 const ANSWER_TIMEOUT_SECS: u64 = 300;
 /// Far above any real answer (the event list is the largest); stops a runaway peer.
@@ -117,9 +120,16 @@ impl Request {
 
     /// The bytes on the wire; `host` only fills the Host header HTTP/1.1 requires.
     pub fn encode(&self, host: &str) -> Vec<u8> {
+        self.encode_with_token(host, None)
+    }
+
+    /// As `encode`, with `Authorization: Bearer TOKEN` when a token is given (hex: it cannot end
+    /// the header early).
+    pub fn encode_with_token(&self, host: &str, token: Option<&str>) -> Vec<u8> {
         let body = self.body.as_deref().unwrap_or("");
+        let authorization = token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
         let head = format!(
-            "{} {} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json\r\n\
+            "{} {} HTTP/1.1\r\nHost: {host}\r\n{authorization}Content-Type: application/json\r\nAccept: application/json\r\n\
              Content-Length: {}\r\nConnection: close\r\n\r\n",
             self.method.as_str(),
             self.path,
@@ -159,15 +169,36 @@ pub fn send(endpoint: &Endpoint, request: &Request) -> Result<Response, String> 
             exchange(stream, &request.encode("localhost"))
         }
         Endpoint::Tcp(address) => {
+            let token = api_token(std::env::var("STORC_API_TOKEN").ok(), Path::new(API_TOKEN_FILE_DEFAULT))?;
             let stream = TcpStream::connect(address).map_err(|error| unreachable(endpoint, &error))?;
             stream.set_read_timeout(timeout).and_then(|()| stream.set_write_timeout(timeout)).map_err(|e| e.to_string())?;
-            exchange(stream, &request.encode(address))
+            exchange(stream, &request.encode_with_token(address, token.as_deref()))
         }
     };
     let raw = exchanged.map_err(|error| lost(endpoint, request, &error))?;
     parse_response(&raw).map_err(|why| {
         format!("the storc daemon at {endpoint} sent a malformed answer to {} {}: {why}", request.method.as_str(), request.path)
     })
+}
+
+/// The token for the TCP API: `STORC_API_TOKEN` if set, else the default data directory's token
+/// file if there is one, else none (the daemon then answers 401 and says where its token is).
+///
+/// # Errors
+/// The one given is not a token (hex digits), so it is not sent.
+fn api_token(from_env: Option<String>, default_file: &Path) -> Result<Option<String>, String> {
+    let (token, source) = match from_env.filter(|value| !value.trim().is_empty()) {
+        Some(value) => (value, "STORC_API_TOKEN".to_string()),
+        None => match std::fs::read_to_string(default_file) {
+            Ok(text) => (text, default_file.display().to_string()),
+            Err(_) => return Ok(None),
+        },
+    };
+    let token = token.trim();
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{source} does not hold an API token (hex digits, as storc serve writes to <data-dir>/api.token)"));
+    }
+    Ok(Some(token.to_string()))
 }
 
 fn exchange(mut stream: impl Read + Write, request_bytes: &[u8]) -> io::Result<Vec<u8>> {
@@ -339,6 +370,30 @@ mod tests {
         let get = String::from_utf8(Request::get("/api/v1/vds").encode("127.0.0.1:9090")).unwrap();
         assert!(get.starts_with("GET /api/v1/vds HTTP/1.1\r\nHost: 127.0.0.1:9090\r\n"));
         assert!(get.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn tokens_for_tcp() {
+        let hex = "0123456789abcdef".repeat(4);
+        let request = Request::get("/api/v1/vds").encode_with_token("127.0.0.1:9090", Some(&hex));
+        let text = String::from_utf8(request).unwrap();
+        assert!(
+            text.starts_with(&format!("GET /api/v1/vds HTTP/1.1\r\nHost: 127.0.0.1:9090\r\nAuthorization: Bearer {hex}\r\n")),
+            "{text}"
+        );
+        let absent = Path::new("/nonexistent-storc-dir/api.token");
+        assert_eq!(api_token(Some(format!("{hex}\n")), absent), Ok(Some(hex.clone())));
+        assert_eq!(api_token(None, absent), Ok(None));
+        assert_eq!(api_token(Some(String::new()), absent), Ok(None));
+        assert_eq!(
+            api_token(Some("abc\r\nX-Injected: 1".into()), absent),
+            Err("STORC_API_TOKEN does not hold an API token (hex digits, as storc serve writes to <data-dir>/api.token)".into())
+        );
+        let dir = std::env::temp_dir().join(format!("storc-cli-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("api.token"), format!("{hex}\n")).unwrap();
+        assert_eq!(api_token(None, &dir.join("api.token")), Ok(Some(hex.clone())));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

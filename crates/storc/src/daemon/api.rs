@@ -22,6 +22,8 @@ pub struct AppState {
     /// `nbd+unix:///{}?socket=...` style templates; `{}` is replaced by the export name.
     pub endpoint_templates: Vec<String>,
     pub pool: drive::BufPool,
+    /// Client I/O per VD, for the console's live charts.
+    pub io_stats: super::io_stats::IoStats,
 }
 
 pub(super) type Shared = Arc<AppState>;
@@ -56,6 +58,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/drives/{slot}/hotspare", post(add_hot_spare).delete(delete_hot_spare))
         .route("/api/v1/drives/{slot}/journal", post(super::api_journal::assign_journal_drive))
         .route("/api/v1/events", get(events))
+        .route("/api/v1/iostats", get(super::io_stats::iostats))
         .route("/api/v1/foreign", get(foreign).delete(clear_foreign))
         .route("/api/v1/foreign/import", post(import_foreign))
         .route("/metrics", get(super::metrics::metrics))

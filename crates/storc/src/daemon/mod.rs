@@ -10,9 +10,12 @@ mod api_cc;
 mod api_copyback;
 mod api_journal;
 mod api_ssd_cache;
+mod api_token;
+mod console;
 mod data_dir;
 mod drives;
 mod export;
+mod io_stats;
 mod metrics;
 mod nbd_limits;
 mod nbd_tls;
@@ -49,8 +52,10 @@ pub struct Args {
     /// drive files, controller id and journal stay owner-only. Without it the sockets are 0600.
     #[arg(long, value_name = "GROUP")]
     socket_group: Option<String>,
-    /// Management API over TCP on loopback, in addition to the Unix socket (e.g. 127.0.0.1:9090).
-    /// It answers only the daemon's user and root, and only a Host header naming the listener.
+    /// Management API and web console over TCP on loopback, in addition to the Unix socket (e.g.
+    /// 127.0.0.1:8080). It answers only the daemon's user and root, only a Host header naming the
+    /// listener, and only requests carrying the token in <data-dir>/api.token (the console's
+    /// page and login excepted).
     #[arg(long)]
     api_listen: Option<String>,
     /// GET /metrics (Prometheus' text format) over the TCP API answers every local user, not only
@@ -102,6 +107,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     let group = args.socket_group.as_deref().map(data_dir::SocketGroup::resolve).transpose()?;
     data_dir::prepare(&args.data_dir, group.as_ref())?;
+    let token = Arc::new(api_token::ApiToken::load_or_create(&args.data_dir)?);
     let default_layout = args.drives.is_empty();
     let id_file = args.data_dir.join("controller.id");
     let ours = read_controller_id(&id_file)?;
@@ -133,7 +139,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         create_default_layout(&controller)?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller)));
+    let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller), token));
     controller.shutdown();
     outcome
 }
@@ -195,7 +201,13 @@ fn fresh_socket_path(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve(args: &Args, listen: &TcpListen, group: Option<&data_dir::SocketGroup>, controller: Arc<Controller>) -> Result<(), String> {
+async fn serve(
+    args: &Args,
+    listen: &TcpListen,
+    group: Option<&data_dir::SocketGroup>,
+    controller: Arc<Controller>,
+    token: Arc<api_token::ApiToken>,
+) -> Result<(), String> {
     let nbd_socket = args.data_dir.join("nbd.sock");
     let api_socket = args.data_dir.join("api.sock");
     fresh_socket_path(&nbd_socket)?;
@@ -213,7 +225,9 @@ async fn serve(args: &Args, listen: &TcpListen, group: Option<&data_dir::SocketG
         }
     }
     let pool = drive::BufPool::new(args.nbd_limits.idle_buffers_bytes_max());
-    let state = Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool });
+    let io_stats = io_stats::IoStats::default();
+    let state =
+        Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool, io_stats });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
@@ -233,7 +247,8 @@ async fn serve(args: &Args, listen: &TcpListen, group: Option<&data_dir::SocketG
         Some(address) => {
             let tcp = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("API on {address}: {e}"))?;
             let bound = tcp.local_addr().map_err(|e| format!("API on {address}: {e}"))?;
-            let tcp_api = axum::serve(tcp, tcp_router(router, bound, args.metrics_any_user)).with_graceful_shutdown(shutdown_signal());
+            let tcp_api =
+                axum::serve(tcp, tcp_router(router, bound, args.metrics_any_user, token)).with_graceful_shutdown(shutdown_signal());
             tokio::try_join!(unix_api, tcp_api).map(|_| ())
         }
         None => unix_api.await,
@@ -248,16 +263,19 @@ async fn serve(args: &Args, listen: &TcpListen, group: Option<&data_dir::SocketG
     result.map_err(|e| e.to_string())
 }
 
-/// The API router behind the TCP rules (Host names the listener, the client is our user or root).
+/// The API router and the console behind the TCP rules (Host names the listener, the client is
+/// our user or root, the request carries the token).
 fn tcp_router(
     router: axum::Router,
     bound: SocketAddr,
     metrics_any_user: bool,
+    token: Arc<api_token::ApiToken>,
 ) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, tcp_api::TcpConnection> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let daemon_uid = unsafe { libc::geteuid() };
-    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid, metrics_any_user));
+    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid, metrics_any_user, Arc::clone(&token)));
     router
+        .merge(console::router(token))
         .layer(axum::middleware::from_fn_with_state(rules, tcp_api::guard))
         .into_make_service_with_connect_info::<tcp_api::TcpConnection>()
 }
@@ -299,8 +317,12 @@ fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen, tls:
     }
     println!("  storc /c0 show --api {}/api.sock", data_dir.display());
     if let Some(address) = listen.api {
-        println!("  storc /c0 show --api tcp:{address}");
-        println!("  curl http://{address}/metrics    # Prometheus' text format");
+        println!("  STORC_API_TOKEN=$(cat {}/api.token) storc /c0 show --api tcp:{address}", data_dir.display());
+        println!("  the web console: http://{address}/ (log in with the token in {}/api.token)", data_dir.display());
+        println!(
+            "  curl -H \"Authorization: Bearer $(cat {}/api.token)\" http://{address}/metrics    # Prometheus' text format",
+            data_dir.display()
+        );
     }
     if let (Some(address), Some(tls)) = (listen.nbd, &listen.nbd_tls) {
         println!("NBD over TCP on {address}: TLS {} with {} credentials", tls_mode_name(tls.mode()), tls.credentials_kind());

@@ -176,6 +176,13 @@ impl Daemon {
         self.api_tcp_address.as_deref().expect("the daemon was started with DaemonOptions::api_tcp")
     }
 
+    /// The management API's token (`<data-dir>/api.token`), which requests over TCP must carry.
+    pub fn api_token(&self) -> String {
+        let path = self.data_dir.join("api.token");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        text.trim().to_string()
+    }
+
     /// Everything the daemon printed so far (stdout and stderr).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_else(|e| panic!("cannot read {}: {e}", self.log_path.display()))
