@@ -419,6 +419,14 @@ pub struct VdView {
     pub gathered_rows: u64,
     #[serde(default)]
     pub gathered_joins: u64,
+    /// Writes of sequential streams that went around the journal to the members since the
+    /// daemon started (pieces and bytes), and the stream length from which they do (0: never).
+    #[serde(default)]
+    pub journal_bypass_cutoff_bytes: u64,
+    #[serde(default)]
+    pub journal_bypassed_writes: u64,
+    #[serde(default)]
+    pub journal_bypassed_bytes: u64,
     /// A cache VD (SSD caching): it caches other VDs and is not exported.
     #[serde(default)]
     pub cache_vd: bool,

@@ -260,7 +260,7 @@ fn metrics_over_tcp_answer_another_user_only_when_asked_and_nothing_else_does() 
     assert_eq!(status, 403, "GET /metrics over TCP as {} without --metrics-any-user: {answer}", user.name);
     daemon.stop();
 
-    let text = serve_refused(&Scratch::new("metrics-no-tcp"), &["--metrics-any-user"]);
+    let text = serve_refused(&Scratch::new("metrics-no-tcp"), &["--metrics-any-user"], 1);
     assert!(text.contains("storc: --metrics-any-user opens GET /metrics of the TCP API to every local user: give --api-listen"), "{text}");
 }
 

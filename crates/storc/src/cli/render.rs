@@ -459,6 +459,7 @@ fn vd_properties(vd: &VdView) -> Vec<(&'static str, String)> {
         ("Resync", resync_text(vd.resync.as_ref())),
         ("Fast Path", fast_path_text(vd)),
         ("Write Gathering", gathering_text(vd)),
+        ("Journal Bypass", journal_bypass_text(vd)),
         ("SSD Caching", ssd_caching_text(vd)),
     ]
 }
@@ -502,6 +503,20 @@ fn policy_name(write_back: bool) -> &'static str {
         "write-back"
     } else {
         "write-through"
+    }
+}
+
+/// Writes of sequential streams that went to the members around the journal (WB, or WT with a
+/// journal; see `cache::bypass`).
+fn journal_bypass_text(vd: &VdView) -> String {
+    match vd.journal_bypass_cutoff_bytes {
+        0 => "Off".into(),
+        cutoff => format!(
+            "streams from {} on: {} writes ({}) went around the journal to the members",
+            human_size(cutoff),
+            vd.journal_bypassed_writes,
+            human_size(vd.journal_bypassed_bytes)
+        ),
     }
 }
 

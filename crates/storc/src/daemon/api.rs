@@ -192,6 +192,9 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         gather_waits: vd.gathered().waits,
         gathered_rows: vd.gathered().rows,
         gathered_joins: vd.gathered().joins,
+        journal_bypass_cutoff_bytes: vd.journal_bypass().cutoff_bytes(),
+        journal_bypassed_writes: vd.journal_bypass().bypassed().0,
+        journal_bypassed_bytes: vd.journal_bypass().bypassed().1,
         cache_vd: record.cache_vd,
         ssd_cache: state.controller.ssd_cache_view(record.vd_id).map(super::api_ssd_cache::ssd_cache_info),
     }

@@ -41,6 +41,9 @@ pub fn sample_vd() -> VdView {
         gather_waits: 0,
         gathered_rows: 0,
         gathered_joins: 0,
+        journal_bypass_cutoff_bytes: 4 << 20,
+        journal_bypassed_writes: 0,
+        journal_bypassed_bytes: 0,
         cache_vd: false,
         ssd_cache: None,
     }

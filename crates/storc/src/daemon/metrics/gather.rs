@@ -139,7 +139,7 @@ fn vd_families(state: &AppState, vds: &[VdSeen]) -> Vec<Family> {
 }
 
 /// A VD's families that take one value each, in the order [`vd_gauges`] gives them.
-const VD_GAUGES: [(&str, Kind, &str); 10] = [
+const VD_GAUGES: [(&str, Kind, &str); 12] = [
     ("storc_vd_size_bytes", Kind::Gauge, "The VD's capacity."),
     ("storc_vd_strip_size_bytes", Kind::Gauge, "The VD's strip size."),
     ("storc_vd_consistent", Kind::Gauge, "1 when no background initialization or resync is owed (its parity or copies agree)."),
@@ -150,9 +150,11 @@ const VD_GAUGES: [(&str, Kind, &str); 10] = [
     ("storc_vd_nbd_connections", Kind::Gauge, "NBD clients connected to the VD's export (past the handshake)."),
     ("storc_vd_fast_path_reads", Kind::Counter, "Reads the Fast Path served (no shard hop, row lock or cache lookup)."),
     ("storc_vd_fast_path_writes", Kind::Counter, "Writes the Fast Path served (RAID0 and JBOD)."),
+    ("storc_vd_journal_bypass_writes", Kind::Counter, "Write pieces of sequential streams that went to the members around the journal."),
+    ("storc_vd_journal_bypass_bytes", Kind::Counter, "Bytes of sequential streams that went to the members around the journal."),
 ];
 
-fn vd_gauges(state: &AppState, seen: &VdSeen) -> [u64; 10] {
+fn vd_gauges(state: &AppState, seen: &VdSeen) -> [u64; 12] {
     let view = &seen.view;
     let bad_block_bytes = seen.record.bad_blocks.iter().map(|b| b.len_bytes).sum();
     let connections = if seen.record.cache_vd { 0 } else { state.nbd.connections_to(&view.name) as u64 };
@@ -167,6 +169,8 @@ fn vd_gauges(state: &AppState, seen: &VdSeen) -> [u64; 10] {
         connections,
         view.fast_path_reads,
         view.fast_path_writes,
+        view.journal_bypassed_writes,
+        view.journal_bypassed_bytes,
     ]
 }
 
