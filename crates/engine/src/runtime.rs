@@ -292,6 +292,20 @@ impl Drop for DriveIo<'_> {
     }
 }
 
+/// Resolves at the executor's next turn: tasks woken in this turn run first.
+pub(crate) async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}
+
 /// Identifies a lockable unit: one row of one virtual drive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LockKey {

@@ -1,8 +1,9 @@
 //! Writes of sequential streams go around the journal (`cache::bypass`): a write-back RAID5
-//! takes a stream of 1 MiB writes straight to its members once the stream passed the cutoff,
-//! while the small random writes before it stay in the journal; after a crash the replay of
-//! those records undoes none of the stream's writes. A degraded VD, or a cutoff of 0, keeps
-//! every write in the journal.
+//! with the bypass turned on takes a stream of 1 MiB writes straight to its members once the
+//! stream passed the cutoff, while the small random writes before it stay in the journal; after
+//! a crash the replay of those records undoes none of the stream's writes. A degraded VD, or a
+//! cutoff of 0, keeps every write in the journal. By default it is on for levels without parity
+//! only.
 //!
 //! (The crash semantics proper, with drives that drop or tear unflushed writes and images and
 //! records that could be replayed over a write gone around, are the simulator's: its runs with
@@ -53,6 +54,7 @@ fn a_stream_goes_around_the_journal_and_a_crash_replays_nothing_over_it() {
         let engine = engine();
         let controller = open(&engine, &drives, None, &journal);
         let vd = wb_raid5(&controller);
+        vd.journal_bypass().set_cutoff_bytes(engine::vd::journal_bypass::DEFAULT_CUTOFF_BYTES);
         // Journaled: small random writes over the first half, then a stream over all of it.
         scatter(&engine, &vd, &mut image[..SPAN_BYTES / 2], 1, 200);
         let journal_before = controller.journal_view().used_bytes;
@@ -82,7 +84,7 @@ fn a_degraded_vd_and_a_cutoff_of_zero_keep_every_write_in_the_journal() {
     let controller = open(&engine, &drives, None, &journal);
     let vd = wb_raid5(&controller);
     let mut image = vec![0u8; SPAN_BYTES];
-    vd.journal_bypass().set_cutoff_bytes(0);
+    assert_eq!(vd.journal_bypass().cutoff_bytes(), 0, "off by default on a parity level");
     stream(&engine, &vd, &mut image, 0..SPAN_BYTES / 2, 3);
     assert_eq!(vd.journal_bypass().bypassed(), (0, 0), "cutoff 0: nothing goes around");
     vd.journal_bypass().set_cutoff_bytes(engine::vd::journal_bypass::DEFAULT_CUTOFF_BYTES);
@@ -90,5 +92,24 @@ fn a_degraded_vd_and_a_cutoff_of_zero_keep_every_write_in_the_journal() {
     stream(&engine, &vd, &mut image, SPAN_BYTES / 2..SPAN_BYTES, 5);
     assert_eq!(vd.journal_bypass().bypassed(), (0, 0), "degraded: nothing goes around");
     check(&engine, &vd, &image, "degraded");
+    controller.shutdown();
+}
+
+#[test]
+fn levels_without_parity_go_around_by_default() {
+    let drives = mem_drives(4, DRIVE_BYTES);
+    let journal: Arc<dyn Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let engine = engine();
+    let controller = open(&engine, &drives, None, &journal);
+    let mut vd_spec = spec(Level::Raid10, &[0, 1, 2, 3], "mirror");
+    vd_spec.write_policy = WritePolicy::WriteBack;
+    controller.create_vd(vd_spec).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    assert_eq!(vd.journal_bypass().cutoff_bytes(), engine::vd::journal_bypass::DEFAULT_CUTOFF_BYTES);
+    let mut image = vec![0u8; SPAN_BYTES];
+    stream(&engine, &vd, &mut image, 0..SPAN_BYTES, 9);
+    let (_, bytes) = vd.journal_bypass().bypassed();
+    assert!(bytes >= 24 * MIB, "a 32 MiB stream past its first 4 MiB goes around: {bytes} bytes did");
+    check(&engine, &vd, &image, "RAID10 after the stream");
     controller.shutdown();
 }

@@ -21,8 +21,9 @@
 //! that logs an image of a noted row waits for a flush first ([`around_durable`]).
 //!
 //! It is acknowledged only once it is durable on the members, as a WB write is once it is
-//! durable in the journal: a flush of the VD's members after it, shared by every write of the
-//! VD that completed before the flush started ([`FlushGroup`]: group commit).
+//! durable in the journal: a flush of the VD's members that starts after it completed, shared
+//! by every write of the VD that completed in the same turn of the shard ([`FlushGroup`]:
+//! group commit).
 //!
 //! And only while the VD has every member in service: a row written whole without an image
 //! is marked unlogged in the bitmap, and resynced after a crash, which needs every member.
@@ -106,20 +107,34 @@ fn rows_of(range: &Range<u64>, row_bytes: u64) -> Range<u64> {
     range.start / row_bytes..range.end.div_ceil(row_bytes)
 }
 
-/// Member flushes of one VD on this shard for the writes that went around the journal:
-/// a write waits for a flush that started after it completed; one flush serves every write
-/// waiting when it starts.
+/// Member flushes of one VD on this shard for the writes that went around the journal. A write
+/// waits for a flush that starts after it completed: the first one to wait forms a flush, which
+/// starts at the executor's next turn, so every write completing in the same turn joins it
+/// (group commit); flushes may overlap, so no write waits for one that started before it.
 #[derive(Default)]
 pub(crate) struct FlushGroup {
-    /// Flushes started and finished (a flush is numbered by its start).
+    /// Flushes started (a flush is numbered by its start), and the highest number finished.
     started: Cell<u64>,
-    finished: Cell<u64>,
-    /// The error of the flush numbered `finished`, if it failed.
-    last_error: RefCell<Option<VdError>>,
-    /// Rows written whole without an image, by row: the flush that makes them durable.
+    max_finished: Cell<u64>,
+    /// The flush that waiters may still join: it has not started.
+    forming: RefCell<Option<Rc<Flush>>>,
+    /// Rows written whole without an image, by row: the first flush number that covers them.
     rows_unflushed: RefCell<HashMap<u64, u64>>,
     /// The same, in the order they were noted (so by flush number), to forget them once done.
     rows_in_order: RefCell<std::collections::VecDeque<(u64, u64)>>,
+}
+
+/// One flush of a VD's members.
+#[derive(Default)]
+struct Flush {
+    done: Cell<bool>,
+    error: RefCell<Option<VdError>>,
+}
+
+impl Flush {
+    fn result(&self) -> Result<(), VdError> {
+        self.error.borrow().clone().map_or(Ok(()), Err)
+    }
 }
 
 impl FlushGroup {
@@ -153,7 +168,7 @@ pub(crate) fn note_written_around(reactor: &Reactor, vd: &VirtualDrive, row: u64
 pub(crate) async fn around_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64) -> Result<(), VdError> {
     let needed = reactor.cache().flush_group(vd).rows_unflushed.borrow().get(&row).copied();
     match needed {
-        Some(needed) => flushed_up_to(reactor, vd, needed).await,
+        Some(needed) => flushed_from(reactor, vd, needed).await,
         None => Ok(()),
     }
 }
@@ -192,31 +207,43 @@ impl ShardCache {
 async fn members_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>) -> Result<(), VdError> {
     // A flush running now may have started before this write's data reached the members.
     let needed = reactor.cache().flush_group(vd).started.get() + 1;
-    flushed_up_to(reactor, vd, needed).await
+    flushed_from(reactor, vd, needed).await
 }
 
-/// Waits until flush `needed` of `vd`'s members (or a later one) finished, starting flushes
-/// as needed.
-async fn flushed_up_to(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, needed: u64) -> Result<(), VdError> {
+/// Waits until a flush of `vd`'s members numbered `needed` or later has finished, joining the
+/// flush being formed or forming one.
+async fn flushed_from(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, needed: u64) -> Result<(), VdError> {
     let cache = Rc::clone(reactor.cache());
     let group = cache.flush_group(vd);
-    while group.finished.get() < needed {
-        assert!(group.started.get() - group.finished.get() <= 1, "one flush of a VD runs at a time");
-        if group.started.get() > group.finished.get() {
-            cache.wait_for_change().await;
-            continue;
-        }
-        let number = group.started.get() + 1;
-        group.started.set(number);
-        let result = io::serve(Rc::clone(reactor), Arc::clone(vd), VdRequest::Flush).await.result;
-        *group.last_error.borrow_mut() = result.err();
-        group.finished.set(number);
-        group.forget_flushed(number);
-        cache.wake_all();
+    if group.max_finished.get() >= needed {
+        return Ok(());
     }
-    // That flush, or a later one: either made this write durable.
-    let error = group.last_error.borrow().clone();
-    error.map_or(Ok(()), Err)
+    let forming = group.forming.borrow().clone();
+    let Some(flush) = forming else { return run_flush(reactor, vd, &group, needed).await };
+    // It starts after this call, so its number will be `needed` or later.
+    while !flush.done.get() {
+        cache.wait_for_change().await;
+    }
+    flush.result()
+}
+
+/// Forms a flush, lets the writes completing in this turn join it, then runs it.
+async fn run_flush(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, group: &FlushGroup, needed: u64) -> Result<(), VdError> {
+    let flush = Rc::new(Flush::default());
+    *group.forming.borrow_mut() = Some(Rc::clone(&flush));
+    crate::runtime::yield_now().await;
+    let formed = group.forming.borrow_mut().take();
+    assert!(formed.is_some_and(|f| Rc::ptr_eq(&f, &flush)), "only the flush's former starts it");
+    let number = group.started.get() + 1;
+    assert!(number >= needed, "flush numbers only grow");
+    group.started.set(number);
+    let result = io::serve(Rc::clone(reactor), Arc::clone(vd), VdRequest::Flush).await.result;
+    *flush.error.borrow_mut() = result.err();
+    flush.done.set(true);
+    group.max_finished.set(group.max_finished.get().max(number));
+    group.forget_flushed(number);
+    reactor.cache().wake_all();
+    flush.result()
 }
 
 /// Whether a write of `range` of `vd` may go around the journal now (see the module docs; the

@@ -11,6 +11,14 @@
 //! whether it may (`cache::bypass::allowed`): only on a VD with every member in service, and
 //! only where no journal record or row image a replay could lay over it is still live.
 //!
+//! It is on by default only where it changes nothing a crash can do: RAID0, JBOD and the mirror
+//! levels, whose row writes the journal never logs as images anyway. On parity levels a row
+//! written whole without an image marks its bitmap region unlogged, and a crash followed by a
+//! restart without one member would then refuse the reads of that whole region (older,
+//! acknowledged data in it included) until a resync, as md without a journal does: the write
+//! hole the journal closes. So there the cutoff starts at 0 (never) and must be set on purpose
+//! ([`JournalBypass::set_cutoff_bytes`]); the simulator runs parity levels with it on.
+//!
 //! The stream table here is a heuristic (a race can only send a write one way or the other);
 //! nothing that makes the bypass safe depends on it.
 
@@ -18,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// A stream's length, in bytes written in a row, from which its large writes go around the
-/// journal (bcache's default sequential cutoff).
+/// journal (bcache's default sequential cutoff): the default of levels without parity.
 pub const DEFAULT_CUTOFF_BYTES: u64 = 4 << 20;
 /// Write streams tracked per VD.
 const STREAMS_TRACKED: usize = 16;
@@ -50,16 +58,28 @@ struct StreamTable {
 
 impl Default for JournalBypass {
     fn default() -> Self {
-        JournalBypass {
-            streams: Mutex::new(StreamTable::default()),
-            cutoff_bytes: AtomicU64::new(DEFAULT_CUTOFF_BYTES),
-            writes: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-        }
+        JournalBypass::with_cutoff_bytes(DEFAULT_CUTOFF_BYTES)
     }
 }
 
 impl JournalBypass {
+    /// The default of a VD whose spans are `kind`: on without parity, off with it (module docs).
+    pub fn for_span_kind(kind: layout::SpanKind) -> JournalBypass {
+        match kind {
+            layout::SpanKind::Parity | layout::SpanKind::DoubleParity => JournalBypass::with_cutoff_bytes(0),
+            _ => JournalBypass::default(),
+        }
+    }
+
+    fn with_cutoff_bytes(cutoff_bytes: u64) -> JournalBypass {
+        JournalBypass {
+            streams: Mutex::new(StreamTable::default()),
+            cutoff_bytes: AtomicU64::new(cutoff_bytes),
+            writes: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
     /// Notes a client write of `len_bytes` at `offset_bytes` on a VD whose rows hold
     /// `row_bytes`, and says whether it is a candidate to go around the journal: a stream's
     /// write, at least a row long, once the stream has written the cutoff (this write counted).

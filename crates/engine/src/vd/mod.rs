@@ -257,7 +257,7 @@ impl VirtualDrive {
             fast_path_reads: AtomicU64::new(0),
             fast_writes: fast_writes::FastWrites::default(),
             ssd_cache: crate::ssd_cache::Attachment::default(),
-            journal_bypass: JournalBypass::default(),
+            journal_bypass: JournalBypass::for_span_kind(geometry.span_kind()),
             client_io: io_stats::ClientIoStats::default(),
         })
     }
