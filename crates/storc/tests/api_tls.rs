@@ -24,7 +24,8 @@ struct Certificates {
 }
 
 /// The server's names: the ones the clients below use.
-const SERVER_TEMPLATE: &str = "cn = storc test server\ndns_name = localhost\nip_address = 127.0.0.1\nip_address = 10.78.0.1\n\
+const SERVER_TEMPLATE: &str =
+    "cn = storc test server\ndns_name = localhost\ndns_name = storc.test\nip_address = 127.0.0.1\nip_address = 10.78.0.1\n\
                                tls_www_server\nsigning_key\nexpiration_days = 2\n";
 const CA_TEMPLATE: &str = "cn = storc test CA\nca\ncert_signing_key\nexpiration_days = 2\n";
 
@@ -129,9 +130,16 @@ fn curl_and_the_cli_reach_the_api_over_https_with_the_token_and_nothing_else_doe
     assert_eq!(answer.status, 200, "{}", answer.body);
     let controller: ControllerView = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(controller.drives.len(), 2);
-    // The certificate's name works too (the Host rule takes it).
+    // The certificate's names work too (the Host rule takes them); another name does not.
     let by_name = curl(&[], &["--cacert", &ca, "-H", &bearer(&daemon)], &url.replace("127.0.0.1", "localhost"));
     assert_eq!(by_name.status, 200, "{}", by_name.body);
+    let port = address.rsplit_once(':').unwrap().1;
+    let resolve = format!("storc.test:{port}:127.0.0.1");
+    let by_certificate_name =
+        curl(&[], &["--cacert", &ca, "--resolve", &resolve, "-H", &bearer(&daemon)], &url.replace("127.0.0.1", "storc.test"));
+    assert_eq!(by_certificate_name.status, 200, "{}", by_certificate_name.body);
+    let foreign_host = curl(&[], &["--cacert", &ca, "-H", &bearer(&daemon), "-H", "Host: evil.example"], &url);
+    assert_eq!(foreign_host.status, 421, "{}", foreign_host.body);
 
     let no_token = curl(&[], &["--cacert", &ca], &url);
     assert_eq!(no_token.status, 401, "{}", no_token.body);
