@@ -125,6 +125,7 @@ fn curl_and_the_cli_reach_the_api_over_https_with_the_token_and_nothing_else_doe
     let daemon = https_daemon(&scratch, &certificates);
     let (address, ca) = (daemon.api_tcp_address().to_string(), certificates.ca.display().to_string());
     let url = format!("https://{address}/api/v1/controller");
+    let port = address.rsplit_once(':').unwrap().1.to_string();
 
     let answer = curl(&[], &["--cacert", &ca, "-H", &bearer(&daemon)], &url);
     assert_eq!(answer.status, 200, "{}", answer.body);
@@ -133,7 +134,6 @@ fn curl_and_the_cli_reach_the_api_over_https_with_the_token_and_nothing_else_doe
     // The certificate's names work too (the Host rule takes them); another name does not.
     let by_name = curl(&[], &["--cacert", &ca, "-H", &bearer(&daemon)], &url.replace("127.0.0.1", "localhost"));
     assert_eq!(by_name.status, 200, "{}", by_name.body);
-    let port = address.rsplit_once(':').unwrap().1;
     let resolve = format!("storc.test:{port}:127.0.0.1");
     let by_certificate_name =
         curl(&[], &["--cacert", &ca, "--resolve", &resolve, "-H", &bearer(&daemon)], &url.replace("127.0.0.1", "storc.test"));
@@ -172,6 +172,18 @@ fn curl_and_the_cli_reach_the_api_over_https_with_the_token_and_nothing_else_doe
         )) && text_of(&untrusted).contains("--api-ca FILE or STORC_API_CA=FILE"),
         "{}",
         text_of(&untrusted)
+    );
+    // The same server under an address its certificate does not name (IPv4-mapped IPv6) fails
+    // the name check, before the token is sent.
+    let unnamed = format!("https://[::ffff:127.0.0.1]:{port}");
+    let misnamed = storc_cli(&[], &["/c0", "show", "--api", &unnamed, "--api-ca", &ca], &[("STORC_API_TOKEN", &token)]);
+    assert_eq!(misnamed.status.code(), Some(1), "{}", text_of(&misnamed));
+    assert!(
+        text_of(&misnamed).contains(&format!(
+            "the storc daemon at {unnamed} showed a certificate that does not verify against the CAs in {ca} for ::ffff:127.0.0.1"
+        )),
+        "{}",
+        text_of(&misnamed)
     );
     let plain_cli = storc_cli(&[], &["/c0", "show", "--api", &format!("tcp:{address}")], &[("STORC_API_TOKEN", &token)]);
     assert_eq!(plain_cli.status.code(), Some(1), "{}", text_of(&plain_cli));

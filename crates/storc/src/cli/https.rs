@@ -7,8 +7,9 @@
 //! Debian's ca-certificates). The token goes in the request as over `tcp:`. OpenSSL, as in the
 //! daemon (`daemon::api_tls` says why): one TLS library in the binary.
 
-use openssl::ssl::{HandshakeError, SslConnector, SslMethod, SslOptions, SslStream, SslVersion};
+use openssl::ssl::{HandshakeError, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslStream, SslVerifyMode, SslVersion};
 use openssl::x509::store::X509StoreBuilder;
+use openssl::x509::verify::X509CheckFlags;
 use openssl::x509::{X509VerifyResult, X509};
 use std::net::{IpAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -88,30 +89,53 @@ impl HttpsEndpoint {
     /// A message for a person: the daemon is unreachable, its certificate does not verify (and
     /// how to give the CA), or it does not speak TLS.
     pub fn connect(&self, timeout: Duration) -> Result<SslStream<TcpStream>, String> {
-        let connector = self.connector()?;
+        let context = self.context()?;
         let tcp = TcpStream::connect((self.host.as_str(), self.port)).map_err(|error| {
             format!("cannot reach the storc daemon at {self} ({}); start it with: storc serve", super::http::io_reason(&error))
         })?;
         tcp.set_read_timeout(Some(timeout)).and_then(|()| tcp.set_write_timeout(Some(timeout))).map_err(|e| e.to_string())?;
-        let configuration = connector.configure().map_err(|e| e.to_string())?;
-        configuration.connect(&self.host, tcp).map_err(|error| self.handshake_failure(error))
+        // Each handshake record and the request go out at once, not behind Nagle's algorithm.
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let ssl = self.session(&context).map_err(|e| e.to_string())?;
+        ssl.connect(tcp).map_err(|error| self.handshake_failure(error))
     }
 
-    fn connector(&self) -> Result<SslConnector, String> {
+    /// What `openssl::ssl::SslConnector` sets up, except that with `--api-ca` the system's CA
+    /// bundle is never loaded (parsing it costs about 40 ms a command, for CAs not trusted here).
+    fn context(&self) -> Result<SslContext, String> {
         let stack = |error: openssl::error::ErrorStack| error.to_string();
-        let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(stack)?;
+        let mut builder = SslContextBuilder::new(SslMethod::tls_client()).map_err(stack)?;
         builder.set_min_proto_version(Some(SslVersion::TLS1_2)).map_err(stack)?;
         // Each answer is framed (Content-Length or chunks): a missing close_notify loses nothing.
-        builder.set_options(SslOptions::IGNORE_UNEXPECTED_EOF);
+        builder.set_options(SslOptions::IGNORE_UNEXPECTED_EOF | SslOptions::NO_COMPRESSION);
         builder.set_alpn_protos(b"\x08http/1.1").map_err(stack)?;
-        if let Some(ca_file) = &self.ca_file {
-            let mut store = X509StoreBuilder::new().map_err(stack)?;
-            for ca in load_cas(ca_file)? {
-                store.add_cert(ca).map_err(stack)?;
+        builder.set_verify(SslVerifyMode::PEER);
+        match &self.ca_file {
+            Some(ca_file) => {
+                let mut store = X509StoreBuilder::new().map_err(stack)?;
+                for ca in load_cas(ca_file)? {
+                    store.add_cert(ca).map_err(stack)?;
+                }
+                builder.set_cert_store(store.build());
             }
-            builder.set_cert_store(store.build());
+            None => builder.set_default_verify_paths().map_err(stack)?,
         }
         Ok(builder.build())
+    }
+
+    /// One connection's TLS: the certificate must name the URL's host (an IP address as an IP
+    /// address, no partial wildcards, as `SslConnector` checks it); a name also goes as SNI.
+    fn session(&self, context: &SslContext) -> Result<Ssl, openssl::error::ErrorStack> {
+        let mut ssl = Ssl::new(context)?;
+        ssl.param_mut().set_hostflags(X509CheckFlags::NO_PARTIAL_WILDCARDS);
+        match self.host.parse::<IpAddr>() {
+            Ok(ip) => ssl.param_mut().set_ip(ip)?,
+            Err(_) => {
+                ssl.param_mut().set_host(&self.host)?;
+                ssl.set_hostname(&self.host)?;
+            }
+        }
+        Ok(ssl)
     }
 
     fn handshake_failure(&self, error: HandshakeError<TcpStream>) -> String {

@@ -210,6 +210,11 @@ async fn accept_with_permit(tcp: &TcpListener, permits: &Arc<Semaphore>) -> Opti
     loop {
         match tcp.accept().await {
             Ok((stream, peer)) => {
+                // OpenSSL writes each handshake record on its own: with Nagle's algorithm the
+                // second waits for the client's delayed ACK (40 ms a handshake on loopback).
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(peer = %peer, "management API over HTTPS: no TCP_NODELAY: {error}");
+                }
                 let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE_IDLE).with_interval(KEEPALIVE_INTERVAL);
                 if let Err(error) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
                     tracing::debug!(peer = %peer, "management API over HTTPS: no TCP keep-alive: {error}");
