@@ -96,17 +96,31 @@ fn main() -> ExitCode {
     }
 }
 
-/// The first argument that is not `--api PATH` / `--api=PATH`: where a storcli object path sits.
+/// The first argument that is not `--api VALUE` / `--api=VALUE` or `--api-ca FILE` /
+/// `--api-ca=FILE`: where a storcli object path sits.
 fn first_object(args: &[String]) -> Option<&String> {
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
-            "--api" => {
+            "--api" | "--api-ca" => {
                 rest.next();
             }
-            a if a.starts_with("--api=") => {}
+            a if a.starts_with("--api=") || a.starts_with("--api-ca=") => {}
             _ => return Some(arg),
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_object;
+
+    #[test]
+    fn the_object_path_follows_the_api_options() {
+        let first = |args: &[&str]| first_object(&args.iter().map(|arg| arg.to_string()).collect::<Vec<_>>()).cloned();
+        assert_eq!(first(&["--api", "https://127.0.0.1:8443", "--api-ca", "ca.pem", "/c0", "show"]), Some("/c0".to_string()));
+        assert_eq!(first(&["--api-ca=ca.pem", "--api=tcp:127.0.0.1:1", "/c0"]), Some("/c0".to_string()));
+        assert_eq!(first(&["serve", "--api-listen", "127.0.0.1:8080"]), Some("serve".to_string()));
+    }
 }

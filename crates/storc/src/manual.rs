@@ -31,7 +31,7 @@ pub struct CompletionsArgs {
 /// Shown by `storc --help` and in storc(1)'s description.
 pub const OBJECT_SYNTAX_HELP: &str = "\
 Controller commands take storcli's syntax, parsed before the subcommands above:
-  storc [--api PATH|tcp:HOST:PORT] /c0[/vN|/vall|/sN|/sall|/fall|/journal] COMMAND... [J]
+  storc [--api PATH|tcp:HOST:PORT|https://HOST:PORT [--api-ca FILE]] /c0[/vN|/vall|/sN|/sall|/fall|/journal] COMMAND... [J]
 e.g. storc /c0 show, storc /c0/vall show, storc /c0/s3 set offline, storc /c0/v0 start cc.
 A trailing J prints JSON. man storc lists every object and its commands.";
 
@@ -105,7 +105,14 @@ fn object_synopsis() -> Roff {
         roman("|"),
         bold("tcp:"),
         italic("HOST:PORT"),
-        roman("] "),
+        roman("|"),
+        bold("https://"),
+        italic("HOST:PORT"),
+        roman(" ["),
+        bold("--api-ca"),
+        roman(" "),
+        italic("FILE"),
+        roman("]] "),
         italic("OBJECT"),
         roman(" "),
         italic("COMMAND"),
@@ -168,6 +175,15 @@ fn closing_sections() -> Roff {
     roff.control("TP", []);
     roff.text([bold("STORC_API")]);
     roff.text([roman("The management API the storcli-style commands use when --api is not given.")]);
+    roff.control("TP", []);
+    roff.text([bold("STORC_API_CA")]);
+    roff.text([roman(
+        "The CA certificates (PEM) an https:// management API must verify against when --api-ca is not given; without \
+         either, the system's trusted CAs.",
+    )]);
+    roff.control("TP", []);
+    roff.text([bold("STORC_API_TOKEN")]);
+    roff.text([roman("The API token sent over tcp: and https:// (else ./storc-data/api.token).")]);
     roff.control("TP", []);
     roff.text([bold("STORC_LOG")]);
     roff.text([roman("The log filter (tracing's syntax, e.g. info or engine=debug); warn by default.")]);

@@ -70,7 +70,9 @@ fn the_deb_installs_into_a_scratch_root_where_storc_its_man_pages_completions_an
 
     let storc = root.join("usr/bin/storc");
     let help = stdout(&run(Command::new(&storc).arg("--help")));
-    for words in ["serve", "bench", "storc [--api PATH|tcp:HOST:PORT] /c0[/vN", "man storc lists every object"] {
+    for words in
+        ["serve", "bench", "storc [--api PATH|tcp:HOST:PORT|https://HOST:PORT [--api-ca FILE]] /c0[/vN", "man storc lists every object"]
+    {
         assert!(help.contains(words), "storc --help lacks {words:?}:\n{help}");
     }
     let version = stdout(&run(Command::new(&storc).arg("--version")));

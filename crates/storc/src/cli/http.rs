@@ -2,7 +2,9 @@
 //!
 //! One request per connection (`Connection: close`), so an answer ends at EOF and no connection
 //! state is kept; the CLI sends at most a few requests per command, so nothing is lost by it.
+//! Over a Unix socket, plain TCP (`tcp:HOST:PORT`) or HTTPS (`https://HOST:PORT`, `https`).
 
+use super::https::HttpsEndpoint;
 use serde::Serialize;
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -26,21 +28,50 @@ pub enum Endpoint {
     Unix(PathBuf),
     /// `host:port`, from `tcp:host:port`.
     Tcp(String),
+    /// `https://host:port`, with the CAs to verify it against.
+    Https(HttpsEndpoint),
+}
+
+/// Where the CLI's requests go: `--api` and `--api-ca`, then the environment's `STORC_API` and
+/// `STORC_API_CA`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApiSettings {
+    pub api: Option<String>,
+    pub ca: Option<String>,
 }
 
 impl Endpoint {
-    /// `tcp:127.0.0.1:9090` is TCP; anything else is a Unix socket path.
-    pub fn parse(text: &str) -> Endpoint {
-        match text.strip_prefix("tcp:") {
+    /// `tcp:127.0.0.1:9090` is TCP, `https://127.0.0.1:8443` HTTPS; anything else is a Unix
+    /// socket path.
+    ///
+    /// # Errors
+    /// An https URL that is not `https://HOST:PORT`.
+    pub fn parse(text: &str, ca_file: Option<PathBuf>) -> Result<Endpoint, String> {
+        if let Some(rest) = text.strip_prefix("https://") {
+            return HttpsEndpoint::parse(rest, ca_file).map(Endpoint::Https);
+        }
+        Ok(match text.strip_prefix("tcp:") {
             Some(address) => Endpoint::Tcp(address.to_string()),
             None => Endpoint::Unix(PathBuf::from(text)),
-        }
+        })
     }
 
-    /// `--api` wins over `STORC_API`, which wins over the default socket.
-    pub fn choose(api_option: Option<String>, api_env: Option<String>) -> Endpoint {
-        let text = api_option.or(api_env.filter(|value| !value.is_empty()));
-        Endpoint::parse(text.as_deref().unwrap_or(API_SOCKET_DEFAULT))
+    /// `--api` wins over `STORC_API`, which wins over the default socket; `--api-ca` over
+    /// `STORC_API_CA`.
+    ///
+    /// # Errors
+    /// A malformed https URL, or `--api-ca` with an endpoint that is not https.
+    pub fn choose(options: ApiSettings, env: ApiSettings) -> Result<Endpoint, String> {
+        let text = options.api.or(env.api.filter(|value| !value.is_empty()));
+        let ca_option = options.ca.clone();
+        let ca = options.ca.or(env.ca.filter(|value| !value.is_empty())).map(PathBuf::from);
+        let endpoint = Endpoint::parse(text.as_deref().unwrap_or(API_SOCKET_DEFAULT), ca)?;
+        match (&endpoint, ca_option) {
+            (Endpoint::Unix(_) | Endpoint::Tcp(_), Some(ca)) => Err(format!(
+                "--api-ca {ca} applies to an HTTPS endpoint, and the endpoint is {endpoint}; allowed: --api-ca FILE with --api https://HOST:PORT"
+            )),
+            _ => Ok(endpoint),
+        }
     }
 }
 
@@ -49,32 +80,41 @@ impl fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(path) => write!(f, "{}", path.display()),
             Endpoint::Tcp(address) => write!(f, "tcp:{address}"),
+            Endpoint::Https(https) => write!(f, "{https}"),
         }
     }
 }
 
-/// Removes `--api PATH` or `--api=PATH` from anywhere in `args` and returns PATH (the last wins).
+/// Removes `--api VALUE`/`--api=VALUE` and `--api-ca FILE`/`--api-ca=FILE` from anywhere in
+/// `args` (the last of each wins).
 ///
 /// # Errors
-/// `--api` without a value.
-pub fn take_api_option(args: &mut Vec<String>) -> Result<Option<String>, String> {
-    let mut api = None;
+/// An option without a value.
+pub fn take_api_options(args: &mut Vec<String>) -> Result<ApiSettings, String> {
+    Ok(ApiSettings {
+        api: take_option(args, "--api", "a socket path, tcp:HOST:PORT or https://HOST:PORT")?,
+        ca: take_option(args, "--api-ca", "a file of PEM CA certificates")?,
+    })
+}
+
+fn take_option(args: &mut Vec<String>, name: &str, what: &str) -> Result<Option<String>, String> {
+    let mut value = None;
     let mut index = 0;
     while index < args.len() {
-        if let Some(value) = args[index].strip_prefix("--api=") {
-            api = Some(value.to_string());
+        if let Some(given) = args[index].strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
+            value = Some(given.to_string());
             args.remove(index);
-        } else if args[index] == "--api" {
+        } else if args[index] == name {
             if index + 1 == args.len() {
-                return Err("--api needs a socket path or tcp:HOST:PORT".to_string());
+                return Err(format!("{name} needs {what}"));
             }
-            api = Some(args.remove(index + 1));
+            value = Some(args.remove(index + 1));
             args.remove(index);
         } else {
             index += 1;
         }
     }
-    Ok(api)
+    Ok(value)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,6 +214,11 @@ pub fn send(endpoint: &Endpoint, request: &Request) -> Result<Response, String> 
             stream.set_read_timeout(timeout).and_then(|()| stream.set_write_timeout(timeout)).map_err(|e| e.to_string())?;
             exchange(stream, &request.encode_with_token(address, token.as_deref()))
         }
+        Endpoint::Https(https) => {
+            let token = api_token(std::env::var("STORC_API_TOKEN").ok(), Path::new(API_TOKEN_FILE_DEFAULT))?;
+            let stream = https.connect(Duration::from_secs(ANSWER_TIMEOUT_SECS))?;
+            exchange(stream, &request.encode_with_token(&https.host_header(), token.as_deref()))
+        }
     };
     let raw = exchanged.map_err(|error| lost(endpoint, request, &error))?;
     parse_response(&raw).map_err(|why| {
@@ -224,7 +269,7 @@ fn lost(endpoint: &Endpoint, request: &Request, error: &io::Error) -> String {
 }
 
 /// The operating system's words without Rust's " (os error 2)" suffix, which means nothing to a person.
-fn io_reason(error: &io::Error) -> String {
+pub(super) fn io_reason(error: &io::Error) -> String {
     let text = error.to_string();
     match text.find(" (os error ") {
         Some(end) => text[..end].to_string(),
@@ -399,19 +444,42 @@ mod tests {
     #[test]
     fn endpoints() {
         let strings = |items: &[&str]| items.iter().map(|item| item.to_string()).collect::<Vec<_>>();
+        let api = |value: &str| ApiSettings { api: Some(value.to_string()), ca: None };
         let mut args = strings(&["/c0", "--api", "/run/a.sock", "show"]);
-        assert_eq!(take_api_option(&mut args), Ok(Some("/run/a.sock".to_string())));
+        assert_eq!(take_api_options(&mut args), Ok(api("/run/a.sock")));
         assert_eq!(args, strings(&["/c0", "show"]));
         let mut args = strings(&["--api=tcp:127.0.0.1:9090", "/c0", "show", "J"]);
-        assert_eq!(take_api_option(&mut args), Ok(Some("tcp:127.0.0.1:9090".to_string())));
+        assert_eq!(take_api_options(&mut args), Ok(api("tcp:127.0.0.1:9090")));
         assert_eq!(args, strings(&["/c0", "show", "J"]));
+        let mut args = strings(&["/c0", "--api-ca", "ca.pem", "show", "--api=https://127.0.0.1:8443"]);
+        let https = ApiSettings { api: Some("https://127.0.0.1:8443".into()), ca: Some("ca.pem".into()) };
+        assert_eq!(take_api_options(&mut args), Ok(https.clone()));
+        assert_eq!(args, strings(&["/c0", "show"]));
         let mut args = strings(&["/c0", "show", "--api"]);
-        assert_eq!(take_api_option(&mut args), Err("--api needs a socket path or tcp:HOST:PORT".to_string()));
+        assert_eq!(take_api_options(&mut args), Err("--api needs a socket path, tcp:HOST:PORT or https://HOST:PORT".to_string()));
+        let mut args = strings(&["/c0", "show", "--api-ca"]);
+        assert_eq!(take_api_options(&mut args), Err("--api-ca needs a file of PEM CA certificates".to_string()));
 
-        assert_eq!(Endpoint::choose(None, None), Endpoint::Unix(PathBuf::from(API_SOCKET_DEFAULT)));
-        assert_eq!(Endpoint::choose(None, Some("/env.sock".into())), Endpoint::Unix(PathBuf::from("/env.sock")));
-        assert_eq!(Endpoint::choose(Some("tcp:127.0.0.1:9090".into()), Some("/env.sock".into())), Endpoint::Tcp("127.0.0.1:9090".into()));
+        let none = ApiSettings::default;
+        assert_eq!(Endpoint::choose(none(), none()), Ok(Endpoint::Unix(PathBuf::from(API_SOCKET_DEFAULT))));
+        assert_eq!(Endpoint::choose(none(), api("/env.sock")), Ok(Endpoint::Unix(PathBuf::from("/env.sock"))));
+        assert_eq!(Endpoint::choose(api("tcp:127.0.0.1:9090"), api("/env.sock")), Ok(Endpoint::Tcp("127.0.0.1:9090".into())));
         assert_eq!(Endpoint::Tcp("127.0.0.1:9090".into()).to_string(), "tcp:127.0.0.1:9090");
+        let chosen = Endpoint::choose(https.clone(), none()).unwrap();
+        assert_eq!(chosen, Endpoint::Https(HttpsEndpoint::parse("127.0.0.1:8443", Some("ca.pem".into())).unwrap()));
+        assert_eq!(chosen.to_string(), "https://127.0.0.1:8443");
+        // The environment's CA goes with an https endpoint; beside another endpoint it is ignored.
+        let env_ca = ApiSettings { api: Some("https://[::1]:8443".into()), ca: Some("env-ca.pem".into()) };
+        assert_eq!(
+            Endpoint::choose(none(), env_ca.clone()),
+            Ok(Endpoint::Https(HttpsEndpoint::parse("[::1]:8443", Some("env-ca.pem".into())).unwrap()))
+        );
+        assert_eq!(Endpoint::choose(api("/a.sock"), env_ca), Ok(Endpoint::Unix(PathBuf::from("/a.sock"))));
+        let stray = ApiSettings { api: Some("tcp:127.0.0.1:9090".into()), ca: Some("ca.pem".into()) };
+        assert_eq!(
+            Endpoint::choose(stray, none()),
+            Err("--api-ca ca.pem applies to an HTTPS endpoint, and the endpoint is tcp:127.0.0.1:9090; allowed: --api-ca FILE with --api https://HOST:PORT".into())
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod bgi;
 mod cc;
 mod copyback;
 mod http;
+mod https;
 mod journal;
 mod parse;
 mod patrol;
@@ -19,7 +20,7 @@ mod render;
 mod table;
 
 pub(crate) use http::API_SOCKET_DEFAULT;
-use http::{Endpoint, Request};
+use http::{ApiSettings, Endpoint, Request};
 pub(crate) use parse::{ObjectCommands, OBJECT_COMMANDS};
 use render::{Controller, Report};
 use serde_json::Value;
@@ -29,8 +30,8 @@ use std::process::ExitCode;
 /// Runs one command; `args` are the arguments after the binary name, e.g. `["/c0", "show"]`.
 /// Output goes to stdout, failures included, as storcli does: scripts read one stream.
 pub fn run(args: Vec<String>) -> ExitCode {
-    let api_env = std::env::var("STORC_API").ok();
-    let exit_code = run_with(args, api_env, &mut std::io::stdout().lock());
+    let env = ApiSettings { api: std::env::var("STORC_API").ok(), ca: std::env::var("STORC_API_CA").ok() };
+    let exit_code = run_with(args, env, &mut std::io::stdout().lock());
     ExitCode::from(exit_code)
 }
 
@@ -66,10 +67,11 @@ impl Failure {
 }
 
 /// `run` with its environment passed in, so tests can point it at a fake daemon and read its output.
-fn run_with(mut args: Vec<String>, api_env: Option<String>, out: &mut dyn Write) -> u8 {
-    let api_option = http::take_api_option(&mut args);
+fn run_with(mut args: Vec<String>, env: ApiSettings, out: &mut dyn Write) -> u8 {
+    let options = http::take_api_options(&mut args);
     let json_output = parse::wants_json(&args);
-    let outcome = api_option.map_err(Failure::Usage).and_then(|api_option| execute(&args, Endpoint::choose(api_option, api_env)));
+    let endpoint = options.and_then(|options| Endpoint::choose(options, env)).map_err(Failure::Usage);
+    let outcome = endpoint.and_then(|endpoint| execute(&args, endpoint));
     let (text, exit_code) = match &outcome {
         Ok(report) => (render::success(report, json_output), 0),
         Err(failure) => {
@@ -181,7 +183,8 @@ mod tests {
 
     fn run_to_string(args: &[&str], api_env: Option<&str>) -> (u8, String) {
         let mut out = Vec::new();
-        let exit_code = run_with(args.iter().map(|arg| arg.to_string()).collect(), api_env.map(String::from), &mut out);
+        let env = ApiSettings { api: api_env.map(String::from), ca: None };
+        let exit_code = run_with(args.iter().map(|arg| arg.to_string()).collect(), env, &mut out);
         (exit_code, String::from_utf8(out).unwrap())
     }
 

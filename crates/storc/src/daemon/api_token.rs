@@ -8,7 +8,8 @@
 //!
 //! A request shows it as `Authorization: Bearer TOKEN`, or as the cookie `storc_token` that the
 //! console's login sets (HttpOnly: the page's scripts never see it; SameSite=Strict: a request
-//! another site makes the browser send carries no cookie).
+//! another site makes the browser send carries no cookie; Secure over HTTPS: the browser never
+//! sends it over plain HTTP, where anyone on the way could read it).
 
 use axum::http::{header, HeaderMap};
 use std::io::{ErrorKind, Write};
@@ -74,9 +75,10 @@ impl ApiToken {
         ApiToken { hex, path: PathBuf::from("/data/api.token") }
     }
 
-    /// The `Set-Cookie` value of a login: the token for every path of this listener.
-    pub fn login_cookie(&self) -> String {
-        format!("{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict", self.hex)
+    /// The `Set-Cookie` value of a login: the token for every path of this listener; `Secure`
+    /// when it is served over HTTPS.
+    pub fn login_cookie(&self, https: bool) -> String {
+        format!("{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict{}", self.hex, secure_attribute(https))
     }
 }
 
@@ -89,8 +91,16 @@ pub enum Presented {
 }
 
 /// The `Set-Cookie` value of a logout: the cookie expires at once.
-pub fn logout_cookie() -> String {
-    format!("{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+pub fn logout_cookie(https: bool) -> String {
+    format!("{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict{}; Max-Age=0", secure_attribute(https))
+}
+
+fn secure_attribute(https: bool) -> &'static str {
+    if https {
+        "; Secure"
+    } else {
+        ""
+    }
 }
 
 /// The token, if `text` is one.
@@ -190,6 +200,8 @@ mod tests {
         check(&[(header::COOKIE, "storc_token_old=1"), (header::COOKIE, &format!("storc_token={hex}"))], Presented::Token);
         check(&[(header::COOKIE, &format!("storc_token={wrong}"))], Presented::WrongToken);
         check(&[(header::COOKIE, &format!("xstorc_token={hex}"))], Presented::Nothing);
-        assert_eq!(token.login_cookie(), format!("storc_token={hex}; Path=/; HttpOnly; SameSite=Strict"));
+        assert_eq!(token.login_cookie(false), format!("storc_token={hex}; Path=/; HttpOnly; SameSite=Strict"));
+        assert_eq!(token.login_cookie(true), format!("storc_token={hex}; Path=/; HttpOnly; SameSite=Strict; Secure"));
+        assert_eq!(logout_cookie(true), "storc_token=; Path=/; HttpOnly; SameSite=Strict; Secure; Max-Age=0");
     }
 }

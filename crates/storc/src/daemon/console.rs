@@ -5,6 +5,7 @@
 //! The page is plain HTML, CSS and JavaScript with no build step and no library: it calls the
 //! same `/api/v1` routes as the CLI and draws its charts as SVG itself. Its Content-Security-Policy
 //! lets it load nothing but itself, run no inline script, and talk to nothing but this listener.
+//! Over HTTPS (`--api-tls-certificates`) the login's cookie is `Secure`.
 
 use super::api::ApiJson;
 use super::api_token::{self, ApiToken};
@@ -29,7 +30,14 @@ const STYLE_CSS: &str = include_str!("console/console.css");
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
 
-pub fn router(token: Arc<ApiToken>) -> Router {
+/// What the login and logout need: the token, and whether the listener speaks HTTPS.
+#[derive(Clone)]
+struct Login {
+    token: Arc<ApiToken>,
+    https: bool,
+}
+
+pub fn router(token: Arc<ApiToken>, https: bool) -> Router {
     Router::new()
         .route("/", get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }))
         .route("/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT_JS) }))
@@ -37,7 +45,7 @@ pub fn router(token: Arc<ApiToken>) -> Router {
         .route("/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
         .route("/console/login", post(login))
         .route("/console/logout", post(logout))
-        .with_state(token)
+        .with_state(Login { token, https })
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -55,17 +63,17 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// `POST /console/login {"token": "..."}`: the right token answers 204 with the cookie that
 /// carries it on every later request; a wrong one 401, and nothing is set.
-async fn login(State(token): State<Arc<ApiToken>>, ApiJson(body): ApiJson<ConsoleLogin>) -> Response {
-    if !token.matches(body.token.trim()) {
-        let error = format!("that is not this daemon's API token; it is in {}", token.path().display());
+async fn login(State(login): State<Login>, ApiJson(body): ApiJson<ConsoleLogin>) -> Response {
+    if !login.token.matches(body.token.trim()) {
+        let error = format!("that is not this daemon's API token; it is in {}", login.token.path().display());
         return (StatusCode::UNAUTHORIZED, Json(ApiError { error })).into_response();
     }
-    with_cookie(StatusCode::NO_CONTENT, token.login_cookie())
+    with_cookie(StatusCode::NO_CONTENT, login.token.login_cookie(login.https))
 }
 
 /// `POST /console/logout`: the cookie expires.
-async fn logout() -> Response {
-    with_cookie(StatusCode::NO_CONTENT, api_token::logout_cookie())
+async fn logout(State(login): State<Login>) -> Response {
+    with_cookie(StatusCode::NO_CONTENT, api_token::logout_cookie(login.https))
 }
 
 fn with_cookie(status: StatusCode, cookie: String) -> Response {

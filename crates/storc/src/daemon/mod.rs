@@ -9,7 +9,9 @@ mod api_bgi;
 mod api_cc;
 mod api_copyback;
 mod api_journal;
+mod api_listen;
 mod api_ssd_cache;
+mod api_tls;
 mod api_token;
 mod console;
 mod data_dir;
@@ -55,9 +57,12 @@ pub struct Args {
     /// Management API and web console over TCP on loopback, in addition to the Unix socket (e.g.
     /// 127.0.0.1:8080). It answers only the daemon's user and root, only a Host header naming the
     /// listener, and only requests carrying the token in <data-dir>/api.token (the console's
-    /// page and login excepted).
+    /// page and login excepted). Beyond loopback only with --api-listen-any and
+    /// --api-tls-certificates.
     #[arg(long)]
     api_listen: Option<String>,
+    #[command(flatten)]
+    api_tls: api_listen::ApiListenArgs,
     /// GET /metrics (Prometheus' text format) over the TCP API answers every local user, not only
     /// the daemon's user and root, so that a Prometheus running as its own user can scrape it.
     /// It shows states, VD names and counters, and changes nothing; every other route keeps the
@@ -87,7 +92,8 @@ struct TcpListen {
     nbd: Option<SocketAddr>,
     /// The NBD TCP listener's TLS (`--tls on|require`), its credentials loaded.
     nbd_tls: Option<nbd::TlsServer>,
-    api: Option<SocketAddr>,
+    /// The management API's TCP listener (`--api-listen`), its certificate loaded.
+    api: Option<api_listen::ApiListen>,
 }
 
 /// `--nbd-listen none`: the NBD server on the Unix socket only.
@@ -95,11 +101,7 @@ const NBD_LISTEN_OFF: &str = "none";
 
 pub fn run(args: &Args) -> Result<(), String> {
     let nbd = (args.nbd_listen != NBD_LISTEN_OFF).then(|| resolve_loopback("--nbd-listen", &args.nbd_listen)).transpose()?;
-    let listen = TcpListen {
-        nbd_tls: args.tls.server(nbd.is_some())?,
-        nbd,
-        api: args.api_listen.as_deref().map(|address| resolve_loopback("--api-listen", address)).transpose()?,
-    };
+    let listen = TcpListen { nbd_tls: args.tls.server(nbd.is_some())?, nbd, api: args.api_tls.resolve(args.api_listen.as_deref())? };
     if args.metrics_any_user && listen.api.is_none() {
         return Err("--metrics-any-user opens GET /metrics of the TCP API to every local user: give --api-listen 127.0.0.1:PORT too \
                     (the Unix socket stays owner-only)"
@@ -243,12 +245,9 @@ async fn serve(
     print_banner(&state, &absolute, listen, &args.tls);
     let shutdown = shutdown_signal();
     let unix_api = axum::serve(unix_listener, router.clone()).with_graceful_shutdown(shutdown);
-    let result = match listen.api {
-        Some(address) => {
-            let tcp = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("API on {address}: {e}"))?;
-            let bound = tcp.local_addr().map_err(|e| format!("API on {address}: {e}"))?;
-            let tcp_api =
-                axum::serve(tcp, tcp_router(router, bound, args.metrics_any_user, token)).with_graceful_shutdown(shutdown_signal());
+    let result = match &listen.api {
+        Some(api) => {
+            let tcp_api = api.bind(router, args.metrics_any_user, token, shutdown_signal()).await?;
             tokio::try_join!(unix_api, tcp_api).map(|_| ())
         }
         None => unix_api.await,
@@ -261,23 +260,6 @@ async fn serve(
     let _ = std::fs::remove_file(&nbd_socket);
     let _ = std::fs::remove_file(&api_socket);
     result.map_err(|e| e.to_string())
-}
-
-/// The API router and the console behind the TCP rules (Host names the listener, the client is
-/// our user or root, the request carries the token).
-fn tcp_router(
-    router: axum::Router,
-    bound: SocketAddr,
-    metrics_any_user: bool,
-    token: Arc<api_token::ApiToken>,
-) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, tcp_api::TcpConnection> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let daemon_uid = unsafe { libc::geteuid() };
-    let rules = Arc::new(tcp_api::TcpRules::new(bound, daemon_uid, metrics_any_user, Arc::clone(&token)));
-    router
-        .merge(console::router(token))
-        .layer(axum::middleware::from_fn_with_state(rules, tcp_api::guard))
-        .into_make_service_with_connect_info::<tcp_api::TcpConnection>()
 }
 
 async fn shutdown_signal() {
@@ -316,13 +298,8 @@ fn print_banner(state: &api::AppState, data_dir: &Path, listen: &TcpListen, tls:
         }
     }
     println!("  storc /c0 show --api {}/api.sock", data_dir.display());
-    if let Some(address) = listen.api {
-        println!("  STORC_API_TOKEN=$(cat {}/api.token) storc /c0 show --api tcp:{address}", data_dir.display());
-        println!("  the web console: http://{address}/ (log in with the token in {}/api.token)", data_dir.display());
-        println!(
-            "  curl -H \"Authorization: Bearer $(cat {}/api.token)\" http://{address}/metrics    # Prometheus' text format",
-            data_dir.display()
-        );
+    for line in listen.api.iter().flat_map(|api| api.banner_lines(data_dir)) {
+        println!("{line}");
     }
     if let (Some(address), Some(tls)) = (listen.nbd, &listen.nbd_tls) {
         println!("NBD over TCP on {address}: TLS {} with {} credentials", tls_mode_name(tls.mode()), tls.credentials_kind());

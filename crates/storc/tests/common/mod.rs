@@ -108,11 +108,14 @@ pub struct DaemonOptions {
     pub umask: Option<u32>,
     /// Further `storc serve` flags.
     pub extra_args: Vec<String>,
+    /// A command the daemon runs under, which must exec it in its own place (so that `stop`'s
+    /// SIGTERM reaches storc), e.g. `ip netns exec NAME`.
+    pub command_prefix: Vec<String>,
 }
 
 impl Default for DaemonOptions {
     fn default() -> DaemonOptions {
-        DaemonOptions { nbd_tcp: true, api_tcp: false, umask: None, extra_args: Vec::new() }
+        DaemonOptions { nbd_tcp: true, api_tcp: false, umask: None, extra_args: Vec::new(), command_prefix: Vec::new() }
     }
 }
 
@@ -137,15 +140,15 @@ impl Daemon {
         let nbd_address = options.nbd_tcp.then(|| format!("127.0.0.1:{}", free_tcp_port()));
         let api_tcp_address = options.api_tcp.then(|| format!("127.0.0.1:{}", free_tcp_port()));
         let log = File::create(&log_path).unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
-        let mut command = match options.umask {
+        let mut argv: Vec<String> = options.command_prefix.clone();
+        if let Some(umask) = options.umask {
             // exec keeps the pid, so SIGTERM in `stop` still reaches storc.
-            Some(umask) => {
-                let mut shell = Command::new("sh");
-                shell.args(["-c", "umask \"$1\" && shift && exec \"$@\"", "sh", &format!("{umask:03o}"), env!("CARGO_BIN_EXE_storc")]);
-                shell
-            }
-            None => Command::new(env!("CARGO_BIN_EXE_storc")),
-        };
+            argv.extend(["sh", "-c", "umask \"$1\" && shift && exec \"$@\"", "sh"].map(String::from));
+            argv.push(format!("{umask:03o}"));
+        }
+        argv.push(env!("CARGO_BIN_EXE_storc").to_string());
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
         command.arg("serve").arg("--data-dir").arg(&data_dir).args(["--nbd-listen", nbd_address.as_deref().unwrap_or("none")]);
         if let Some(address) = &api_tcp_address {
             command.args(["--api-listen", address]);
