@@ -76,8 +76,10 @@ fn check_image(engine: &Engine, vd: &Arc<VirtualDrive>, expected: &[u8], when: &
 fn check_consistency(controller: &Controller, vd_id: u32) -> (u64, u64) {
     let before = controller.events().len();
     controller.start_cc(vd_id, false).unwrap();
-    wait_until("the consistency check", controller, || controller.checks().is_empty());
-    let done = controller.events().into_iter().skip(before).map(|e| e.description).find(|e| e.contains("done in")).expect("an end event");
+    let end_event = || controller.events().into_iter().skip(before).map(|e| e.description).find(|e| e.contains("done in"));
+    // The end event is logged just after the check leaves the list: wait for the event itself.
+    wait_until("the consistency check's end event", controller, || end_event().is_some());
+    let done = end_event().expect("an end event");
     let number_before = |words: &str| -> u64 {
         let head = &done[..done.find(words).unwrap_or_else(|| panic!("{words:?} in {done:?}"))];
         head.trim_end().rsplit([' ', ':']).next().unwrap().parse().unwrap()
