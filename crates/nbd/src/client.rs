@@ -111,6 +111,30 @@ fn bad_reply(reason: String) -> ClientError {
     ClientError::Protocol(ProtoError::BadReply { reason })
 }
 
+/// A connection after its handshake, in pieces (`Client::into_parts`).
+pub(crate) struct ClientParts {
+    pub(crate) reader: BufReader<Socket>,
+    pub(crate) writer: BufWriter<Socket>,
+    /// The TLS relay, if any: dropped (and joined) after the reader and writer are done.
+    pub(crate) tls: Option<TlsLink>,
+}
+
+/// Connects to the first address of `host` that answers within `timeout`.
+fn tcp_connect_within(host: &str, port: u16, timeout: std::time::Duration) -> io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last_error = io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address"));
+    for address in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&address, timeout) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(error) => last_error = io::Error::new(error.kind(), format!("{address}: {error}")),
+        }
+    }
+    Err(last_error)
+}
+
 /// One finished request. `result` holds the data of a READ (empty for other commands).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
@@ -153,20 +177,57 @@ impl Client {
             }
             NbdUri::Unix { socket_path, .. } => (Socket::unix(UnixStream::connect(socket_path)?), None),
         };
+        Client::handshake(socket, tls, uri.export_name(), config, None)
+    }
+
+    /// As [`Client::connect`], but nothing waits on the server longer than `timeout`: the
+    /// connection (each address the host resolves to), and each read or write of the handshake
+    /// (the socket's own timeouts, left set: the caller clears or keeps them). For a client
+    /// that must not hang on a link that stalls (a member drive reconnecting).
+    pub fn connect_within(uri: &NbdUri, config: &ClientConfig, timeout: std::time::Duration) -> Result<Client, ClientError> {
+        let (socket, tls) = match uri {
+            NbdUri::Tcp { host, port, tls, .. } => (Socket::tcp(tcp_connect_within(host, *port, timeout)?), tls.as_ref()),
+            NbdUri::Unix { socket_path, .. } => (Socket::unix(UnixStream::connect(socket_path)?), None),
+        };
+        socket.set_read_timeout(Some(timeout))?;
+        socket.set_write_timeout(Some(timeout))?;
+        Client::handshake(socket, tls, uri.export_name(), config, Some(timeout))
+    }
+
+    /// Greeting, TLS if asked for, options, on a connected socket.
+    fn handshake(
+        socket: Socket,
+        tls: Option<&UriTls>,
+        export_name: &str,
+        config: &ClientConfig,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Client, ClientError> {
         let mut reader = BufReader::new(socket.clone());
         let mut writer = BufWriter::new(socket.clone());
         let no_zeroes = greet(&mut reader, &mut writer)?;
         let link = match tls {
             Some(tls) => {
-                let link = start_tls(&mut reader, &mut writer, &socket, tls)?;
+                let link = start_tls(&mut reader, &mut writer, &socket, tls, timeout.unwrap_or(TLS_TIMEOUT))?;
+                if timeout.is_some() {
+                    // What follows goes through the relay: the same bound on its plaintext end.
+                    link.socket().set_read_timeout(timeout)?;
+                    link.socket().set_write_timeout(timeout)?;
+                }
                 reader = BufReader::new(link.socket().clone());
                 writer = BufWriter::new(link.socket().clone());
                 Some(link)
             }
             None => None,
         };
-        let export = haggle(&mut reader, &mut writer, uri.export_name(), no_zeroes, config)?;
+        let export = haggle(&mut reader, &mut writer, export_name, no_zeroes, config)?;
         Ok(Client { reader, writer, export, next_cookie: 1, pending: HashMap::new(), ready: VecDeque::new(), _tls: link })
+    }
+
+    /// The connection in the transmission phase, taken apart for a client that reads replies
+    /// and writes requests on two threads of its own (`member`). Nothing may be in flight.
+    pub(crate) fn into_parts(self) -> ClientParts {
+        assert_eq!(self.in_flight(), 0, "requests in flight on a client taken apart");
+        ClientParts { reader: self.reader, writer: self.writer, tls: self._tls }
     }
 
     pub fn export(&self) -> &ExportInfo {
@@ -422,7 +483,13 @@ fn greet(reader: &mut impl Read, writer: &mut impl Write) -> Result<bool, Client
 }
 
 /// NBD_OPT_STARTTLS first, as the spec advises a client that wants TLS, then the handshake.
-fn start_tls(reader: &mut BufReader<Socket>, writer: &mut impl Write, socket: &Socket, tls: &UriTls) -> Result<TlsLink, ClientError> {
+fn start_tls(
+    reader: &mut BufReader<Socket>,
+    writer: &mut impl Write,
+    socket: &Socket,
+    tls: &UriTls,
+    timeout: std::time::Duration,
+) -> Result<TlsLink, ClientError> {
     let keys = PskKeys::load(&tls.psk_file).map_err(|message| ClientError::Io(io::Error::other(message)))?;
     let client = TlsClient::psk(&keys, &tls.username).map_err(|message| ClientError::Io(io::Error::other(message)))?;
     send_option(writer, proto::NBD_OPT_STARTTLS, &[])?;
@@ -433,7 +500,7 @@ fn start_tls(reader: &mut BufReader<Socket>, writer: &mut impl Write, socket: &S
     if !reader.buffer().is_empty() {
         return Err(bad_reply("the server sent data after acknowledging STARTTLS".into()));
     }
-    Ok(client.connect(socket, std::time::Instant::now() + TLS_TIMEOUT, TLS_TIMEOUT)?)
+    Ok(client.connect(socket, std::time::Instant::now() + timeout, timeout)?)
 }
 
 /// Options after the greeting (and TLS): structured replies if asked for, then the export.
