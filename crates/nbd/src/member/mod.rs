@@ -84,7 +84,7 @@ impl NbdDrive {
     pub fn open(spec: &MemberSpec) -> Result<NbdDrive, String> {
         let context = |problem: String| format!("--drive {}: {problem}", spec.text);
         let client = Client::connect_within(&spec.uri, &ClientConfig::default(), spec.timeout)
-            .map_err(|e| context(format!("cannot connect within {} s: {e}", spec.timeout.as_secs_f64())))?;
+            .map_err(|e| context(format!("cannot connect (timeout {} s): {e}", spec.timeout.as_secs_f64())))?;
         let checked = check_export(&client, None).map_err(context)?;
         if !checked.can_flush {
             tracing::warn!(drive = %spec.text, "the export does not take FLUSH: storc cannot make writes durable on it");

@@ -108,11 +108,14 @@ pub struct DaemonOptions {
     pub umask: Option<u32>,
     /// Further `storc serve` flags.
     pub extra_args: Vec<String>,
+    /// The network namespace to run in (`ip netns exec NAME storc serve ...`; exec keeps the
+    /// pid). The data directory's Unix sockets reach it from any namespace.
+    pub netns: Option<String>,
 }
 
 impl Default for DaemonOptions {
     fn default() -> DaemonOptions {
-        DaemonOptions { nbd_tcp: true, api_tcp: false, umask: None, extra_args: Vec::new() }
+        DaemonOptions { nbd_tcp: true, api_tcp: false, umask: None, extra_args: Vec::new(), netns: None }
     }
 }
 
@@ -137,7 +140,13 @@ impl Daemon {
         let nbd_address = options.nbd_tcp.then(|| format!("127.0.0.1:{}", free_tcp_port()));
         let api_tcp_address = options.api_tcp.then(|| format!("127.0.0.1:{}", free_tcp_port()));
         let log = File::create(&log_path).unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+        assert!(options.umask.is_none() || options.netns.is_none(), "a umask or a namespace, not both");
         let mut command = match options.umask {
+            _ if options.netns.is_some() => {
+                let mut ip = Command::new("ip");
+                ip.args(["netns", "exec", options.netns.as_deref().expect("checked"), env!("CARGO_BIN_EXE_storc")]);
+                ip
+            }
             // exec keeps the pid, so SIGTERM in `stop` still reaches storc.
             Some(umask) => {
                 let mut shell = Command::new("sh");
