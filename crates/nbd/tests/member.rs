@@ -200,7 +200,10 @@ fn dropping_a_member_with_requests_stuck_in_flight_does_not_hang() {
 fn exports_a_member_cannot_use_are_refused_with_the_spec_named() {
     let missing = MemberSpec::parse("nbd+unix:///x?socket=/nonexistent/storc.sock&timeout=2s").unwrap();
     let error = NbdDrive::open(&missing).err().expect("no server");
-    assert!(error.starts_with("--drive nbd+unix:///x?socket=/nonexistent/storc.sock&timeout=2s: cannot connect (timeout 2 s): "), "{error}");
+    assert!(
+        error.starts_with("--drive nbd+unix:///x?socket=/nonexistent/storc.sock&timeout=2s: cannot connect (timeout 2 s): "),
+        "{error}"
+    );
     let read_only = Nbdkit::start(&["-r", "memory", "16M"]);
     let error = NbdDrive::open(&spec_for(&read_only, "2s")).err().expect("a read-only export");
     assert!(error.contains("is read-only; a member must take writes"), "{error}");

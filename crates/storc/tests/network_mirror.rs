@@ -340,3 +340,54 @@ fn bad_and_unreachable_nbd_members_are_refused_or_left_out() {
     assert!(all.iter().any(|e| e.starts_with(&left_out) && e.ends_with("the drive is left out and its slot comes up missing")), "{all:#?}");
     daemon.stop();
 }
+
+/// nbdkit serving `file` on the Unix socket `socket` (removed first if a killed server left it).
+fn nbdkit_on(scratch: &Scratch, socket: &Path, file: &Path, name: &str) -> RemoteExport {
+    let _ = std::fs::remove_file(socket);
+    let pid_file = scratch.join(&format!("{name}.pid"));
+    let mut command = Command::new("nbdkit");
+    command.args(["--foreground", "--exit-with-parent", "--unix"]).arg(socket).arg("-P").arg(&pid_file);
+    command.arg("file").arg(file).stdin(Stdio::null());
+    let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    wait_until(&format!("nbdkit {name} listening"), || pid_file.exists());
+    RemoteExport { child }
+}
+
+/// The remote server goes away and another export answers at its address: a blank disk of the
+/// same size is refused (never written as the member; an event says so), and when the member's
+/// own export answers again it is reconnected and re-added. Unix sockets: no namespaces needed.
+#[test]
+fn a_blank_export_at_the_members_address_is_refused_and_the_members_own_is_re_added() {
+    nbd::testing::require_tool("nbdkit", "nbdkit", "serves the remote member with it");
+    let scratch = Scratch::new("network-mirror-identity");
+    let socket = scratch.join("remote.sock");
+    let remote_file = scratch.sparse_file("remote.img", 256 * MIB);
+    let blank_file = scratch.sparse_file("blank.img", 256 * MIB);
+    let remote = nbdkit_on(&scratch, &socket, &remote_file, "remote");
+    let spec = format!("nbd+unix:///x?socket={}&timeout=1s", socket.display());
+    let local = scratch.sparse_file("local.img", 256 * MIB).display().to_string();
+    let daemon = Daemon::start_with(&scratch, &[local, spec], &DaemonOptions { nbd_tcp: false, ..DaemonOptions::default() });
+    daemon.create_vd("r1", &[0, 1], "mirror");
+    wait_until("the initial sync", || daemon.vd_named("mirror").consistent);
+    drop(remote);
+    let blank = nbdkit_on(&scratch, &socket, &blank_file, "blank");
+    // A write finds the link down (or the blank disk refused): the member fails, the VD goes on.
+    let mut client = client(&daemon);
+    client.write(0, &block_contents(0, 1, BLOCK_BYTES as usize), false).expect("a write on the degraded mirror");
+    wait_until("the refusal of the blank export", || {
+        events(&daemon).iter().any(|e| e.contains("answers again but is not this slot's drive"))
+    });
+    assert_eq!(slot_state(&daemon, 1), "Failed");
+    assert_eq!(vd_state(&daemon), "Dgrd");
+    let all = events(&daemon);
+    assert!(all.iter().any(|e| e.contains("it now holds no storc metadata (a blank disk?)")), "{all:#?}");
+    // Sparse and never written: not one block allocated.
+    assert_eq!(std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&blank_file).unwrap()), 0, "the blank export was written");
+    drop(blank);
+    let _remote = nbdkit_on(&scratch, &socket, &remote_file, "remote-again");
+    wait_until("the member's own export re-added", || slot_state(&daemon, 1) == "Onln" && vd_state(&daemon) == "Optl");
+    assert!(events(&daemon).iter().any(|e| e.contains("re-added to v0 after its NBD link came back")));
+    let read = client.read(0, BLOCK_BYTES as u32).expect("read back");
+    assert!(read == block_contents(0, 1, BLOCK_BYTES as usize), "the write made while degraded is there");
+    daemon.stop();
+}

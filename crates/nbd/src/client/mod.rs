@@ -180,9 +180,12 @@ impl Client {
         socket.set_write_timeout(Some(timeout))?;
         Client::handshake(socket, tls, uri.export_name(), config, Some(timeout)).map_err(|error| match error {
             // A socket timeout reads as EAGAIN: say what it means.
-            ClientError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => ClientError::Io(
-                io::Error::new(io::ErrorKind::TimedOut, format!("the server did not answer the handshake within {} s", timeout.as_secs_f64())),
-            ),
+            ClientError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                ClientError::Io(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the server did not answer the handshake within {} s", timeout.as_secs_f64()),
+                ))
+            }
             other => other,
         })
     }

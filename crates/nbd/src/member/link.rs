@@ -22,6 +22,8 @@ pub(super) struct Link {
     pub(super) writer_wake: Condvar,
     /// The supervisor waits here between its checks (and for a stop).
     pub(super) supervisor_wake: Condvar,
+    /// What a reconnection must pass before it goes live (`NbdDrive::check_reconnections`).
+    pub(super) reconnect_check: Mutex<Option<std::sync::Arc<super::ReconnectCheck>>>,
 }
 
 pub(super) struct LinkState {
@@ -35,6 +37,8 @@ pub(super) struct LinkState {
     pub(super) queue: VecDeque<Outgoing>,
     /// Why the link last went down (or the last reconnection failed).
     pub(super) last_error: Option<String>,
+    /// Why the reconnection check refused the export that answered last.
+    pub(super) refused: Option<String>,
     /// The drive is being dropped: no more connections.
     pub(super) stopping: bool,
 }
@@ -63,9 +67,11 @@ impl Link {
             table: HashMap::new(),
             queue: VecDeque::new(),
             last_error: None,
+            refused: None,
             stopping: false,
         };
-        Link { name, timeout, state: Mutex::new(state), writer_wake: Condvar::new(), supervisor_wake: Condvar::new() }
+        let reconnect_check = Mutex::new(None);
+        Link { name, timeout, state: Mutex::new(state), writer_wake: Condvar::new(), supervisor_wake: Condvar::new(), reconnect_check }
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, LinkState> {
@@ -95,6 +101,7 @@ impl LinkState {
     /// A new connection takes over; requests go to it from now on.
     pub(super) fn connected(&mut self, socket: Socket, max_request_bytes: usize, can_flush: bool) -> u64 {
         self.generation += 1;
+        self.refused = None;
         self.up = Some(Up { generation: self.generation, socket, max_request_bytes, can_flush });
         self.generation
     }

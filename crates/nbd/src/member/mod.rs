@@ -33,10 +33,12 @@
 
 mod connection;
 mod link;
+mod probe;
 mod requests;
 mod spec;
 mod supervisor;
 
+pub use probe::ReconnectCheck;
 pub use spec::{MemberSpec, SpecError, TIMEOUT_DEFAULT, TIMEOUT_MAX, TIMEOUT_MIN};
 
 use crate::client::{Client, ClientConfig};
@@ -65,6 +67,9 @@ pub struct LinkStatus {
     pub connections: u64,
     /// Why the link last went down, or why the last reconnection failed.
     pub last_error: Option<String>,
+    /// Why the reconnection check refused the export that answers now (cleared by a
+    /// connection that goes live).
+    pub refused: Option<String>,
 }
 
 /// What a connected server allows, checked at each connection.
@@ -98,7 +103,7 @@ impl NbdDrive {
         };
         let link = Arc::new(Link::new(spec.text.clone(), spec.timeout));
         let first = supervisor::attach(&link, client, &checked).map_err(|e| context(format!("cannot start its threads: {e}")))?;
-        let reconnect = supervisor::Reconnect { uri: spec.uri.clone(), capacity_bytes: checked.capacity_bytes };
+        let reconnect = supervisor::Reconnect { uri: spec.uri.clone(), info: info.clone() };
         let for_supervisor = Arc::clone(&link);
         let supervisor = std::thread::Builder::new()
             .name("storc-nbd-link".into())
@@ -113,7 +118,18 @@ impl NbdDrive {
 
     pub fn link_status(&self) -> LinkStatus {
         let state = self.link.lock();
-        LinkStatus { connected: state.up.is_some(), connections: state.generation, last_error: state.last_error.clone() }
+        LinkStatus {
+            connected: state.up.is_some(),
+            connections: state.generation,
+            last_error: state.last_error.clone(),
+            refused: state.refused.clone(),
+        }
+    }
+
+    /// Has every later connection checked by `check` before it goes live (see `probe`): until
+    /// one passes, the link stays down and the drive's I/O fails as a drive gone.
+    pub fn check_reconnections(&self, check: ReconnectCheck) {
+        *self.link.reconnect_check.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::sync::Arc::new(check));
     }
 
     /// Cuts the connection in use as if it had stalled (tests of what the engine does then).

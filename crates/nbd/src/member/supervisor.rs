@@ -4,9 +4,11 @@
 
 use super::connection::Connection;
 use super::link::Link;
+use super::probe::Probe;
 use super::{check_export, Checked};
 use crate::client::{Client, ClientConfig};
 use crate::uri::NbdUri;
+use drive::DriveInfo;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +20,16 @@ pub(super) const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// What the supervisor needs to reconnect.
 pub(super) struct Reconnect {
     pub(super) uri: NbdUri,
-    pub(super) capacity_bytes: u64,
+    /// The drive as opened (its capacity is what a new connection must offer).
+    pub(super) info: DriveInfo,
+}
+
+/// Why a reconnection did not go live.
+enum Failure {
+    /// Not reached, or not usable.
+    Connect(String),
+    /// Reached, and refused by the reconnection check.
+    Refused(String),
 }
 
 /// Runs until the drive is dropped: watch the connection, join it once cut, reconnect.
@@ -36,10 +47,15 @@ pub(super) fn run(link: &Arc<Link>, first: Connection, reconnect: &Reconnect) {
         }
         match connect(link, reconnect) {
             Ok(made) => connection = Some(made),
-            Err(error) => {
+            Err(Failure::Connect(error)) => {
                 tracing::debug!(drive = %link.name, %error, "reconnection failed");
                 link.lock().last_error = Some(error);
                 backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+            }
+            Err(Failure::Refused(why)) => {
+                tracing::warn!(drive = %link.name, %why, "reconnection refused");
+                link.lock().refused = Some(why);
+                backoff = RECONNECT_BACKOFF_MAX;
             }
         }
     }
@@ -74,11 +90,22 @@ fn wait_unless_stopping(link: &Link, backoff: Duration) -> bool {
     state.stopping
 }
 
-/// One attempt: the same export (same size) must answer within the timeout.
-fn connect(link: &Arc<Link>, reconnect: &Reconnect) -> Result<Connection, String> {
-    let client = Client::connect_within(&reconnect.uri, &ClientConfig::default(), link.timeout).map_err(|e| e.to_string())?;
-    let checked = check_export(&client, Some(reconnect.capacity_bytes))?;
-    attach(link, client, &checked).map_err(|e| format!("cannot start the connection's threads: {e}"))
+/// One attempt: the same export (same size, and whatever the reconnection check looks at) must
+/// answer within the timeout.
+fn connect(link: &Arc<Link>, reconnect: &Reconnect) -> Result<Connection, Failure> {
+    let client =
+        Client::connect_within(&reconnect.uri, &ClientConfig::default(), link.timeout).map_err(|e| Failure::Connect(e.to_string()))?;
+    let checked = check_export(&client, Some(reconnect.info.capacity_bytes)).map_err(Failure::Connect)?;
+    let check = link.reconnect_check.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let client = match check {
+        Some(check) => {
+            let probe = Probe::new(client, reconnect.info.clone());
+            check(&probe).map_err(Failure::Refused)?;
+            probe.into_client()
+        }
+        None => client,
+    };
+    attach(link, client, &checked).map_err(|e| Failure::Connect(format!("cannot start the connection's threads: {e}")))
 }
 
 /// Makes a connected client the link's connection, with its reader and writer threads.

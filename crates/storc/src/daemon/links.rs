@@ -9,15 +9,19 @@
 //! member that is Failed is re-added; one the administrator took offline, or whose place a hot
 //! spare took, is left as it is (an event says so), and `set online` still works by hand.
 //!
+//! Every reconnection is checked before it goes live (`NbdDrive::check_reconnections`): the
+//! export must still hold the metadata of the drive in its slot (drive id and controller id),
+//! so a blank or another disk served at the same address is never written as the member.
+//!
 //! One thread polls each link's status every [`POLL_INTERVAL`]: polling, not callbacks, so a
 //! flap between two looks is still seen (the connection count moved) and the link's own threads
 //! never wait on the controller, whose re-add writes metadata.
 
 use engine::config::DriveState;
 use engine::controller::{Controller, DriveCommand, Severity};
-use nbd::member::{LinkStatus, NbdDrive};
+use nbd::member::{LinkStatus, NbdDrive, ReconnectCheck};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,6 +43,9 @@ impl LinkWatch {
         let stop = Arc::new(AtomicBool::new(false));
         if links.is_empty() {
             return Ok(LinkWatch { stop, thread: None });
+        }
+        for link in &links {
+            link.check_reconnections(same_drive_check(Arc::downgrade(&controller), link.spec().text.clone()));
         }
         let stop_seen = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("storc-links".into()).spawn(move || watch(&controller, links, &stop_seen))?;
@@ -84,6 +91,12 @@ fn look(controller: &Controller, link: &mut Watched) {
             format!("{name}: NBD link lost ({why}); I/O to it fails (after {timeout_s} s at most) and its VD serves without it; reconnecting in the background"),
         );
     }
+    if let Some(why) = now.refused.as_ref().filter(|why| link.seen.refused.as_ref() != Some(*why)) {
+        controller.log(
+            Severity::Critical,
+            format!("{name}: the NBD export answers again but is not this slot's drive ({why}); not reconnected, the member stays out of service (a new disk is rebuilt whole: restart storc, then start rebuild on the drive it finds)"),
+        );
+    }
     if now.connections > link.seen.connections {
         controller.log(Severity::Info, format!("{name}: NBD link back (connection {})", now.connections));
         link.readd_since = Some(Instant::now());
@@ -122,6 +135,29 @@ fn readd(controller: &Controller, drive: &NbdDrive, name: &str, waited: Duration
             true
         }
     }
+}
+
+/// The check every reconnection of `source` passes before it goes live: the export must still
+/// hold the metadata of the drive in its slot. The same address may now serve a blank disk or
+/// another one; writing on (or resyncing only the dirty regions) as if it were the member would
+/// leave it holding other data everywhere else.
+fn same_drive_check(controller: Weak<Controller>, source: String) -> ReconnectCheck {
+    Box::new(move |probe: &dyn drive::Drive| {
+        let Some(controller) = controller.upgrade() else { return Ok(()) };
+        let Some(slot) = controller.slots().into_iter().find(|view| view.source == source) else { return Ok(()) };
+        let ours = controller.config().controller_id;
+        match engine::metadata::read(probe) {
+            Ok(Some(found)) if found.superblock.drive_id == slot.drive_id && found.superblock.controller_id == ours => Ok(()),
+            Ok(Some(found)) => Err(format!(
+                "it now holds drive {:032x} of controller {:032x}, not drive {:032x} of slot {}",
+                found.superblock.drive_id.0, found.superblock.controller_id.0, slot.drive_id.0, slot.slot
+            )),
+            Ok(None) => {
+                Err(format!("it now holds no storc metadata (a blank disk?), not drive {:032x} of slot {}", slot.drive_id.0, slot.slot))
+            }
+            Err(error) => Err(format!("its metadata cannot be read ({error})")),
+        }
+    })
 }
 
 /// `slot 1 (nbd://...)`, or the spec alone when no slot holds the drive.
