@@ -93,6 +93,16 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Cuts whatever connection is in use now.
+    pub(super) fn cut_current(&self, reason: String) {
+        let generation = self.lock().up.as_ref().map(|up| up.generation);
+        if let Some(generation) = generation {
+            self.cut(generation, reason);
+        }
+    }
+}
+
 impl LinkState {
     pub(super) fn is_current(&self, generation: u64) -> bool {
         self.up.as_ref().is_some_and(|up| up.generation == generation)

@@ -108,7 +108,12 @@ impl NbdDrive {
         let supervisor = std::thread::Builder::new()
             .name("storc-nbd-link".into())
             .spawn(move || supervisor::run(&for_supervisor, first, &reconnect))
-            .map_err(|e| context(format!("cannot start its supervisor thread: {e}")))?;
+            .map_err(|e| {
+                // The connection's threads end once it is cut (nobody is left to join them).
+                link.lock().stopping = true;
+                link.cut_current("the drive could not start".into());
+                context(format!("cannot start its supervisor thread: {e}"))
+            })?;
         Ok(NbdDrive { info, spec: spec.clone(), link, supervisor: Some(supervisor) })
     }
 
@@ -130,15 +135,6 @@ impl NbdDrive {
     /// one passes, the link stays down and the drive's I/O fails as a drive gone.
     pub fn check_reconnections(&self, check: ReconnectCheck) {
         *self.link.reconnect_check.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::sync::Arc::new(check));
-    }
-
-    /// Cuts the connection in use as if it had stalled (tests of what the engine does then).
-    #[doc(hidden)]
-    pub fn cut_link(&self, reason: &str) {
-        let generation = self.link.lock().up.as_ref().map(|up| up.generation);
-        if let Some(generation) = generation {
-            self.link.cut(generation, reason.to_string());
-        }
     }
 }
 
@@ -196,10 +192,7 @@ impl Drive for NbdDrive {
             Ok(()) => self.link.writer_wake.notify_one(),
             Err(requests) => {
                 // The table is full: the link does not answer. Cut it; the engine fails the member.
-                let generation = self.link.lock().up.as_ref().map(|up| up.generation);
-                if let Some(generation) = generation {
-                    self.link.cut(generation, format!("{} requests without a reply", link::REQUESTS_IN_FLIGHT_MAX));
-                }
+                self.link.cut_current(format!("{} requests without a reply", link::REQUESTS_IN_FLIGHT_MAX));
                 for request in requests {
                     requests::Finished { op: request.op, part: request.part, segs: request.segs, outcome: Err(DriveError::Gone) }.deliver();
                 }
