@@ -54,6 +54,10 @@ impl Namespaces {
             remote_interface: format!("nmr{tag}"),
         };
         let local_interface = format!("nml{tag}");
+        // Left by an earlier run of a process with the same pid that was killed: start afresh.
+        for namespace in [&namespaces.local, &namespaces.remote] {
+            let _ = Command::new("ip").args(["netns", "delete", namespace]).stderr(Stdio::null()).status();
+        }
         ip(&["netns", "add", &namespaces.local]);
         ip(&["netns", "add", &namespaces.remote]);
         ip(&["link", "add", &local_interface, "netns", &namespaces.local, "type", "veth", "peer", "name", &namespaces.remote_interface]);
