@@ -9,13 +9,20 @@
 //! time at submit parks the completion here ([`IoCtx::complete_at`]); one whose queue decides
 //! later (a hard disk reordering its queue, NCQ) keeps the completion itself and registers as a
 //! [`DueSource`], which every `poll` asks for what has come due and when to ask again.
+//!
+//! A drive whose operations another thread finishes (a network drive, whose replies a reader
+//! thread receives) completes them through a [`CompletionPort`]: the submitter takes one with
+//! [`IoCtx::remote_completion`] for each operation, the other thread pushes the completion into
+//! it, and the push wakes the context (its eventfd, or a condition variable for a context
+//! without a ring), so the shard never waits on the other thread and no completion is missed.
 
-use crate::{Completion, DriveError, IoBuf, Token};
+use crate::port::{CompletionPort, PORT_WAIT_MAX};
+use crate::{Completion, DriveError, IoBuf, ShardWaker, Token};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,56 +118,6 @@ pub(crate) enum Hook {
     Transform(Box<dyn FnOnce(&mut Completion)>),
 }
 
-/// Wakes a shard sleeping in [`IoCtx::poll`]; cheap when the shard is awake.
-pub struct ShardWaker {
-    eventfd: OwnedFd,
-    sleeping: AtomicBool,
-}
-
-impl ShardWaker {
-    /// A waker of its own, for a thread that sleeps in `poll(2)` on `fd()` rather than in a ring.
-    pub fn new() -> Arc<ShardWaker> {
-        // SAFETY: plain syscall; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(fd >= 0, "eventfd failed: {}", io::Error::last_os_error());
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Arc::new(ShardWaker { eventfd, sleeping: AtomicBool::new(false) })
-    }
-
-    /// The eventfd, readable after a `wake` that found the sleeper's flag set.
-    pub fn fd(&self) -> RawFd {
-        self.eventfd.as_raw_fd()
-    }
-
-    /// Clears the eventfd after waking.
-    pub fn drain(&self) {
-        let mut value: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd we own.
-        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
-    }
-
-    /// Called by the shard before it checks its inbox one last time and sleeps: a message sent
-    /// after this point finds the flag set and writes the eventfd, so no wake-up is lost.
-    pub fn prepare_sleep(&self) {
-        self.sleeping.store(true, Ordering::SeqCst);
-    }
-
-    /// Called by the shard when it did not sleep after all, or has woken.
-    pub fn cancel_sleep(&self) {
-        self.sleeping.store(false, Ordering::SeqCst);
-    }
-
-    /// Called by other threads after they queued work for the shard.
-    pub fn wake(&self) {
-        if self.sleeping.swap(false, Ordering::SeqCst) {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
-            let _ = unsafe { libc::write(self.eventfd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        }
-    }
-}
-
 pub struct IoCtx {
     ring: Option<IoUring>,
     slots: Vec<Option<RingSlot>>,
@@ -178,6 +135,10 @@ pub struct IoCtx {
     sources: Vec<WatchedSource>,
     /// Operations whose completions sources hold for this context.
     held_by_sources: usize,
+    /// Where other threads complete this context's operations; made on first use.
+    port: Option<CompletionPort>,
+    /// Operations another thread will complete through `port`.
+    held_by_port: usize,
     /// Errors the next submits return instead of entering the kernel (tests of the paths that
     /// a real kernel takes only under memory pressure or a full completion queue).
     injected_submit_errors: VecDeque<i32>,
@@ -211,6 +172,8 @@ impl IoCtx {
             id: NEXT_CTX_ID.fetch_add(1, Ordering::Relaxed),
             sources: Vec::new(),
             held_by_sources: 0,
+            port: None,
+            held_by_port: 0,
             injected_submit_errors: VecDeque::new(),
         })
     }
@@ -276,6 +239,29 @@ impl IoCtx {
             Some(watched) => watched.next_poll = Some(Instant::now()),
             None => self.sources.push(WatchedSource { source, next_poll: Some(Instant::now()) }),
         }
+    }
+
+    /// For an operation that another thread will complete (a network drive's reply reader):
+    /// the port to complete it through, exactly once. Counted in [`IoCtx::in_flight`] until its
+    /// completion arrives; the push wakes this context.
+    pub fn remote_completion(&mut self) -> CompletionPort {
+        self.held_by_port += 1;
+        if let Some(port) = &self.port {
+            return port.clone();
+        }
+        let waker = self.ring.is_some().then(|| self.waker());
+        let port = CompletionPort::new(waker);
+        self.port = Some(port.clone());
+        port
+    }
+
+    /// Moves what other threads completed into `ready`.
+    fn take_from_port(&mut self) {
+        if self.held_by_port == 0 {
+            return;
+        }
+        let Some(port) = &self.port else { return };
+        self.held_by_port -= port.take_all(&mut self.ready);
     }
 
     /// Queues a read or write on the ring; the buffer is kept until the CQE arrives.
@@ -380,20 +366,49 @@ impl IoCtx {
 
     /// Operations submitted on this context that have not completed yet (ring and delayed).
     pub fn in_flight(&self) -> usize {
-        self.in_ring + self.delayed_completions.len() + self.held_by_sources
+        self.in_ring + self.delayed_completions.len() + self.held_by_sources + self.held_by_port
     }
 
     /// Moves finished completions into `out`. With `wait`, blocks until at least one completion
     /// is available or the waker fires (only when the caller has nothing else to do).
     pub fn poll(&mut self, out: &mut Vec<Completion>, wait: bool) {
         self.release_from_sources();
+        // A push into the port after this point finds the flag set and writes the eventfd the
+        // ring waits on (the shard's own loop sets it too; set here for any other sleeper).
+        let port_waker = self.port_waker(wait);
+        if let Some(waker) = &port_waker {
+            waker.prepare_sleep();
+        }
+        self.take_from_port();
         let must_wait = wait && self.ready.is_empty();
         self.submit_and_reap(must_wait);
+        if let Some(waker) = &port_waker {
+            waker.cancel_sleep();
+        }
         self.release_due_delays();
         self.release_from_sources();
+        self.wait_on_port(wait);
+        self.take_from_port();
         while let Some(completion) = self.ready.pop_front() {
             self.finish(completion, out);
         }
+    }
+
+    /// The waker a sleep in the ring needs for port completions, when it may sleep for them.
+    fn port_waker(&self, wait: bool) -> Option<Arc<ShardWaker>> {
+        let waiting_for_port = wait && self.held_by_port > 0 && self.ready.is_empty();
+        waiting_for_port.then(|| self.port.as_ref().and_then(CompletionPort::waker)).flatten()
+    }
+
+    /// Without a ring: sleeps until another thread completes something for this context, the
+    /// next parked completion is due, or [`PORT_WAIT_MAX`] passes.
+    fn wait_on_port(&mut self, wait: bool) {
+        if !wait || self.ring.is_some() || self.held_by_port == 0 || !self.ready.is_empty() {
+            return;
+        }
+        let Some(port) = &self.port else { return };
+        let timeout = self.next_deadline().map_or(PORT_WAIT_MAX, |due| due.saturating_duration_since(Instant::now()).min(PORT_WAIT_MAX));
+        port.wait(timeout);
     }
 
     fn submit_and_reap(&mut self, wait: bool) {

@@ -13,6 +13,9 @@
 //!   returns corrupted data or adds latency, switchable at run time.
 //! - [`Window`]: a part of another drive (a journal past a slot drive's metadata).
 //!
+//! A backend that lives elsewhere (an NBD export, `nbd::member`, which depends on this crate and
+//! not the other way) completes through a [`CompletionPort`] from its own threads.
+//!
 //! This crate is the only place with io_uring `unsafe`; every `unsafe` block says why it holds.
 
 mod buf;
@@ -21,14 +24,18 @@ mod emulated;
 mod faulty;
 mod file;
 mod mem;
+mod port;
+mod waker;
 mod window;
 
 pub use buf::{BufPool, IoBuf, BUF_ALIGN_BYTES};
-pub use ctx::{IoCtx, IoCtxConfig, ShardWaker};
+pub use ctx::{IoCtx, IoCtxConfig};
 pub use emulated::{Clock, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, RealClock, VirtualClock};
 pub use faulty::{Faults, FaultyDrive};
 pub use file::{DirectIo, FileDrive, FileDriveConfig};
 pub use mem::MemDrive;
+pub use port::CompletionPort;
+pub use waker::ShardWaker;
 pub use window::Window;
 
 use std::fmt;
@@ -153,6 +160,8 @@ pub enum DriveKind {
     File,
     BlockDevice,
     Emulated,
+    /// An export on another machine, reached over a network (`nbd::member`).
+    Network,
 }
 
 /// What a drive is, as reported to the controller.

@@ -15,6 +15,8 @@
 //!   object, so everything else sees a plain socket.
 //! - [`Client`] and [`NbdUri`]: a blocking, pipelining client for storc's benchmark and tests
 //!   (`nbds://` with a PSK too).
+//! - [`member::NbdDrive`]: an export as a `drive::Drive`, so a VD can mirror a local drive with
+//!   a remote export; its own reader and writer threads, a timeout, reconnection.
 //! - [`testing::MemDevice`]: a `Vec`-backed device to test the server alone;
 //!   [`testing::Nbdkit`]: nbdkit on a Unix socket, to test the client and the benchmark.
 //!
@@ -58,6 +60,7 @@
 
 pub mod client;
 mod device;
+pub mod member;
 pub mod proto;
 pub mod server;
 mod socket;

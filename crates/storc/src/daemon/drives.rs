@@ -2,6 +2,7 @@
 
 use drive::{Drive, EmulatedDrive, EmulatedDriveSpec, FileDrive, FileDriveConfig, MemDrive, RealClock};
 use engine::controller::{OfferedDrive, Severity};
+use nbd::member::{MemberSpec, NbdDrive};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -9,9 +10,21 @@ use std::sync::Arc;
 pub const DEFAULT_DRIVE_COUNT: usize = 8;
 pub const DEFAULT_DRIVE_BYTES: u64 = 8 << 30;
 
-/// Opens one `--drive` argument: `mem:SIZE`, `hdd:CLASS:SIZE[,...]`, `ssd:CLASS:SIZE[,...]`, or a
-/// path to an existing file or block device.
+/// Opens one `--drive` argument: `mem:SIZE`, `hdd:CLASS:SIZE[,...]`, `ssd:CLASS:SIZE[,...]`, an
+/// NBD export (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`, each
+/// with `timeout=DURATION` in its query if wanted), or a path to an existing file or block device.
 pub fn open_spec(spec: &str) -> Result<OfferedDrive, String> {
+    open_drive(spec).map(|(offered, _)| offered)
+}
+
+/// As [`open_spec`], and the NBD member itself when it is one (its link is watched).
+fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), String> {
+    if MemberSpec::is_nbd(spec) {
+        let parsed = MemberSpec::parse(spec).map_err(|e| format!("--drive {e}"))?;
+        let member = Arc::new(NbdDrive::open(&parsed)?);
+        let offered = OfferedDrive { drive: Arc::clone(&member) as Arc<dyn Drive>, source: spec.to_string() };
+        return Ok((offered, Some(member)));
+    }
     let drive: Arc<dyn Drive> = if let Some(size) = spec.strip_prefix("mem:") {
         let capacity = drive::parse_size_bytes(size).map_err(|e| format!("--drive {spec}: {e}"))?;
         Arc::new(MemDrive::named(spec.to_string(), capacity))
@@ -22,32 +35,42 @@ pub fn open_spec(spec: &str) -> Result<OfferedDrive, String> {
         let path = Path::new(spec);
         if !path.exists() {
             return Err(format!(
-                "--drive {spec}: no such file or device; allowed: an existing file or block device, mem:SIZE, hdd:7200|10k|15k:SIZE or ssd:sata|sas|nvme:SIZE (create a file with: truncate -s 8G {spec})"
+                "--drive {spec}: no such file or device; allowed: an existing file or block device, mem:SIZE, hdd:7200|10k|15k:SIZE, ssd:sata|sas|nvme:SIZE or nbd://HOST[:PORT]/EXPORT (create a file with: truncate -s 8G {spec})"
             ));
         }
         let drive = FileDrive::open(path, &FileDriveConfig::default()).map_err(|e| e.to_string())?;
         super::data_dir::warn_if_open_to_others(spec, path);
         Arc::new(drive)
     };
-    Ok(OfferedDrive { drive, source: spec.to_string() })
+    Ok((OfferedDrive { drive, source: spec.to_string() }, None))
 }
 
 /// Drives that opened, and events for the controller to log about those that did not.
 pub type Opened = (Vec<OfferedDrive>, Vec<(Severity, String)>);
 
 /// Opens every `--drive` argument. On a first start any failure is an error (a typo, most
-/// likely); later a drive that cannot be opened is reported and left out, so that its slot comes
-/// up missing and the VDs serve degraded, as a controller with a dead disk does.
-pub fn open_specs(specs: &[String], first_start: bool) -> Result<Opened, String> {
+/// likely); later a drive that cannot be opened (an NBD server that does not answer too) is
+/// reported and left out, so that its slot comes up missing and the VDs serve degraded, as a
+/// controller with a dead disk does. Also returns the NBD members, whose links the daemon watches.
+pub fn open_specs(specs: &[String], first_start: bool) -> Result<(Opened, Vec<Arc<NbdDrive>>), String> {
     let mut opened = (Vec::new(), Vec::new());
+    let mut links = Vec::new();
     for spec in specs {
-        match open_spec(spec) {
-            Ok(drive) => opened.0.push(drive),
-            Err(error) if !first_start => opened.1.push(left_out(&error)),
+        match open_drive(spec) {
+            Ok((drive, link)) => {
+                opened.0.push(drive);
+                links.extend(link);
+            }
+            Err(error) if !first_start && !is_bad_spec(spec) => opened.1.push(left_out(&error)),
             Err(error) => return Err(error),
         }
     }
-    Ok(opened)
+    Ok((opened, links))
+}
+
+/// A spec that can never open (a malformed NBD URI): refused at every start, not left out.
+fn is_bad_spec(spec: &str) -> bool {
+    MemberSpec::is_nbd(spec) && MemberSpec::parse(spec).is_err()
 }
 
 fn left_out(error: &str) -> (Severity, String) {

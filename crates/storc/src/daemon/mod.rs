@@ -18,6 +18,7 @@ mod data_dir;
 mod drives;
 mod export;
 mod io_stats;
+mod links;
 mod metrics;
 mod nbd_limits;
 mod nbd_tls;
@@ -37,8 +38,11 @@ pub struct Args {
     /// Where the default drives, the NBD socket and the API socket live.
     #[arg(long, default_value = "storc-data")]
     data_dir: PathBuf,
-    /// A member drive: a file or block device path, mem:SIZE, hdd:7200|10k|15k:SIZE or
-    /// ssd:sata|sas|nvme:SIZE. Repeat for more. Without any, eight 8 GiB sparse files in the data
+    /// A member drive: a file or block device path, mem:SIZE, hdd:7200|10k|15k:SIZE,
+    /// ssd:sata|sas|nvme:SIZE, or an NBD export on another machine: nbd://HOST[:PORT]/EXPORT,
+    /// nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH or nbd+unix:///EXPORT?socket=PATH, with
+    /// timeout=DURATION (1s-300s, default 10s) in the query: a request unanswered that long fails
+    /// the member, and the link is reconnected in the background. Repeat for more. Without any, eight 8 GiB sparse files in the data
     /// directory, with a RAID5 on slots 0-6 and slot 7 as a global hot spare on first start.
     #[arg(long = "drive")]
     drives: Vec<String>,
@@ -116,8 +120,10 @@ pub fn run(args: &Args) -> Result<(), String> {
     // After the first start a drive that cannot be opened is a dead disk, not a typo: its slot
     // comes up missing and the VDs serve degraded.
     let first_start = ours.is_none();
-    let (offered, startup_events) =
-        if default_layout { drives::open_default(&args.data_dir, first_start)? } else { drives::open_specs(&args.drives, first_start)? };
+    let ((offered, startup_events), links) = match default_layout {
+        true => (drives::open_default(&args.data_dir, first_start)?, Vec::new()),
+        false => drives::open_specs(&args.drives, first_start)?,
+    };
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
     let cache_bytes = drive::parse_size_bytes(&args.cache_size).map_err(|e| format!("--cache-size {}: {e}", args.cache_size))?;
     let read_ahead_bytes = drive::parse_size_bytes(&args.read_ahead).map_err(|e| format!("--read-ahead {}: {e}", args.read_ahead))?;
@@ -140,8 +146,12 @@ pub fn run(args: &Args) -> Result<(), String> {
     if default_layout && controller.config().vds.is_empty() && controller.foreign().is_empty() {
         create_default_layout(&controller)?;
     }
+    let link_watch =
+        links::LinkWatch::start(Arc::clone(&controller), links).map_err(|e| format!("cannot start the NBD link watcher: {e}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller), token));
+    // No re-add may start while the controller shuts down.
+    link_watch.stop();
     controller.shutdown();
     outcome
 }

@@ -13,10 +13,13 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 
-use crate::proto::{self, BlockSizes, ClientFlags, Command, Info, InfoRequest, ProtoError, ReplyHeader, Request};
+mod handshake;
+
+use crate::proto::{self, BlockSizes, Command, ProtoError, ReplyHeader, Request};
 use crate::socket::Socket;
-use crate::tls::{PskKeys, TlsClient, TlsLink};
+use crate::tls::TlsLink;
 use crate::uri::{NbdUri, UriTls};
+use handshake::{greet, haggle, start_tls, tcp_connect_within};
 
 /// How long the TLS handshake may take, and sealed requests may wait for a server that reads
 /// nothing, before the client gives up.
@@ -111,6 +114,14 @@ fn bad_reply(reason: String) -> ClientError {
     ClientError::Protocol(ProtoError::BadReply { reason })
 }
 
+/// A connection after its handshake, in pieces (`Client::into_parts`).
+pub(crate) struct ClientParts {
+    pub(crate) reader: BufReader<Socket>,
+    pub(crate) writer: BufWriter<Socket>,
+    /// The TLS relay, if any: dropped (and joined) after the reader and writer are done.
+    pub(crate) tls: Option<TlsLink>,
+}
+
 /// One finished request. `result` holds the data of a READ (empty for other commands).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
@@ -153,20 +164,66 @@ impl Client {
             }
             NbdUri::Unix { socket_path, .. } => (Socket::unix(UnixStream::connect(socket_path)?), None),
         };
+        Client::handshake(socket, tls, uri.export_name(), config, None)
+    }
+
+    /// As [`Client::connect`], but nothing waits on the server longer than `timeout`: the
+    /// connection (each address the host resolves to), and each read or write of the handshake
+    /// (the socket's own timeouts, left set: the caller clears or keeps them). For a client
+    /// that must not hang on a link that stalls (a member drive reconnecting).
+    pub fn connect_within(uri: &NbdUri, config: &ClientConfig, timeout: std::time::Duration) -> Result<Client, ClientError> {
+        let (socket, tls) = match uri {
+            NbdUri::Tcp { host, port, tls, .. } => (Socket::tcp(tcp_connect_within(host, *port, timeout)?), tls.as_ref()),
+            NbdUri::Unix { socket_path, .. } => (Socket::unix(UnixStream::connect(socket_path)?), None),
+        };
+        socket.set_read_timeout(Some(timeout))?;
+        socket.set_write_timeout(Some(timeout))?;
+        Client::handshake(socket, tls, uri.export_name(), config, Some(timeout)).map_err(|error| match error {
+            // A socket timeout reads as EAGAIN: say what it means.
+            ClientError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                ClientError::Io(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the server did not answer the handshake within {} s", timeout.as_secs_f64()),
+                ))
+            }
+            other => other,
+        })
+    }
+
+    /// Greeting, TLS if asked for, options, on a connected socket.
+    fn handshake(
+        socket: Socket,
+        tls: Option<&UriTls>,
+        export_name: &str,
+        config: &ClientConfig,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Client, ClientError> {
         let mut reader = BufReader::new(socket.clone());
         let mut writer = BufWriter::new(socket.clone());
         let no_zeroes = greet(&mut reader, &mut writer)?;
         let link = match tls {
             Some(tls) => {
-                let link = start_tls(&mut reader, &mut writer, &socket, tls)?;
+                let link = start_tls(&mut reader, &mut writer, &socket, tls, timeout.unwrap_or(TLS_TIMEOUT))?;
+                if timeout.is_some() {
+                    // What follows goes through the relay: the same bound on its plaintext end.
+                    link.socket().set_read_timeout(timeout)?;
+                    link.socket().set_write_timeout(timeout)?;
+                }
                 reader = BufReader::new(link.socket().clone());
                 writer = BufWriter::new(link.socket().clone());
                 Some(link)
             }
             None => None,
         };
-        let export = haggle(&mut reader, &mut writer, uri.export_name(), no_zeroes, config)?;
+        let export = haggle(&mut reader, &mut writer, export_name, no_zeroes, config)?;
         Ok(Client { reader, writer, export, next_cookie: 1, pending: HashMap::new(), ready: VecDeque::new(), _tls: link })
+    }
+
+    /// The connection in the transmission phase, taken apart for a client that reads replies
+    /// and writes requests on two threads of its own (`member`). Nothing may be in flight.
+    pub(crate) fn into_parts(self) -> ClientParts {
+        assert_eq!(self.in_flight(), 0, "requests in flight on a client taken apart");
+        ClientParts { reader: self.reader, writer: self.writer, tls: self._tls }
     }
 
     pub fn export(&self) -> &ExportInfo {
@@ -407,140 +464,4 @@ fn read_u64(reader: &mut impl Read) -> io::Result<u64> {
     let mut bytes = [0u8; 8];
     reader.read_exact(&mut bytes)?;
     Ok(u64::from_be_bytes(bytes))
-}
-
-// ---- Handshake -------------------------------------------------------------------------------
-
-/// Reads the greeting and sends the client flags; whether the server omits the zero padding.
-fn greet(reader: &mut impl Read, writer: &mut impl Write) -> Result<bool, ClientError> {
-    let mut greeting = [0u8; proto::GREETING_BYTES];
-    reader.read_exact(&mut greeting)?;
-    let handshake_flags = proto::parse_greeting(&greeting)?;
-    let no_zeroes = handshake_flags & proto::NBD_FLAG_NO_ZEROES != 0;
-    writer.write_all(&proto::encode_client_flags(ClientFlags { fixed_newstyle: true, no_zeroes }))?;
-    Ok(no_zeroes)
-}
-
-/// NBD_OPT_STARTTLS first, as the spec advises a client that wants TLS, then the handshake.
-fn start_tls(reader: &mut BufReader<Socket>, writer: &mut impl Write, socket: &Socket, tls: &UriTls) -> Result<TlsLink, ClientError> {
-    let keys = PskKeys::load(&tls.psk_file).map_err(|message| ClientError::Io(io::Error::other(message)))?;
-    let client = TlsClient::psk(&keys, &tls.username).map_err(|message| ClientError::Io(io::Error::other(message)))?;
-    send_option(writer, proto::NBD_OPT_STARTTLS, &[])?;
-    let (header, data) = read_option_reply(reader, proto::NBD_OPT_STARTTLS)?;
-    if header.reply_type != proto::NBD_REP_ACK {
-        return Err(rejected(&header, &data));
-    }
-    if !reader.buffer().is_empty() {
-        return Err(bad_reply("the server sent data after acknowledging STARTTLS".into()));
-    }
-    Ok(client.connect(socket, std::time::Instant::now() + TLS_TIMEOUT, TLS_TIMEOUT)?)
-}
-
-/// Options after the greeting (and TLS): structured replies if asked for, then the export.
-fn haggle(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
-    export_name: &str,
-    no_zeroes: bool,
-    config: &ClientConfig,
-) -> Result<ExportInfo, ClientError> {
-    let structured_replies = config.structured_replies && negotiate_structured_replies(reader, writer)?;
-    let mut export = go(reader, writer, export_name, no_zeroes)?;
-    export.structured_replies = structured_replies;
-    Ok(export)
-}
-
-fn send_option(writer: &mut impl Write, option: u32, data: &[u8]) -> io::Result<()> {
-    writer.write_all(&proto::encode_option(option, data))?;
-    writer.flush()
-}
-
-fn read_option_reply(reader: &mut impl Read, option: u32) -> Result<(proto::OptionReplyHeader, Vec<u8>), ClientError> {
-    let mut header_bytes = [0u8; proto::OPTION_REPLY_HEADER_BYTES];
-    reader.read_exact(&mut header_bytes)?;
-    let header = proto::parse_option_reply_header(&header_bytes)?;
-    if header.option != option {
-        return Err(bad_reply(format!("reply to option {} while waiting for {option}", header.option)));
-    }
-    let mut data = vec![0u8; header.len_bytes as usize];
-    reader.read_exact(&mut data)?;
-    Ok((header, data))
-}
-
-fn rejected(header: &proto::OptionReplyHeader, data: &[u8]) -> ClientError {
-    ClientError::OptionRejected {
-        option: header.option,
-        reply_type: header.reply_type,
-        message: String::from_utf8_lossy(data).into_owned(),
-    }
-}
-
-fn negotiate_structured_replies(reader: &mut impl Read, writer: &mut impl Write) -> Result<bool, ClientError> {
-    send_option(writer, proto::NBD_OPT_STRUCTURED_REPLY, &[])?;
-    let (header, data) = read_option_reply(reader, proto::NBD_OPT_STRUCTURED_REPLY)?;
-    match header.reply_type {
-        proto::NBD_REP_ACK => Ok(true),
-        proto::NBD_REP_ERR_UNSUP => Ok(false),
-        _ => Err(rejected(&header, &data)),
-    }
-}
-
-/// NBD_OPT_GO, asking for block sizes, name and description; falls back to EXPORT_NAME only
-/// for a server that does not know GO.
-fn go(reader: &mut impl Read, writer: &mut impl Write, export_name: &str, no_zeroes: bool) -> Result<ExportInfo, ClientError> {
-    let request = InfoRequest {
-        export_name: export_name.to_string(),
-        info_types: vec![proto::NBD_INFO_BLOCK_SIZE, proto::NBD_INFO_NAME, proto::NBD_INFO_DESCRIPTION],
-    };
-    send_option(writer, proto::NBD_OPT_GO, &proto::encode_info_request(&request))?;
-    let mut export = ExportInfo {
-        export_name: export_name.to_string(),
-        size_bytes: 0,
-        transmission_flags: 0,
-        block_sizes: None,
-        description: None,
-        structured_replies: false,
-    };
-    let mut got_export_info = false;
-    loop {
-        let (header, data) = read_option_reply(reader, proto::NBD_OPT_GO)?;
-        match header.reply_type {
-            proto::NBD_REP_INFO => got_export_info |= record_info(&mut export, proto::parse_rep_info(&data)?),
-            proto::NBD_REP_ACK if got_export_info => return Ok(export),
-            proto::NBD_REP_ACK => return Err(bad_reply("GO succeeded without NBD_INFO_EXPORT".into())),
-            proto::NBD_REP_ERR_UNSUP => return export_name_fallback(reader, writer, export, no_zeroes),
-            _ => return Err(rejected(&header, &data)),
-        }
-    }
-}
-
-/// Returns whether `info` was the mandatory NBD_INFO_EXPORT.
-fn record_info(export: &mut ExportInfo, info: Info) -> bool {
-    match info {
-        Info::Export { size_bytes, transmission_flags } => {
-            export.size_bytes = size_bytes;
-            export.transmission_flags = transmission_flags;
-            return true;
-        }
-        Info::Name(name) => export.export_name = name,
-        Info::Description(description) => export.description = Some(description),
-        Info::BlockSize(sizes) => export.block_sizes = Some(sizes),
-        Info::Unknown { .. } => {}
-    }
-    false
-}
-
-fn export_name_fallback(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
-    mut export: ExportInfo,
-    no_zeroes: bool,
-) -> Result<ExportInfo, ClientError> {
-    send_option(writer, proto::NBD_OPT_EXPORT_NAME, export.export_name.as_bytes())?;
-    let mut reply = [0u8; proto::EXPORT_NAME_REPLY_BYTES + proto::EXPORT_NAME_REPLY_ZEROES_BYTES];
-    let reply_bytes = if no_zeroes { proto::EXPORT_NAME_REPLY_BYTES } else { reply.len() };
-    reader.read_exact(&mut reply[..reply_bytes])?;
-    export.size_bytes = u64::from_be_bytes(reply[..8].try_into().expect("8 bytes"));
-    export.transmission_flags = u16::from_be_bytes(reply[8..10].try_into().expect("2 bytes"));
-    Ok(export)
 }
