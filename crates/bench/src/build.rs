@@ -264,6 +264,7 @@ pub(crate) fn describe_drive(drive: &dyn Drive, model: Option<String>) -> DriveD
         DriveKind::File => "file",
         DriveKind::BlockDevice => "block-device",
         DriveKind::Emulated => "emulated",
+        DriveKind::Rbd => "rbd",
     };
     DriveDescription { name: info.name.clone(), kind: kind.into(), model, capacity_bytes: info.capacity_bytes, direct_io: info.direct_io }
 }

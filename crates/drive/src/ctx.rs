@@ -10,12 +10,14 @@
 //! later (a hard disk reordering its queue, NCQ) keeps the completion itself and registers as a
 //! [`DueSource`], which every `poll` asks for what has come due and when to ask again.
 
+use crate::remote::{RemoteCompleter, RemoteInbox};
+use crate::waker::ShardWaker;
 use crate::{Completion, DriveError, IoBuf, Token};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,56 +113,6 @@ pub(crate) enum Hook {
     Transform(Box<dyn FnOnce(&mut Completion)>),
 }
 
-/// Wakes a shard sleeping in [`IoCtx::poll`]; cheap when the shard is awake.
-pub struct ShardWaker {
-    eventfd: OwnedFd,
-    sleeping: AtomicBool,
-}
-
-impl ShardWaker {
-    /// A waker of its own, for a thread that sleeps in `poll(2)` on `fd()` rather than in a ring.
-    pub fn new() -> Arc<ShardWaker> {
-        // SAFETY: plain syscall; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(fd >= 0, "eventfd failed: {}", io::Error::last_os_error());
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Arc::new(ShardWaker { eventfd, sleeping: AtomicBool::new(false) })
-    }
-
-    /// The eventfd, readable after a `wake` that found the sleeper's flag set.
-    pub fn fd(&self) -> RawFd {
-        self.eventfd.as_raw_fd()
-    }
-
-    /// Clears the eventfd after waking.
-    pub fn drain(&self) {
-        let mut value: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd we own.
-        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
-    }
-
-    /// Called by the shard before it checks its inbox one last time and sleeps: a message sent
-    /// after this point finds the flag set and writes the eventfd, so no wake-up is lost.
-    pub fn prepare_sleep(&self) {
-        self.sleeping.store(true, Ordering::SeqCst);
-    }
-
-    /// Called by the shard when it did not sleep after all, or has woken.
-    pub fn cancel_sleep(&self) {
-        self.sleeping.store(false, Ordering::SeqCst);
-    }
-
-    /// Called by other threads after they queued work for the shard.
-    pub fn wake(&self) {
-        if self.sleeping.swap(false, Ordering::SeqCst) {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
-            let _ = unsafe { libc::write(self.eventfd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        }
-    }
-}
-
 pub struct IoCtx {
     ring: Option<IoUring>,
     slots: Vec<Option<RingSlot>>,
@@ -178,6 +130,10 @@ pub struct IoCtx {
     sources: Vec<WatchedSource>,
     /// Operations whose completions sources hold for this context.
     held_by_sources: usize,
+    /// Where other threads (librbd's) leave completions of operations submitted here.
+    remote: Option<Arc<RemoteInbox>>,
+    /// Operations whose completions are still to come through `remote`.
+    held_remotely: usize,
     /// Errors the next submits return instead of entering the kernel (tests of the paths that
     /// a real kernel takes only under memory pressure or a full completion queue).
     injected_submit_errors: VecDeque<i32>,
@@ -211,6 +167,8 @@ impl IoCtx {
             id: NEXT_CTX_ID.fetch_add(1, Ordering::Relaxed),
             sources: Vec::new(),
             held_by_sources: 0,
+            remote: None,
+            held_remotely: 0,
             injected_submit_errors: VecDeque::new(),
         })
     }
@@ -276,6 +234,22 @@ impl IoCtx {
             Some(watched) => watched.next_poll = Some(Instant::now()),
             None => self.sources.push(WatchedSource { source, next_poll: Some(Instant::now()) }),
         }
+    }
+
+    /// The way back for an operation that another thread will complete (a library's callback):
+    /// the operation counts as in flight until its completion has been taken by `poll`.
+    pub(crate) fn remote_completer(&mut self, token: Token) -> RemoteCompleter {
+        let inbox = match &self.remote {
+            Some(inbox) => Arc::clone(inbox),
+            None => {
+                let waker = self.ring.is_some().then(|| self.waker());
+                let inbox = RemoteInbox::new(waker);
+                self.remote = Some(Arc::clone(&inbox));
+                inbox
+            }
+        };
+        self.held_remotely += 1;
+        RemoteCompleter::new(inbox, token)
     }
 
     /// Queues a read or write on the ring; the buffer is kept until the CQE arrives.
@@ -380,17 +354,30 @@ impl IoCtx {
 
     /// Operations submitted on this context that have not completed yet (ring and delayed).
     pub fn in_flight(&self) -> usize {
-        self.in_ring + self.delayed_completions.len() + self.held_by_sources
+        self.in_ring + self.delayed_completions.len() + self.held_by_sources + self.held_remotely
     }
 
     /// Moves finished completions into `out`. With `wait`, blocks until at least one completion
     /// is available or the waker fires (only when the caller has nothing else to do).
     pub fn poll(&mut self, out: &mut Vec<Completion>, wait: bool) {
+        // Before the inbox is emptied: a completion arriving after that must write the eventfd.
+        let remote_wake = wait && self.held_remotely > 0 && self.ring.is_some();
+        if remote_wake {
+            self.waker().prepare_sleep();
+        }
         self.release_from_sources();
+        self.release_remote();
         let must_wait = wait && self.ready.is_empty();
+        if must_wait && self.ring.is_none() && self.held_remotely > 0 {
+            self.remote.as_ref().expect("held remotely").wait(self.next_deadline());
+        }
         self.submit_and_reap(must_wait);
+        if remote_wake {
+            self.waker().cancel_sleep();
+        }
         self.release_due_delays();
         self.release_from_sources();
+        self.release_remote();
         while let Some(completion) = self.ready.pop_front() {
             self.finish(completion, out);
         }
@@ -443,7 +430,7 @@ impl IoCtx {
             return;
         }
         let Some(waker) = &self.waker else { return };
-        let fd = waker.eventfd.as_raw_fd();
+        let fd = waker.fd();
         let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(WAKER_USER_DATA);
         // Without the poll the context wakes on its own completions and timeouts only; the next
         // sleep tries to arm it again.
@@ -560,6 +547,16 @@ impl IoCtx {
             std::thread::sleep(due.saturating_duration_since(now));
             self.release_from_sources();
         }
+    }
+
+    /// Takes the completions other threads delivered.
+    fn release_remote(&mut self) {
+        if self.held_remotely == 0 {
+            return;
+        }
+        let arrived = self.remote.as_ref().expect("held remotely").take();
+        self.held_remotely -= arrived.len();
+        self.ready.extend(arrived);
     }
 
     /// The earliest instant something parked here comes due or a source wants to be asked.

@@ -12,8 +12,11 @@
 //! - [`FaultyDrive`]: wraps any drive and fails it whole, fails reads or writes in offset ranges,
 //!   returns corrupted data or adds latency, switchable at run time.
 //! - [`Window`]: a part of another drive (a journal past a slot drive's metadata).
+//! - [`RbdDrive`]: an RBD image of a Ceph cluster through librbd's asynchronous API, loaded at
+//!   run time (`rbd` module docs: why a thin FFI layer, and which thread runs its callbacks).
 //!
-//! This crate is the only place with io_uring `unsafe`; every `unsafe` block says why it holds.
+//! This crate is the only place with io_uring `unsafe`, and with librbd's FFI; every `unsafe`
+//! block says why it holds.
 
 mod buf;
 mod ctx;
@@ -21,14 +24,21 @@ mod emulated;
 mod faulty;
 mod file;
 mod mem;
+mod rbd;
+mod remote;
+mod waker;
 mod window;
 
+pub mod testing;
+
 pub use buf::{BufPool, IoBuf, BUF_ALIGN_BYTES};
-pub use ctx::{IoCtx, IoCtxConfig, ShardWaker};
+pub use ctx::{IoCtx, IoCtxConfig};
 pub use emulated::{Clock, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, RealClock, VirtualClock};
 pub use faulty::{Faults, FaultyDrive};
 pub use file::{DirectIo, FileDrive, FileDriveConfig};
 pub use mem::MemDrive;
+pub use rbd::{RbdDrive, RbdSpec, RBD_FORM};
+pub use waker::ShardWaker;
 pub use window::Window;
 
 use std::fmt;
@@ -153,6 +163,8 @@ pub enum DriveKind {
     File,
     BlockDevice,
     Emulated,
+    /// An RBD image of a Ceph cluster.
+    Rbd,
 }
 
 /// What a drive is, as reported to the controller.

@@ -341,3 +341,31 @@ fn a_window_is_the_part_of_its_drive_past_its_offset_and_nothing_else() {
     assert!(Window::from_offset(Arc::clone(&inner), 8 << 20).is_err(), "an empty window");
     assert!(Window::from_offset(inner, 100).is_err(), "an unaligned window");
 }
+
+/// Completions delivered from other threads (as librbd's callbacks deliver them) wake a context
+/// sleeping in its ring, and one without a ring, however they race with its `poll`; each comes
+/// back with its token and buffer, and counts as in flight until then.
+#[test]
+fn completions_from_other_threads_wake_a_sleeping_context() {
+    for ring_entries in [0, 64] {
+        let mut ctx = IoCtx::new(IoCtxConfig { ring_entries }).unwrap();
+        for round in 0..200u64 {
+            let completer = ctx.remote_completer(round);
+            assert_eq!(ctx.in_flight(), 1);
+            let op = DriveOp::Read { offset_bytes: 0, buf: IoBuf::zeroed(512) };
+            // Sometimes before the poll, sometimes while it sleeps.
+            let delay = std::time::Duration::from_micros(round % 4 * 100);
+            let thread = std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                completer.complete(Ok(()), op);
+            });
+            let mut out = Vec::new();
+            while out.is_empty() {
+                ctx.poll(&mut out, true);
+            }
+            thread.join().unwrap();
+            assert_eq!((out.len(), out[0].token, out[0].buf.as_ref().map(IoBuf::len)), (1, round, Some(512)), "ring {ring_entries}");
+            assert_eq!(ctx.in_flight(), 0);
+        }
+    }
+}
