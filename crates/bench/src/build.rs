@@ -7,7 +7,7 @@ use crate::open::{Backend, OpenOptions};
 use crate::results::{DriveDescription, Policies, TargetInfo};
 use crate::target::{RawDriveTarget, Target, VdTarget};
 use crate::target_spec::{member_spec_text, member_text, MemberSpec, TargetSpec, VdSpec};
-use drive::{Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RealClock};
+use drive::{Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RbdDrive, RbdSpec, RealClock};
 use engine::config::WritePolicy;
 use engine::ssd_cache::{MapOwner, SsdCacheOptions};
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive};
@@ -210,7 +210,17 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
             files.0.push(path.clone());
             Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
         }
+        MemberSpec::Rbd(rbd) => Arc::new(RbdDrive::open(&rbd_member(rbd, name))?),
     })
+}
+
+/// The image of a target's drive `name`: the spec's own for a `raw:` target, else the spec's
+/// image name with the drive's name after a dash (`bench-0`, `bench-journal`, `bench-0.3`).
+fn rbd_member(spec: &RbdSpec, name: &str) -> RbdSpec {
+    match name {
+        "raw" => spec.clone(),
+        _ => spec.with_image(format!("{}-{name}", spec.image)),
+    }
 }
 
 /// Formats the `journal=` drive and hands it to the engine's shards, as a controller does.

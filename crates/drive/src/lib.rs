@@ -198,6 +198,12 @@ pub trait Drive: Send + Sync {
         let _ = (offset_bytes, len_bytes);
         false
     }
+
+    /// Lets go of what the drive holds outside this process once nothing more will be
+    /// submitted (an RBD image's exclusive lock and watch, which would otherwise outlive a
+    /// process that exits without dropping it); later operations fail as on a vanished drive.
+    /// Blocking: the control plane calls it at shutdown. Nothing to do for most drives.
+    fn close(&self) {}
 }
 
 impl fmt::Debug for dyn Drive {

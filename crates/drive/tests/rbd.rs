@@ -229,3 +229,21 @@ fn a_pool_deleted_under_an_open_drive_fails_as_a_vanished_drive() {
     assert_eq!(error, Err(DriveError::Gone));
     assert_eq!(read(&drive, ctx, 0, 4096), Err(DriveError::Gone));
 }
+
+/// `close` lets go of the image at once (no watcher left, so `rbd rm` works without waiting
+/// for a watch to time out); operations after it fail as on a vanished drive.
+#[test]
+fn close_releases_the_image_and_later_operations_fail() {
+    let cluster = CephCluster::shared();
+    cluster.create_image("closing", 8 * MIB);
+    let drive = open(&cluster, "closing");
+    let ctx = &mut IoCtx::new(IoCtxConfig::default()).unwrap();
+    assert_eq!(write(&drive, ctx, 0, pattern(4096, 1)), Ok(()));
+    assert!(cluster.run("rbd", &["status", "--format", "json", "rbd/closing"]).contains("\"address\""), "open: a watcher");
+    drive.close();
+    let status = cluster.run("rbd", &["status", "--format", "json", "rbd/closing"]);
+    assert!(!status.contains("\"address\""), "closed: no watcher left: {status}");
+    assert_eq!(write(&drive, ctx, 0, pattern(4096, 2)), Err(DriveError::Gone));
+    assert!(!drive.reads_zero(0, 4096), "not known once closed");
+    cluster.run("rbd", &["rm", "--no-progress", "rbd/closing"]);
+}

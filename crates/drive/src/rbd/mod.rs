@@ -49,16 +49,30 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long dropping a drive waits for its operations in flight before it leaves the image
-/// open (closing it under librbd's feet would be worse than leaking it).
-const DROP_WAIT: Duration = Duration::from_secs(90);
+/// How long closing a drive waits for its operations in flight before it leaves the image open
+/// (three OSD timeouts).
+const CLOSE_WAIT: Duration = Duration::from_secs(90);
 
 pub struct RbdDrive {
     spec: RbdSpec,
     info: DriveInfo,
-    handles: Option<Handles>,
+    api: &'static Api,
+    /// The open image, copied out of `handles` for the I/O path, which takes no lock: it is
+    /// used only between `Shared::begin` and `Shared::end`, which `close` waits out.
+    image: ImagePtr,
+    /// Taken and dropped (the image closed, the connection shut down) by `close`.
+    handles: Mutex<Option<Handles>>,
     shared: Arc<Shared>,
 }
+
+#[derive(Clone, Copy)]
+struct ImagePtr(RbdImageT);
+
+// SAFETY: librbd's image handle may be used from any thread, and its AIO calls from several at
+// once; it is only used while the drive is open (see `RbdDrive::image`).
+unsafe impl Send for ImagePtr {}
+// SAFETY: as above.
+unsafe impl Sync for ImagePtr {}
 
 /// What the drive and its operations' callbacks share.
 struct Shared {
@@ -68,7 +82,42 @@ struct Shared {
     idle: Condvar,
     /// The image answered that it is gone: later operations fail without reaching librbd.
     gone: AtomicBool,
+    /// `close` was called: no new operation starts.
+    closed: AtomicBool,
     name: String,
+}
+
+impl Shared {
+    /// Counts an operation in, unless the drive is closing. Either this sees `closed`, or
+    /// `close` (which sets it first) sees the count: both use sequentially consistent order.
+    fn begin(&self) -> bool {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if self.closed.load(Ordering::SeqCst) {
+            self.end();
+            return false;
+        }
+        true
+    }
+
+    fn end(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _idle = self.idle_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until no operation is in flight, up to `deadline`; whether that happened.
+    fn wait_idle(&self, deadline: Instant) -> bool {
+        let mut idle = self.idle_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        while self.in_flight.load(Ordering::SeqCst) > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            idle = self.idle.wait_timeout(idle, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        }
+        true
+    }
 }
 
 impl RbdDrive {
@@ -87,17 +136,15 @@ impl RbdDrive {
             idle_lock: Mutex::new(()),
             idle: Condvar::new(),
             gone: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             name,
         });
-        Ok(RbdDrive { spec: spec.clone(), info, handles: Some(opened.handles), shared })
+        let (api, image) = (opened.handles.api, ImagePtr(opened.handles.image));
+        Ok(RbdDrive { spec: spec.clone(), info, api, image, handles: Mutex::new(Some(opened.handles)), shared })
     }
 
     pub fn spec(&self) -> &RbdSpec {
         &self.spec
-    }
-
-    fn handles(&self) -> &Handles {
-        self.handles.as_ref().expect("open until dropped")
     }
 }
 
@@ -166,31 +213,30 @@ impl Drive for RbdDrive {
         if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
             return ctx.fail(token, error, op);
         }
-        if self.shared.gone.load(Ordering::Relaxed) {
+        if self.shared.gone.load(Ordering::Relaxed) || !self.shared.begin() {
             return ctx.fail(token, DriveError::Gone, op);
         }
-        let handles = self.handles();
+        let api = self.api;
         let completer = ctx.remote_completer(token);
-        let mut pending = Box::new(Pending { completer, op, iovecs: Vec::new(), shared: Arc::clone(&self.shared), api: handles.api });
+        let mut pending = Box::new(Pending { completer, op, iovecs: Vec::new(), shared: Arc::clone(&self.shared), api });
         let call = Call::of(&mut pending);
-        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
         let arg = Box::into_raw(pending);
         let mut completion: RbdCompletionT = std::ptr::null_mut();
         // SAFETY: `arg` is a leaked box that `on_complete` takes back exactly once; the out
         // pointer is a live local.
-        let rc = unsafe { (handles.api.rbd_aio_create_completion)(arg.cast(), on_complete, &mut completion) };
+        let rc = unsafe { (api.rbd_aio_create_completion)(arg.cast(), on_complete, &mut completion) };
         if rc < 0 {
             // SAFETY: no completion exists, so no callback will take `arg` back: we do.
             return finish(*unsafe { Box::from_raw(arg) }, rc as isize);
         }
-        // SAFETY: the image is open while the drive lives (the engine keeps a drive alive while
-        // its operations are in flight, and `Drop` waits for them too); `call` points into the
-        // record behind `arg`, whose buffers stay where they are until the callback.
-        let rc = unsafe { call.start(handles.api, handles.image, completion) };
+        // SAFETY: the image stays open until this operation ends (`begin` above; `close` waits);
+        // `call` points into the record behind `arg`, whose buffers stay where they are until
+        // the callback.
+        let rc = unsafe { call.start(api, self.image.0, completion) };
         if rc < 0 {
             // Refused before it started: librbd will not call back, so the record is ours again.
             // SAFETY: the completion was created above and never handed out.
-            unsafe { (handles.api.rbd_aio_release)(completion) };
+            unsafe { (api.rbd_aio_release)(completion) };
             // SAFETY: as above, the callback will not run for this record.
             finish(*unsafe { Box::from_raw(arg) }, rc as isize);
         }
@@ -203,13 +249,15 @@ impl Drive for RbdDrive {
         if len_bytes == 0 {
             return true;
         }
-        let handles = self.handles();
+        if !self.shared.begin() {
+            return false;
+        }
         let mut allocated = false;
-        // SAFETY: an open image; the callback gets `allocated` as its argument, a live local,
-        // and is only called during this synchronous call.
+        // SAFETY: the image is open until `end` below; the callback gets `allocated` as its
+        // argument, a live local, and is only called during this synchronous call.
         let rc = unsafe {
-            (handles.api.rbd_diff_iterate2)(
-                handles.image,
+            (self.api.rbd_diff_iterate2)(
+                self.image.0,
                 std::ptr::null(),
                 offset_bytes,
                 len_bytes,
@@ -219,7 +267,26 @@ impl Drive for RbdDrive {
                 (&mut allocated as *mut bool).cast(),
             )
         };
+        self.shared.end();
         rc == 0 && !allocated
+    }
+
+    /// Waits for the operations in flight, then closes the image (releasing its exclusive lock
+    /// and its watch, which a process that exits without closing holds until the watch times
+    /// out, 30 s by default) and the connection. Later operations fail as on a vanished drive.
+    fn close(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        let mut handles = self.handles.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if handles.is_none() {
+            return;
+        }
+        if !self.shared.wait_idle(Instant::now() + CLOSE_WAIT) {
+            // Closing under librbd's feet would be worse than leaving the image open.
+            tracing::error!(drive = %self.info.name, "operations still in flight in librbd; the image is left open");
+            std::mem::forget(handles.take());
+            return;
+        }
+        drop(handles.take());
     }
 }
 
@@ -254,10 +321,7 @@ fn finish(pending: Pending, rv: isize) {
     let Pending { completer, op, shared, .. } = pending;
     let result = outcome(&op, rv, &shared);
     completer.complete(result, op);
-    if shared.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-        let _idle = shared.idle_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        shared.idle.notify_all();
-    }
+    shared.end();
 }
 
 fn outcome(op: &DriveOp, rv: isize, shared: &Shared) -> Result<(), DriveError> {
@@ -287,16 +351,6 @@ fn outcome(op: &DriveOp, rv: isize, shared: &Shared) -> Result<(), DriveError> {
 
 impl Drop for RbdDrive {
     fn drop(&mut self) {
-        let deadline = Instant::now() + DROP_WAIT;
-        let mut idle = self.shared.idle_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        while self.shared.in_flight.load(Ordering::Acquire) > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                tracing::error!(drive = %self.info.name, "operations still in flight in librbd; the image is left open");
-                std::mem::forget(self.handles.take());
-                return;
-            }
-            idle = self.shared.idle.wait_timeout(idle, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
-        }
+        self.close();
     }
 }

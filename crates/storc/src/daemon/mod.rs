@@ -35,8 +35,9 @@ pub struct Args {
     /// Where the default drives, the NBD socket and the API socket live.
     #[arg(long, default_value = "storc-data")]
     data_dir: PathBuf,
-    /// A member drive: a file or block device path, mem:SIZE, hdd:7200|10k|15k:SIZE or
-    /// ssd:sata|sas|nvme:SIZE. Repeat for more. Without any, eight 8 GiB sparse files in the data
+    /// A member drive: a file or block device path, mem:SIZE, hdd:7200|10k|15k:SIZE,
+    /// ssd:sata|sas|nvme:SIZE, or an RBD image of a Ceph cluster,
+    /// rbd:POOL/IMAGE[?conf=PATH&id=USER] (librbd1 must be installed). Repeat for more. Without any, eight 8 GiB sparse files in the data
     /// directory, with a RAID5 on slots 0-6 and slot 7 as a global hot spare on first start.
     #[arg(long = "drive")]
     drives: Vec<String>,
@@ -127,6 +128,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     let specs: Vec<&str> = args.journal.iter().map(String::as_str).collect();
     let journal = drives::open_journal_legs(&specs)?;
+    // Closed after the controller's shutdown: an RBD image keeps its lock and watch until then.
+    let to_close: Vec<Arc<dyn drive::Drive>> =
+        offered.iter().map(|o| Arc::clone(&o.drive)).chain(journal.iter().map(|j| Arc::clone(&j.drive))).collect();
     let engine = Arc::new(
         Engine::start(EngineConfig { shard_count, cache_bytes, read_ahead_bytes, ..EngineConfig::default() }).map_err(|e| e.to_string())?,
     );
@@ -141,6 +145,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller), token));
     controller.shutdown();
+    for drive in to_close {
+        drive.close();
+    }
     outcome
 }
 
