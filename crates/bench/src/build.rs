@@ -15,13 +15,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Files this process made for its drives, removed when dropped: after the engine and the
-/// drives that had them open, as the owner drops its backend first.
+/// drives that had them open, as the owner drops its backend first. Also the drives that hold
+/// something outside this process (RBD images: their locks and watches), closed then.
 #[derive(Default)]
-pub(crate) struct CreatedFiles(Vec<PathBuf>);
+pub(crate) struct CreatedFiles {
+    paths: Vec<PathBuf>,
+    to_close: Vec<Arc<dyn Drive>>,
+}
 
 impl Drop for CreatedFiles {
     fn drop(&mut self) {
-        for file in &self.0 {
+        for drive in &self.to_close {
+            drive.close();
+        }
+        for file in &self.paths {
             let _ = std::fs::remove_file(file);
         }
     }
@@ -207,10 +214,14 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
         MemberSpec::Files { dir, capacity_bytes } => {
             let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));
             let config = FileDriveConfig { create_size_bytes: Some(*capacity_bytes), preallocate, ..FileDriveConfig::default() };
-            files.0.push(path.clone());
+            files.paths.push(path.clone());
             Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
         }
-        MemberSpec::Rbd(rbd) => Arc::new(RbdDrive::open(&rbd_member(rbd, name))?),
+        MemberSpec::Rbd(rbd) => {
+            let drive: Arc<dyn Drive> = Arc::new(RbdDrive::open(&rbd_member(rbd, name))?);
+            files.to_close.push(Arc::clone(&drive));
+            drive
+        }
     })
 }
 

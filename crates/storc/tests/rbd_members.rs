@@ -174,3 +174,34 @@ fn bad_rbd_drives_are_refused_with_what_was_tried() {
         assert!(message.contains(expected), "--drive {drive}: {message:?} should say {expected:?}");
     }
 }
+
+/// `storc bench` with a RAID0 of two RBD images (`vd:r0:2xrbd:POOL/PREFIX`: images PREFIX-0 and
+/// PREFIX-1) writes and verifies what it reads; at exit it lets go of the images (no watcher
+/// left, `rbd rm` works at once).
+#[test]
+fn storc_bench_verifies_a_raid0_of_rbd_images_and_lets_go_of_them() {
+    let cluster = CephCluster::shared();
+    let scratch = Scratch::new("rbd-bench");
+    for image in ["bench-0", "bench-1"] {
+        cluster.create_image(image, 64 * MIB);
+    }
+    let json = scratch.join("results.json");
+    let target = format!("vd:r0:2x{}", cluster.drive_arg("bench"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_storc"))
+        .args(["bench", "run", "review-database", "--quick", "--verify", "--duration", "0.2", "--ramp", "0"])
+        .args(["--target", &target, "--json"])
+        .arg(&json)
+        .output()
+        .expect("run storc bench");
+    assert!(output.status.success(), "storc bench --target {target}:\n{}", common::text_of(&output));
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let drives: Vec<&str> = results["target"]["drives"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(drives, ["rbd:rbd/bench-0", "rbd:rbd/bench-1"]);
+    let points = results["patterns"][0]["points"].as_array().unwrap();
+    assert!(points.iter().all(|p| p["ops"].as_u64().unwrap() > 0 && p["errors"] == 0 && p["verify"]["mismatched_sectors"] == 0));
+    for image in ["bench-0", "bench-1"] {
+        let status = cluster.run("rbd", &["status", "--format", "json", &format!("rbd/{image}")]);
+        assert!(!status.contains("\"address\""), "storc bench left {image} open: {status}");
+        cluster.run("rbd", &["rm", "--no-progress", &format!("rbd/{image}")]);
+    }
+}
