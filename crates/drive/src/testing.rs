@@ -89,6 +89,16 @@ impl CephCluster {
         &self.conf
     }
 
+    /// The process ids of the cluster's OSDs (to stop one with SIGSTOP, as a hung host).
+    pub fn osd_pids(&self) -> Vec<u32> {
+        let entries = std::fs::read_dir(self.dir.join("run")).expect("the cluster's run directory");
+        let pid_files = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("osd.") && n.ends_with(".pid")));
+        pid_files.filter_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok()).collect()
+    }
+
     /// `POOL/IMAGE?conf=PATH`: the text after `rbd:` of a drive on `image` of the pool.
     pub fn spec_text(&self, image: &str) -> String {
         format!("{POOL}/{image}?conf={}", self.conf.display())

@@ -247,3 +247,41 @@ fn close_releases_the_image_and_later_operations_fail() {
     assert!(!drive.reads_zero(0, 4096), "not known once closed");
     cluster.run("rbd", &["rm", "--no-progress", "rbd/closing"]);
 }
+
+/// An OSD that stops answering (SIGSTOP, as a hung host): an operation fails with ETIMEDOUT
+/// after librados' OSD timeout (2 s in this client's conf; storc makes it 30 s when the conf
+/// sets none) instead of waiting forever; once the OSD is back the drive works again. A cluster
+/// of its own, so the other tests do not stall.
+#[test]
+fn an_osd_that_stops_answering_fails_operations_after_the_timeout() {
+    let cluster = CephCluster::start();
+    cluster.create_image("stalled", 8 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("client.conf");
+    let text = std::fs::read_to_string(cluster.conf()).unwrap();
+    std::fs::write(&conf, format!("{text}\n[client]\nrados osd op timeout = 2\n")).unwrap();
+    let drive = RbdDrive::open(&RbdSpec::parse(&format!("{POOL}/stalled?conf={}", conf.display())).unwrap()).unwrap();
+    let ctx = &mut IoCtx::new(IoCtxConfig::default()).unwrap();
+    assert_eq!(write(&drive, ctx, 0, pattern(4096, 1)), Ok(()));
+    let osds = cluster.osd_pids();
+    assert!(!osds.is_empty(), "the cluster has an OSD");
+    let signal = |name: &str| {
+        for pid in &osds {
+            let status = std::process::Command::new("kill").args([name, &pid.to_string()]).status().unwrap();
+            assert!(status.success(), "kill {name} {pid}");
+        }
+    };
+    signal("-STOP");
+    let started = Instant::now();
+    let stalled = write(&drive, ctx, 4096, pattern(4096, 2));
+    let waited = started.elapsed();
+    signal("-CONT");
+    assert_eq!(stalled, Err(DriveError::Io(libc::ETIMEDOUT)), "after {waited:?}");
+    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(20), "failed after {waited:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while write(&drive, ctx, 4096, pattern(4096, 3)) != Ok(()) {
+        assert!(Instant::now() < deadline, "the drive does not work again once the OSD answers");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(read(&drive, ctx, 4096, 4096).unwrap(), pattern(4096, 3).as_slice());
+}
