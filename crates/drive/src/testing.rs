@@ -71,8 +71,10 @@ impl CephCluster {
         }
         let dir = std::env::temp_dir().join(format!("storc-ceph-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst)));
         let started = Instant::now();
-        let output = Command::new(tool())
-            .args(["up"])
+        // Through bash: the tool's copy may have lost its execute bit.
+        let output = Command::new("bash")
+            .arg(tool())
+            .arg("up")
             .arg(&dir)
             .env("CEPH_OSD_BYTES", OSD_BYTES)
             .output()
@@ -178,7 +180,7 @@ fn addresses(json: &str) -> Vec<String> {
 
 impl Drop for CephCluster {
     fn drop(&mut self) {
-        let down = Command::new(tool()).arg("down").arg(&self.dir).output();
+        let down = Command::new("bash").arg(tool()).arg("down").arg(&self.dir).output();
         match down {
             Ok(output) if output.status.success() => {
                 let _ = std::fs::remove_dir_all(&self.dir);
