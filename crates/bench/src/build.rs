@@ -7,7 +7,7 @@ use crate::open::{Backend, OpenOptions};
 use crate::results::{DriveDescription, Policies, TargetInfo};
 use crate::target::{RawDriveTarget, Target, VdTarget};
 use crate::target_spec::{member_spec_text, member_text, MemberSpec, TargetSpec, VdSpec};
-use drive::{Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RealClock};
+use drive::{Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RbdDrive, RbdSpec, RealClock};
 use engine::config::WritePolicy;
 use engine::ssd_cache::{MapOwner, SsdCacheOptions};
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive};
@@ -15,13 +15,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Files this process made for its drives, removed when dropped: after the engine and the
-/// drives that had them open, as the owner drops its backend first.
+/// drives that had them open, as the owner drops its backend first. Also the drives that hold
+/// something outside this process (RBD images: their locks and watches), closed then.
 #[derive(Default)]
-pub(crate) struct CreatedFiles(Vec<PathBuf>);
+pub(crate) struct CreatedFiles {
+    paths: Vec<PathBuf>,
+    to_close: Vec<Arc<dyn Drive>>,
+}
 
 impl Drop for CreatedFiles {
     fn drop(&mut self) {
-        for file in &self.0 {
+        for drive in &self.to_close {
+            drive.close();
+        }
+        for file in &self.paths {
             let _ = std::fs::remove_file(file);
         }
     }
@@ -94,6 +101,9 @@ fn attach_ssd_cache(
     cache.begin_service(MapOwner { controller_id: 0, generation: 0 })
 }
 
+/// A VD and the drives under it (closed when the benchmark ends: RBD images hold locks).
+type VdAndDrives = (Arc<VirtualDrive>, Vec<Arc<dyn Drive>>);
+
 /// A VD of `spec`'s level over drives made for it, named `{disk}.{prefix}{member}` (or
 /// `{prefix}{member}` outside a set).
 fn new_vd(
@@ -103,7 +113,7 @@ fn new_vd(
     prefix: &str,
     disk: Option<usize>,
     files: &mut CreatedFiles,
-) -> Result<(Arc<VirtualDrive>, Vec<Arc<dyn Drive>>), String> {
+) -> Result<VdAndDrives, String> {
     let clock = Arc::new(RealClock::new());
     let member_name = |member: usize| disk.map_or(format!("{prefix}{member}"), |disk| format!("{disk}.{prefix}{member}"));
     let drives: Vec<Arc<dyn Drive>> =
@@ -207,10 +217,24 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
         MemberSpec::Files { dir, capacity_bytes } => {
             let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));
             let config = FileDriveConfig { create_size_bytes: Some(*capacity_bytes), preallocate, ..FileDriveConfig::default() };
-            files.0.push(path.clone());
+            files.paths.push(path.clone());
             Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
         }
+        MemberSpec::Rbd(rbd) => {
+            let drive: Arc<dyn Drive> = Arc::new(RbdDrive::open(&rbd_member(rbd, name))?);
+            files.to_close.push(Arc::clone(&drive));
+            drive
+        }
     })
+}
+
+/// The image of a target's drive `name`: the spec's own for a `raw:` target, else the spec's
+/// image name with the drive's name after a dash (`bench-0`, `bench-journal`, `bench-0.3`).
+fn rbd_member(spec: &RbdSpec, name: &str) -> RbdSpec {
+    match name {
+        "raw" => spec.clone(),
+        _ => spec.with_image(format!("{}-{name}", spec.image)),
+    }
 }
 
 /// Formats the `journal=` drive and hands it to the engine's shards, as a controller does.
@@ -265,6 +289,7 @@ pub(crate) fn describe_drive(drive: &dyn Drive, model: Option<String>) -> DriveD
         DriveKind::BlockDevice => "block-device",
         DriveKind::Emulated => "emulated",
         DriveKind::Network => "network",
+        DriveKind::Rbd => "rbd",
     };
     DriveDescription { name: info.name.clone(), kind: kind.into(), model, capacity_bytes: info.capacity_bytes, direct_io: info.direct_io }
 }

@@ -1,7 +1,7 @@
 //! `--target` as text: the forms it accepts, parsed into a [`TargetSpec`], and written back
 //! normalised for reports. Pure: opening a target is [`crate::open`]'s job.
 
-use drive::EmulatedDriveSpec;
+use drive::{EmulatedDriveSpec, RbdSpec, RBD_FORM};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy};
 use layout::Level;
 use nbd::NbdUri;
@@ -28,6 +28,10 @@ TARGET is one of:
             hdd:7200|10k|15k:SIZE[,OPTION...]   emulated hard disk, real clock
             ssd:sata|sas|nvme:SIZE[,OPTION...]  emulated SSD, real clock
             file:DIR:SIZE                       sparse files made in DIR, removed at exit
+            rbd:POOL/IMAGE[?conf=PATH&id=USER]  existing RBD images of a Ceph cluster: a vd:'s
+                                                members are IMAGE-0 ... IMAGE-(COUNT-1) (a set's
+                                                IMAGE-DISK.MEMBER, a journal IMAGE-journal);
+                                                raw: drives IMAGE itself (set: IMAGE-rawDISK)
     strip   strip size in KiB (default 64); span: drives per span for r10/r50/r60
     POLICY  wt|wb|awb (write, default wt), nora|ra|adra (read-ahead), direct|cached (IO)
     journal the cache's journal (WB needs one; last, as it may hold colons): a DRIVE as above
@@ -36,7 +40,8 @@ TARGET is one of:
   e.g. vd:r5:8xhdd:15k:600GiB:strip=64   vd:r10:4xmem:1GiB   vd:r6:6xfile:/var/tmp:2GiB
        vd:r5:8xhdd:15k:600GiB:wb:journal=ssd:sata:8GiB
        vd:r10:8xhdd:15k:32GiB,nowritecache:cachecade=r0:3xssd:sas:2GiB:wb
-       set:16:vd:jbod:1xssd:nvme:20GiB   set:16:raw:ssd:nvme:20GiB (the HBA tests of seed 002)";
+       set:16:vd:jbod:1xssd:nvme:20GiB   set:16:raw:ssd:nvme:20GiB (the HBA tests of seed 002)
+       vd:r0:4xrbd:rbd/bench?conf=/etc/ceph/ceph.conf   raw:rbd:rbd/bench-0";
 
 /// A parsed `--target`.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,9 +80,16 @@ pub struct VdSpec {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum MemberSpec {
-    Mem { capacity_bytes: u64 },
+    Mem {
+        capacity_bytes: u64,
+    },
     Emulated(EmulatedDriveSpec),
-    Files { dir: PathBuf, capacity_bytes: u64 },
+    Files {
+        dir: PathBuf,
+        capacity_bytes: u64,
+    },
+    /// Existing RBD images: this one (`raw:`), or named after it per member.
+    Rbd(RbdSpec),
 }
 
 const STRIP_KIB_DEFAULT: u64 = 64;
@@ -210,6 +222,7 @@ fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
     match segments {
         ["mem", capacity] => Ok(MemberSpec::Mem { capacity_bytes: size(capacity)? }),
         ["hdd" | "ssd", ..] => EmulatedDriveSpec::parse(&segments.join(":")).map(MemberSpec::Emulated),
+        ["rbd", rest @ ..] if !rest.is_empty() => RbdSpec::parse(&rest.join(":")).map(MemberSpec::Rbd),
         ["file", dir @ .., capacity] if !dir.is_empty() => {
             let dir = PathBuf::from(dir.join(":"));
             if !dir.is_dir() {
@@ -217,7 +230,10 @@ fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
             }
             Ok(MemberSpec::Files { dir, capacity_bytes: size(capacity)? })
         }
-        _ => Err(format!("unknown drive {:?}; allowed: mem:SIZE, hdd:CLASS:SIZE, ssd:CLASS:SIZE, file:DIR:SIZE", segments.join(":"))),
+        _ => Err(format!(
+            "unknown drive {:?}; allowed: mem:SIZE, hdd:CLASS:SIZE, ssd:CLASS:SIZE, file:DIR:SIZE, {RBD_FORM}",
+            segments.join(":")
+        )),
     }
 }
 
@@ -247,6 +263,7 @@ pub(crate) fn member_spec_text(member: &MemberSpec) -> String {
         MemberSpec::Mem { capacity_bytes } => format!("mem:{}", size_text(*capacity_bytes)),
         MemberSpec::Emulated(emulated) => emulated.to_string(),
         MemberSpec::Files { dir, capacity_bytes } => format!("file:{}:{}", dir.display(), size_text(*capacity_bytes)),
+        MemberSpec::Rbd(rbd) => rbd.to_string(),
     }
 }
 
@@ -322,6 +339,22 @@ mod tests {
         let raw_set = TargetSpec::parse("set:4:raw:mem:1GiB").unwrap();
         assert_eq!(raw_set.text(), "set:4:raw:mem:1GiB");
         assert_eq!(TargetSpec::parse(&raw_set.text()).unwrap(), raw_set);
+    }
+
+    #[test]
+    fn rbd_members_parse_with_their_keys_and_write_back_the_same() {
+        let spec = vd("vd:r0:4xrbd:rbd/bench?conf=/etc/ceph/a.conf&id=storc:strip=1024");
+        let MemberSpec::Rbd(rbd) = &spec.drive else { panic!("{spec:?}") };
+        assert_eq!((rbd.image_path().as_str(), rbd.client_name().as_str()), ("rbd/bench", "client.storc"));
+        assert_eq!(spec.strip_size_bytes, 1 << 20);
+        let text = TargetSpec::Vd(spec.clone()).text();
+        assert_eq!(text, "vd:r0:4xrbd:rbd/bench?conf=/etc/ceph/a.conf&id=storc:strip=1024:wt:nora:direct");
+        assert_eq!(vd(&text), spec);
+        let raw = TargetSpec::parse("raw:rbd:pool/one").unwrap();
+        assert_eq!(raw.text(), "raw:rbd:pool/one");
+        let message = error("vd:r0:4xrbd:rbd/bench?user=x");
+        assert!(message.contains("unknown key \"user\" (allowed keys: conf, id)"), "{message}");
+        assert!(error("raw:rbd:bench").contains("expected POOL/IMAGE"));
     }
 
     #[test]

@@ -78,6 +78,10 @@ impl Drive for FaultyDrive {
             && self.inner.reads_zero(offset_bytes, len_bytes)
     }
 
+    fn close(&self) {
+        self.inner.close();
+    }
+
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
         let (start, len) = op.range_bytes().unwrap_or((0, 0));
         // Checked under the read lock first: every write of the simulator comes through here.

@@ -12,11 +12,15 @@
 //! - [`FaultyDrive`]: wraps any drive and fails it whole, fails reads or writes in offset ranges,
 //!   returns corrupted data or adds latency, switchable at run time.
 //! - [`Window`]: a part of another drive (a journal past a slot drive's metadata).
+//! - [`RbdDrive`]: an RBD image of a Ceph cluster through librbd's asynchronous API, loaded at
+//!   run time (`rbd` module docs: why a thin FFI layer, and which thread runs its callbacks).
 //!
 //! A backend that lives elsewhere (an NBD export, `nbd::member`, which depends on this crate and
-//! not the other way) completes through a [`CompletionPort`] from its own threads.
+//! not the other way; an RBD image, whose librbd calls back on its own threads) completes through
+//! a [`CompletionPort`] from its own threads.
 //!
-//! This crate is the only place with io_uring `unsafe`; every `unsafe` block says why it holds.
+//! This crate is the only place with io_uring `unsafe`, and with librbd's FFI; every `unsafe`
+//! block says why it holds.
 
 mod buf;
 mod ctx;
@@ -25,8 +29,11 @@ mod faulty;
 mod file;
 mod mem;
 mod port;
+mod rbd;
 mod waker;
 mod window;
+
+pub mod testing;
 
 pub use buf::{BufPool, IoBuf, BUF_ALIGN_BYTES};
 pub use ctx::{IoCtx, IoCtxConfig};
@@ -35,6 +42,7 @@ pub use faulty::{Faults, FaultyDrive};
 pub use file::{DirectIo, FileDrive, FileDriveConfig};
 pub use mem::MemDrive;
 pub use port::CompletionPort;
+pub use rbd::{RbdDrive, RbdSpec, RBD_FORM};
 pub use waker::ShardWaker;
 pub use window::Window;
 
@@ -162,6 +170,8 @@ pub enum DriveKind {
     Emulated,
     /// An export on another machine, reached over a network (`nbd::member`).
     Network,
+    /// An RBD image of a Ceph cluster.
+    Rbd,
 }
 
 /// What a drive is, as reported to the controller.
@@ -195,6 +205,12 @@ pub trait Drive: Send + Sync {
         let _ = (offset_bytes, len_bytes);
         false
     }
+
+    /// Lets go of what the drive holds outside this process once nothing more will be
+    /// submitted (an RBD image's exclusive lock and watch, which would otherwise outlive a
+    /// process that exits without dropping it); later operations fail as on a vanished drive.
+    /// Blocking: the control plane calls it at shutdown. Nothing to do for most drives.
+    fn close(&self) {}
 }
 
 impl fmt::Debug for dyn Drive {

@@ -518,7 +518,7 @@ pub struct DriveView {
     pub size_bytes: u64,
     /// `mem:8GiB`, a path, `hdd:15k:600GiB`, ...
     pub source: String,
-    /// "Memory", "File", "BlockDevice", "Emulated", "Network" (an NBD export).
+    /// "Memory", "File", "BlockDevice", "Emulated", "Network" (an NBD export), "Rbd".
     pub kind: String,
     pub direct_io: bool,
     /// For dedicated hot spares: the drive groups it serves (empty for global spares).

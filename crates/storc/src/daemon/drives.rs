@@ -1,6 +1,6 @@
 //! Turning `--drive SPEC` arguments, or the embedded default, into drives.
 
-use drive::{Drive, EmulatedDrive, EmulatedDriveSpec, FileDrive, FileDriveConfig, MemDrive, RealClock};
+use drive::{Drive, EmulatedDrive, EmulatedDriveSpec, FileDrive, FileDriveConfig, MemDrive, RbdDrive, RbdSpec, RealClock, RBD_FORM};
 use engine::controller::{OfferedDrive, Severity};
 use nbd::member::{MemberSpec, NbdDrive};
 use std::path::{Path, PathBuf};
@@ -12,7 +12,8 @@ pub const DEFAULT_DRIVE_BYTES: u64 = 8 << 30;
 
 /// Opens one `--drive` argument: `mem:SIZE`, `hdd:CLASS:SIZE[,...]`, `ssd:CLASS:SIZE[,...]`, an
 /// NBD export (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`, each
-/// with `timeout=DURATION` in its query if wanted), or a path to an existing file or block device.
+/// with `timeout=DURATION` in its query if wanted), `rbd:POOL/IMAGE[?conf=PATH&id=USER]` (an
+/// existing RBD image), or a path to an existing file or block device.
 pub fn open_spec(spec: &str) -> Result<OfferedDrive, String> {
     open_drive(spec).map(|(offered, _)| offered)
 }
@@ -25,7 +26,10 @@ fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), Strin
         let offered = OfferedDrive { drive: Arc::clone(&member) as Arc<dyn Drive>, source: spec.to_string() };
         return Ok((offered, Some(member)));
     }
-    let drive: Arc<dyn Drive> = if let Some(size) = spec.strip_prefix("mem:") {
+    let drive: Arc<dyn Drive> = if let Some(rbd) = spec.strip_prefix("rbd:") {
+        let parsed = RbdSpec::parse(rbd).map_err(|e| format!("--drive {e}"))?;
+        Arc::new(RbdDrive::open(&parsed).map_err(|e| format!("--drive {e}"))?)
+    } else if let Some(size) = spec.strip_prefix("mem:") {
         let capacity = drive::parse_size_bytes(size).map_err(|e| format!("--drive {spec}: {e}"))?;
         Arc::new(MemDrive::named(spec.to_string(), capacity))
     } else if spec.starts_with("hdd:") || spec.starts_with("ssd:") {
@@ -35,7 +39,7 @@ fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), Strin
         let path = Path::new(spec);
         if !path.exists() {
             return Err(format!(
-                "--drive {spec}: no such file or device; allowed: an existing file or block device, mem:SIZE, hdd:7200|10k|15k:SIZE, ssd:sata|sas|nvme:SIZE or nbd://HOST[:PORT]/EXPORT (create a file with: truncate -s 8G {spec})"
+                "--drive {spec}: no such file or device; allowed: an existing file or block device, mem:SIZE, hdd:7200|10k|15k:SIZE, ssd:sata|sas|nvme:SIZE, nbd://HOST[:PORT]/EXPORT or {RBD_FORM} (create a file with: truncate -s 8G {spec})"
             ));
         }
         let drive = FileDrive::open(path, &FileDriveConfig::default()).map_err(|e| e.to_string())?;
@@ -98,11 +102,12 @@ pub fn open_default(data_dir: &Path, first_start: bool) -> Result<Opened, String
 /// large as the default cache, which it protects.
 pub const JOURNAL_DEFAULT_BYTES: u64 = 1 << 30;
 
-/// Opens a journal device: `ssd:sata|sas|nvme:SIZE` (or any emulated or `mem:` spec), or a path
-/// to a file (created sparse at [`JOURNAL_DEFAULT_BYTES`] if missing) or a block device.
+/// Opens a journal device: `ssd:sata|sas|nvme:SIZE` (or any emulated or `mem:` spec), an RBD
+/// image, or a path to a file (created sparse at [`JOURNAL_DEFAULT_BYTES`] if missing) or a
+/// block device.
 pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, String> {
-    let emulated = spec.starts_with("mem:") || spec.starts_with("hdd:") || spec.starts_with("ssd:");
-    if emulated {
+    let not_a_path = ["mem:", "hdd:", "ssd:", "rbd:"].iter().any(|prefix| spec.starts_with(prefix));
+    if not_a_path {
         let offered = open_spec(spec).map_err(|e| e.replacen("--drive", "--journal", 1))?;
         return Ok(engine::controller::JournalOffer { drive: offered.drive, source: spec.to_string(), path: None, slot: None });
     }

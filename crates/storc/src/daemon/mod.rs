@@ -39,10 +39,11 @@ pub struct Args {
     #[arg(long, default_value = "storc-data")]
     data_dir: PathBuf,
     /// A member drive: a file or block device path, mem:SIZE, hdd:7200|10k|15k:SIZE,
-    /// ssd:sata|sas|nvme:SIZE, or an NBD export on another machine: nbd://HOST[:PORT]/EXPORT,
+    /// ssd:sata|sas|nvme:SIZE, an NBD export on another machine: nbd://HOST[:PORT]/EXPORT,
     /// nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH or nbd+unix:///EXPORT?socket=PATH, with
     /// timeout=DURATION (1s-300s, default 10s) in the query: a request unanswered that long fails
-    /// the member, and the link is reconnected in the background. Repeat for more. Without any, eight 8 GiB sparse files in the data
+    /// the member, and the link is reconnected in the background; or an RBD image of a Ceph
+    /// cluster, rbd:POOL/IMAGE[?conf=PATH&id=USER] (librbd1 must be installed). Repeat for more. Without any, eight 8 GiB sparse files in the data
     /// directory, with a RAID5 on slots 0-6 and slot 7 as a global hot spare on first start.
     #[arg(long = "drive")]
     drives: Vec<String>,
@@ -135,6 +136,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     let specs: Vec<&str> = args.journal.iter().map(String::as_str).collect();
     let journal = drives::open_journal_legs(&specs)?;
+    // Closed after the controller's shutdown: an RBD image keeps its lock and watch until then.
+    let to_close: Vec<Arc<dyn drive::Drive>> =
+        offered.iter().map(|o| Arc::clone(&o.drive)).chain(journal.iter().map(|j| Arc::clone(&j.drive))).collect();
     let engine = Arc::new(
         Engine::start(EngineConfig { shard_count, cache_bytes, read_ahead_bytes, ..EngineConfig::default() }).map_err(|e| e.to_string())?,
     );
@@ -153,6 +157,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     // No re-add may start while the controller shuts down.
     link_watch.stop();
     controller.shutdown();
+    for drive in to_close {
+        drive.close();
+    }
     outcome
 }
 

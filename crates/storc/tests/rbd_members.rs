@@ -1,0 +1,207 @@
+//! The real daemon with RBD images of a real single-node Ceph cluster as member drives
+//! (issue 15): `--drive rbd:POOL/IMAGE?conf=PATH`, a RAID5 of four images written with nbdcopy
+//! and read back; an image removed (its client blocklisted, then `rbd rm`) and a pool deleted
+//! under a running VD while a client writes: the member fails, the VD serves degraded, and every
+//! byte reads back as written, across a restart too.
+
+mod common;
+
+use common::api_types::{BgiView, ControllerView, EventView};
+use common::{block_contents, nbdcopy_in, write_random_image, Daemon, Scratch, MIB};
+use drive::testing::CephCluster;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const IMAGE_BYTES: u64 = 96 * MIB;
+/// What nbdcopy writes first: the start of each VD.
+const COPIED_BYTES: u64 = 24 * MIB;
+/// The writer under load writes 64 KiB blocks in the 8 MiB after the copied image.
+const BLOCK_BYTES: usize = 64 << 10;
+const LOAD_BLOCKS: u64 = 128;
+
+fn events(daemon: &Daemon) -> Vec<String> {
+    let events: Vec<EventView> = daemon.get("/api/v1/events");
+    events.into_iter().map(|e| e.description).collect()
+}
+
+fn client(daemon: &Daemon, export: &str) -> nbd::Client {
+    let uri = nbd::NbdUri::Unix { socket_path: daemon.data_dir().join("nbd.sock"), export_name: export.into() };
+    nbd::Client::connect(&uri, &nbd::ClientConfig { structured_replies: true }).unwrap_or_else(|e| panic!("NBD connect to {export}: {e}"))
+}
+
+/// A client writing versioned blocks after the copied image until stopped; every write and
+/// flush must succeed. Returns the last version written of each block.
+fn writer_under_load(daemon: &Daemon, export: &str) -> (Arc<AtomicBool>, JoinHandle<HashMap<u64, u64>>) {
+    let mut nbd = client(daemon, export);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_seen = Arc::clone(&stop);
+    let writer = std::thread::spawn(move || {
+        let mut versions = HashMap::new();
+        let mut rng = common::Rng(15);
+        for round in 1u64.. {
+            if stop_seen.load(Ordering::SeqCst) {
+                break;
+            }
+            let block = rng.below(LOAD_BLOCKS);
+            let offset_bytes = COPIED_BYTES + block * BLOCK_BYTES as u64;
+            nbd.write(offset_bytes, &block_contents(block, round, BLOCK_BYTES), false)
+                .unwrap_or_else(|e| panic!("write {round} (block {block}) failed: {e}"));
+            versions.insert(block, round);
+            if round % 16 == 0 {
+                nbd.flush().unwrap_or_else(|e| panic!("flush after write {round} failed: {e}"));
+            }
+        }
+        versions
+    });
+    (stop, writer)
+}
+
+/// Every block the writer wrote reads back at its last version, the others as zeros.
+fn check_load_blocks(daemon: &Daemon, export: &str, versions: &HashMap<u64, u64>) {
+    let mut nbd = client(daemon, export);
+    for block in 0..LOAD_BLOCKS {
+        let version = versions.get(&block).copied().unwrap_or(0);
+        let read = nbd.read(COPIED_BYTES + block * BLOCK_BYTES as u64, BLOCK_BYTES as u32).expect("read a written block");
+        assert!(read == block_contents(block, version, BLOCK_BYTES), "block {block} does not read back at version {version}");
+    }
+}
+
+fn wait_for_state(daemon: &Daemon, name: &str, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while daemon.vd_named(name).state != state {
+        assert!(Instant::now() < deadline, "{name} is not {state} after 90 s: {:#?}\n{}", events(daemon), daemon.log_tail());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Copies a random image to the start of `export` and runs a writer after it while `fault`
+/// takes a member away; then the VD must be degraded with `failed_slot` out, and everything
+/// must read back.
+fn survive_a_member_lost_under_load(daemon: &Daemon, scratch: &Scratch, export: &str, failed_slot: u32, fault: impl FnOnce()) {
+    let image = scratch.join(&format!("{export}.img"));
+    write_random_image(&image, COPIED_BYTES, 7);
+    nbdcopy_in(&image, &daemon.unix_uri(export));
+    let size_bytes = daemon.vd_named(export).size_bytes;
+    common::assert_export_starts_with(&daemon.unix_uri(export), &image, size_bytes);
+    let (stop, writer) = writer_under_load(daemon, export);
+    std::thread::sleep(Duration::from_millis(300));
+    fault();
+    wait_for_state(daemon, export, "Dgrd");
+    std::thread::sleep(Duration::from_millis(500)); // writes go on while degraded
+    stop.store(true, Ordering::SeqCst);
+    let versions = writer.join().expect("the writer saw no error");
+    assert!(versions.len() > 16, "the writer wrote {} blocks only", versions.len());
+    let controller: ControllerView = daemon.controller();
+    let slot = controller.drives.iter().find(|d| d.slot == failed_slot).expect("the failed slot");
+    assert_eq!(slot.state, "Failed", "{:#?}", events(daemon));
+    common::assert_export_starts_with(&daemon.unix_uri(export), &image, size_bytes);
+    check_load_blocks(daemon, export, &versions);
+}
+
+/// A RAID5 of four RBD images: made without background initialization (new images read as
+/// zero), written with nbdcopy and read back; one image removed under a writing client.
+#[test]
+fn a_raid5_of_rbd_images_serves_its_data_and_survives_an_image_removed_under_load() {
+    let cluster = CephCluster::shared();
+    let scratch = Scratch::new("rbd-raid5");
+    let images: Vec<String> = (0..4).map(|i| format!("raid5-m{i}")).collect();
+    for image in &images {
+        cluster.create_image(image, IMAGE_BYTES);
+    }
+    let drives: Vec<String> = images.iter().map(|image| cluster.drive_arg(image)).collect();
+    let daemon = Daemon::start(&scratch, &drives);
+    let controller: ControllerView = daemon.controller();
+    for (slot, drive) in drives.iter().enumerate() {
+        let view = controller.drives.iter().find(|d| d.slot == slot as u32).expect("a slot per drive");
+        assert_eq!((view.kind.as_str(), &view.source, view.size_bytes), ("Rbd", drive, IMAGE_BYTES), "slot {slot}");
+    }
+    let shown = daemon.cli(&["/c0/sall", "show"]);
+    let rbd_rows = shown.lines().filter(|line| line.contains(" Rbd ") && line.contains("rbd:rbd/raid5-m")).count();
+    assert_eq!(rbd_rows, 4, "the CLI lists the four images with their kind:\n{shown}");
+    let vd = daemon.create_vd("r5", &[0, 1, 2, 3], "ceph5");
+    assert_eq!(vd.state, "Optl");
+    let bgis: Vec<BgiView> = daemon.get("/api/v1/bgis");
+    assert!(bgis.is_empty(), "new images read as zero: nothing to initialize, yet {bgis:?}");
+
+    survive_a_member_lost_under_load(&daemon, &scratch, "ceph5", 2, || cluster.remove_image_in_use("raid5-m2"));
+    let events = events(&daemon);
+    let failed = events.iter().any(|e| e.contains("slot 2") && e.contains("the drive is gone"));
+    assert!(failed, "an event says slot 2 failed because its image is gone: {events:#?}");
+    daemon.stop();
+
+    // The image is gone for good: the next start leaves it out, saying why, and serves degraded.
+    let daemon = Daemon::start(&scratch, &drives);
+    assert_eq!(daemon.vd_named("ceph5").state, "Dgrd");
+    let events = self::events(&daemon);
+    let left_out = events.iter().any(|e| e.contains("image rbd/raid5-m2 does not exist") && e.contains("left out"));
+    assert!(left_out, "an event says which image could not be opened: {events:#?}");
+    common::assert_export_starts_with(&daemon.unix_uri("ceph5"), &scratch.join("ceph5.img"), vd.size_bytes);
+    daemon.stop();
+}
+
+/// A RAID1 of an RBD image and a file: the image's pool deleted under a writing client.
+#[test]
+fn a_raid1_of_an_rbd_image_and_a_file_survives_its_pool_deleted_under_load() {
+    let cluster = CephCluster::shared();
+    let scratch = Scratch::new("rbd-raid1");
+    cluster.create_pool("storc-doomed");
+    cluster.run("rbd", &["create", "--size", &format!("{}M", IMAGE_BYTES >> 20), "storc-doomed/mirror"]);
+    let rbd = format!("rbd:storc-doomed/mirror?conf={}", cluster.conf().display());
+    let file = scratch.sparse_file("mirror.img", IMAGE_BYTES).display().to_string();
+    let daemon = Daemon::start(&scratch, &[rbd, file]);
+    daemon.create_vd("r1", &[0, 1], "mixed1");
+    survive_a_member_lost_under_load(&daemon, &scratch, "mixed1", 0, || cluster.delete_pool("storc-doomed"));
+    daemon.stop();
+}
+
+/// Bad `--drive rbd:` arguments stop the first start with a message that says what is wrong.
+#[test]
+fn bad_rbd_drives_are_refused_with_what_was_tried() {
+    let cluster = CephCluster::shared();
+    let scratch = Scratch::new("rbd-refused");
+    let conf = cluster.conf().display().to_string();
+    for (drive, expected) in [
+        (format!("rbd:rbd/absent?conf={conf}"), "image rbd/absent does not exist (create it with: rbd create --size 8G rbd/absent)"),
+        (format!("rbd:absent-pool/disk?conf={conf}"), "pool \"absent-pool\" does not exist"),
+        (format!("rbd:rbd/disk?conf={conf}&user=admin"), "unknown key \"user\" (allowed keys: conf, id)"),
+        ("rbd:disk".to_string(), "expected POOL/IMAGE"),
+    ] {
+        let message = common::serve_refused(&scratch, &["--drive", &drive], 1);
+        assert!(message.contains(&format!("--drive {}", drive.split('?').next().unwrap())), "{message}");
+        assert!(message.contains(expected), "--drive {drive}: {message:?} should say {expected:?}");
+    }
+}
+
+/// `storc bench` with a RAID0 of two RBD images (`vd:r0:2xrbd:POOL/PREFIX`: images PREFIX-0 and
+/// PREFIX-1) writes and verifies what it reads; at exit it lets go of the images (no watcher
+/// left, `rbd rm` works at once).
+#[test]
+fn storc_bench_verifies_a_raid0_of_rbd_images_and_lets_go_of_them() {
+    let cluster = CephCluster::shared();
+    let scratch = Scratch::new("rbd-bench");
+    for image in ["bench-0", "bench-1"] {
+        cluster.create_image(image, 64 * MIB);
+    }
+    let json = scratch.join("results.json");
+    let target = format!("vd:r0:2x{}", cluster.drive_arg("bench"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_storc"))
+        .args(["bench", "run", "review-database", "--quick", "--verify", "--duration", "0.2", "--ramp", "0"])
+        .args(["--target", &target, "--json"])
+        .arg(&json)
+        .output()
+        .expect("run storc bench");
+    assert!(output.status.success(), "storc bench --target {target}:\n{}", common::text_of(&output));
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let drives: Vec<&str> = results["target"]["drives"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(drives, ["rbd:rbd/bench-0", "rbd:rbd/bench-1"]);
+    let points = results["patterns"][0]["points"].as_array().unwrap();
+    assert!(points.iter().all(|p| p["ops"].as_u64().unwrap() > 0 && p["errors"] == 0 && p["verify"]["mismatched_sectors"] == 0));
+    for image in ["bench-0", "bench-1"] {
+        let status = cluster.run("rbd", &["status", "--format", "json", &format!("rbd/{image}")]);
+        assert!(!status.contains("\"address\""), "storc bench left {image} open: {status}");
+        cluster.run("rbd", &["rm", "--no-progress", &format!("rbd/{image}")]);
+    }
+}
