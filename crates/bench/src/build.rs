@@ -106,14 +106,7 @@ type VdAndDrives = (Arc<VirtualDrive>, Vec<Arc<dyn Drive>>);
 
 /// A VD of `spec`'s level over drives made for it, named `{disk}.{prefix}{member}` (or
 /// `{prefix}{member}` outside a set).
-fn new_vd(
-    spec: &VdSpec,
-    id: u64,
-    name: &str,
-    prefix: &str,
-    disk: Option<usize>,
-    files: &mut CreatedFiles,
-) -> Result<VdAndDrives, String> {
+fn new_vd(spec: &VdSpec, id: u64, name: &str, prefix: &str, disk: Option<usize>, files: &mut CreatedFiles) -> Result<VdAndDrives, String> {
     let clock = Arc::new(RealClock::new());
     let member_name = |member: usize| disk.map_or(format!("{prefix}{member}"), |disk| format!("{disk}.{prefix}{member}"));
     let drives: Vec<Arc<dyn Drive>> =
