@@ -174,6 +174,11 @@ enum RowJob {
         member: usize,
         done: RebuildDone,
     },
+    /// Rows `row..row + row_count`, all owned by the shard.
+    Migrate {
+        row_count: u64,
+        done: RebuildRunDone,
+    },
 }
 
 struct ShardHandle {
@@ -470,6 +475,22 @@ impl Engine {
             return done(Err(error));
         }
         self.send_row(vd, row, RowJob::Copy { member, done });
+    }
+
+    /// Copies the `row_count` rows from `first_row` onto `vd`'s migration target (see
+    /// [`VirtualDrive::start_migration`]), under their locks, each shard its part of the run:
+    /// what a migration does. `done` gets one result per row, in order, on a shard thread (at
+    /// once for a bad row number).
+    pub fn migrate_rows(&self, vd: &Arc<VirtualDrive>, first_row: u64, row_count: u64, done: RebuildRunDone) {
+        if row_count == 0 {
+            return done(Vec::new());
+        }
+        if let Err(error) = validate_run(vd, first_row, row_count, MemberSet::default()) {
+            return done(vec![Err(error); row_count as usize]);
+        }
+        for (part_first, part_count, done) in RunJoin::split(vd.geometry(), first_row, row_count, done) {
+            self.send_row(vd, part_first, RowJob::Migrate { row_count: part_count, done });
+        }
     }
 
     /// Runs a clean pass of `vd`'s write-intent bitmap on every shard (each clears its own idle

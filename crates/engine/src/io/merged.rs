@@ -18,6 +18,8 @@ type MergedRun = (usize, u64, Vec<usize>);
 
 pub(super) async fn merged_io(env: &Env, offset_bytes: u64, mut buf: IoBuf, write: bool) -> (Result<(), AttemptError>, IoBuf) {
     let geometry = *env.vd.geometry();
+    // A migration's copy of the write, under the same row locks (`vd::migration`).
+    let twin = if write { super::migrate::twin_write(env, offset_bytes, &buf) } else { None };
     let mut locks = Vec::new();
     let mut pieces: Vec<(usize, u64, IoBuf)> = Vec::new();
     for row in geometry.rows(offset_bytes, buf.len() as u64) {
@@ -46,7 +48,8 @@ pub(super) async fn merged_io(env: &Env, offset_bytes: u64, mut buf: IoBuf, writ
         (*member, vectored_op(*offset, bufs, write))
     });
     let ops: Vec<(usize, DriveOp)> = ops.collect();
-    let results = join_all(ops.into_iter().map(|(member, op)| member_submit(env, member, op))).await;
+    let members_io = join_all(ops.into_iter().map(|(member, op)| member_submit(env, member, op)));
+    let (results, ()) = futures::future::join(members_io, super::migrate::run_twin(env, twin)).await;
     let mut first_error = None;
     for ((member, _, indices), done) in runs.iter().zip(results) {
         let returned = done.buf.into_iter().chain(done.bufs);

@@ -32,6 +32,7 @@ pub(crate) mod gather;
 pub(crate) mod intent;
 mod lost;
 mod merged;
+mod migrate;
 pub(crate) mod mirror;
 mod parity;
 mod row;
@@ -172,6 +173,7 @@ pub(crate) async fn rebuild_rows(
 }
 
 pub(crate) use copy::copy_row;
+pub(crate) use migrate::migrate_rows;
 
 /// Checks the `row_count` rows from `first_row`, rows this shard owns (see
 /// [`SpanIo::check_rows`]): one result per row, in order.
@@ -237,7 +239,10 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: 
         VdRequest::Read { offset_bytes, buf } => lost::read_guarded(&env, offset_bytes, buf).await,
         VdRequest::Write { offset_bytes, buf } => {
             env.vd.note_write();
-            serve_rows(&env, offset_bytes, buf, true).await
+            let ticket = env.vd.begin_migration_write();
+            let completion = serve_rows(&env, offset_bytes, buf, true).await;
+            env.vd.end_migration_write(ticket);
+            completion
         }
     }
 }
@@ -254,7 +259,10 @@ pub(crate) async fn serve_around_journal(reactor: Rc<Reactor>, vd: Arc<VirtualDr
         return VdCompletion { result: Err(env.vd.offline_error()), buf: Some(buf) };
     }
     env.vd.note_write();
-    serve_rows(&env, offset_bytes, buf, true).await
+    let ticket = env.vd.begin_migration_write();
+    let completion = serve_rows(&env, offset_bytes, buf, true).await;
+    env.vd.end_migration_write(ticket);
+    completion
 }
 
 /// Splits a range into row pieces and serves them concurrently. Each row future takes its lock
@@ -329,9 +337,11 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool, hold: bo
 }
 
 /// Serves one row piece; a write holds the row lock.
-async fn serve_row_locked(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Result<(), VdError>, IoBuf) {
+pub(super) async fn serve_row_locked(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -> (Result<(), VdError>, IoBuf) {
     let map = env.vd.geometry().row_map(piece.row);
     let pieces: Vec<DataPiece> = map.data_pieces(piece.offset_in_row_bytes, piece.len_bytes).collect();
+    // A migration's copy of the write, under this row's lock (`vd::migration`).
+    let twin = if write { migrate::twin_write(env, piece.vd_offset_bytes, &buf) } else { None };
     let mut views = split_views(buf, &pieces);
     // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes. A row
     // write is unlogged unless it is a parity row write whose image the journal will hold
@@ -347,7 +357,7 @@ async fn serve_row_locked(env: &Env, piece: RowPiece, buf: IoBuf, write: bool) -
     // RAID0/JBOD never come here: serve_rows sends them through merged_io.
     let result = match write {
         false => on_span(env, ReadTask(&row, &mut views)).await,
-        true => on_span(env, WriteTask(&row, &mut views)).await,
+        true => futures::future::join(on_span(env, WriteTask(&row, &mut views)), migrate::run_twin(env, twin)).await.0,
     };
     if write && result.is_ok() {
         // Under the row lock, so that no row job can find the bytes lost again in between.

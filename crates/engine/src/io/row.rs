@@ -280,8 +280,9 @@ pub(super) async fn write_strips(env: &Env, row: u64, writes: Vec<(usize, u64, I
 /// durable before a checkpoint or a client's flush says so).
 pub(super) async fn flush(env: &Env) -> Result<(), VdError> {
     let members = in_service(&env.vd);
-    let flushes = members.iter().map(|&member| member_io(env, member, DriveOp::Flush));
-    for (&member, (result, _)) in members.iter().zip(join_all(flushes).await) {
+    let flushes = join_all(members.iter().map(|&member| member_io(env, member, DriveOp::Flush)));
+    let (flushed, ()) = futures::future::join(flushes, super::migrate::run_twin(env, super::migrate::twin_flush(env))).await;
+    for (&member, (result, _)) in members.iter().zip(flushed) {
         if let Err(error) = result {
             env.vd.member_error(member, OpKind::Flush, &error);
         }

@@ -38,13 +38,14 @@ pub(crate) struct FillTicket {
 }
 
 impl VirtualDrive {
-    /// Announces a Fast Path write; `false` (nothing announced) if a copy of a member runs or
+    /// Announces a Fast Path write; `false` (nothing announced) if a copy of a member or of the
+    /// whole VD runs, or
     /// the clean cache may hold data of this VD: the write takes the normal path.
     pub(crate) fn begin_fast_write(&self) -> bool {
         let writes = &self.fast_writes;
         writes.in_flight.fetch_add(1, Ordering::SeqCst);
         writes.started.fetch_add(1, Ordering::SeqCst);
-        if writes.clean_cached.load(Ordering::SeqCst) || self.members.iter().any(|m| m.is_copying()) {
+        if writes.clean_cached.load(Ordering::SeqCst) || self.members.iter().any(|m| m.is_copying()) || self.is_migrating() {
             self.end_fast_write();
             return false;
         }

@@ -7,6 +7,7 @@ mod fast_writes;
 mod io_stats;
 pub mod journal_bypass;
 mod member;
+mod migration;
 pub mod policy;
 mod rebuilt;
 mod request;
@@ -22,6 +23,7 @@ pub(crate) use fast_writes::FillTicket;
 pub use io_stats::{ClientIoStats, IoKind, IoKindSnapshot, LATENCY_BUCKET_BOUNDS_NS};
 pub use journal_bypass::JournalBypass;
 pub use member::Member;
+pub use migration::MigrationTarget;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 pub use requests_in_flight::GatherCounts;
 
@@ -182,6 +184,10 @@ pub struct VirtualDrive {
     journal_bypass: JournalBypass,
     /// What its clients saw, booked by the frontend that answers them (`io_stats`).
     client_io: io_stats::ClientIoStats,
+    /// The whole VD being copied onto another drive (`migration`).
+    migration: RwLock<Option<Arc<MigrationTarget>>>,
+    /// Writes that may not have seen a migration start (`migration`).
+    migration_writes: migration::MigrationWrites,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -259,6 +265,8 @@ impl VirtualDrive {
             ssd_cache: crate::ssd_cache::Attachment::default(),
             journal_bypass: JournalBypass::for_span_kind(geometry.span_kind()),
             client_io: io_stats::ClientIoStats::default(),
+            migration: RwLock::new(None),
+            migration_writes: migration::MigrationWrites::default(),
         })
     }
 

@@ -44,6 +44,8 @@ pub enum VdError {
     RowMemberIo { vd: String, row: u64, member: usize, action: &'static str, error: DriveError },
     #[error("virtual drive {vd}: member {member} is no longer being copied (its copy target failed or left, or the member left service)")]
     CopyEnded { vd: String, member: usize },
+    #[error("virtual drive {vd} is no longer being migrated (its migration target failed, or the migration ended)")]
+    MigrationEnded { vd: String },
     #[error("virtual drive {vd} is offline: its write-back SSD cache (cache VD {cache_vd}) failed while holding data not yet written to it; delete the cache VD to discard that data and bring {vd} back with what its members hold")]
     SsdCacheLost { vd: String, cache_vd: String },
     #[error("virtual drive {vd}: its write-back SSD cache (cache VD {cache_vd}) could not record the write: {detail}")]

@@ -32,14 +32,15 @@ fn io_error(error: &VdError) -> IoError {
         | VdError::SsdCacheLost { .. }
         | VdError::SsdCacheWrite { .. }
         | VdError::BadBlock { .. } => IoError::Io,
-        // Only row jobs (rebuild, check) return these; a client request never does.
+        // Only row jobs (rebuild, check, copy, migration) return these; a client request never does.
         VdError::NoRedundancy { .. }
         | VdError::RowOutOfRange { .. }
         | VdError::MemberOutOfRange { .. }
         | VdError::RowUnrecoverable { .. }
         | VdError::RowMemberOut { .. }
         | VdError::RowMemberIo { .. }
-        | VdError::CopyEnded { .. } => IoError::Io,
+        | VdError::CopyEnded { .. }
+        | VdError::MigrationEnded { .. } => IoError::Io,
         VdError::Stopped => IoError::ShuttingDown,
     }
 }

@@ -1,0 +1,134 @@
+//! A whole VD being copied onto another drive while it serves (live migration, e.g. into an RBD
+//! image): the VD's bytes go to the target at [`MEMBER_RESERVED_BYTES`] + their VD offset, so
+//! that the target can become a JBOD holding the same VD once the copy is done.
+//!
+//! From [`VirtualDrive::start_migration`] on, every write that reaches the members also goes to
+//! the target, under the row locks it holds (`io::migrate::tee_write`), and every flush flushes
+//! the target too; a row job (`io::migrate::migrate_rows`) copies rows in any order under their
+//! row locks. A write to a row comes wholly before the row's copy (which reads it from the
+//! members) or wholly after it (and writes the target itself), so once every row was copied the
+//! target holds the VD: no watermark has to be compared on the write path, at the price of
+//! writing rows not yet copied twice.
+//!
+//! # Writes that did not see the start
+//! A write that looked for a migration just before it started writes the members alone. It
+//! announces itself first in one of two counters picked by the epoch it saw
+//! ([`VirtualDrive::begin_migration_write`]); the start stores the migration, moves the epoch on,
+//! then waits until the old epoch's counter is zero. A write announced in the new epoch looks
+//! after the store and sees the migration. The Fast Path's writes, which hold no row lock, are
+//! drained the same way as for a member's copy (`fast_writes`). Rows are copied only after the
+//! start returns, so no copy can read a row that such a write changes afterwards.
+
+use super::*;
+
+/// The migration of a VD in progress: where its bytes go, and whether the target still takes
+/// them.
+pub struct MigrationTarget {
+    target: Arc<dyn Drive>,
+    /// The target failed an operation: it gets nothing more, and the migration cannot finish.
+    failed: AtomicBool,
+}
+
+impl MigrationTarget {
+    pub fn target(&self) -> &Arc<dyn Drive> {
+        &self.target
+    }
+
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Where VD byte `vd_offset_bytes` lives on the target.
+    pub fn target_offset_bytes(vd_offset_bytes: u64) -> u64 {
+        MEMBER_RESERVED_BYTES + vd_offset_bytes
+    }
+
+    /// Books a failed operation of the target: nothing more goes to it. Never fails the VD's
+    /// own operation.
+    pub(crate) fn target_error(&self, vd: &VirtualDrive, kind: OpKind, error: &DriveError) {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            tracing::error!("{}: the migration target {} failed a {kind:?}: {error}; the migration stops", vd.name(), self.target.info().name);
+        }
+    }
+}
+
+/// The writes on their way that may not have seen a migration start (see the module docs).
+#[derive(Default)]
+pub(super) struct MigrationWrites {
+    /// Set while a migration is stored: what the Fast Path reads on every write, a plain load
+    /// where the lock would bounce a cache line between the submitting threads.
+    migrating: AtomicBool,
+    epoch: AtomicU64,
+    in_flight: [AtomicU64; 2],
+}
+
+/// A write's announcement; [`VirtualDrive::end_migration_write`] takes it back.
+pub(crate) struct MigrationWriteTicket(usize);
+
+impl VirtualDrive {
+    /// Starts copying the whole VD onto `target`: from the return on, every write and flush of
+    /// the VD also goes to the target, and rows may be copied (`Engine::migrate_rows`). The target
+    /// must hold the reserved area and the VD's capacity; no migration may run already.
+    pub fn start_migration(&self, target: Arc<dyn Drive>) {
+        let needed_bytes = MigrationTarget::target_offset_bytes(self.capacity_bytes());
+        assert!(
+            target.info().capacity_bytes >= needed_bytes,
+            "v{}: the migration target holds {} bytes, {needed_bytes} needed",
+            self.id,
+            target.info().capacity_bytes
+        );
+        {
+            let mut migration = self.migration.write().expect("migration lock poisoned");
+            assert!(migration.is_none(), "v{}: a migration runs already", self.id);
+            *migration = Some(Arc::new(MigrationTarget { target, failed: AtomicBool::new(false) }));
+            self.migration_writes.migrating.store(true, Ordering::SeqCst);
+        }
+        let old_epoch = self.migration_writes.epoch.fetch_add(1, Ordering::SeqCst);
+        let counter = &self.migration_writes.in_flight[(old_epoch & 1) as usize];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while counter.load(Ordering::SeqCst) > 0 {
+            assert!(Instant::now() < deadline, "v{}: writes begun before the migration did not finish within 60 s", self.id);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // A Fast Path write that looked before the migration was stored writes the members
+        // alone: the copy starts once none is left (see `fast_writes`).
+        self.wait_fast_writes_drained();
+    }
+
+    /// The migration in progress, if any.
+    pub fn migration(&self) -> Option<Arc<MigrationTarget>> {
+        self.migration.read().expect("migration lock poisoned").clone()
+    }
+
+    /// Whether a migration runs (the Fast Path's writes step aside).
+    pub(crate) fn is_migrating(&self) -> bool {
+        self.migration_writes.migrating.load(Ordering::SeqCst)
+    }
+
+    /// Ends the migration (done or abandoned): writes no longer go to the target. Returns it.
+    pub fn end_migration(&self) -> Option<Arc<MigrationTarget>> {
+        let mut migration = self.migration.write().expect("migration lock poisoned");
+        self.migration_writes.migrating.store(false, Ordering::SeqCst);
+        migration.take()
+    }
+
+    /// Announces a write before it looks for a migration (see the module docs).
+    pub(crate) fn begin_migration_write(&self) -> MigrationWriteTicket {
+        loop {
+            let epoch = self.migration_writes.epoch.load(Ordering::SeqCst);
+            let index = (epoch & 1) as usize;
+            self.migration_writes.in_flight[index].fetch_add(1, Ordering::SeqCst);
+            if self.migration_writes.epoch.load(Ordering::SeqCst) == epoch {
+                return MigrationWriteTicket(index);
+            }
+            // The epoch moved between the two loads: a start may already wait on the other
+            // counter, so announce again in the current one.
+            self.migration_writes.in_flight[index].fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    pub(crate) fn end_migration_write(&self, ticket: MigrationWriteTicket) {
+        let before = self.migration_writes.in_flight[ticket.0].fetch_sub(1, Ordering::SeqCst);
+        assert!(before > 0, "v{}: a migration write ended that was never announced", self.id);
+    }
+}
