@@ -47,7 +47,11 @@ impl MigrationTarget {
     /// own operation.
     pub(crate) fn target_error(&self, vd: &VirtualDrive, kind: OpKind, error: &DriveError) {
         if !self.failed.swap(true, Ordering::SeqCst) {
-            tracing::error!("{}: the migration target {} failed a {kind:?}: {error}; the migration stops", vd.name(), self.target.info().name);
+            tracing::error!(
+                "{}: the migration target {} failed a {kind:?}: {error}; the migration stops",
+                vd.name(),
+                self.target.info().name
+            );
         }
     }
 }
@@ -95,8 +99,12 @@ impl VirtualDrive {
         self.wait_fast_writes_drained();
     }
 
-    /// The migration in progress, if any.
+    /// The migration in progress, if any. Every member write asks: without a migration the
+    /// answer is one load of a flag that only a start or an end writes, not the lock.
     pub fn migration(&self) -> Option<Arc<MigrationTarget>> {
+        if !self.is_migrating() {
+            return None;
+        }
         self.migration.read().expect("migration lock poisoned").clone()
     }
 
