@@ -39,10 +39,13 @@ pub enum DriveState {
     /// Holds the cache's journal (or one leg of a mirrored pair) past its metadata area
     /// (`/c0/sN set journal`): in no drive group.
     Journal,
+    /// Receiving a whole VD (live migration, `/c0/vN start migrate`): in no drive group until
+    /// the VD switches to it (`Mgrt`).
+    Migrate,
 }
 
 impl DriveState {
-    pub const ALL: [DriveState; 10] = [
+    pub const ALL: [DriveState; 11] = [
         DriveState::UnconfiguredGood,
         DriveState::Online,
         DriveState::Offline,
@@ -53,6 +56,7 @@ impl DriveState {
         DriveState::Copyback,
         DriveState::UnconfiguredBad,
         DriveState::Journal,
+        DriveState::Migrate,
     ];
 
     /// storcli's abbreviation.
@@ -68,6 +72,7 @@ impl DriveState {
             DriveState::Copyback => "Cpybck",
             DriveState::UnconfiguredBad => "UBad",
             DriveState::Journal => "Jrnl",
+            DriveState::Migrate => "Mgrt",
         }
     }
 }

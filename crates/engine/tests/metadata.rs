@@ -296,6 +296,7 @@ fn every_drive_state_round_trips_with_its_documented_code() {
         (DriveState::Copyback, 8),
         (DriveState::UnconfiguredBad, 9),
         (DriveState::Journal, 10),
+        (DriveState::Migrate, 11),
     ];
     assert_eq!(codes.len(), DriveState::ALL.len(), "every state has a documented code here");
     for (state, code) in codes {
@@ -351,7 +352,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&11u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&12u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -418,8 +419,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 12), |_| UnknownVersion { found: 12, supported: 11 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 11 });
+    check_decode("unknown version", |b| set_u32(b, 8, 13), |_| UnknownVersion { found: 13, supported: 12 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 12 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -465,9 +466,9 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
         let known = known.to_string();
         move |_: &[u8]| UnknownCode { record, field, code, known }
     };
-    let states = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad), 10 (Jrnl)";
+    let states = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad), 10 (Jrnl), 11 (Mgrt)";
     check_decode("drive state 0", sealed(DRIVE_RECORDS + DRIVE_RECORD_BYTES + 4, 0), unknown("drive record 1".into(), "state", 0, states));
-    check_decode("drive state 11", sealed(DRIVE_RECORDS + 4, 11), unknown("drive record 0".into(), "state", 11, states));
+    check_decode("drive state 12", sealed(DRIVE_RECORDS + 4, 12), unknown("drive record 0".into(), "state", 12, states));
     let levels = "1 (r0), 2 (r1), 3 (r1e), 4 (r5), 5 (r6), 6 (r10), 7 (r50), 8 (r60), 9 (jbod)";
     check_decode("level 42", sealed(VD0 + 8, 42), unknown(vd0(), "level", 42, levels));
     check_decode("write policy 4", sealed(VD0 + 9, 4), unknown(vd0(), "write_policy", 4, "1 (wt), 2 (wb), 3 (awb)"));
@@ -544,7 +545,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 12), "metadata format version 12 is unknown; this storc reads versions 1 to 11");
+    check("version", |b| set_u32(b, 8, 13), "metadata format version 13 is unknown; this storc reads versions 1 to 12");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -1066,6 +1067,28 @@ fn relabel(bytes: &mut [u8], version: u32) {
         bytes[VD0 + 76..VD0 + 80].fill(0);
     }
     reseal(bytes);
+}
+
+/// Version 12 added the drive state `Mgrt` (code 11): a version-11 record holding it was never
+/// written by any storc and is refused as unknown; version 11 records are read otherwise.
+#[test]
+fn version_11_metadata_knows_no_migration_target() {
+    let mut config = small_config(0x9c, 5);
+    config.drives[1].state = DriveState::Migrate;
+    let sb = superblock(config, 0);
+    let bytes = encode(&sb, 0).unwrap();
+    assert_eq!(decode(&bytes), Ok(sb.clone()));
+    let mut v11 = bytes.clone();
+    set_u32(&mut v11, 8, 11);
+    reseal(&mut v11);
+    let known = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad), 10 (Jrnl)";
+    let expected = MetadataError::UnknownCode { record: "drive record 1".into(), field: "state", code: 11, known: known.into() };
+    assert_eq!(decode(&v11).err(), Some(expected));
+    let mut plain = sb;
+    plain.config.drives[1].state = DriveState::Online;
+    let mut v11 = encode(&plain, 0).unwrap();
+    relabel(&mut v11, 11);
+    assert_eq!(decode(&v11), Ok(plain));
 }
 
 /// Version 11 added the write-back cache VD flag (`vd_flags` bit 2): a version-10 record with

@@ -142,7 +142,11 @@ fn member_state_of(state: DriveState) -> MemberState {
         DriveState::Missing => MemberState::Missing,
         DriveState::Rebuild => MemberState::Rebuilding,
         DriveState::Offline | DriveState::Failed | DriveState::Copyback => MemberState::Failed,
-        DriveState::UnconfiguredGood | DriveState::HotSpare | DriveState::UnconfiguredBad | DriveState::Journal => MemberState::Failed,
+        DriveState::UnconfiguredGood
+        | DriveState::HotSpare
+        | DriveState::UnconfiguredBad
+        | DriveState::Journal
+        | DriveState::Migrate => MemberState::Failed,
     }
 }
 

@@ -69,6 +69,13 @@
 //! | Jrnl | UGood | journal removed |
 //! | Jrnl | UBad | I/O failure |
 //! | Jrnl | Msng | not found at start |
+//! | UGood | Mgrt | migration started |
+//! | Mgrt | Onln | migration done |
+//! | Onln | UGood | migration done |
+//! | Mgrt | UGood | migration stopped |
+//! | Mgrt | UGood | its VD deleted |
+//! | Mgrt | UBad | I/O failure |
+//! | Mgrt | Msng | not found at start |
 //!
 //! `HSP` is one state; whether the spare is global (GHS) or dedicated (DHS) is whether its hot
 //! spare record lists drive groups, and the CLI and API show it so.
@@ -103,8 +110,8 @@ use crate::config::{ControllerConfig, DriveState};
 use std::fmt;
 
 use DriveState::{
-    Copyback as Cpybck, Failed, HotSpare as Hsp, Journal as Jrnl, Missing as Msng, Offline as Offln, Online as Onln, Rebuild as Rbld,
-    UnconfiguredBad as UBad, UnconfiguredGood as UGood,
+    Copyback as Cpybck, Failed, HotSpare as Hsp, Journal as Jrnl, Migrate as Mgrt, Missing as Msng, Offline as Offln, Online as Onln,
+    Rebuild as Rbld, UnconfiguredBad as UBad, UnconfiguredGood as UGood,
 };
 
 /// Why a drive changes state.
@@ -147,10 +154,16 @@ pub enum Cause {
     JournalReplaced,
     /// The administrator removed the journal (`/c0/journal delete`).
     JournalRemoved,
+    /// A migration of a whole VD onto the drive began (`/c0/vN start migrate`).
+    MigrationStarted,
+    /// A migration finished: the VD is a JBOD of the target, its old members leave it.
+    MigrationDone,
+    /// A migration ended before its end (stopped by the administrator, or it could not go on).
+    MigrationStopped,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 21] = [
+    pub const ALL: [Cause; 24] = [
         Cause::VdCreated,
         Cause::VdDeleted,
         Cause::SpareAdded,
@@ -172,6 +185,9 @@ impl Cause {
         Cause::JournalAssigned,
         Cause::JournalReplaced,
         Cause::JournalRemoved,
+        Cause::MigrationStarted,
+        Cause::MigrationDone,
+        Cause::MigrationStopped,
     ];
 
     /// How events and the table in the module docs name the cause.
@@ -195,6 +211,9 @@ impl Cause {
             Cause::JournalAssigned => "made the journal",
             Cause::JournalReplaced => "journal replaced",
             Cause::JournalRemoved => "journal removed",
+            Cause::MigrationStarted => "migration started",
+            Cause::MigrationDone => "migration done",
+            Cause::MigrationStopped => "migration stopped",
         }
     }
 }
@@ -296,6 +315,13 @@ pub const TRANSITIONS: &[(DriveState, DriveState, Cause)] = &[
     (Jrnl, UGood, Cause::JournalRemoved),
     (Jrnl, UBad, Cause::IoFailure),
     (Jrnl, Msng, Cause::Absent),
+    (UGood, Mgrt, Cause::MigrationStarted),
+    (Mgrt, Onln, Cause::MigrationDone),
+    (Onln, UGood, Cause::MigrationDone),
+    (Mgrt, UGood, Cause::MigrationStopped),
+    (Mgrt, UGood, Cause::VdDeleted),
+    (Mgrt, UBad, Cause::IoFailure),
+    (Mgrt, Msng, Cause::Absent),
 ];
 
 /// A change of state the table does not allow.

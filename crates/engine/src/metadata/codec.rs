@@ -25,8 +25,8 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// Version 8 adds the legs of a mirrored journal that must not be replayed. Version 9 adds the
 /// drive state `Jrnl` (a slot's drive holding the journal). Version 10 adds SSD caching: the VD
 /// flag of a cache VD, and the cache VD that caches a VD. Version 11 adds the VD flag of a
-/// write-back cache VD.
-pub const FORMAT_VERSION: u32 = 11;
+/// write-back cache VD. Version 12 adds the drive state `Mgrt` (a drive receiving a whole VD).
+pub const FORMAT_VERSION: u32 = 12;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
@@ -45,6 +45,8 @@ const FORMAT_VERSION_JOURNAL_DRIVE: u32 = 9;
 const FORMAT_VERSION_SSD_CACHE: u32 = 10;
 /// The first version with write-back cache VDs.
 const FORMAT_VERSION_SSD_CACHE_WRITE_BACK: u32 = 11;
+/// The first version with the drive state `Mgrt`.
+const FORMAT_VERSION_MIGRATION: u32 = 12;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;

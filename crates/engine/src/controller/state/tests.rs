@@ -28,28 +28,31 @@ fn letter(cause: Cause) -> char {
         Cause::JournalAssigned => 'j',
         Cause::JournalReplaced => 'J',
         Cause::JournalRemoved => 'e',
+        Cause::MigrationStarted => 'W',
+        Cause::MigrationDone => 'Z',
+        Cause::MigrationStopped => 'Y',
     }
 }
 
-const COLUMNS: [DriveState; 10] = [UGood, Onln, Offln, Failed, Msng, Hsp, Rbld, Cpybck, UBad, Jrnl];
+const COLUMNS: [DriveState; 11] = [UGood, Onln, Offln, Failed, Msng, Hsp, Rbld, Cpybck, UBad, Jrnl, Mgrt];
 
 /// The whole machine written out again, by hand and in another shape: a row per `from`, a column
 /// per `to` (in [`COLUMNS`] order), each cell the letters of the causes that make that change.
 #[rustfmt::skip]
-const MATRIX: [(DriveState, [&str; 10]); 10] = [
-    //          UGood  Onln  Offln  Failed  Msng   HSP  Rbld  Cpybck  UBad  Jrnl
-    (UGood,  [".",   "c",  ".",   ".",    "x",   "a", "R",  "C",    ".",  "j"]),
-    (Onln,   ["dK",  ".",  "o",   "is",   "mix", "K", ".",  ".",    ".",  "."]),
-    (Offln,  ["dgp", "n",  ".",   ".",    "mx",  ".", "R",  ".",    ".",  "."]),
-    (Failed, ["g",   "n",  ".",   ".",    "mx",  ".", "R",  ".",    "dp", "."]),
-    (Msng,   ["b",   "n",  ".",   "b",    ".",   "b", "R",  ".",    ".",  "."]),
-    (Hsp,    ["rd",  ".",  ".",   ".",    "x",   ".", "R",  "C",    ".",  "."]),
-    (Rbld,   ["d",   "D",  ".",   "i",    "x",   ".", ".",  ".",    ".",  "."]),
-    (Cpybck, ["dT",  "K",  ".",   ".",    "x",   "dT", "R", ".",    "i",  "."]),
-    (UBad,   ["g",   ".",  ".",   ".",    ".",   ".", ".",  ".",    ".",  "."]),
-    (Jrnl,   ["Je",  ".",  ".",   ".",    "x",   ".", ".",  ".",    "i",  "."]),
+const MATRIX: [(DriveState, [&str; 11]); 11] = [
+    //          UGood  Onln  Offln  Failed  Msng   HSP  Rbld  Cpybck  UBad  Jrnl  Mgrt
+    (UGood,  [".",   "c",  ".",   ".",    "x",   "a", "R",  "C",    ".",  "j",  "W"]),
+    (Onln,   ["dKZ", ".",  "o",   "is",   "mix", "K", ".",  ".",    ".",  ".",  "."]),
+    (Offln,  ["dgp", "n",  ".",   ".",    "mx",  ".", "R",  ".",    ".",  ".",  "."]),
+    (Failed, ["g",   "n",  ".",   ".",    "mx",  ".", "R",  ".",    "dp", ".",  "."]),
+    (Msng,   ["b",   "n",  ".",   "b",    ".",   "b", "R",  ".",    ".",  ".",  "."]),
+    (Hsp,    ["rd",  ".",  ".",   ".",    "x",   ".", "R",  "C",    ".",  ".",  "."]),
+    (Rbld,   ["d",   "D",  ".",   "i",    "x",   ".", ".",  ".",    ".",  ".",  "."]),
+    (Cpybck, ["dT",  "K",  ".",   ".",    "x",   "dT", "R", ".",    "i",  ".",  "."]),
+    (UBad,   ["g",   ".",  ".",   ".",    ".",   ".", ".",  ".",    ".",  ".",  "."]),
+    (Jrnl,   ["Je",  ".",  ".",   ".",    "x",   ".", ".",  ".",    "i",  ".",  "."]),
+    (Mgrt,   ["dY",  "Z",  ".",   ".",    "x",   ".", ".",  ".",    "i",  ".",  "."]),
 ];
-
 fn check(from: DriveState, to: DriveState, cause: Cause, expected_allowed: bool) {
     let outcome = super::check(from, to, cause);
     let case = format!("{} -> {} ({})", from.short_name(), to.short_name(), cause.description());

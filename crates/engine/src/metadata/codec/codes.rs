@@ -39,6 +39,7 @@ impl Code for DriveState {
             DriveState::Copyback => 8,
             DriveState::UnconfiguredBad => 9,
             DriveState::Journal => 10,
+            DriveState::Migrate => 11,
         }
     }
     fn from_code(code: u8) -> Option<Self> {
@@ -53,6 +54,7 @@ impl Code for DriveState {
             8 => DriveState::Copyback,
             9 => DriveState::UnconfiguredBad,
             10 => DriveState::Journal,
+            11 => DriveState::Migrate,
             _ => return None,
         })
     }
@@ -186,6 +188,7 @@ fn first_version_of(state: DriveState) -> u32 {
     match state {
         DriveState::Copyback | DriveState::UnconfiguredBad => super::FORMAT_VERSION_COPYBACK_UBAD,
         DriveState::Journal => super::FORMAT_VERSION_JOURNAL_DRIVE,
+        DriveState::Migrate => super::FORMAT_VERSION_MIGRATION,
         _ => super::FORMAT_VERSION_OLDEST,
     }
 }
