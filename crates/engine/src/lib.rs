@@ -351,6 +351,20 @@ impl Engine {
     /// Queues a request; `done` runs on a shard thread when it completes. Bad requests
     /// (misaligned, past the end) complete at once with an error and touch nothing.
     pub fn submit(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
+        vd.entering();
+        let Some((request, done)) = vd.park_if_held(request, done) else { return vd.entered() };
+        // Looked for after the hold: a release sets the successor before it ends the hold.
+        if let Some(successor) = vd.successor() {
+            // A migration ended: the VD lives on the drive it was copied to.
+            vd.entered();
+            return self.submit(&Arc::clone(successor), request, done);
+        }
+        self.submit_entered(vd, request, done);
+        vd.entered();
+    }
+
+    /// [`Engine::submit`] once the request is past a migration's hold.
+    fn submit_entered(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
         if let Err(error) = validate(vd, &request) {
             return done(VdCompletion { result: Err(error), buf: request.into_buf() });
         }

@@ -103,6 +103,7 @@ impl Controller {
         // Before the resyncs: a copy resumes below the regions they are about to resync.
         let known_ids: Vec<DriveId> = found.iter().map(|(_, sb)| sb.drive_id).collect();
         self.resume_copies(&mut state, &known_ids);
+        self.resume_migrations(&mut state);
         self.start_resyncs(&state);
         // Members out of service at start (a drive that vanished) get a spare, as at run time.
         for vd_id in state.config.vds.iter().map(|v| v.vd_id).collect::<Vec<_>>() {

@@ -123,6 +123,11 @@ impl Controller {
         if in_use && !force {
             return Err(ControlError::Conflict(format!("v{vd_id} has NBD clients connected; disconnect them or add `force`")));
         }
+        if self.migrations().iter().any(|m| m.vd_id == vd_id) {
+            return Err(ControlError::Conflict(format!(
+                "v{vd_id} is being migrated; stop the migration first (`/c0/v{vd_id} stop migrate`)"
+            )));
+        }
         if self.inits.lock().expect("inits lock").contains_key(&vd_id) {
             // Its thread writes the members: they must not go to another VD meanwhile.
             return Err(ControlError::Conflict(format!(

@@ -25,6 +25,7 @@ mod events;
 mod journal;
 mod journal_drive;
 mod journal_images;
+mod migrate;
 mod patrol;
 mod rebuild;
 mod resync;
@@ -41,6 +42,7 @@ pub use copyback::{CopyView, CopybackCommand};
 pub use journal::{JournalOffer, JournalState, JournalView};
 pub use journal_drive::JOURNAL_DRIVE_OFFSET_BYTES;
 pub use journal_images::write_row_image;
+pub use migrate::MigrationView;
 pub use patrol::{PatrolCommand, PatrolTally, PatrolView, PATROL_READ_BYTES, PROBE_BYTES};
 pub use rebuild::{RebuildCommand, RebuildView};
 pub use resync::{ResyncStatus, ResyncView, BITMAP_CLEAN_INTERVAL};
@@ -87,6 +89,8 @@ pub struct Controller {
     rebuilds: Mutex<BTreeMap<u32, RebuildView>>,
     /// Copies (copyback, proactive replacement) running, by the target slot.
     copies: Mutex<BTreeMap<u32, CopyView>>,
+    /// Migrations of whole VDs running, by VD (`migrate`).
+    migrations: Mutex<BTreeMap<u32, MigrationView>>,
     /// Spares whose copyback waits for the end of their rebuild (the slot they replaced got a
     /// good drive meanwhile).
     copyback_pending: Mutex<std::collections::BTreeSet<u32>>,
@@ -142,11 +146,9 @@ fn member_state_of(state: DriveState) -> MemberState {
         DriveState::Missing => MemberState::Missing,
         DriveState::Rebuild => MemberState::Rebuilding,
         DriveState::Offline | DriveState::Failed | DriveState::Copyback => MemberState::Failed,
-        DriveState::UnconfiguredGood
-        | DriveState::HotSpare
-        | DriveState::UnconfiguredBad
-        | DriveState::Journal
-        | DriveState::Migrate => MemberState::Failed,
+        DriveState::UnconfiguredGood | DriveState::HotSpare | DriveState::UnconfiguredBad | DriveState::Journal | DriveState::Migrate => {
+            MemberState::Failed
+        }
     }
 }
 
@@ -228,6 +230,7 @@ impl Controller {
             on_vds_changed: Mutex::new(None),
             rebuilds: Mutex::new(BTreeMap::new()),
             copies: Mutex::new(BTreeMap::new()),
+            migrations: Mutex::new(BTreeMap::new()),
             copyback_pending: Mutex::new(std::collections::BTreeSet::new()),
             rebuild_threads: Mutex::new(Vec::new()),
             resyncs: Mutex::new(BTreeMap::new()),

@@ -266,6 +266,9 @@ impl Controller {
         for copy in self.copybacks() {
             copy.progress.set_control(background::Control::Stop);
         }
+        for migration in self.migrations() {
+            migration.progress.set_control(background::Control::Stop);
+        }
         let threads = std::mem::take(&mut *self.rebuild_threads.lock().expect("rebuild threads lock"));
         for thread in threads {
             let _ = thread.join();

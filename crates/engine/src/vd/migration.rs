@@ -140,3 +140,72 @@ impl VirtualDrive {
         assert!(before > 0, "v{}: a migration write ended that was never announced", self.id);
     }
 }
+
+/// The end of a migration: the VD's requests held while it switches to its successor (a JBOD
+/// of the target), then sent there. Requests are held in [`Engine::submit`](crate::Engine::submit)
+/// before they reach a shard, so they are bounded by what the clients have in flight.
+#[derive(Default)]
+pub(super) struct Switch {
+    /// Requests entering `Engine::submit` and not yet counted in flight: the hold waits for
+    /// them, so none slips past it uncounted.
+    entering: AtomicU64,
+    holding: AtomicBool,
+    held: Mutex<Vec<(VdRequest, crate::Done)>>,
+    successor: std::sync::OnceLock<Arc<VirtualDrive>>,
+}
+
+impl VirtualDrive {
+    /// The VD that took this one's place (a migration's end): requests go there.
+    pub fn successor(&self) -> Option<&Arc<VirtualDrive>> {
+        self.switch.successor.get()
+    }
+
+    /// Called by `Engine::submit` on entry; [`VirtualDrive::entered`] once the request is
+    /// counted in flight or held.
+    pub(crate) fn entering(&self) {
+        self.switch.entering.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn entered(&self) {
+        self.switch.entering.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Parks `request` while the VD is held; gives it back otherwise.
+    pub(crate) fn park_if_held(&self, request: VdRequest, done: crate::Done) -> Option<(VdRequest, crate::Done)> {
+        if !self.switch.holding.load(Ordering::SeqCst) {
+            return Some((request, done));
+        }
+        let mut held = self.switch.held.lock().expect("held requests lock poisoned");
+        // Released meanwhile: the release took the list before this lock.
+        if !self.switch.holding.load(Ordering::SeqCst) {
+            return Some((request, done));
+        }
+        held.push((request, done));
+        None
+    }
+
+    /// Holds every request from now on, and waits (up to `timeout`) until none is in flight.
+    /// `false` if some still are: the caller releases the hold.
+    pub fn hold_requests(&self, timeout: Duration) -> bool {
+        self.switch.holding.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + timeout;
+        while self.switch.entering.load(Ordering::SeqCst) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.wait_idle(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Ends the hold. With a `successor`, it takes this VD's place for good (held requests and
+    /// every later one go there); the held requests are returned for the caller to submit.
+    pub fn release_requests(&self, successor: Option<Arc<VirtualDrive>>) -> Vec<(VdRequest, crate::Done)> {
+        let mut held = self.switch.held.lock().expect("held requests lock poisoned");
+        if let Some(successor) = successor {
+            assert!(self.switch.successor.set(successor).is_ok(), "v{}: a VD is succeeded once", self.id);
+        }
+        self.switch.holding.store(false, Ordering::SeqCst);
+        std::mem::take(&mut *held)
+    }
+}

@@ -188,6 +188,8 @@ pub struct VirtualDrive {
     migration: RwLock<Option<Arc<MigrationTarget>>>,
     /// Writes that may not have seen a migration start (`migration`).
     migration_writes: migration::MigrationWrites,
+    /// Held requests and the successor at a migration's end (`migration`).
+    switch: migration::Switch,
 }
 
 /// Holds write acknowledgements while a member failure is not yet in the metadata.
@@ -267,6 +269,7 @@ impl VirtualDrive {
             client_io: io_stats::ClientIoStats::default(),
             migration: RwLock::new(None),
             migration_writes: migration::MigrationWrites::default(),
+            switch: migration::Switch::default(),
         })
     }
 

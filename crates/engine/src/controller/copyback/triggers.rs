@@ -166,7 +166,9 @@ fn tidy_copy_slots(config: &mut ControllerConfig) -> bool {
     let stale: Vec<u32> = config
         .drives
         .iter()
-        .filter(|d| d.copy_slot.is_some() && d.state != DriveState::Copyback && !(spare(d.slot) && member(d.slot)))
+        .filter(|d| {
+            d.copy_slot.is_some() && !matches!(d.state, DriveState::Copyback | DriveState::Migrate) && !(spare(d.slot) && member(d.slot))
+        })
         .map(|d| d.slot)
         .collect();
     for slot in &stale {

@@ -1,0 +1,369 @@
+//! Live migration: a whole VD copied onto one drive (an RBD image, typically) while it serves,
+//! then the VD switched to a JBOD of that drive with its id, name, size and export unchanged.
+//!
+//! The order of things, each step recorded before the next one depends on it: the target is
+//! recorded `Mgrt` (its `copy_slot` naming the VD) before the engine sends it writes; the engine
+//! then writes every member write of the VD to it too (`vd::migration`), and a background
+//! process copies the rows under their row locks. A restart copies again from row 0: after a
+//! crash, writes teed since any checkpoint may be missing on the target, and replay of the
+//! journal at start writes the members only.
+//!
+//! The switch ([`Controller::switch_to_target`]): requests to the VD are held and those in flight
+//! drained; everything cached is written to the members and the journal emptied (a parity row's
+//! journal records are member images, which must never be replayed onto the JBOD); the target is
+//! flushed; the record becomes a JBOD of the target (member size = reserved area + capacity, so
+//! the same size) and the old members leave it, persisted before any request reaches the target
+//! alone; then a new `VirtualDrive` takes the old one's place and the old one names it as its
+//! successor, so requests through any handle of the old one (an NBD connection's) go on.
+
+use super::rebuild::{row_outcome, set_copy_slot, status_words, time_left, CLIENTS_BUSY_WINDOW};
+use super::*;
+use crate::background::{self, Finish, Hooks, Progress};
+use crate::vd::MEMBER_RESERVED_BYTES;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the switch waits for the VD's requests in flight before it gives up (and retries).
+const SWITCH_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A progress event at every this share of the copy.
+const PROGRESS_EVENT_PERCENT: u64 = 25;
+
+/// A migration that runs, for `show migrate` and `stop migrate`.
+#[derive(Clone)]
+pub struct MigrationView {
+    pub vd_id: u32,
+    /// The drive receiving the VD (Mgrt).
+    pub target_slot: u32,
+    pub progress: Arc<Progress>,
+    /// When this run began (for the estimate of the time left).
+    pub started: Instant,
+    /// Set by `stop migrate`: the copy is abandoned, not kept for the next start.
+    abandon: Arc<AtomicBool>,
+}
+
+impl MigrationView {
+    /// storcli's words: "In progress", "Paused", "Stopped".
+    pub fn status(&self) -> &'static str {
+        status_words(&self.progress)
+    }
+
+    /// At the speed so far since this run began; `None` before there is a speed to go by.
+    pub fn estimated_time_left(&self) -> Option<Duration> {
+        time_left(&self.progress, self.started, 0)
+    }
+}
+
+impl Controller {
+    /// `/c0/vN start migrate target=M`: copies VD `vd_id` onto the UGood drive in slot `target`
+    /// while it serves, then switches the VD to a JBOD of that drive.
+    ///
+    /// # Errors
+    /// What does not fit (no such VD, a cache VD or one with SSD caching, an offline VD, a
+    /// migration or another background operation on it, a target that is not a UGood drive or
+    /// is too small), with what is allowed; nothing changes then.
+    pub fn start_migration(&self, vd_id: u32, target: u32) -> Result<(), ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        if state.config.vds.iter().all(|v| v.vd_id != vd_id) {
+            // `no_vd` lists the VDs under the lock itself.
+            drop(state);
+            return Err(self.no_vd(vd_id));
+        }
+        self.check_migration(&state, vd_id, target)?;
+        let before = state.config.clone();
+        let detail = format!("receives v{vd_id}, which moves onto it");
+        self.transition(&mut state, target, DriveState::Migrate, state::Cause::MigrationStarted, Some(&detail));
+        set_copy_slot(&mut state.config, target, Some(vd_id));
+        if let Err(error) = self.persist(&mut state) {
+            state.config = before;
+            self.log(Severity::Critical, format!("migration of v{vd_id} to slot {target} not started: {error}"));
+            return Err(error);
+        }
+        let vd = Arc::clone(&state.vds[&vd_id]);
+        let drive = Arc::clone(&state.slots[&target].drive);
+        let rate = state.config.settings.rebuild_rate_percent;
+        drop(state);
+        vd.start_migration(drive);
+        self.spawn_migration(vd, vd_id, target, rate);
+        Ok(())
+    }
+
+    fn check_migration(&self, state: &State, vd_id: u32, target: u32) -> Result<(), ControlError> {
+        let record = state.config.vds.iter().find(|v| v.vd_id == vd_id).expect("the caller checked that the VD exists");
+        let vd = &state.vds[&vd_id];
+        let refuse = |why: String| Err(ControlError::Conflict(format!("v{vd_id} cannot be migrated: {why}")));
+        if record.cache_vd || record.ssd_cache_vd_id.is_some() {
+            return refuse("SSD caching is on for it (turn it off first: its dirty lines are not on the members)".into());
+        }
+        if vd.state() == crate::VdState::Offline {
+            return refuse("it is offline".into());
+        }
+        if let Some(busy) = self.background_on(vd_id) {
+            return refuse(format!("{busy} runs on it; wait for it to end or stop it"));
+        }
+        let drive = state.config.drives.iter().find(|d| d.slot == target);
+        let present = state.slots.get(&target).filter(|s| !s.foreign);
+        let (Some(drive), Some(present)) = (drive, present) else {
+            return Err(ControlError::BadInput(format!(
+                "slot {target} holds no drive of this controller; the target must be a UGood drive"
+            )));
+        };
+        if drive.state != DriveState::UnconfiguredGood {
+            return Err(ControlError::Conflict(format!("slot {target} is {}; the target must be UGood", drive.state.short_name())));
+        }
+        let needed_bytes = MEMBER_RESERVED_BYTES + vd.capacity_bytes();
+        let capacity_bytes = present.drive.info().capacity_bytes;
+        if capacity_bytes < needed_bytes {
+            return Err(ControlError::BadInput(format!(
+                "slot {target} holds {capacity_bytes} bytes; v{vd_id} needs {needed_bytes} (its {} bytes and the 4 MiB reserved area)",
+                vd.capacity_bytes()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The background operation running on VD `vd_id`, if any, in the CLI's words.
+    fn background_on(&self, vd_id: u32) -> Option<&'static str> {
+        if self.migrations.lock().expect("migrations lock").contains_key(&vd_id) {
+            return Some("a migration");
+        }
+        if self.rebuilds.lock().expect("rebuilds lock").values().any(|r| r.vd_id == vd_id) {
+            return Some("a rebuild");
+        }
+        if self.copies.lock().expect("copies lock").values().any(|c| c.vd_id == vd_id) {
+            return Some("a copyback");
+        }
+        if self.checks.lock().expect("checks lock").contains_key(&vd_id) {
+            return Some("a consistency check");
+        }
+        if self.resyncs.lock().expect("resyncs lock").contains_key(&vd_id) {
+            return Some("a resync or background initialization");
+        }
+        if self.inits.lock().expect("inits lock").contains_key(&vd_id) {
+            return Some("a full initialization");
+        }
+        None
+    }
+
+    /// The migrations running, by VD.
+    pub fn migrations(&self) -> Vec<MigrationView> {
+        self.migrations.lock().expect("migrations lock").values().cloned().collect()
+    }
+
+    /// `/c0/vN stop migrate`: abandons the copy; the target returns to UGood.
+    ///
+    /// # Errors
+    /// No migration of that VD (with the VDs that have one).
+    pub fn stop_migration(&self, vd_id: u32) -> Result<(), ControlError> {
+        let migrations = self.migrations.lock().expect("migrations lock");
+        let Some(view) = migrations.get(&vd_id) else {
+            let running: Vec<String> = migrations.keys().map(|v| format!("v{v}")).collect();
+            let known = if running.is_empty() { "none runs".to_string() } else { format!("running: {}", running.join(", ")) };
+            return Err(ControlError::NotFound(format!("v{vd_id} is not being migrated; {known}")));
+        };
+        view.abandon.store(true, Ordering::SeqCst);
+        view.progress.set_control(background::Control::Stop);
+        drop(migrations);
+        self.log(Severity::Info, format!("migration of v{vd_id}: stopped by the administrator"));
+        Ok(())
+    }
+
+    /// At start: every drive recorded `Mgrt` receives its VD again, from row 0.
+    pub(super) fn resume_migrations(&self, state: &mut State) {
+        let targets: Vec<(u32, Option<u32>)> =
+            state.config.drives.iter().filter(|d| d.state == DriveState::Migrate).map(|d| (d.slot, d.copy_slot)).collect();
+        for (target, vd_id) in targets {
+            let vd = vd_id.and_then(|vd_id| state.vds.get(&vd_id).map(|vd| (vd_id, Arc::clone(vd))));
+            let present = state.slots.get(&target).map(|s| Arc::clone(&s.drive));
+            let (Some((vd_id, vd)), Some(drive)) = (vd, present) else {
+                self.return_migration_target(state, target, "its VD or the drive is gone");
+                continue;
+            };
+            if vd.state() == crate::VdState::Offline {
+                self.return_migration_target(state, target, "its VD is offline");
+                continue;
+            }
+            self.log(Severity::Info, format!("migration of v{vd_id} to slot {target}: starts again from the beginning"));
+            vd.start_migration(drive);
+            self.spawn_migration(vd, vd_id, target, state.config.settings.rebuild_rate_percent);
+        }
+    }
+
+    fn return_migration_target(&self, state: &mut State, target: u32, why: &str) {
+        self.transition(state, target, DriveState::UnconfiguredGood, state::Cause::MigrationStopped, Some(why));
+        set_copy_slot(&mut state.config, target, None);
+        if let Err(error) = self.persist(state) {
+            self.log(Severity::Warning, format!("slot {target}: the end of its migration was not recorded: {error}"));
+        }
+    }
+
+    /// Starts the copy on a thread of its own. May be called with the state lock held: the
+    /// thread takes it only later.
+    fn spawn_migration(&self, vd: Arc<VirtualDrive>, vd_id: u32, target: u32, rate_percent: u8) {
+        let progress = Progress::new(vd.geometry().row_count(), 0, rate_percent);
+        progress.size_windows_for(vd.geometry().strip_size_bytes());
+        let abandon = Arc::new(AtomicBool::new(false));
+        let view = MigrationView {
+            vd_id,
+            target_slot: target,
+            progress: Arc::clone(&progress),
+            started: Instant::now(),
+            abandon: Arc::clone(&abandon),
+        };
+        self.migrations.lock().expect("migrations lock").insert(vd_id, view);
+        let controller = self.myself();
+        let spawned = std::thread::Builder::new().name(format!("storc-migrate-v{vd_id}")).spawn(move || {
+            let Some(controller) = controller.upgrade() else { return };
+            let finish = controller.run_migration(&vd, vd_id, &progress);
+            controller.migration_ended(&vd, vd_id, target, finish, abandon.load(Ordering::SeqCst));
+            controller.migrations.lock().expect("migrations lock").remove(&vd_id);
+        });
+        match spawned {
+            Ok(thread) => self.keep_thread(thread),
+            Err(error) => self.log(Severity::Critical, format!("migration of v{vd_id} cannot start a thread: {error}")),
+        }
+    }
+
+    fn run_migration(&self, vd: &Arc<VirtualDrive>, vd_id: u32, progress: &Progress) -> Finish {
+        let engine = Arc::clone(&self.engine);
+        let submit_rows = |first_row: u64, row_count: u64, done: background::RunDone| {
+            engine.migrate_rows(vd, first_row, row_count, Box::new(move |results| done(results.into_iter().map(row_outcome).collect())));
+        };
+        let mut logged = 0;
+        let mut checkpoint = |row: u64| {
+            let share = row * 100 / progress.total_rows.max(1) / PROGRESS_EVENT_PERCENT;
+            if share > logged && row < progress.total_rows {
+                logged = share;
+                self.log(Severity::Info, format!("migration of v{vd_id}: {}% copied", share * PROGRESS_EVENT_PERCENT));
+            }
+        };
+        let clients_busy = || vd.last_client_request().elapsed() < CLIENTS_BUSY_WINDOW;
+        let hooks = Hooks { submit_rows: &submit_rows, checkpoint: &mut checkpoint, clients_busy: &clients_busy, advanced: &|_| {} };
+        background::run(progress, hooks)
+    }
+
+    fn migration_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, target: u32, finish: Finish, abandon: bool) {
+        let target_failed = vd.migration().is_some_and(|m| m.has_failed());
+        if finish == Finish::Complete && !target_failed {
+            match self.switch_to_target(vd, vd_id, target) {
+                Ok(()) => return,
+                Err(error) => self.log(Severity::Critical, format!("migration of v{vd_id}: the switch to slot {target} failed: {error}")),
+            }
+        }
+        if finish == Finish::Stopped && !abandon {
+            // Shutdown: recorded as running, it starts again at the next start.
+            return;
+        }
+        vd.end_migration();
+        let mut state = self.state.lock().expect("controller lock");
+        if state.config.drives.iter().all(|d| d.slot != target || d.state != DriveState::Migrate) {
+            return;
+        }
+        if target_failed {
+            self.transition(
+                &mut state,
+                target,
+                DriveState::UnconfiguredBad,
+                state::Cause::IoFailure,
+                Some(&format!("while receiving v{vd_id}")),
+            );
+            set_copy_slot(&mut state.config, target, None);
+            if let Err(error) = self.persist(&mut state) {
+                self.log(Severity::Warning, format!("slot {target}: its failure was not recorded: {error}"));
+            }
+        } else {
+            let why = match finish {
+                Finish::Failed(reason) => format!("the copy failed: {reason}"),
+                _ => "stopped".to_string(),
+            };
+            self.return_migration_target(&mut state, target, &why);
+        }
+        self.log(Severity::Warning, format!("migration of v{vd_id} to slot {target} ended before its end; v{vd_id} stays where it was"));
+    }
+
+    /// Switches VD `vd_id` to a JBOD of `target` (see the module docs for the order).
+    fn switch_to_target(&self, old: &Arc<VirtualDrive>, vd_id: u32, target: u32) -> Result<(), String> {
+        if !old.hold_requests(SWITCH_DRAIN_TIMEOUT) {
+            self.release_to(old, None);
+            return Err(format!("requests still in flight after {} s", SWITCH_DRAIN_TIMEOUT.as_secs()));
+        }
+        let prepared = self.engine.quiesce().map_err(|e| format!("the cache could not be written out: {e}")).and_then(|()| {
+            let migration = old.migration().ok_or("the migration ended")?;
+            crate::bitmap::ondisk::flush(&**migration.target()).map_err(|e| format!("the target's flush failed: {e}"))
+        });
+        if let Err(error) = prepared {
+            self.release_to(old, None);
+            return Err(error);
+        }
+        let new = match self.record_switch(old, vd_id, target) {
+            Ok(new) => new,
+            Err(error) => {
+                self.release_to(old, None);
+                return Err(error);
+            }
+        };
+        old.end_migration();
+        self.release_to(old, Some(Arc::clone(&new)));
+        self.log(Severity::Info, format!("v{vd_id} moved to slot {target}: a JBOD of it now, same size and export"));
+        self.vds_changed();
+        Ok(())
+    }
+
+    /// Records the VD as a JBOD of `target`, its old members out of it, and lays the new VD.
+    fn record_switch(&self, old: &Arc<VirtualDrive>, vd_id: u32, target: u32) -> Result<Arc<VirtualDrive>, String> {
+        let mut state = self.state.lock().expect("controller lock");
+        let before = state.config.clone();
+        let position = state.config.vds.iter().position(|v| v.vd_id == vd_id).ok_or("the VD was deleted")?;
+        let old_members = state.config.vds[position].member_slots.clone();
+        {
+            let record = &mut state.config.vds[position];
+            record.level = Level::Jbod;
+            record.drives_per_span = 1;
+            record.member_slots = vec![target];
+            record.member_size_bytes = MEMBER_RESERVED_BYTES + old.capacity_bytes();
+            record.bgi_pending = false;
+        }
+        let detail = format!("holds v{vd_id} now");
+        self.transition(&mut state, target, DriveState::Online, state::Cause::MigrationDone, Some(&detail));
+        set_copy_slot(&mut state.config, target, None);
+        let detail = format!("left v{vd_id}, which moved to slot {target}");
+        for slot in old_members {
+            let from = state.config.drives.iter().find(|d| d.slot == slot).map(|d| d.state);
+            match from {
+                Some(DriveState::Online) => {
+                    self.transition(&mut state, slot, DriveState::UnconfiguredGood, state::Cause::MigrationDone, Some(&detail));
+                }
+                Some(from) => {
+                    if let Some(to) = state::after_vd_deleted(from) {
+                        self.transition(&mut state, slot, to, state::Cause::VdDeleted, Some(&detail));
+                    }
+                }
+                None => {}
+            }
+        }
+        let record = state.config.vds[position].clone();
+        let new = match self.build_vd(&state, &record) {
+            Ok(new) => new,
+            Err(error) => {
+                state.config = before;
+                return Err(error.to_string());
+            }
+        };
+        assert_eq!(new.capacity_bytes(), old.capacity_bytes(), "v{vd_id}: a migrated VD keeps its size");
+        if let Err(error) = self.persist(&mut state) {
+            state.config = before;
+            return Err(error.to_string());
+        }
+        state.vds.insert(vd_id, Arc::clone(&new));
+        Ok(new)
+    }
+
+    /// Ends `vd`'s hold; with a successor, its held requests go there.
+    fn release_to(&self, vd: &Arc<VirtualDrive>, successor: Option<Arc<VirtualDrive>>) {
+        let next = successor.clone();
+        let held = vd.release_requests(successor);
+        let to = next.as_ref().unwrap_or(vd);
+        for (request, done) in held {
+            self.engine.submit(to, request, done);
+        }
+    }
+}

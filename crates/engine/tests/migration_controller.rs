@@ -1,0 +1,223 @@
+//! Live migration through the controller, on memory drives: `start_migration` copies a RAID5
+//! onto a UGood drive while a client writes through the handle it held before (as an NBD
+//! connection does), then the VD is a JBOD of that drive with the same id, name and size, its
+//! old members UGood, and every write reads back, through the old handle, the new one, and
+//! after a restart. A migration cut by a restart starts again and finishes; a target that fails
+//! ends it and leaves the VD where it was; bad input changes nothing.
+
+mod common;
+
+use common::{engine, spec};
+use drive::{Drive, Faults, FaultyDrive, IoBuf, MemDrive};
+use engine::config::{ControllerId, DriveState};
+use engine::controller::{ControlError, Controller, ControllerOptions, OfferedDrive};
+use engine::{Engine, VdRequest, VirtualDrive};
+use layout::{Level, MIB};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const MEMBER_BYTES: u64 = 32 * MIB;
+const TARGET_BYTES: u64 = 64 * MIB;
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Slots 0-2: members of the RAID5; slot 3: the target (slowed down, so that clients write
+/// while the copy runs).
+fn drives() -> (Vec<Arc<dyn Drive>>, Arc<FaultyDrive>) {
+    let mut drives: Vec<Arc<dyn Drive>> = (0..3).map(|_| Arc::new(MemDrive::new(MEMBER_BYTES)) as Arc<dyn Drive>).collect();
+    let target = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(TARGET_BYTES))));
+    target.set_faults(Faults { latency: Some(Duration::from_millis(2)), ..Faults::default() });
+    drives.push(Arc::clone(&target) as Arc<dyn Drive>);
+    (drives, target)
+}
+
+fn open(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], ours: Option<ControllerId>) -> Arc<Controller> {
+    let offered = drives.iter().enumerate().map(|(i, d)| OfferedDrive { drive: Arc::clone(d), source: format!("mem{i}") }).collect();
+    Controller::open(Arc::clone(engine), offered, ControllerOptions { ours, ..ControllerOptions::default() }).unwrap()
+}
+
+fn events(controller: &Controller) -> Vec<String> {
+    controller.events().into_iter().map(|e| e.description).collect()
+}
+
+fn wait_for(controller: &Controller, what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !done() {
+        let recent: Vec<String> = events(controller).into_iter().rev().take(10).collect();
+        assert!(Instant::now() < deadline, "{what} never happened; recent events: {recent:#?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn block(len: usize, seed: u64) -> Vec<u8> {
+    (0..len as u64).map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
+}
+
+/// A client writing 4 KiB and 64 KiB blocks through `vd` (the handle it took at the start)
+/// until stopped; every write must succeed. Returns the VD's image.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    writes: Arc<AtomicU64>,
+    thread: JoinHandle<Vec<u8>>,
+}
+
+fn start_writer(engine: &Arc<Engine>, vd: &Arc<VirtualDrive>, mut image: Vec<u8>, seed: u64) -> Writer {
+    let (engine, vd) = (Arc::clone(engine), Arc::clone(vd));
+    let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let (stop_seen, counted) = (Arc::clone(&stop), Arc::clone(&writes));
+    let thread = std::thread::spawn(move || {
+        let capacity = image.len() as u64;
+        for n in seed.. {
+            if stop_seen.load(Ordering::SeqCst) {
+                break;
+            }
+            let len = if n % 3 == 0 { 64 << 10 } else { 4 << 10 };
+            let offset = n.wrapping_mul(7919 * 4096) % (capacity - len) / 4096 * 4096;
+            let bytes = block(len as usize, n);
+            let done = engine.run(&vd, VdRequest::Write { offset_bytes: offset, buf: IoBuf::from_slice(&bytes) });
+            assert_eq!(done.result, Ok(()), "write {n} at {offset}");
+            image[offset as usize..(offset + len) as usize].copy_from_slice(&bytes);
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        image
+    });
+    Writer { stop, writes, thread }
+}
+
+impl Writer {
+    fn wait_for(&self, writes: u64) {
+        let until = self.writes.load(Ordering::SeqCst) + writes;
+        let deadline = Instant::now() + TIMEOUT;
+        while self.writes.load(Ordering::SeqCst) < until {
+            assert!(Instant::now() < deadline, "the writer is stuck");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn finish(self) -> Vec<u8> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("the writer saw no error")
+    }
+}
+
+fn check(engine: &Engine, vd: &Arc<VirtualDrive>, image: &[u8], when: &str) {
+    let read = engine.read_at(vd, 0, image.len()).unwrap_or_else(|e| panic!("{when}: {e}"));
+    let wrong = read.as_slice().iter().zip(image).position(|(a, b)| a != b);
+    assert_eq!(wrong, None, "{when}: first wrong byte");
+}
+
+fn migrated(controller: &Controller) -> bool {
+    controller.migrations().is_empty() && controller.slot(3).unwrap().state == DriveState::Online
+}
+
+#[test]
+fn a_raid5_moves_onto_one_drive_under_writes_and_stays_there_after_a_restart() {
+    let engine = engine();
+    let (drives, _target) = drives();
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let (_, old) = controller.vd(0).unwrap();
+    let capacity = old.capacity_bytes();
+    let writer = start_writer(&engine, &old, vec![0; capacity as usize], 1);
+    writer.wait_for(50);
+    controller.start_migration(0, 3).unwrap();
+    assert_eq!(controller.slot(3).unwrap().state, DriveState::Migrate);
+    assert_eq!(controller.migrations().len(), 1);
+    writer.wait_for(200);
+    wait_for(&controller, "the switch", || migrated(&controller));
+    writer.wait_for(100); // through the old handle, now redirected
+    let image = writer.finish();
+
+    let (record, new) = controller.vd(0).unwrap();
+    assert_eq!((record.level, record.member_slots.clone(), record.name.as_str()), (Level::Jbod, vec![3], "db"));
+    assert_eq!(new.capacity_bytes(), capacity, "the same size");
+    for slot in 0..3 {
+        assert_eq!(controller.slot(slot).unwrap().state, DriveState::UnconfiguredGood, "slot {slot} left the VD");
+    }
+    check(&engine, &old, &image, "through the old handle");
+    check(&engine, &new, &image, "through the new one");
+    let ours = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+
+    let controller = open(&engine, &drives, Some(ours));
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!((record.level, record.member_slots), (Level::Jbod, vec![3]));
+    check(&engine, &vd, &image, "after a restart");
+    controller.shutdown();
+}
+
+#[test]
+fn a_migration_cut_by_a_restart_starts_again_and_finishes() {
+    let engine = engine();
+    let (drives, target) = drives();
+    target.set_faults(Faults { latency: Some(Duration::from_millis(20)), ..Faults::default() });
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    let writer = start_writer(&engine, &vd, vec![0; vd.capacity_bytes() as usize], 3);
+    writer.wait_for(50);
+    controller.start_migration(0, 3).unwrap();
+    writer.wait_for(20);
+    let image = writer.finish();
+    let ours = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+    assert_eq!(target.info().capacity_bytes, TARGET_BYTES);
+
+    target.set_faults(Faults::default());
+    let controller = open(&engine, &drives, Some(ours));
+    let said = events(&controller);
+    assert!(said.iter().any(|e| e.contains("starts again from the beginning")), "{said:#?}");
+    wait_for(&controller, "the switch after the restart", || migrated(&controller));
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!(record.member_slots, vec![3]);
+    check(&engine, &vd, &image, "after the migration resumed");
+    controller.shutdown();
+}
+
+#[test]
+fn a_target_that_fails_ends_the_migration_and_the_vd_stays_where_it_was() {
+    let engine = engine();
+    let (drives, target) = drives();
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    let writer = start_writer(&engine, &vd, vec![0; vd.capacity_bytes() as usize], 5);
+    controller.start_migration(0, 3).unwrap();
+    writer.wait_for(20);
+    target.set_faults(Faults { write_error_ranges: vec![0..u64::MAX], ..Faults::default() });
+    wait_for(&controller, "the end of the migration", || controller.migrations().is_empty());
+    writer.wait_for(20);
+    let image = writer.finish();
+    assert_eq!(controller.slot(3).unwrap().state, DriveState::UnconfiguredBad);
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!((record.level, record.member_slots), (Level::Raid5, vec![0, 1, 2]));
+    check(&engine, &vd, &image, "the VD where it was");
+    controller.shutdown();
+}
+
+#[test]
+fn bad_migrations_are_refused_and_change_nothing() {
+    let engine = engine();
+    let (mut drives, _target) = drives();
+    drives.push(Arc::new(MemDrive::new(8 * MIB)));
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let generation = controller.config().generation;
+    let refused = |vd_id, target, expected: &str| {
+        let error = controller.start_migration(vd_id, target).expect_err("refused");
+        let message = error.to_string();
+        assert!(message.contains(expected), "{message:?} should say {expected:?}");
+        matches!(error, ControlError::BadInput(_) | ControlError::Conflict(_) | ControlError::NotFound(_))
+    };
+    assert!(refused(7, 3, "7"));
+    assert!(refused(0, 1, "slot 1 is Onln; the target must be UGood"));
+    assert!(refused(0, 4, "slot 4 holds 8388608 bytes"));
+    assert!(refused(0, 9, "slot 9 holds no drive"));
+    assert_eq!(controller.config().generation, generation, "nothing was written");
+    assert!(controller.migrations().is_empty());
+    assert!(controller.stop_migration(0).is_err());
+    controller.shutdown();
+}
