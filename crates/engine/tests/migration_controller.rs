@@ -132,6 +132,8 @@ fn a_raid5_moves_onto_one_drive_under_writes_and_stays_there_after_a_restart() {
     let (record, new) = controller.vd(0).unwrap();
     assert_eq!((record.level, record.member_slots.clone(), record.name.as_str()), (Level::Jbod, vec![3], "db"));
     assert_eq!(new.capacity_bytes(), capacity, "the same size");
+    assert_eq!(new.export_identity(), old.export_identity(), "the export's connections follow it");
+    assert!(old.successor().is_some_and(|s| Arc::ptr_eq(s, &new)), "the old handle leads to the new VD");
     for slot in 0..3 {
         assert_eq!(controller.slot(slot).unwrap().state, DriveState::UnconfiguredGood, "slot {slot} left the VD");
     }

@@ -332,6 +332,32 @@ pub struct CopybackAction {
     pub target: Option<u32>,
 }
 
+/// One migration of a whole VD onto one drive (`show migrate`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MigrationView {
+    pub vd: u32,
+    /// The slot receiving the VD (Mgrt); the VD becomes a JBOD of it at the end.
+    pub target_slot: u32,
+    pub progress_percent: f64,
+    /// "In progress", "Paused" or "Stopped".
+    pub status: String,
+    /// At the speed so far; absent until there is one.
+    pub estimated_seconds_left: Option<u64>,
+    /// The rebuild rate, which migrations share.
+    pub rate_percent: u8,
+}
+
+/// `/c0/vN start migrate target=M` (M a UGood slot), or `/c0/vN stop migrate`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MigrateAction {
+    /// start or stop.
+    pub action: String,
+    /// With start only: the slot receiving the VD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<u32>,
+}
+
 /// One rebuild (storcli's `show rebuild` table).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RebuildView {

@@ -271,3 +271,84 @@ fn a_write_back_vd_over_an_rbd_image_keeps_what_its_local_journal_acknowledged_a
     }
     println!("{} journal records replayed onto the RBD image after kill -9; every acknowledged block read back", journal.replayed_records);
 }
+
+/// fio's nbd engine over `export`: random 4-64 KiB reads and writes over the first `size_bytes`,
+/// every write verified by crc32c: at the end, or (with `seconds`, a time-based run) every 64
+/// blocks while it runs. Returns the child, still running.
+fn fio_verify(daemon: &Daemon, export: &str, size_bytes: u64, seconds: Option<u32>) -> std::process::Child {
+    let mut command = std::process::Command::new("fio");
+    command
+        .args(["--name=migrate", "--ioengine=nbd", &format!("--uri={}", daemon.unix_uri(export))])
+        .args(["--rw=randrw", "--bsrange=4k-64k", "--iodepth=8", &format!("--size={size_bytes}")])
+        .args(["--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--output-format=json"]);
+    if let Some(seconds) = seconds {
+        command.args(["--time_based", &format!("--runtime={seconds}"), "--verify_backlog=64"]);
+    }
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("run fio")
+}
+
+fn fio_passed(child: std::process::Child, what: &str) {
+    let output = child.wait_with_output().expect("wait for fio");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{what}: fio exited with {}\n{}\n{text}", output.status, String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("fio's JSON")..]).expect("fio's JSON");
+    assert_eq!(report["jobs"][0]["error"].as_u64(), Some(0), "{what}: fio reports an error");
+}
+
+/// Live migration into Ceph (issue 15, item 3): a RAID5 of three local files moves onto an RBD
+/// image (`start migrate target=3`) while fio writes and verifies through its export, before,
+/// during and after the switch; then the VD is a JBOD of the image with the same export name and
+/// size, a new fio run verifies through the same export, and `rbd export` finds the VD on the
+/// image past the 4 MiB metadata area.
+#[test]
+fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
+    let cluster = CephCluster::shared();
+    let scratch = Scratch::new("rbd-migrate");
+    cluster.create_image("migrate-target", 256 * MIB);
+    let mut drives: Vec<String> = (0..3).map(|i| scratch.sparse_file(&format!("m{i}.img"), 64 * MIB).display().to_string()).collect();
+    drives.push(cluster.drive_arg("migrate-target"));
+    let daemon = Daemon::start(&scratch, &drives);
+    let vd = daemon.create_vd("r5", &[0, 1, 2], "moving");
+    let fio_bytes = 96 * MIB;
+    assert!(vd.size_bytes > fio_bytes);
+
+    let mut fio = fio_verify(&daemon, "moving", fio_bytes, Some(8));
+    std::thread::sleep(Duration::from_millis(300));
+    let shown = daemon.cli(&["/c0/v0", "start", "migrate", "target=3"]);
+    assert!(shown.contains("Start Migrate Succeeded") && shown.contains("/c0/s3"), "{shown}");
+    assert!(fio.try_wait().expect("fio's status").is_none(), "fio was running when the migration started");
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(90);
+    let mut fio_ran_at_switch = false;
+    loop {
+        let controller: ControllerView = daemon.controller();
+        if controller.drives.iter().any(|d| d.slot == 3 && d.state == "Onln") {
+            fio_ran_at_switch = fio.try_wait().expect("fio's status").is_none();
+            break;
+        }
+        assert!(Instant::now() < deadline, "the migration did not end within 90 s: {:#?}\n{}", events(&daemon), daemon.log_tail());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let migration_seconds = started.elapsed().as_secs_f64();
+    fio_passed(fio, "fio during the migration");
+    let moved = daemon.vd_named("moving");
+    assert_eq!((moved.size_bytes, moved.level.as_str()), (vd.size_bytes, "JBOD"), "{moved:?}");
+    let said = events(&daemon);
+    assert!(said.iter().any(|e| e.contains("v0 moved to slot 3")), "{said:#?}");
+    fio_passed(fio_verify(&daemon, "moving", 32 * MIB, None), "fio after the switch");
+
+    let through_export = scratch.join("through-export.img");
+    common::run(std::process::Command::new("nbdcopy").arg(daemon.unix_uri("moving")).arg(&through_export));
+    daemon.stop();
+    let exported = scratch.join("rbd-export.img");
+    cluster.run("rbd", &["export", "--no-progress", "rbd/migrate-target", &exported.display().to_string()]);
+    let image = std::fs::read(&exported).expect("read the exported image");
+    let vd_bytes = std::fs::read(&through_export).expect("read the VD's copy");
+    let start = 4 * MIB as usize;
+    let on_image = &image[start..start + vd_bytes.len()];
+    assert!(on_image == &vd_bytes[..], "the RBD image holds the VD past its metadata area");
+    println!(
+        "v0 ({} MiB) migrated into rbd/migrate-target in {migration_seconds:.1} s under fio (still running at the switch: {fio_ran_at_switch}); fio verified during and after; rbd export matches",
+        vd.size_bytes >> 20
+    );
+}

@@ -349,6 +349,7 @@ impl Controller {
             }
         };
         assert_eq!(new.capacity_bytes(), old.capacity_bytes(), "v{vd_id}: a migrated VD keeps its size");
+        new.inherit_export_identity(old);
         if let Err(error) = self.persist(&mut state) {
             state.config = before;
             return Err(error.to_string());

@@ -152,12 +152,26 @@ pub(super) struct Switch {
     holding: AtomicBool,
     held: Mutex<Vec<(VdRequest, crate::Done)>>,
     successor: std::sync::OnceLock<Arc<VirtualDrive>>,
+    /// The export identity of the VD this one succeeded (see [`VirtualDrive::export_identity`]).
+    inherited_identity: std::sync::OnceLock<u64>,
 }
 
 impl VirtualDrive {
     /// The VD that took this one's place (a migration's end): requests go there.
     pub fn successor(&self) -> Option<&Arc<VirtualDrive>> {
         self.switch.successor.get()
+    }
+
+    /// What a frontend's connections follow (an NBD export's identity): the instance id, or
+    /// the identity of the VD this one succeeded, so that a migration's end keeps them.
+    pub fn export_identity(&self) -> u64 {
+        self.switch.inherited_identity.get().copied().unwrap_or(self.instance_id)
+    }
+
+    /// Takes `predecessor`'s export identity: this VD takes its place.
+    pub fn inherit_export_identity(&self, predecessor: &VirtualDrive) {
+        let identity = predecessor.export_identity();
+        assert!(self.switch.inherited_identity.set(identity).is_ok(), "v{}: an export identity is inherited once", self.id);
     }
 
     /// Called by `Engine::submit` on entry; [`VirtualDrive::entered`] once the request is

@@ -14,6 +14,7 @@ mod copyback;
 mod http;
 mod https;
 mod journal;
+mod migrate;
 mod parse;
 mod patrol;
 mod render;

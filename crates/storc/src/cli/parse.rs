@@ -7,8 +7,8 @@
 
 use super::http::{Method, Request};
 use crate::api_types::{
-    AddHotSpare, AttachJournal, BgiAction, CcAction, CopybackAction, CreateVd, InitAction, InsertDrive, PatrolReadAction, RebuildAction,
-    SetController, SetDriveState, SetVd,
+    AddHotSpare, AttachJournal, BgiAction, CcAction, CopybackAction, CreateVd, InitAction, InsertDrive, MigrateAction, PatrolReadAction,
+    RebuildAction, SetController, SetDriveState, SetVd,
 };
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy, VD_NAME_BYTES_MAX};
 use layout::{DRIVES_PER_SPAN_MAX, SPAN_COUNT_MAX};
@@ -101,6 +101,13 @@ pub enum Action {
     },
     ShowCopyback {
         target: Target,
+    },
+    ShowMigrate {
+        target: Target,
+    },
+    Migrate {
+        vd: u32,
+        action: MigrateAction,
     },
     Copyback {
         slot: u32,
@@ -255,6 +262,10 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
             Action::Cc { vd, action: super::cc::parse_action(verb, &tokens[2..])? }
         }
         (Object::Vds(target), ["show", "bgi"]) => Action::ShowBgi { target },
+        (Object::Vds(target), ["show", "migrate"]) => Action::ShowMigrate { target },
+        (Object::Vds(Target::One(vd)), [verb @ ("start" | "stop"), "migrate", ..]) => {
+            Action::Migrate { vd, action: super::migrate::parse_action(verb, &tokens[2..])? }
+        }
         (Object::Vds(Target::One(_)), ["start", "bgi", ..]) => {
             return usage(
                 "start bgi: BGI starts by itself when a VD is created over drives that held data; allowed: stop, pause, resume bgi",

@@ -110,6 +110,11 @@ pub fn report(action: &Action, answers: &[Value]) -> Result<Report, String> {
             rebuild_report(&description, Target::One(*slot), &[decode(first)?], first)
         }
         Action::ShowBadBlocks { .. } => super::bad_blocks::report(&decode(first)?, first),
+        Action::ShowMigrate { target } => super::migrate::report("Show Migrate Succeeded", *target, &decode::<Vec<_>>(first)?, first),
+        Action::Migrate { vd, action } => {
+            let description = format!("{} Migrate Succeeded", capitalized(&action.action));
+            super::migrate::report(&description, Target::One(*vd), &[decode(first)?], first)
+        }
         Action::ShowCopyback { target } => super::copyback::report("Show Copyback Succeeded", *target, &decode::<Vec<_>>(first)?, first),
         Action::Copyback { slot, action } => {
             let description = format!("{} Copyback Succeeded", capitalized(&action.action));

@@ -37,6 +37,8 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/drives/{slot}/insert", post(insert_drive))
         .route("/api/v1/copybacks", get(super::api_copyback::copybacks))
         .route("/api/v1/drives/{slot}/copyback", post(super::api_copyback::copyback_action))
+        .route("/api/v1/migrations", get(super::api_migrate::migrations))
+        .route("/api/v1/vds/{id}/migrate", post(super::api_migrate::migrate_action))
         .route("/api/v1/ccs", get(super::api_cc::checks))
         .route("/api/v1/vds/{id}/cc", post(super::api_cc::cc_action))
         .route("/api/v1/bgis", get(super::api_bgi::bgis))
@@ -565,8 +567,9 @@ pub fn refresh_exports(state: &AppState) {
         .filter(|(record, _)| !record.cache_vd)
         .map(|(record, vd)| {
             // Connections follow the VD object across renames and end with it; a VD created in
-            // its place later (same number, same name) is another instance.
-            let identity = vd.instance_id();
+            // its place later (same number, same name) is another instance. A VD that moved
+            // (a migration's end) keeps the identity of the one it succeeded.
+            let identity = vd.export_identity();
             let device = super::export::VdDevice { engine: Arc::clone(state.controller.engine()), vd, pool: state.pool.clone() };
             let description = format!("storc v{} {}", record.vd_id, record.level);
             nbd::Export::new(record.name.clone(), Arc::new(super::export::SharedVdDevice(Arc::new(device))))

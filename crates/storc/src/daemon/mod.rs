@@ -10,6 +10,7 @@ mod api_cc;
 mod api_copyback;
 mod api_journal;
 mod api_listen;
+mod api_migrate;
 mod api_ssd_cache;
 mod api_tls;
 mod api_token;

@@ -46,6 +46,8 @@ impl Action {
             Action::Rebuild { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/rebuild"), action)],
             Action::ShowBadBlocks { vd } => vec![Request::get(&format!("{VDS}/{vd}/badblocks"))],
             Action::ShowCopyback { .. } => vec![Request::get("/api/v1/copybacks")],
+            Action::ShowMigrate { .. } => vec![Request::get("/api/v1/migrations")],
+            Action::Migrate { vd, action } => vec![Request::with_body(Method::Post, &format!("/api/v1/vds/{vd}/migrate"), action)],
             Action::Copyback { slot, action } => vec![Request::with_body(Method::Post, &format!("{DRIVES}/{slot}/copyback"), action)],
             Action::ShowCc { .. } => vec![Request::get("/api/v1/ccs")],
             Action::Cc { vd, action } => vec![Request::with_body(Method::Post, &format!("{VDS}/{vd}/cc"), action)],
