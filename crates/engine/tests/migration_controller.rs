@@ -161,6 +161,13 @@ fn a_migration_cut_by_a_restart_starts_again_and_finishes() {
     let writer = start_writer(&engine, &vd, vec![0; vd.capacity_bytes() as usize], 3);
     writer.wait_for(50);
     controller.start_migration(0, 3).unwrap();
+    // While it runs, what could change rows the copy read, or lose the VD, is refused.
+    let refused = controller.start_cc(0, true).expect_err("no check during a migration").to_string();
+    assert!(refused.contains("being migrated"), "{refused}");
+    let refused = controller.delete_vd(0, false, false).expect_err("no delete during a migration").to_string();
+    assert!(refused.contains("stop the migration first"), "{refused}");
+    let refused = controller.start_migration(0, 3).expect_err("one migration at a time").to_string();
+    assert!(refused.contains("a migration runs on it"), "{refused}");
     writer.wait_for(20);
     let image = writer.finish();
     let ours = controller.config().controller_id;

@@ -83,6 +83,11 @@ impl Controller {
                 "v{vd_id} is {level}: a consistency check needs redundancy (RAID1, 1E, 5, 6, 10, 50, 60)"
             )));
         }
+        if self.migrations.lock().expect("migrations lock").contains_key(&vd_id) {
+            return Err(ControlError::Conflict(format!(
+                "v{vd_id} is being migrated: a check's repairs could change rows the copy has read; start it once the migration ends"
+            )));
+        }
         if vd.state() != crate::VdState::Optimal {
             return Err(ControlError::Conflict(format!(
                 "v{vd_id} is {}: a consistency check needs every member online (a degraded row has nothing to compare); rebuild first",

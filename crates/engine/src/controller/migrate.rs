@@ -81,7 +81,8 @@ impl Controller {
         let vd = Arc::clone(&state.vds[&vd_id]);
         let drive = Arc::clone(&state.slots[&target].drive);
         let rate = state.config.settings.rebuild_rate_percent;
-        drop(state);
+        // Under the lock, as a copy starts: no check or SSD caching may start on the VD between
+        // the checks above and the migration's entry in the list.
         vd.start_migration(drive);
         self.spawn_migration(vd, vd_id, target, rate);
         Ok(())

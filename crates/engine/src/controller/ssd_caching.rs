@@ -90,6 +90,10 @@ impl Controller {
         if record.cache_vd {
             return Err(ControlError::Conflict(format!("v{vd_id} is a cache VD; it cannot be cached")));
         }
+        if caching != SsdCaching::Off && self.migrations.lock().expect("migrations lock").contains_key(&vd_id) {
+            // Its dirty lines would not be on the members the migration copies.
+            return Err(ControlError::Conflict(format!("v{vd_id} is being migrated; turn SSD caching on once the migration ends")));
+        }
         let wanted = match caching {
             SsdCaching::Off => None,
             SsdCaching::On => Some(only_cache_vd(&state)?),
