@@ -319,16 +319,14 @@ fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
     assert!(fio.try_wait().expect("fio's status").is_none(), "fio was running when the migration started");
     let started = Instant::now();
     let deadline = started + Duration::from_secs(90);
-    let mut fio_ran_at_switch = false;
-    loop {
+    let fio_ran_at_switch = loop {
         let controller: ControllerView = daemon.controller();
         if controller.drives.iter().any(|d| d.slot == 3 && d.state == "Onln") {
-            fio_ran_at_switch = fio.try_wait().expect("fio's status").is_none();
-            break;
+            break fio.try_wait().expect("fio's status").is_none();
         }
         assert!(Instant::now() < deadline, "the migration did not end within 90 s: {:#?}\n{}", events(&daemon), daemon.log_tail());
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
     let migration_seconds = started.elapsed().as_secs_f64();
     fio_passed(fio, "fio during the migration");
     let moved = daemon.vd_named("moving");
