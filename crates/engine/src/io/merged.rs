@@ -18,8 +18,6 @@ type MergedRun = (usize, u64, Vec<usize>);
 
 pub(super) async fn merged_io(env: &Env, offset_bytes: u64, mut buf: IoBuf, write: bool) -> (Result<(), AttemptError>, IoBuf) {
     let geometry = *env.vd.geometry();
-    // A migration's copy of the write, under the same row locks (`vd::migration`).
-    let twin = if write { super::migrate::twin_write(env, offset_bytes, &buf) } else { None };
     let mut locks = Vec::new();
     let mut pieces: Vec<(usize, u64, IoBuf)> = Vec::new();
     for row in geometry.rows(offset_bytes, buf.len() as u64) {
@@ -36,6 +34,13 @@ pub(super) async fn merged_io(env: &Env, offset_bytes: u64, mut buf: IoBuf, writ
     for lock in &locks {
         lock.acquired().await;
     }
+    // A migration's copy of the write, decided under the row locks (`vd::migration`).
+    let twin = if write {
+        let parts: Vec<&[u8]> = pieces.iter().map(|(_, _, view)| view.as_slice()).collect();
+        super::migrate::twin_write(env, offset_bytes, &parts)
+    } else {
+        None
+    };
     let unavailable = env.vd.unavailable();
     if let Some(&(member, _, _)) = pieces.iter().find(|(member, _, _)| unavailable.contains(*member)) {
         let error = AttemptError::Member { index: member, kind: if write { OpKind::Write } else { OpKind::Read }, error: DriveError::Gone };

@@ -11,12 +11,15 @@ use layout::{RowPiece, SpanKind};
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// The target's copy of a write of `buf` at VD offset `vd_offset_bytes`, when a migration runs
-/// and its target still takes writes: taken before the members' write consumes the buffer.
-pub(super) fn twin_write(env: &Env, vd_offset_bytes: u64, buf: &IoBuf) -> Option<(Arc<MigrationTarget>, DriveOp)> {
+/// The target's copy of a write of `parts` (in VD order) at VD offset `vd_offset_bytes`, when a
+/// migration runs and its target still takes writes: copied before the members' write consumes
+/// the buffers. Called with the write's row locks held, which is what orders it against the
+/// copy of its rows (see `vd::migration`).
+pub(super) fn twin_write(env: &Env, vd_offset_bytes: u64, parts: &[&[u8]]) -> Option<(Arc<MigrationTarget>, DriveOp)> {
     let migration = env.vd.migration().filter(|migration| !migration.has_failed())?;
     let offset_bytes = MigrationTarget::target_offset_bytes(vd_offset_bytes);
-    Some((migration, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(buf.as_slice()) }))
+    let len_bytes = parts.iter().map(|part| part.len()).sum();
+    Some((migration, DriveOp::Write { offset_bytes, buf: IoBuf::from_parts(parts, len_bytes) }))
 }
 
 /// Runs the target's part of an operation (see [`twin_write`]); a failure is booked on the

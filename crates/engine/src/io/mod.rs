@@ -239,10 +239,7 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: 
         VdRequest::Read { offset_bytes, buf } => lost::read_guarded(&env, offset_bytes, buf).await,
         VdRequest::Write { offset_bytes, buf } => {
             env.vd.note_write();
-            let ticket = env.vd.begin_migration_write();
-            let completion = serve_rows(&env, offset_bytes, buf, true).await;
-            env.vd.end_migration_write(ticket);
-            completion
+            serve_rows(&env, offset_bytes, buf, true).await
         }
     }
 }
@@ -259,10 +256,7 @@ pub(crate) async fn serve_around_journal(reactor: Rc<Reactor>, vd: Arc<VirtualDr
         return VdCompletion { result: Err(env.vd.offline_error()), buf: Some(buf) };
     }
     env.vd.note_write();
-    let ticket = env.vd.begin_migration_write();
-    let completion = serve_rows(&env, offset_bytes, buf, true).await;
-    env.vd.end_migration_write(ticket);
-    completion
+    serve_rows(&env, offset_bytes, buf, true).await
 }
 
 /// Splits a range into row pieces and serves them concurrently. Each row future takes its lock
@@ -341,7 +335,7 @@ pub(super) async fn serve_row_locked(env: &Env, piece: RowPiece, buf: IoBuf, wri
     let map = env.vd.geometry().row_map(piece.row);
     let pieces: Vec<DataPiece> = map.data_pieces(piece.offset_in_row_bytes, piece.len_bytes).collect();
     // A migration's copy of the write, under this row's lock (`vd::migration`).
-    let twin = if write { migrate::twin_write(env, piece.vd_offset_bytes, &buf) } else { None };
+    let twin = if write { migrate::twin_write(env, piece.vd_offset_bytes, &[buf.as_slice()]) } else { None };
     let mut views = split_views(buf, &pieces);
     // Under the lock, so that waiting for the bitmap cannot reorder overlapping writes. A row
     // write is unlogged unless it is a parity row write whose image the journal will hold

@@ -3,7 +3,7 @@
 //! that the target can become a JBOD holding the same VD once the copy is done.
 //!
 //! From [`VirtualDrive::start_migration`] on, every write that reaches the members also goes to
-//! the target, under the row locks it holds (`io::migrate::tee_write`), and every flush flushes
+//! the target, under the row locks it holds (`io::migrate::twin_write`), and every flush flushes
 //! the target too; a row job (`io::migrate::migrate_rows`) copies rows in any order under their
 //! row locks. A write to a row comes wholly before the row's copy (which reads it from the
 //! members) or wholly after it (and writes the target itself), so once every row was copied the
@@ -11,13 +11,13 @@
 //! writing rows not yet copied twice.
 //!
 //! # Writes that did not see the start
-//! A write that looked for a migration just before it started writes the members alone. It
-//! announces itself first in one of two counters picked by the epoch it saw
-//! ([`VirtualDrive::begin_migration_write`]); the start stores the migration, moves the epoch on,
-//! then waits until the old epoch's counter is zero. A write announced in the new epoch looks
-//! after the store and sees the migration. The Fast Path's writes, which hold no row lock, are
-//! drained the same way as for a member's copy (`fast_writes`). Rows are copied only after the
-//! start returns, so no copy can read a row that such a write changes afterwards.
+//! A write decides whether it goes to the target too only once it holds the row locks of its
+//! rows (`io::migrate::twin_write`), and row locks are granted in the order their tickets were
+//! taken on the row's shard. A write that found no migration took its tickets before the start
+//! stored it, so before any copy of its rows took theirs (the copy's row jobs reach the shard
+//! only after the start returns): it is on the members when the copy reads them. Nothing has to
+//! be drained but the Fast Path's writes, which hold no row lock: they are drained as for a
+//! member's copy (`fast_writes`).
 
 use super::*;
 
@@ -56,19 +56,6 @@ impl MigrationTarget {
     }
 }
 
-/// The writes on their way that may not have seen a migration start (see the module docs).
-#[derive(Default)]
-pub(super) struct MigrationWrites {
-    /// Set while a migration is stored: what the Fast Path reads on every write, a plain load
-    /// where the lock would bounce a cache line between the submitting threads.
-    migrating: AtomicBool,
-    epoch: AtomicU64,
-    in_flight: [AtomicU64; 2],
-}
-
-/// A write's announcement; [`VirtualDrive::end_migration_write`] takes it back.
-pub(crate) struct MigrationWriteTicket(usize);
-
 impl VirtualDrive {
     /// Starts copying the whole VD onto `target`: from the return on, every write and flush of
     /// the VD also goes to the target, and rows may be copied (`Engine::migrate_rows`). The target
@@ -85,14 +72,7 @@ impl VirtualDrive {
             let mut migration = self.migration.write().expect("migration lock poisoned");
             assert!(migration.is_none(), "v{}: a migration runs already", self.id);
             *migration = Some(Arc::new(MigrationTarget { target, failed: AtomicBool::new(false) }));
-            self.migration_writes.migrating.store(true, Ordering::SeqCst);
-        }
-        let old_epoch = self.migration_writes.epoch.fetch_add(1, Ordering::SeqCst);
-        let counter = &self.migration_writes.in_flight[(old_epoch & 1) as usize];
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while counter.load(Ordering::SeqCst) > 0 {
-            assert!(Instant::now() < deadline, "v{}: writes begun before the migration did not finish within 60 s", self.id);
-            std::thread::sleep(Duration::from_micros(200));
+            self.migrating.store(true, Ordering::SeqCst);
         }
         // A Fast Path write that looked before the migration was stored writes the members
         // alone: the copy starts once none is left (see `fast_writes`).
@@ -110,34 +90,14 @@ impl VirtualDrive {
 
     /// Whether a migration runs (the Fast Path's writes step aside).
     pub(crate) fn is_migrating(&self) -> bool {
-        self.migration_writes.migrating.load(Ordering::SeqCst)
+        self.migrating.load(Ordering::SeqCst)
     }
 
     /// Ends the migration (done or abandoned): writes no longer go to the target. Returns it.
     pub fn end_migration(&self) -> Option<Arc<MigrationTarget>> {
         let mut migration = self.migration.write().expect("migration lock poisoned");
-        self.migration_writes.migrating.store(false, Ordering::SeqCst);
+        self.migrating.store(false, Ordering::SeqCst);
         migration.take()
-    }
-
-    /// Announces a write before it looks for a migration (see the module docs).
-    pub(crate) fn begin_migration_write(&self) -> MigrationWriteTicket {
-        loop {
-            let epoch = self.migration_writes.epoch.load(Ordering::SeqCst);
-            let index = (epoch & 1) as usize;
-            self.migration_writes.in_flight[index].fetch_add(1, Ordering::SeqCst);
-            if self.migration_writes.epoch.load(Ordering::SeqCst) == epoch {
-                return MigrationWriteTicket(index);
-            }
-            // The epoch moved between the two loads: a start may already wait on the other
-            // counter, so announce again in the current one.
-            self.migration_writes.in_flight[index].fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
-    pub(crate) fn end_migration_write(&self, ticket: MigrationWriteTicket) {
-        let before = self.migration_writes.in_flight[ticket.0].fetch_sub(1, Ordering::SeqCst);
-        assert!(before > 0, "v{}: a migration write ended that was never announced", self.id);
     }
 }
 

@@ -186,8 +186,9 @@ pub struct VirtualDrive {
     client_io: io_stats::ClientIoStats,
     /// The whole VD being copied onto another drive (`migration`).
     migration: RwLock<Option<Arc<MigrationTarget>>>,
-    /// Writes that may not have seen a migration start (`migration`).
-    migration_writes: migration::MigrationWrites,
+    /// Set while `migration` holds one: what every member write and the Fast Path read, a plain
+    /// load where the lock would bounce a cache line between the submitting threads.
+    migrating: AtomicBool,
     /// Held requests and the successor at a migration's end (`migration`).
     switch: migration::Switch,
 }
@@ -268,7 +269,7 @@ impl VirtualDrive {
             journal_bypass: JournalBypass::for_span_kind(geometry.span_kind()),
             client_io: io_stats::ClientIoStats::default(),
             migration: RwLock::new(None),
-            migration_writes: migration::MigrationWrites::default(),
+            migrating: AtomicBool::new(false),
             switch: migration::Switch::default(),
         })
     }
