@@ -3,12 +3,13 @@
 //! reads exactly what the VD holds, on every level, whatever order the rows were copied in; a
 //! target that fails stops the migration and never a client write.
 
-use drive::{Drive, FaultyDrive, IoBuf, MemDrive};
-use engine::{Engine, EngineConfig, VdError, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES};
+mod common;
+
+use common::Writer;
+use drive::{Drive, FaultyDrive, MemDrive};
+use engine::{Engine, EngineConfig, VdError, VdLayout, VirtualDrive, MEMBER_RESERVED_BYTES};
 use layout::{Level, KIB, MIB};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 
 const STRIP_BYTES: u64 = 64 * KIB;
 const MEMBER_DATA_BYTES: u64 = 4 * MIB;
@@ -25,61 +26,6 @@ fn rig(level: Level, drive_count: usize) -> Rig {
     let vd = Arc::new(VirtualDrive::new(1, "v0", layout, members).unwrap());
     let engine = Arc::new(Engine::start(EngineConfig { shard_count: 2, ..EngineConfig::default() }).unwrap());
     Rig { engine, vd }
-}
-
-/// Bytes that differ from write to write.
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    (0..len as u64).map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
-}
-
-/// A client writing 4 KiB and 192 KiB blocks (the latter across rows) all over the VD until
-/// stopped, with a flush now and then; every write must succeed. Returns the VD's image.
-struct Writer {
-    stop: Arc<AtomicBool>,
-    writes: Arc<AtomicU64>,
-    thread: JoinHandle<Vec<u8>>,
-}
-
-fn start_writer(rig: &Rig) -> Writer {
-    let (engine, vd) = (Arc::clone(&rig.engine), Arc::clone(&rig.vd));
-    let stop = Arc::new(AtomicBool::new(false));
-    let writes = Arc::new(AtomicU64::new(0));
-    let (stop_seen, counted) = (Arc::clone(&stop), Arc::clone(&writes));
-    let thread = std::thread::spawn(move || {
-        let capacity = vd.capacity_bytes();
-        let mut image = vec![0u8; capacity as usize];
-        for seed in 1u64.. {
-            if stop_seen.load(Ordering::SeqCst) {
-                break;
-            }
-            let len = if seed % 5 == 0 { 192 * KIB } else { 4 * KIB };
-            let offset = (seed.wrapping_mul(7919 * 4096)) % (capacity - len) / 4096 * 4096;
-            let bytes = data(len as usize, seed);
-            let done = engine.run(&vd, VdRequest::Write { offset_bytes: offset, buf: IoBuf::from_slice(&bytes) });
-            assert_eq!(done.result, Ok(()), "write {seed} at {offset}");
-            image[offset as usize..(offset + len) as usize].copy_from_slice(&bytes);
-            if seed % 32 == 0 {
-                assert_eq!(engine.run(&vd, VdRequest::Flush).result, Ok(()), "flush after write {seed}");
-            }
-            counted.fetch_add(1, Ordering::SeqCst);
-        }
-        image
-    });
-    Writer { stop, writes, thread }
-}
-
-impl Writer {
-    fn wait_for(&self, writes: u64) {
-        let target = self.writes.load(Ordering::SeqCst) + writes;
-        while self.writes.load(Ordering::SeqCst) < target {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    fn finish(self) -> Vec<u8> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().expect("the writer saw no error")
-    }
 }
 
 fn migrate_rows(rig: &Rig, first_row: u64, row_count: u64) -> Vec<Result<(), VdError>> {
@@ -112,7 +58,7 @@ fn a_vd_migrated_under_writes_reads_the_same_from_a_jbod_over_its_target() {
     for (level, drive_count) in [(Level::Raid0, 4), (Level::Raid1, 2), (Level::Raid5, 4), (Level::Raid6, 5), (Level::Raid10, 4)] {
         let rig = rig(level, drive_count);
         let capacity = rig.vd.capacity_bytes();
-        let writer = start_writer(&rig);
+        let writer = Writer::start(&rig.engine, &rig.vd, 192 * KIB, 1);
         writer.wait_for(50);
         let target: Arc<dyn Drive> = Arc::new(MemDrive::new(MEMBER_RESERVED_BYTES + capacity));
         rig.vd.start_migration(Arc::clone(&target));
@@ -154,7 +100,7 @@ fn a_failing_target_stops_the_migration_and_never_a_client_write() {
     let rig = rig(Level::Raid5, 4);
     let capacity = rig.vd.capacity_bytes();
     let target = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(MEMBER_RESERVED_BYTES + capacity))));
-    let writer = start_writer(&rig);
+    let writer = Writer::start(&rig.engine, &rig.vd, 192 * KIB, 1);
     writer.wait_for(20);
     rig.vd.start_migration(Arc::clone(&target) as Arc<dyn Drive>);
     assert!(migrate_rows(&rig, 0, 4).iter().all(Result::is_ok));

@@ -7,15 +7,13 @@
 
 mod common;
 
-use common::{engine, spec};
-use drive::{Drive, Faults, FaultyDrive, IoBuf, MemDrive};
+use common::{engine, spec, Writer};
+use drive::{Drive, Faults, FaultyDrive, MemDrive};
 use engine::config::{ControllerId, DriveState};
 use engine::controller::{ControlError, Controller, ControllerOptions, OfferedDrive};
-use engine::{Engine, VdRequest, VirtualDrive};
-use layout::{Level, MIB};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use engine::{Engine, VirtualDrive};
+use layout::{Level, KIB, MIB};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const MEMBER_BYTES: u64 = 32 * MIB;
@@ -50,57 +48,6 @@ fn wait_for(controller: &Controller, what: &str, done: impl Fn() -> bool) {
     }
 }
 
-fn block(len: usize, seed: u64) -> Vec<u8> {
-    (0..len as u64).map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
-}
-
-/// A client writing 4 KiB and 64 KiB blocks through `vd` (the handle it took at the start)
-/// until stopped; every write must succeed. Returns the VD's image.
-struct Writer {
-    stop: Arc<AtomicBool>,
-    writes: Arc<AtomicU64>,
-    thread: JoinHandle<Vec<u8>>,
-}
-
-fn start_writer(engine: &Arc<Engine>, vd: &Arc<VirtualDrive>, mut image: Vec<u8>, seed: u64) -> Writer {
-    let (engine, vd) = (Arc::clone(engine), Arc::clone(vd));
-    let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let (stop_seen, counted) = (Arc::clone(&stop), Arc::clone(&writes));
-    let thread = std::thread::spawn(move || {
-        let capacity = image.len() as u64;
-        for n in seed.. {
-            if stop_seen.load(Ordering::SeqCst) {
-                break;
-            }
-            let len = if n % 3 == 0 { 64 << 10 } else { 4 << 10 };
-            let offset = n.wrapping_mul(7919 * 4096) % (capacity - len) / 4096 * 4096;
-            let bytes = block(len as usize, n);
-            let done = engine.run(&vd, VdRequest::Write { offset_bytes: offset, buf: IoBuf::from_slice(&bytes) });
-            assert_eq!(done.result, Ok(()), "write {n} at {offset}");
-            image[offset as usize..(offset + len) as usize].copy_from_slice(&bytes);
-            counted.fetch_add(1, Ordering::SeqCst);
-        }
-        image
-    });
-    Writer { stop, writes, thread }
-}
-
-impl Writer {
-    fn wait_for(&self, writes: u64) {
-        let until = self.writes.load(Ordering::SeqCst) + writes;
-        let deadline = Instant::now() + TIMEOUT;
-        while self.writes.load(Ordering::SeqCst) < until {
-            assert!(Instant::now() < deadline, "the writer is stuck");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn finish(self) -> Vec<u8> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().expect("the writer saw no error")
-    }
-}
-
 fn check(engine: &Engine, vd: &Arc<VirtualDrive>, image: &[u8], when: &str) {
     let read = engine.read_at(vd, 0, image.len()).unwrap_or_else(|e| panic!("{when}: {e}"));
     let wrong = read.as_slice().iter().zip(image).position(|(a, b)| a != b);
@@ -119,7 +66,7 @@ fn a_raid5_moves_onto_one_drive_under_writes_and_stays_there_after_a_restart() {
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
     let (_, old) = controller.vd(0).unwrap();
     let capacity = old.capacity_bytes();
-    let writer = start_writer(&engine, &old, vec![0; capacity as usize], 1);
+    let writer = Writer::start(&engine, &old, 64 * KIB, 1);
     writer.wait_for(50);
     controller.start_migration(0, 3).unwrap();
     assert_eq!(controller.slot(3).unwrap().state, DriveState::Migrate);
@@ -158,7 +105,7 @@ fn a_migration_cut_by_a_restart_starts_again_and_finishes() {
     let controller = open(&engine, &drives, None);
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
     let (_, vd) = controller.vd(0).unwrap();
-    let writer = start_writer(&engine, &vd, vec![0; vd.capacity_bytes() as usize], 3);
+    let writer = Writer::start(&engine, &vd, 64 * KIB, 3);
     writer.wait_for(50);
     controller.start_migration(0, 3).unwrap();
     // While it runs, what could change rows the copy read, or lose the VD, is refused.
@@ -193,7 +140,7 @@ fn a_target_that_fails_ends_the_migration_and_the_vd_stays_where_it_was() {
     let controller = open(&engine, &drives, None);
     controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
     let (_, vd) = controller.vd(0).unwrap();
-    let writer = start_writer(&engine, &vd, vec![0; vd.capacity_bytes() as usize], 5);
+    let writer = Writer::start(&engine, &vd, 64 * KIB, 5);
     controller.start_migration(0, 3).unwrap();
     writer.wait_for(20);
     target.set_faults(Faults { write_error_ranges: vec![0..u64::MAX], ..Faults::default() });

@@ -65,3 +65,58 @@ pub fn scatter(engine: &Engine, vd: &Arc<VirtualDrive>, image: &mut [u8], seed: 
         image[offset as usize..offset as usize + 4096].copy_from_slice(&data);
     }
 }
+
+/// A client on a thread of its own writing through `vd` (the handle it was given, as an NBD
+/// connection holds one) until finished: 4 KiB blocks, and every fifth `big_block_bytes` (so
+/// across rows), all over the VD, a flush after every 32nd; every write and flush must succeed.
+/// [`Writer::finish`] returns the VD's image as written.
+pub struct Writer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    writes: Arc<std::sync::atomic::AtomicU64>,
+    thread: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl Writer {
+    pub fn start(engine: &Arc<Engine>, vd: &Arc<VirtualDrive>, big_block_bytes: u64, seed: u64) -> Writer {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (engine, vd) = (Arc::clone(engine), Arc::clone(vd));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (stop_seen, counted) = (Arc::clone(&stop), Arc::clone(&writes));
+        let thread = std::thread::spawn(move || {
+            let capacity = vd.capacity_bytes();
+            let mut image = vec![0u8; capacity as usize];
+            for n in seed.. {
+                if stop_seen.load(SeqCst) {
+                    break;
+                }
+                let len = if n % 5 == 0 { big_block_bytes } else { 4 * KIB };
+                let offset = n.wrapping_mul(7919 * 4096) % (capacity - len) / 4096 * 4096;
+                let bytes: Vec<u8> = (0..len).map(|i| ((i ^ n).wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+                engine.write_at(&vd, offset, &bytes).unwrap_or_else(|e| panic!("write {n} at {offset}: {e}"));
+                image[offset as usize..(offset + len) as usize].copy_from_slice(&bytes);
+                if n % 32 == 0 {
+                    assert_eq!(engine.run(&vd, engine::VdRequest::Flush).result, Ok(()), "flush after write {n}");
+                }
+                counted.fetch_add(1, SeqCst);
+            }
+            image
+        });
+        Writer { stop, writes, thread }
+    }
+
+    /// Waits until `writes` more writes completed (60 s at most).
+    pub fn wait_for(&self, writes: u64) {
+        let until = self.writes.load(std::sync::atomic::Ordering::SeqCst) + writes;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.writes.load(std::sync::atomic::Ordering::SeqCst) < until {
+            assert!(Instant::now() < deadline, "the writer is stuck");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    pub fn finish(self) -> Vec<u8> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().expect("the writer saw no error")
+    }
+}
