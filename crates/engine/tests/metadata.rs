@@ -1008,26 +1008,32 @@ fn the_consistency_check_schedule_is_kept_and_checked() {
     assert_eq!(decode(&v7).err(), Some(MetadataError::ReservedNotZero { record: counts(), field: "journal_stale_legs", offset_bytes: 21 }));
 }
 
-/// Version 9 added the drive state `Jrnl` (code 10): a version-8 record holding it was never
-/// written by any storc and is refused as unknown; version 8 records are read otherwise.
-#[test]
-fn version_8_metadata_knows_no_journal_drive() {
+/// A drive record in `state` (code `code`, new in the version after `older`) was never
+/// written by any storc at version `older`: such a record is refused as unknown, naming the
+/// codes `older` knows (`known`); records of version `older` are read otherwise.
+fn check_state_unknown_before(state: DriveState, code: u8, older: u32, known: &str) {
     let mut config = small_config(0x99, 5);
-    config.drives[1].state = DriveState::Journal;
+    config.drives[1].state = state;
     let sb = superblock(config, 0);
     let bytes = encode(&sb, 0).unwrap();
     assert_eq!(decode(&bytes), Ok(sb.clone()));
-    let mut v8 = bytes.clone();
-    set_u32(&mut v8, 8, 8);
-    reseal(&mut v8);
-    let known = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad)";
-    let expected = MetadataError::UnknownCode { record: "drive record 1".into(), field: "state", code: 10, known: known.into() };
-    assert_eq!(decode(&v8).err(), Some(expected));
+    let mut old = bytes.clone();
+    set_u32(&mut old, 8, older);
+    reseal(&mut old);
+    let expected = MetadataError::UnknownCode { record: "drive record 1".into(), field: "state", code, known: known.into() };
+    assert_eq!(decode(&old).err(), Some(expected), "{state:?} in a version {older} record");
     let mut plain = sb;
     plain.config.drives[1].state = DriveState::Online;
-    let mut v8 = encode(&plain, 0).unwrap();
-    relabel(&mut v8, 8);
-    assert_eq!(decode(&v8), Ok(plain));
+    let mut old = encode(&plain, 0).unwrap();
+    relabel(&mut old, older);
+    assert_eq!(decode(&old), Ok(plain), "a version {older} record without {state:?}");
+}
+
+/// Version 9 added the drive state `Jrnl` (code 10).
+#[test]
+fn version_8_metadata_knows_no_journal_drive() {
+    let known = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad)";
+    check_state_unknown_before(DriveState::Journal, 10, 8, known);
 }
 
 /// Version 10 added SSD caching: the cache VD flag (`vd_flags` bit 1) and `ssd_cache_vd_id`.
@@ -1069,26 +1075,11 @@ fn relabel(bytes: &mut [u8], version: u32) {
     reseal(bytes);
 }
 
-/// Version 12 added the drive state `Mgrt` (code 11): a version-11 record holding it was never
-/// written by any storc and is refused as unknown; version 11 records are read otherwise.
+/// Version 12 added the drive state `Mgrt` (code 11).
 #[test]
 fn version_11_metadata_knows_no_migration_target() {
-    let mut config = small_config(0x9c, 5);
-    config.drives[1].state = DriveState::Migrate;
-    let sb = superblock(config, 0);
-    let bytes = encode(&sb, 0).unwrap();
-    assert_eq!(decode(&bytes), Ok(sb.clone()));
-    let mut v11 = bytes.clone();
-    set_u32(&mut v11, 8, 11);
-    reseal(&mut v11);
     let known = "1 (UGood), 2 (Onln), 3 (Offln), 4 (Failed), 5 (Msng), 6 (HSP), 7 (Rbld), 8 (Cpybck), 9 (UBad), 10 (Jrnl)";
-    let expected = MetadataError::UnknownCode { record: "drive record 1".into(), field: "state", code: 11, known: known.into() };
-    assert_eq!(decode(&v11).err(), Some(expected));
-    let mut plain = sb;
-    plain.config.drives[1].state = DriveState::Online;
-    let mut v11 = encode(&plain, 0).unwrap();
-    relabel(&mut v11, 11);
-    assert_eq!(decode(&v11), Ok(plain));
+    check_state_unknown_before(DriveState::Migrate, 11, 11, known);
 }
 
 /// Version 11 added the write-back cache VD flag (`vd_flags` bit 2): a version-10 record with
