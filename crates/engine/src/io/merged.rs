@@ -35,7 +35,7 @@ pub(super) async fn merged_io(env: &Env, offset_bytes: u64, mut buf: IoBuf, writ
         lock.acquired().await;
     }
     // A migration's copy of the write, decided under the row locks (`vd::migration`).
-    let twin = if write {
+    let twin = if write && env.vd.is_migrating() {
         let parts: Vec<&[u8]> = pieces.iter().map(|(_, _, view)| view.as_slice()).collect();
         super::migrate::twin_write(env, offset_bytes, &parts)
     } else {
