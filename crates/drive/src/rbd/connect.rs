@@ -50,6 +50,8 @@ pub(super) struct Opened {
     pub(super) size_bytes: u64,
     /// librbd's cache (`rbd_cache`) holds writes until a flush.
     pub(super) cached: bool,
+    /// The image did not exist and was created.
+    pub(super) created: bool,
 }
 
 fn c_string(spec: &RbdSpec, what: &str, text: &str) -> Result<CString, String> {
@@ -60,12 +62,13 @@ fn errno_text(rc: i32) -> String {
     std::io::Error::from_raw_os_error(-rc).to_string()
 }
 
-/// Connects as the spec's user with its conf and opens its image.
+/// Connects as the spec's user with its conf and opens its image, first creating it with
+/// `create_bytes` if given and the image does not exist.
 ///
 /// # Errors
 /// A message that quotes the spec and says what was tried: the conf read, the monitors asked,
 /// the pool, the image (with the command that creates it).
-pub(super) fn open(spec: &RbdSpec) -> Result<Opened, String> {
+pub(super) fn open(spec: &RbdSpec, create_bytes: Option<u64>) -> Result<Opened, String> {
     let api = ffi::api()?;
     let name = c_string(spec, "user", &spec.client_name())?;
     let mut cluster: RadosT = null_mut();
@@ -105,10 +108,28 @@ pub(super) fn open(spec: &RbdSpec) -> Result<Opened, String> {
             _ => format!("{spec}: cannot open pool {:?}: {}", spec.pool, errno_text(rc)),
         });
     }
-    open_image(handles, spec)
+    let created = match create_bytes {
+        Some(size_bytes) => create_if_missing(&handles, spec, size_bytes)?,
+        None => false,
+    };
+    open_image(handles, spec, created)
 }
 
-fn open_image(mut handles: Handles, spec: &RbdSpec) -> Result<Opened, String> {
+/// Creates the image unless it exists (EEXIST is no error: it is then opened as it is).
+fn create_if_missing(handles: &Handles, spec: &RbdSpec, size_bytes: u64) -> Result<bool, String> {
+    let image = c_string(spec, "image", &spec.image)?;
+    // librbd's default object size (order 22, 4 MiB) when the order given is 0.
+    let mut order: std::ffi::c_int = 0;
+    // SAFETY: a live I/O context; NUL-terminated name; the order is a live local.
+    let rc = unsafe { (handles.api.rbd_create)(handles.ioctx, image.as_ptr(), size_bytes, &mut order) };
+    match rc {
+        0 => Ok(true),
+        rc if -rc == libc::EEXIST => Ok(false),
+        rc => Err(format!("{spec}: cannot create image {} of {size_bytes} bytes: {}", spec.image_path(), errno_text(rc))),
+    }
+}
+
+fn open_image(mut handles: Handles, spec: &RbdSpec, created: bool) -> Result<Opened, String> {
     let api = handles.api;
     let image = c_string(spec, "image", &spec.image)?;
     // SAFETY: a live I/O context; NUL-terminated name; a null snapshot opens the image itself.
@@ -129,7 +150,7 @@ fn open_image(mut handles: Handles, spec: &RbdSpec) -> Result<Opened, String> {
         return Err(format!("{spec}: cannot read the size of image {}: {}", spec.image_path(), errno_text(rc)));
     }
     let cached = get(&handles, "rbd_cache").is_none_or(|value| value == "true");
-    Ok(Opened { handles, size_bytes, cached })
+    Ok(Opened { handles, size_bytes, cached, created })
 }
 
 /// Reads the spec's conf, or the first of librados' default places.

@@ -126,7 +126,22 @@ impl RbdDrive {
     /// librbd missing, a conf that cannot be read, a cluster that does not answer, a missing
     /// pool or image: each says what was tried.
     pub fn open(spec: &RbdSpec) -> Result<RbdDrive, String> {
-        let opened = connect::open(spec)?;
+        Self::from_opened(spec, connect::open(spec, None)?)
+    }
+
+    /// As [`RbdDrive::open`], creating the image with `size_bytes` (librbd's default format and
+    /// features) when the pool has none of that name: the target of a migration, which the user
+    /// names before it exists. Also says whether it created the image.
+    ///
+    /// # Errors
+    /// As [`RbdDrive::open`], and a create that librbd refuses.
+    pub fn open_or_create(spec: &RbdSpec, size_bytes: u64) -> Result<(RbdDrive, bool), String> {
+        let opened = connect::open(spec, Some(size_bytes))?;
+        let created = opened.created;
+        Ok((Self::from_opened(spec, opened)?, created))
+    }
+
+    fn from_opened(spec: &RbdSpec, opened: connect::Opened) -> Result<RbdDrive, String> {
         let capacity_bytes = opened.size_bytes - opened.size_bytes % crate::SECTOR_BYTES;
         let name = format!("rbd:{}", spec.image_path());
         let info = DriveInfo { name: name.clone(), kind: DriveKind::Rbd, capacity_bytes, direct_io: !opened.cached, solid_state: false };
