@@ -177,3 +177,90 @@ fn bad_migrations_are_refused_and_change_nothing() {
     assert!(controller.stop_migration(0).is_err());
     controller.shutdown();
 }
+
+/// `start migrate target=SPEC`: a blank drive the controller did not hold takes a slot of its own
+/// and receives the VD in the same configuration write; after the switch and a restart (the
+/// drive offered last, as the daemon does with the drives it added) the VD is a JBOD of it.
+#[test]
+fn a_blank_drive_added_at_run_time_receives_the_vd_and_holds_it_after_a_restart() {
+    let engine = engine();
+    let (mut drives, target) = drives();
+    drives.truncate(3);
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let (_, vd) = controller.vd(0).unwrap();
+    assert_eq!(controller.migration_target_bytes(0).unwrap(), 4 * MIB + vd.capacity_bytes());
+    let writer = Writer::start(&engine, &vd, 64 * KIB, 7);
+    writer.wait_for(20);
+    let offer = OfferedDrive { drive: Arc::clone(&target) as Arc<dyn Drive>, source: "rbd:rbd/db".into() };
+    assert_eq!(controller.start_migration_onto(0, offer).unwrap(), 3, "the lowest free slot");
+    assert_eq!(controller.slot_of_source("rbd:rbd/db"), Some(3));
+    let views = controller.migrations();
+    assert_eq!((views[0].target_slot, views[0].target_source.as_str()), (3, "rbd:rbd/db"));
+    writer.wait_for(100);
+    wait_for(&controller, "the switch", || migrated(&controller));
+    let image = writer.finish();
+    let said = events(&controller);
+    assert!(said.iter().any(|e| e.contains("slot 3: rbd:rbd/db") && e.contains("added to receive v0")), "{said:#?}");
+    let ours = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+
+    drives.push(target);
+    let controller = open(&engine, &drives, Some(ours));
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!((record.level, record.member_slots), (Level::Jbod, vec![3]));
+    check(&engine, &vd, &image, "after a restart");
+    controller.shutdown();
+}
+
+#[test]
+fn a_drive_that_is_not_blank_small_or_held_already_is_not_added() {
+    let engine = engine();
+    let (mut drives, _target) = drives();
+    drives.truncate(3);
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    let generation = controller.config().generation;
+    let refused = |drive: Arc<dyn Drive>, source: &str, expected: &str| {
+        let message = controller.start_migration_onto(0, OfferedDrive { drive, source: source.into() }).expect_err("refused").to_string();
+        assert!(message.contains(expected), "{message:?} should say {expected:?}");
+    };
+    refused(Arc::clone(&drives[1]), "mem1", "is slot 1 already; give target=1");
+    refused(Arc::clone(&drives[1]), "the same drive under another name", "holds the configuration of this controller");
+    refused(Arc::new(MemDrive::new(8 * MIB)), "small", "small holds 8388608 bytes");
+    let message = controller.start_migration_onto(4, OfferedDrive { drive: Arc::new(MemDrive::new(TARGET_BYTES)), source: "x".into() });
+    assert!(message.expect_err("no v4").to_string().contains("v4"));
+    assert_eq!(controller.config().generation, generation, "nothing was written");
+    assert_eq!(controller.config().drives.len(), 3, "no drive was added");
+    assert!(controller.migrations().is_empty());
+    controller.shutdown();
+}
+
+#[test]
+fn a_paused_migration_copies_nothing_until_it_is_resumed() {
+    let engine = engine();
+    let (drives, target) = drives();
+    target.set_faults(Faults { latency: Some(Duration::from_millis(5)), ..Faults::default() });
+    let controller = open(&engine, &drives, None);
+    controller.create_vd(spec(Level::Raid5, &[0, 1, 2], "db")).unwrap();
+    controller.start_migration(0, 3).unwrap();
+    let refused = controller.pause_migration(0, false).expect_err("resume of a running one").to_string();
+    assert!(refused.contains("can be resumed only when it is paused"), "{refused}");
+    controller.pause_migration(0, true).unwrap();
+    let view = controller.migrations().remove(0);
+    assert_eq!(view.status(), "Paused");
+    // The run in flight when the pause came may still land; after that nothing moves.
+    std::thread::sleep(Duration::from_millis(300));
+    let paused_at = view.progress.percent_done();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(view.progress.percent_done(), paused_at, "the copy went on while paused");
+    assert!(paused_at < 100.0);
+    controller.pause_migration(0, false).unwrap();
+    target.set_faults(Faults::default());
+    wait_for(&controller, "the switch after the resume", || migrated(&controller));
+    assert!(controller.pause_migration(0, true).is_err(), "nothing to pause any more");
+    let said = events(&controller);
+    assert!(said.iter().any(|e| e.contains("migration of v0: paused by the administrator")), "{said:#?}");
+    controller.shutdown();
+}

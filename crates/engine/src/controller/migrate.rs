@@ -34,6 +34,8 @@ pub struct MigrationView {
     pub vd_id: u32,
     /// The drive receiving the VD (Mgrt).
     pub target_slot: u32,
+    /// What that drive was opened from (`rbd:POOL/IMAGE`, a path).
+    pub target_source: String,
     pub progress: Arc<Progress>,
     /// When this run began (for the estimate of the time left).
     pub started: Instant,
@@ -68,13 +70,84 @@ impl Controller {
             drop(state);
             return Err(self.no_vd(vd_id));
         }
-        self.check_migration(&state, vd_id, target)?;
+        self.check_vd_migratable(&state, vd_id)?;
+        check_target_slot(&state, vd_id, target)?;
         let before = state.config.clone();
+        self.begin_migration(&mut state, vd_id, target).inspect_err(|_| state.config = before)
+    }
+
+    /// `/c0/vN start migrate target=SPEC` with a drive the controller does not hold yet (an RBD
+    /// image named at run time): the drive, which must be blank, takes the lowest free slot and
+    /// receives VD `vd_id`. Its record and the migration are written in one configuration
+    /// update, so a crash leaves either no trace of the drive or the migration recorded (which
+    /// starts again). Returns the slot.
+    ///
+    /// # Errors
+    /// As [`Controller::start_migration`], and a drive that is not blank or is already held (with
+    /// its slot); nothing changes then.
+    pub fn start_migration_onto(&self, vd_id: u32, offer: OfferedDrive) -> Result<u32, ControlError> {
+        let mut state = self.state.lock().expect("controller lock");
+        if state.config.vds.iter().all(|v| v.vd_id != vd_id) {
+            drop(state);
+            return Err(self.no_vd(vd_id));
+        }
+        if let Some((slot, _)) = state.slots.iter().find(|(_, held)| held.source == offer.source) {
+            return Err(ControlError::Conflict(format!("{} is slot {slot} already; give target={slot}", offer.source)));
+        }
+        self.check_vd_migratable(&state, vd_id)?;
+        check_blank(&state, &offer)?;
+        let capacity_bytes = offer.drive.info().capacity_bytes;
+        check_target_capacity(&state, vd_id, &offer.source, capacity_bytes)?;
+        let before = state.config.clone();
+        let slot = (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot");
+        let drive_id = DriveId(random_id());
+        let record = DriveRecord { slot, drive_id, state: DriveState::UnconfiguredGood, capacity_bytes, rebuild_row: 0, copy_slot: None };
+        state.config.drives.push(record);
+        let source = offer.source.clone();
+        state.slots.insert(slot, Slot { drive: offer.drive, source: offer.source, drive_id, foreign: false });
+        match self.begin_migration(&mut state, vd_id, slot) {
+            Ok(()) => {
+                self.log(Severity::Info, format!("slot {slot}: {source} ({capacity_bytes} bytes) added to receive v{vd_id}"));
+                Ok(slot)
+            }
+            Err(error) => {
+                state.slots.remove(&slot);
+                state.config = before;
+                Err(error)
+            }
+        }
+    }
+
+    /// The bytes a drive needs to receive VD `vd_id` (its capacity and the reserved area), once
+    /// the VD is one that can be migrated now: what a drive made for it must hold.
+    ///
+    /// # Errors
+    /// As [`Controller::start_migration`] for the VD.
+    pub fn migration_target_bytes(&self, vd_id: u32) -> Result<u64, ControlError> {
+        let state = self.state.lock().expect("controller lock");
+        let Some(vd) = state.vds.get(&vd_id) else {
+            drop(state);
+            return Err(self.no_vd(vd_id));
+        };
+        let needed_bytes = MEMBER_RESERVED_BYTES + vd.capacity_bytes();
+        self.check_vd_migratable(&state, vd_id)?;
+        Ok(needed_bytes)
+    }
+
+    /// The slot of the drive opened from `source` (a `--drive` argument, or a target added at
+    /// run time), if the controller holds one.
+    pub fn slot_of_source(&self, source: &str) -> Option<u32> {
+        let state = self.state.lock().expect("controller lock");
+        state.slots.iter().find(|(_, held)| held.source == source).map(|(slot, _)| *slot)
+    }
+
+    /// Records `target` (checked) as receiving `vd_id` and starts the copy. On an error the
+    /// caller restores the configuration it had.
+    fn begin_migration(&self, state: &mut State, vd_id: u32, target: u32) -> Result<(), ControlError> {
         let detail = format!("receives v{vd_id}, which moves onto it");
-        self.transition(&mut state, target, DriveState::Migrate, state::Cause::MigrationStarted, Some(&detail));
+        self.transition(state, target, DriveState::Migrate, state::Cause::MigrationStarted, Some(&detail));
         set_copy_slot(&mut state.config, target, Some(vd_id));
-        if let Err(error) = self.persist(&mut state) {
-            state.config = before;
+        if let Err(error) = self.persist(state) {
             self.log(Severity::Critical, format!("migration of v{vd_id} to slot {target} not started: {error}"));
             return Err(error);
         }
@@ -84,11 +157,13 @@ impl Controller {
         // Under the lock, as a copy starts: no check or SSD caching may start on the VD between
         // the checks above and the migration's entry in the list.
         vd.start_migration(drive);
-        self.spawn_migration(vd, vd_id, target, rate);
+        let source = state.slots[&target].source.clone();
+        self.spawn_migration(vd, vd_id, (target, source), rate);
         Ok(())
     }
 
-    fn check_migration(&self, state: &State, vd_id: u32, target: u32) -> Result<(), ControlError> {
+    /// Whether VD `vd_id` (which exists) can move now.
+    fn check_vd_migratable(&self, state: &State, vd_id: u32) -> Result<(), ControlError> {
         let record = state.config.vds.iter().find(|v| v.vd_id == vd_id).expect("the caller checked that the VD exists");
         let vd = &state.vds[&vd_id];
         let refuse = |why: String| Err(ControlError::Conflict(format!("v{vd_id} cannot be migrated: {why}")));
@@ -100,24 +175,6 @@ impl Controller {
         }
         if let Some(busy) = self.background_on(vd_id) {
             return refuse(format!("{busy} runs on it; wait for it to end or stop it"));
-        }
-        let drive = state.config.drives.iter().find(|d| d.slot == target);
-        let present = state.slots.get(&target).filter(|s| !s.foreign);
-        let (Some(drive), Some(present)) = (drive, present) else {
-            return Err(ControlError::BadInput(format!(
-                "slot {target} holds no drive of this controller; the target must be a UGood drive"
-            )));
-        };
-        if drive.state != DriveState::UnconfiguredGood {
-            return Err(ControlError::Conflict(format!("slot {target} is {}; the target must be UGood", drive.state.short_name())));
-        }
-        let needed_bytes = MEMBER_RESERVED_BYTES + vd.capacity_bytes();
-        let capacity_bytes = present.drive.info().capacity_bytes;
-        if capacity_bytes < needed_bytes {
-            return Err(ControlError::BadInput(format!(
-                "slot {target} holds {capacity_bytes} bytes; v{vd_id} needs {needed_bytes} (its {} bytes and the 4 MiB reserved area)",
-                vd.capacity_bytes()
-            )));
         }
         Ok(())
     }
@@ -150,20 +207,45 @@ impl Controller {
         self.migrations.lock().expect("migrations lock").values().cloned().collect()
     }
 
+    /// `/c0/vN pause migrate`: the copy waits (writes still go to both sides); `resume migrate`
+    /// goes on from where it was.
+    ///
+    /// # Errors
+    /// No migration of that VD, or one that is not running (pause) or paused (resume).
+    pub fn pause_migration(&self, vd_id: u32, pause: bool) -> Result<(), ControlError> {
+        let view = self.migrations.lock().expect("migrations lock").get(&vd_id).cloned();
+        let Some(view) = view else { return Err(self.no_migration(vd_id)) };
+        let (from, to, verb) = match pause {
+            true => (background::Control::Run, background::Control::Pause, "paused"),
+            false => (background::Control::Pause, background::Control::Run, "resumed"),
+        };
+        if view.progress.control() != from {
+            let allowed = if pause { "in progress" } else { "paused" };
+            return Err(ControlError::Conflict(format!(
+                "the migration of v{vd_id} is {}; it can be {verb} only when it is {allowed}",
+                view.status()
+            )));
+        }
+        view.progress.set_control(to);
+        self.log(Severity::Info, format!("migration of v{vd_id}: {verb} by the administrator"));
+        Ok(())
+    }
+
+    fn no_migration(&self, vd_id: u32) -> ControlError {
+        let running: Vec<String> = self.migrations.lock().expect("migrations lock").keys().map(|v| format!("v{v}")).collect();
+        let known = if running.is_empty() { "none runs".to_string() } else { format!("running: {}", running.join(", ")) };
+        ControlError::NotFound(format!("v{vd_id} is not being migrated; {known}"))
+    }
+
     /// `/c0/vN stop migrate`: abandons the copy; the target returns to UGood.
     ///
     /// # Errors
     /// No migration of that VD (with the VDs that have one).
     pub fn stop_migration(&self, vd_id: u32) -> Result<(), ControlError> {
-        let migrations = self.migrations.lock().expect("migrations lock");
-        let Some(view) = migrations.get(&vd_id) else {
-            let running: Vec<String> = migrations.keys().map(|v| format!("v{v}")).collect();
-            let known = if running.is_empty() { "none runs".to_string() } else { format!("running: {}", running.join(", ")) };
-            return Err(ControlError::NotFound(format!("v{vd_id} is not being migrated; {known}")));
-        };
+        let view = self.migrations.lock().expect("migrations lock").get(&vd_id).cloned();
+        let Some(view) = view else { return Err(self.no_migration(vd_id)) };
         view.abandon.store(true, Ordering::SeqCst);
         view.progress.set_control(background::Control::Stop);
-        drop(migrations);
         self.log(Severity::Info, format!("migration of v{vd_id}: stopped by the administrator"));
         Ok(())
     }
@@ -185,7 +267,8 @@ impl Controller {
             }
             self.log(Severity::Info, format!("migration of v{vd_id} to slot {target}: starts again from the beginning"));
             vd.start_migration(drive);
-            self.spawn_migration(vd, vd_id, target, state.config.settings.rebuild_rate_percent);
+            let source = state.slots[&target].source.clone();
+            self.spawn_migration(vd, vd_id, (target, source), state.config.settings.rebuild_rate_percent);
         }
     }
 
@@ -199,13 +282,14 @@ impl Controller {
 
     /// Starts the copy on a thread of its own. May be called with the state lock held: the
     /// thread takes it only later.
-    fn spawn_migration(&self, vd: Arc<VirtualDrive>, vd_id: u32, target: u32, rate_percent: u8) {
+    fn spawn_migration(&self, vd: Arc<VirtualDrive>, vd_id: u32, (target, target_source): (u32, String), rate_percent: u8) {
         let progress = Progress::new(vd.geometry().row_count(), 0, rate_percent);
         progress.size_windows_for(vd.geometry().strip_size_bytes());
         let abandon = Arc::new(AtomicBool::new(false));
         let view = MigrationView {
             vd_id,
             target_slot: target,
+            target_source,
             progress: Arc::clone(&progress),
             started: Instant::now(),
             abandon: Arc::clone(&abandon),
@@ -368,4 +452,48 @@ impl Controller {
             self.engine.submit(to, request, done);
         }
     }
+}
+
+/// Whether the drive in slot `target` can receive VD `vd_id`: a UGood drive of ours, large enough.
+fn check_target_slot(state: &State, vd_id: u32, target: u32) -> Result<(), ControlError> {
+    let drive = state.config.drives.iter().find(|d| d.slot == target);
+    let present = state.slots.get(&target).filter(|s| !s.foreign);
+    let (Some(drive), Some(present)) = (drive, present) else {
+        return Err(ControlError::BadInput(format!("slot {target} holds no drive of this controller; the target must be a UGood drive")));
+    };
+    if drive.state != DriveState::UnconfiguredGood {
+        return Err(ControlError::Conflict(format!("slot {target} is {}; the target must be UGood", drive.state.short_name())));
+    }
+    check_target_capacity(state, vd_id, &format!("slot {target}"), present.drive.info().capacity_bytes)
+}
+
+fn check_target_capacity(state: &State, vd_id: u32, target: &str, capacity_bytes: u64) -> Result<(), ControlError> {
+    let vd = &state.vds[&vd_id];
+    let needed_bytes = MEMBER_RESERVED_BYTES + vd.capacity_bytes();
+    if capacity_bytes < needed_bytes {
+        return Err(ControlError::BadInput(format!(
+            "{target} holds {capacity_bytes} bytes; v{vd_id} needs {needed_bytes} (its {} bytes and the 4 MiB reserved area)",
+            vd.capacity_bytes()
+        )));
+    }
+    Ok(())
+}
+
+/// A drive added at run time must hold no configuration: it would be written over. One that
+/// carries this controller's id but is in no record of it left the configuration, so is blank.
+fn check_blank(state: &State, offer: &OfferedDrive) -> Result<(), ControlError> {
+    let found =
+        metadata::read(&*offer.drive).map_err(|e| ControlError::Io(format!("{}: its metadata cannot be read: {e}", offer.source)))?;
+    let Some(found) = found else { return Ok(()) };
+    let sb = found.superblock;
+    let ours = sb.controller_id == state.config.controller_id;
+    if ours && state.config.drives.iter().all(|d| d.drive_id != sb.drive_id) {
+        return Ok(());
+    }
+    let whose = if ours { "this controller".to_string() } else { format!("controller {:032x}", sb.controller_id.0) };
+    Err(ControlError::BadInput(format!(
+        "{} holds the configuration of {whose} (it was slot {} there); a drive added to receive a VD must be blank \
+         (clear it with /c0/fall delete if it is foreign, or use a new image or file)",
+        offer.source, sb.slot
+    )))
 }

@@ -49,6 +49,19 @@ impl fmt::Display for ControlError {
 
 impl std::error::Error for ControlError {}
 
+impl ControlError {
+    /// The same refusal with `note` after its message.
+    #[must_use]
+    pub fn with_note(self, note: &str) -> ControlError {
+        match self {
+            ControlError::BadInput(m) => ControlError::BadInput(format!("{m} {note}")),
+            ControlError::NotFound(m) => ControlError::NotFound(format!("{m} {note}")),
+            ControlError::Conflict(m) => ControlError::Conflict(format!("{m} {note}")),
+            ControlError::Io(m) => ControlError::Io(format!("{m} {note}")),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
     Info,
