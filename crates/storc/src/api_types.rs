@@ -338,6 +338,8 @@ pub struct MigrationView {
     pub vd: u32,
     /// The slot receiving the VD (Mgrt); the VD becomes a JBOD of it at the end.
     pub target_slot: u32,
+    /// What that drive was opened from: `rbd:POOL/IMAGE`, a path.
+    pub target_source: String,
     pub progress_percent: f64,
     /// "In progress", "Paused" or "Stopped".
     pub status: String,
@@ -351,11 +353,20 @@ pub struct MigrationView {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MigrateAction {
-    /// start or stop.
+    /// start, pause, resume or stop.
     pub action: String,
-    /// With start only: the slot receiving the VD.
+    /// With start only: the drive receiving the VD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<u32>,
+    pub target: Option<MigrateTarget>,
+}
+
+/// The drive a migration moves a VD onto: a UGood slot (`8`), or a drive the daemon opens, and
+/// creates when it does not exist, and adds to the controller (`"rbd:POOL/IMAGE"`, a path).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum MigrateTarget {
+    Slot(u32),
+    Drive(String),
 }
 
 /// One rebuild (storcli's `show rebuild` table).

@@ -296,17 +296,17 @@ fn fio_passed(child: std::process::Child, what: &str) {
 }
 
 /// Live migration into Ceph (issue 15, item 3): a RAID5 of three local files moves onto an RBD
-/// image (`start migrate target=3`) while fio writes and verifies through its export, before,
-/// during and after the switch; then the VD is a JBOD of the image with the same export name and
-/// size, a new fio run verifies through the same export, and `rbd export` finds the VD on the
-/// image past the 4 MiB metadata area.
+/// image named by its spec (`start migrate target=rbd:POOL/IMAGE?conf=...`, which storc creates
+/// at the size the VD needs and adds as slot 3) while fio writes and verifies through its export,
+/// before, during and after the switch; then the VD is a JBOD of the image with the same export
+/// name and size, a new fio run verifies through the same export, `rbd export` finds the VD on
+/// the image past the 4 MiB metadata area, and a restart with only the three files as `--drive`
+/// opens the image again (the daemon remembered it) and serves the same bytes.
 #[test]
 fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
     let cluster = CephCluster::shared();
     let scratch = Scratch::new("rbd-migrate");
-    cluster.create_image("migrate-target", 256 * MIB);
-    let mut drives: Vec<String> = (0..3).map(|i| scratch.sparse_file(&format!("m{i}.img"), 64 * MIB).display().to_string()).collect();
-    drives.push(cluster.drive_arg("migrate-target"));
+    let drives: Vec<String> = (0..3).map(|i| scratch.sparse_file(&format!("m{i}.img"), 64 * MIB).display().to_string()).collect();
     let daemon = Daemon::start(&scratch, &drives);
     let vd = daemon.create_vd("r5", &[0, 1, 2], "moving");
     let fio_bytes = 96 * MIB;
@@ -314,8 +314,9 @@ fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
 
     let mut fio = fio_verify(&daemon, "moving", fio_bytes, Some(12));
     std::thread::sleep(Duration::from_millis(300));
-    let shown = daemon.cli(&["/c0/v0", "start", "migrate", "target=3"]);
-    assert!(shown.contains("Start Migrate Succeeded") && shown.contains("/c0/s3"), "{shown}");
+    let target = cluster.drive_arg("migrate-target");
+    let shown = daemon.cli(&["/c0/v0", "start", "migrate", &format!("target={target}")]);
+    assert!(shown.contains("Start Migrate Succeeded") && shown.contains("/c0/s3") && shown.contains(&target), "{shown}");
     assert!(fio.try_wait().expect("fio's status").is_none(), "fio was running when the migration started");
     let started = Instant::now();
     let deadline = started + Duration::from_secs(90);
@@ -334,6 +335,8 @@ fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
     assert_eq!((moved.size_bytes, moved.level.as_str()), (vd.size_bytes, "JBOD"), "{moved:?}");
     let said = events(&daemon);
     assert!(said.iter().any(|e| e.contains("v0 moved to slot 3")), "{said:#?}");
+    let image_bytes = 4 * MIB + vd.size_bytes;
+    assert!(said.iter().any(|e| e.contains(&format!("RBD image rbd/migrate-target ({image_bytes} bytes) created"))), "{said:#?}");
     fio_passed(fio_verify(&daemon, "moving", 32 * MIB, None), "fio after the switch");
 
     let through_export = scratch.join("through-export.img");
@@ -346,6 +349,15 @@ fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
     let start = 4 * MIB as usize;
     let on_image = &image[start..start + vd_bytes.len()];
     assert!(on_image == &vd_bytes[..], "the RBD image holds the VD past its metadata area");
+    assert_eq!(image.len() as u64, image_bytes, "created at the size the VD needs");
+
+    let daemon = Daemon::start(&scratch, &drives);
+    let moved = daemon.vd_named("moving");
+    assert_eq!((moved.level.as_str(), moved.state.as_str()), ("JBOD", "Optl"), "{moved:?}");
+    let after_restart = scratch.join("after-restart.img");
+    common::run(std::process::Command::new("nbdcopy").arg(daemon.unix_uri("moving")).arg(&after_restart));
+    assert!(std::fs::read(&after_restart).expect("read the copy") == vd_bytes, "the same bytes after a restart");
+    daemon.stop();
     println!(
         "v0 ({} MiB) migrated into rbd/migrate-target in {migration_seconds:.1} s under fio, which ran on past the switch; fio verified during and after; rbd export matches",
         vd.size_bytes >> 20

@@ -1,6 +1,7 @@
 //! NBD connections live no longer than the VD they were opened on (issue 8, part 3): deleting a
 //! VD ends its connections before another VD can use its drives, and a rename keeps them on the
-//! same VD, which honours member state changes.
+//! same VD, which honours member state changes. A migration keeps them across the switch to the
+//! drive it names, which the daemon adds and opens again at every start.
 
 mod common;
 
@@ -76,5 +77,48 @@ fn a_renamed_vds_connections_stay_and_follow_member_state_changes() {
     assert_eq!(held.read(0, 64 << 10).unwrap(), block(5));
     let mut fresh = client(&daemon, "after");
     assert_eq!(fresh.read(0, 64 << 10).unwrap(), block(5));
+    daemon.stop();
+}
+
+/// `start migrate target=/PATH`: the daemon creates the file at the size the VD needs, adds it,
+/// and the connection held across the switch goes on; the VD lives on the file after a restart
+/// whose `--drive` list does not name it (its three memory drives come back blank). Targets that
+/// would not keep the VD are refused with what is allowed, and add nothing.
+#[test]
+fn a_vd_moved_onto_a_file_named_by_path_keeps_its_connection_and_is_found_after_a_restart() {
+    let scratch = Scratch::new("vd-lifetime-migrate");
+    let drives = mem_drives(3, "64MiB");
+    let daemon = Daemon::start(&scratch, &drives);
+    let vd = daemon.create_vd("r5", &[0, 1, 2], "moving");
+    let mut held = client(&daemon, "moving");
+    held.write(0, &block(7), false).unwrap();
+
+    for (target, expected) in [("mem:1GiB", "comes back blank"), ("relative.img", "absolute path"), ("nbd://127.0.0.1/x", "--drive")] {
+        let (status, text) = daemon.cli_output(&["/c0/v0", "start", "migrate", &format!("target={target}")]);
+        assert!(status != 0 && text.contains(expected) && text.contains("allowed"), "target={target}: {status} {text}");
+    }
+    assert_eq!(daemon.controller().drives.len(), 3, "a refused target adds no drive");
+
+    let file = scratch.join("moved-v0.img");
+    let shown = daemon.cli(&["/c0/v0", "start", "migrate", &format!("target={}", file.display())]);
+    assert!(shown.contains("/c0/s3"), "{shown}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.vd_named("moving").level != "JBOD" {
+        assert!(Instant::now() < deadline, "the migration did not end: {}", daemon.log_tail());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), (4 << 20) + vd.size_bytes, "created at the size the VD needs");
+    assert_eq!(held.read(0, 64 << 10).unwrap(), block(7), "the held connection reads across the switch");
+    held.write(64 << 10, &block(8), false).unwrap();
+    held.flush().unwrap();
+    drop(held);
+    daemon.stop();
+
+    let daemon = Daemon::start(&scratch, &drives);
+    let moved = daemon.vd_named("moving");
+    assert_eq!((moved.level.as_str(), moved.member_slots.clone(), moved.size_bytes), ("JBOD", vec![3], vd.size_bytes));
+    let mut fresh = client(&daemon, "moving");
+    assert_eq!(fresh.read(0, 64 << 10).unwrap(), block(7));
+    assert_eq!(fresh.read(64 << 10, 64 << 10).unwrap(), block(8));
     daemon.stop();
 }

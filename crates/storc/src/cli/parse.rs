@@ -263,7 +263,7 @@ fn parse_action(object: Object, path: &str, tokens: &[String]) -> Result<Action,
         }
         (Object::Vds(target), ["show", "bgi"]) => Action::ShowBgi { target },
         (Object::Vds(target), ["show", "migrate"]) => Action::ShowMigrate { target },
-        (Object::Vds(Target::One(vd)), [verb @ ("start" | "stop"), "migrate", ..]) => {
+        (Object::Vds(Target::One(vd)), [verb @ ("start" | "stop" | "pause" | "resume"), "migrate", ..]) => {
             Action::Migrate { vd, action: super::migrate::parse_action(verb, &tokens[2..])? }
         }
         (Object::Vds(Target::One(_)), ["start", "bgi", ..]) => {

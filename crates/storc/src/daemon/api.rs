@@ -24,6 +24,8 @@ pub struct AppState {
     pub pool: drive::BufPool,
     /// Client I/O per VD, for the console's live charts.
     pub io_stats: super::io_stats::IoStats,
+    /// Drives added at run time (migration targets named by spec).
+    pub added_drives: Arc<super::added_drives::AddedDrives>,
 }
 
 pub(super) type Shared = Arc<AppState>;

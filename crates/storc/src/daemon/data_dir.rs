@@ -47,7 +47,7 @@ impl SocketGroup {
 const GROUP_OTHER_BITS: u32 = 0o077;
 
 /// Creates `dir` 0700, or tightens an existing one and the files storc owns in it (drive-N.img,
-/// controller.id, api.token, *.log) to owner-only, each with a logged line. With `group`, the
+/// controller.id, api.token, added-drives, *.log) to owner-only, each with a logged line. With `group`, the
 /// directory is then 0710 of that group (see the module).
 ///
 /// # Errors
@@ -102,7 +102,8 @@ fn tighten(path: &Path, mode: u32, what: &str, allowed_bits: u32) -> Result<(), 
 fn is_owned_file_name(name: &str) -> bool {
     let drive_index = name.strip_prefix("drive-").and_then(|rest| rest.strip_suffix(".img"));
     let is_drive = drive_index.is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()));
-    is_drive || name == "controller.id" || name == super::api_token::TOKEN_FILE_NAME || name.ends_with(".log")
+    let named = ["controller.id", super::api_token::TOKEN_FILE_NAME, super::added_drives::FILE_NAME];
+    is_drive || named.contains(&name) || name.ends_with(".log")
 }
 
 fn tighten_owned_files(dir: &Path) -> Result<(), String> {
@@ -168,7 +169,7 @@ mod tests {
 
     #[test]
     fn owned_file_names() {
-        for name in ["drive-0.img", "drive-17.img", "controller.id", "api.token", "storc.log"] {
+        for name in ["drive-0.img", "drive-17.img", "controller.id", "api.token", "added-drives", "storc.log"] {
             assert!(is_owned_file_name(name), "{name} is storc's");
         }
         for name in ["drive-.img", "drive-x.img", "drive-0.img.bak", "image.raw", "nbd.sock", "controller.id~"] {

@@ -4,6 +4,7 @@
 //! threads, the controller's watcher, and one small tokio runtime for the management API and
 //! signals (control plane only).
 
+mod added_drives;
 pub mod api;
 mod api_bgi;
 mod api_cc;
@@ -122,10 +123,18 @@ pub fn run(args: &Args) -> Result<(), String> {
     // After the first start a drive that cannot be opened is a dead disk, not a typo: its slot
     // comes up missing and the VDs serve degraded.
     let first_start = ours.is_none();
-    let ((offered, startup_events), links) = match default_layout {
+    let ((mut offered, mut startup_events), mut links) = match default_layout {
         true => (drives::open_default(&args.data_dir, first_start)?, Vec::new()),
         false => drives::open_specs(&args.drives, first_start)?,
     };
+    // Drives added at run time (migration targets) come after the others, as if given last; one
+    // that cannot be opened is a dead disk even on what looks like a first start.
+    let added_specs: Vec<String> = added_drives::load(&args.data_dir)?.into_iter().filter(|spec| !args.drives.contains(spec)).collect();
+    let ((more, more_events), more_links) = drives::open_specs(&added_specs, false)?;
+    offered.extend(more);
+    startup_events.extend(more_events);
+    links.extend(more_links);
+    let added = Arc::new(added_drives::AddedDrives::new(&args.data_dir, added_specs));
     let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
     let cache_bytes = drive::parse_size_bytes(&args.cache_size).map_err(|e| format!("--cache-size {}: {e}", args.cache_size))?;
     let read_ahead_bytes = drive::parse_size_bytes(&args.read_ahead).map_err(|e| format!("--read-ahead {}: {e}", args.read_ahead))?;
@@ -154,13 +163,14 @@ pub fn run(args: &Args) -> Result<(), String> {
     let link_watch =
         links::LinkWatch::start(Arc::clone(&controller), links).map_err(|e| format!("cannot start the NBD link watcher: {e}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller), token));
+    let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller), token, Arc::clone(&added)));
     // No re-add may start while the controller shuts down.
     link_watch.stop();
     controller.shutdown();
     for drive in to_close {
         drive.close();
     }
+    added.close_all();
     outcome
 }
 
@@ -227,6 +237,7 @@ async fn serve(
     group: Option<&data_dir::SocketGroup>,
     controller: Arc<Controller>,
     token: Arc<api_token::ApiToken>,
+    added_drives: Arc<added_drives::AddedDrives>,
 ) -> Result<(), String> {
     let nbd_socket = args.data_dir.join("nbd.sock");
     let api_socket = args.data_dir.join("api.sock");
@@ -246,8 +257,14 @@ async fn serve(
     }
     let pool = drive::BufPool::new(args.nbd_limits.idle_buffers_bytes_max());
     let io_stats = io_stats::IoStats::default();
-    let state =
-        Arc::new(api::AppState { controller: Arc::clone(&controller), nbd: server.clone(), endpoint_templates: templates, pool, io_stats });
+    let state = Arc::new(api::AppState {
+        controller: Arc::clone(&controller),
+        nbd: server.clone(),
+        endpoint_templates: templates,
+        pool,
+        io_stats,
+        added_drives,
+    });
     api::refresh_exports(&state);
     let for_callback = Arc::clone(&state);
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
