@@ -54,6 +54,11 @@ fn check(engine: &Engine, vd: &Arc<VirtualDrive>, image: &[u8], when: &str) {
     assert_eq!(wrong, None, "{when}: first wrong byte");
 }
 
+/// The target's recorded checkpoint (its drive record's `rebuild_row`).
+fn checkpoint_of(controller: &Controller) -> u64 {
+    controller.config().drives.iter().find(|d| d.slot == 3).expect("slot 3 recorded").rebuild_row
+}
+
 fn migrated(controller: &Controller) -> bool {
     controller.migrations().is_empty() && controller.slot(3).unwrap().state == DriveState::Online
 }
@@ -97,8 +102,12 @@ fn a_raid5_moves_onto_one_drive_under_writes_and_stays_there_after_a_restart() {
     controller.shutdown();
 }
 
+/// A clean stop in the middle of the copy records its watermark as the target's checkpoint; the
+/// next start clears that record before anything else and resumes there (a crash in the resumed
+/// run then copies from row 0 again), and the VD on the target reads back every write made before
+/// and during both runs.
 #[test]
-fn a_migration_cut_by_a_restart_starts_again_and_finishes() {
+fn a_migration_cut_by_a_clean_stop_resumes_at_its_checkpoint_and_finishes() {
     let engine = engine();
     let (drives, target) = drives();
     target.set_faults(Faults { latency: Some(Duration::from_millis(20)), ..Faults::default() });
@@ -115,20 +124,33 @@ fn a_migration_cut_by_a_restart_starts_again_and_finishes() {
     assert!(refused.contains("stop the migration first"), "{refused}");
     let refused = controller.start_migration(0, 3).expect_err("one migration at a time").to_string();
     assert!(refused.contains("a migration runs on it"), "{refused}");
+    let progress = Arc::clone(&controller.migrations()[0].progress);
+    wait_for(&controller, "a part of the copy", || progress.watermark_row() >= progress.total_rows / 8);
     writer.wait_for(20);
     let image = writer.finish();
     let ours = controller.config().controller_id;
     controller.shutdown();
+    let checkpoint = checkpoint_of(&controller);
+    assert!(
+        checkpoint >= progress.total_rows / 8 && checkpoint < progress.total_rows,
+        "checkpoint {checkpoint} of {}",
+        progress.total_rows
+    );
     drop(controller);
     assert_eq!(target.info().capacity_bytes, TARGET_BYTES);
 
-    target.set_faults(Faults::default());
     let controller = open(&engine, &drives, Some(ours));
+    assert_eq!(checkpoint_of(&controller), 0, "the checkpoint is cleared before the resumed run");
     let said = events(&controller);
-    assert!(said.iter().any(|e| e.contains("starts again from the beginning")), "{said:#?}");
+    assert!(said.iter().any(|e| e.contains(&format!("starts again at row {checkpoint}"))), "{said:#?}");
+    let (_, vd) = controller.vd(0).unwrap();
+    let writer = Writer::resume(&engine, &vd, image, 64 * KIB, 1_000_003);
+    writer.wait_for(20);
+    target.set_faults(Faults::default());
     wait_for(&controller, "the switch after the restart", || migrated(&controller));
+    let image = writer.finish();
     let (record, vd) = controller.vd(0).unwrap();
-    assert_eq!(record.member_slots, vec![3]);
+    assert_eq!((record.member_slots, checkpoint_of(&controller)), (vec![3], 0));
     check(&engine, &vd, &image, "after the migration resumed");
     controller.shutdown();
 }

@@ -4,9 +4,14 @@
 //! The order of things, each step recorded before the next one depends on it: the target is
 //! recorded `Mgrt` (its `copy_slot` naming the VD) before the engine sends it writes; the engine
 //! then writes every member write of the VD to it too (`vd::migration`), and a background
-//! process copies the rows under their row locks. A restart copies again from row 0: after a
-//! crash, writes teed since any checkpoint may be missing on the target, and replay of the
-//! journal at start writes the members only.
+//! process copies the rows under their row locks. After a crash the copy starts again from row
+//! 0: writes in flight at the crash may be on the members and not on the target, and replay of
+//! the journal at start writes the members only. A clean stop is different: once the shutdown
+//! has written the cache out (the journal left empty) and flushed every VD, the target among
+//! them, the target holds every row below the copy's watermark and every write since the start;
+//! that watermark is recorded as the target's `rebuild_row`, and the next start resumes there,
+//! after recording 0 again before any request can arrive (a crash in the resumed run must not
+//! find the old checkpoint).
 //!
 //! The switch ([`Controller::switch_to_target`]): requests to the VD are held and those in flight
 //! drained; everything cached is written to the members and the journal emptied (a parity row's
@@ -16,7 +21,7 @@
 //! alone; then a new `VirtualDrive` takes the old one's place and the old one names it as its
 //! successor, so requests through any handle of the old one (an NBD connection's) go on.
 
-use super::rebuild::{row_outcome, set_copy_slot, status_words, time_left, CLIENTS_BUSY_WINDOW};
+use super::rebuild::{row_outcome, set_copy_slot, set_rebuild_row, status_words, time_left, CLIENTS_BUSY_WINDOW};
 use super::*;
 use crate::background::{self, Finish, Hooks, Progress};
 use crate::vd::MEMBER_RESERVED_BYTES;
@@ -37,8 +42,9 @@ pub struct MigrationView {
     /// What that drive was opened from (`rbd:POOL/IMAGE`, a path).
     pub target_source: String,
     pub progress: Arc<Progress>,
-    /// When this run began (for the estimate of the time left).
+    /// When this run began, and at which row (for the estimate of the time left).
     pub started: Instant,
+    start_row: u64,
     /// Set by `stop migrate`: the copy is abandoned, not kept for the next start.
     abandon: Arc<AtomicBool>,
 }
@@ -51,7 +57,7 @@ impl MigrationView {
 
     /// At the speed so far since this run began; `None` before there is a speed to go by.
     pub fn estimated_time_left(&self) -> Option<Duration> {
-        time_left(&self.progress, self.started, 0)
+        time_left(&self.progress, self.started, self.start_row)
     }
 }
 
@@ -158,7 +164,7 @@ impl Controller {
         // the checks above and the migration's entry in the list.
         vd.start_migration(drive);
         let source = state.slots[&target].source.clone();
-        self.spawn_migration(vd, vd_id, (target, source), rate);
+        self.spawn_migration(vd, vd_id, (target, source), 0, rate);
         Ok(())
     }
 
@@ -265,16 +271,63 @@ impl Controller {
                 self.return_migration_target(state, target, "its VD is offline");
                 continue;
             }
-            self.log(Severity::Info, format!("migration of v{vd_id} to slot {target}: starts again from the beginning"));
+            let start_row = self.take_migration_checkpoint(state, target, vd.geometry().row_count());
+            let from = if start_row == 0 {
+                "from the beginning".to_string()
+            } else {
+                format!("at row {start_row}, its checkpoint from a clean stop")
+            };
+            self.log(Severity::Info, format!("migration of v{vd_id} to slot {target}: starts again {from}"));
             vd.start_migration(drive);
             let source = state.slots[&target].source.clone();
-            self.spawn_migration(vd, vd_id, (target, source), state.config.settings.rebuild_rate_percent);
+            self.spawn_migration(vd, vd_id, (target, source), start_row, state.config.settings.rebuild_rate_percent);
+        }
+    }
+
+    /// The row a migration to `target` resumes at: its checkpoint, which is recorded as 0 again
+    /// first (see the module docs); 0 when there is none or that cannot be recorded.
+    fn take_migration_checkpoint(&self, state: &mut State, target: u32, row_count: u64) -> u64 {
+        let checkpoint = state.config.drives.iter().find(|d| d.slot == target).map_or(0, |d| d.rebuild_row).min(row_count);
+        if checkpoint == 0 {
+            return 0;
+        }
+        set_rebuild_row(&mut state.config, target, 0);
+        match self.persist(state) {
+            Ok(()) => checkpoint,
+            Err(error) => {
+                self.log(
+                    Severity::Warning,
+                    format!("slot {target}: its migration checkpoint could not be cleared ({error}); the copy starts over"),
+                );
+                0
+            }
+        }
+    }
+
+    /// At a clean stop (see the module docs): each migration the shutdown stopped records its
+    /// clean rows as its target's checkpoint, if everything was written out and the target did
+    /// not fail meanwhile.
+    pub(super) fn checkpoint_stopped_migrations(&self, state: &mut State, written_out: bool) {
+        let stopped = std::mem::take(&mut *self.stopped_migrations.lock().expect("stopped migrations lock"));
+        for (target, (vd, clean_rows)) in stopped {
+            let receiving = state.config.drives.iter().any(|d| d.slot == target && d.state == DriveState::Migrate);
+            let target_failed = vd.migration().is_none_or(|m| m.has_failed());
+            if !written_out || !receiving || target_failed || clean_rows == 0 {
+                continue;
+            }
+            set_rebuild_row(&mut state.config, target, clean_rows);
+            let rows = vd.geometry().row_count();
+            self.log(
+                Severity::Info,
+                format!("migration to slot {target}: checkpoint at row {clean_rows} of {rows}, where the next start resumes"),
+            );
         }
     }
 
     fn return_migration_target(&self, state: &mut State, target: u32, why: &str) {
         self.transition(state, target, DriveState::UnconfiguredGood, state::Cause::MigrationStopped, Some(why));
         set_copy_slot(&mut state.config, target, None);
+        set_rebuild_row(&mut state.config, target, 0);
         if let Err(error) = self.persist(state) {
             self.log(Severity::Warning, format!("slot {target}: the end of its migration was not recorded: {error}"));
         }
@@ -282,8 +335,8 @@ impl Controller {
 
     /// Starts the copy on a thread of its own. May be called with the state lock held: the
     /// thread takes it only later.
-    fn spawn_migration(&self, vd: Arc<VirtualDrive>, vd_id: u32, (target, target_source): (u32, String), rate_percent: u8) {
-        let progress = Progress::new(vd.geometry().row_count(), 0, rate_percent);
+    fn spawn_migration(&self, vd: Arc<VirtualDrive>, vd_id: u32, (target, target_source): (u32, String), start_row: u64, rate_percent: u8) {
+        let progress = Progress::new(vd.geometry().row_count(), start_row, rate_percent);
         progress.size_windows_for(vd.geometry().strip_size_bytes());
         let abandon = Arc::new(AtomicBool::new(false));
         let view = MigrationView {
@@ -292,6 +345,7 @@ impl Controller {
             target_source,
             progress: Arc::clone(&progress),
             started: Instant::now(),
+            start_row,
             abandon: Arc::clone(&abandon),
         };
         self.migrations.lock().expect("migrations lock").insert(vd_id, view);
@@ -299,7 +353,8 @@ impl Controller {
         let spawned = std::thread::Builder::new().name(format!("storc-migrate-v{vd_id}")).spawn(move || {
             let Some(controller) = controller.upgrade() else { return };
             let finish = controller.run_migration(&vd, vd_id, &progress);
-            controller.migration_ended(&vd, vd_id, target, finish, abandon.load(Ordering::SeqCst));
+            let ended = MigrationEnd { finish, abandon: abandon.load(Ordering::SeqCst), clean_rows: progress.clean_rows() };
+            controller.migration_ended(&vd, vd_id, target, ended);
             controller.migrations.lock().expect("migrations lock").remove(&vd_id);
         });
         match spawned {
@@ -326,7 +381,8 @@ impl Controller {
         background::run(progress, hooks)
     }
 
-    fn migration_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, target: u32, finish: Finish, abandon: bool) {
+    fn migration_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, target: u32, ended: MigrationEnd) {
+        let MigrationEnd { finish, abandon, clean_rows } = ended;
         let target_failed = vd.migration().is_some_and(|m| m.has_failed());
         if finish == Finish::Complete && !target_failed {
             match self.switch_to_target(vd, vd_id, target) {
@@ -335,7 +391,9 @@ impl Controller {
             }
         }
         if finish == Finish::Stopped && !abandon {
-            // Shutdown: recorded as running, it starts again at the next start.
+            // Shutdown: recorded as running, it goes on at the next start (from this row if the
+            // shutdown writes everything out, see the module docs).
+            self.stopped_migrations.lock().expect("stopped migrations lock").insert(target, (Arc::clone(vd), clean_rows));
             return;
         }
         vd.end_migration();
@@ -352,6 +410,7 @@ impl Controller {
                 Some(&format!("while receiving v{vd_id}")),
             );
             set_copy_slot(&mut state.config, target, None);
+            set_rebuild_row(&mut state.config, target, 0);
             if let Err(error) = self.persist(&mut state) {
                 self.log(Severity::Warning, format!("slot {target}: its failure was not recorded: {error}"));
             }
@@ -410,6 +469,7 @@ impl Controller {
         let detail = format!("holds v{vd_id} now");
         self.transition(&mut state, target, DriveState::Online, state::Cause::MigrationDone, Some(&detail));
         set_copy_slot(&mut state.config, target, None);
+        set_rebuild_row(&mut state.config, target, 0);
         let detail = format!("left v{vd_id}, which moved to slot {target}");
         for slot in old_members {
             let from = state.config.drives.iter().find(|d| d.slot == slot).map(|d| d.state);
@@ -496,4 +556,13 @@ fn check_blank(state: &State, offer: &OfferedDrive) -> Result<(), ControlError> 
          (clear it with /c0/fall delete if it is foreign, or use a new image or file)",
         offer.source, sb.slot
     )))
+}
+
+/// How a migration's run ended, for [`Controller::migration_ended`].
+struct MigrationEnd {
+    finish: Finish,
+    /// `stop migrate` (not the shutdown) stopped it.
+    abandon: bool,
+    /// Every row below this is on the target.
+    clean_rows: u64,
 }

@@ -91,6 +91,9 @@ pub struct Controller {
     copies: Mutex<BTreeMap<u32, CopyView>>,
     /// Migrations of whole VDs running, by VD (`migrate`).
     migrations: Mutex<BTreeMap<u32, MigrationView>>,
+    /// Migrations stopped by the shutdown, by target slot: their VD and clean rows, recorded as
+    /// checkpoints only if the shutdown writes everything out (`migrate`).
+    stopped_migrations: Mutex<BTreeMap<u32, (Arc<VirtualDrive>, u64)>>,
     /// Spares whose copyback waits for the end of their rebuild (the slot they replaced got a
     /// good drive meanwhile).
     copyback_pending: Mutex<std::collections::BTreeSet<u32>>,
@@ -231,6 +234,7 @@ impl Controller {
             rebuilds: Mutex::new(BTreeMap::new()),
             copies: Mutex::new(BTreeMap::new()),
             migrations: Mutex::new(BTreeMap::new()),
+            stopped_migrations: Mutex::new(BTreeMap::new()),
             copyback_pending: Mutex::new(std::collections::BTreeSet::new()),
             rebuild_threads: Mutex::new(Vec::new()),
             resyncs: Mutex::new(BTreeMap::new()),
@@ -451,9 +455,11 @@ impl Controller {
         if let Err(error) = &quiesced {
             self.log(Severity::Warning, format!("cache not written out at shutdown ({error}); the journal keeps it for the next start"));
         }
+        let mut flushed = true;
         for (record, vd) in self.vds() {
             if let Err(error) = self.engine.run(&vd, VdRequest::Flush).result {
                 self.log(Severity::Warning, format!("v{}: flush at shutdown failed: {error}", record.vd_id));
+                flushed = false;
             }
         }
         self.close_write_intents();
@@ -464,6 +470,7 @@ impl Controller {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let mut state = self.state.lock().expect("controller lock");
+        self.checkpoint_stopped_migrations(&mut state, quiesced.is_ok() && flushed);
         let persisted = self.persist(&mut state);
         drop(state);
         // Only after a stop that left nothing to replay and wrote its configuration: the maps

@@ -78,14 +78,20 @@ pub struct Writer {
 
 impl Writer {
     pub fn start(engine: &Arc<Engine>, vd: &Arc<VirtualDrive>, big_block_bytes: u64, seed: u64) -> Writer {
+        Writer::resume(engine, vd, vec![0u8; vd.capacity_bytes() as usize], big_block_bytes, seed)
+    }
+
+    /// As [`Writer::start`], on a VD that holds `image` already (an earlier writer's).
+    pub fn resume(engine: &Arc<Engine>, vd: &Arc<VirtualDrive>, image: Vec<u8>, big_block_bytes: u64, seed: u64) -> Writer {
         use std::sync::atomic::Ordering::SeqCst;
+        assert_eq!(image.len() as u64, vd.capacity_bytes(), "the image of the whole VD");
         let (engine, vd) = (Arc::clone(engine), Arc::clone(vd));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (stop_seen, counted) = (Arc::clone(&stop), Arc::clone(&writes));
         let thread = std::thread::spawn(move || {
             let capacity = vd.capacity_bytes();
-            let mut image = vec![0u8; capacity as usize];
+            let mut image = image;
             for n in seed.. {
                 if stop_seen.load(SeqCst) {
                     break;
