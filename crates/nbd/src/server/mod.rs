@@ -13,7 +13,9 @@
 //! connections, requests and payload bytes in flight per connection and in total, the time a
 //! handshake may take, and the time a reply may wait for a client that does not read.
 
+mod config;
 mod connection;
+mod export;
 mod handshake;
 mod limits;
 mod transmission;
@@ -29,11 +31,13 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::device::BlockDevice;
-use crate::proto::{self, BlockSizes};
+use crate::proto;
 use crate::socket::Socket;
 use crate::tls::TlsServer;
 use crate::uri::NbdUri;
+pub use config::{ServerConfig, POLL_BUDGET_MAX};
+pub use export::Export;
+use export::{check_exports, ExportIdentity};
 use limits::{LogLimiter, PayloadBudget};
 
 /// Descriptors one connection holds: its socket, shared by the reader, the writer and the
@@ -53,247 +57,6 @@ pub const CONNECTION_THREAD_STACK_BYTES: usize = 256 << 10;
 /// At most one line per this interval about refused or dropped connections; the rest are
 /// counted in the next line, so a flood of clients cannot flood the log.
 pub const DROPPED_CONNECTION_LOG_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Limits of a server; the defaults suit storc. Every bound a client can push against is here.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Connections open at once, in any phase, across all listeners of one server. Beyond it a
-    /// new connection is accepted and closed at once (with a rate-limited log line). Default
-    /// 256: a client opens one to sixteen per disk, and each costs two threads.
-    pub connections_max: usize,
-    /// Requests a connection may have in flight before its reader stops reading. Default 128:
-    /// deeper queues than the drives' own add latency, not throughput.
-    pub requests_in_flight_max: usize,
-    /// READ and WRITE payload bytes a connection may have in flight before its reader stops.
-    /// Default 64 MiB: 64 reads of 1 MiB, enough to keep every member of a fast array busy.
-    pub payload_in_flight_bytes_max: usize,
-    /// READ and WRITE payload bytes in flight across all connections of one server: the bound
-    /// on request buffers a crowd of clients can make the server hold. Default 512 MiB: eight
-    /// connections at their full budget; more in flight makes no drive faster, only RSS larger.
-    pub payload_in_flight_bytes_total_max: usize,
-    /// The whole handshake, from accept to the chosen export, must end within this time, however
-    /// slowly the client sends. Default 10 s: a handshake is a few round trips of milliseconds.
-    pub handshake_timeout: Duration,
-    /// A reply write that makes no progress for this long (the client does not read) drops the
-    /// connection and releases its credits. Default 30 s: a live client drains the largest
-    /// reply (32 MiB) in well under a second even on a loaded machine.
-    pub reply_stall_timeout: Duration,
-    /// On shutdown, how long connections get to finish their in-flight requests and send the
-    /// replies before their sockets are closed under them.
-    pub shutdown_grace: Duration,
-    /// How long a connection's reader polls its socket for the next request before it sleeps
-    /// in the kernel (hybrid polling, as the kernel's `io_poll` and SPDK's reactors do). A
-    /// sleeping thread on an idle core costs the next request a wake-up of that core, which on
-    /// a virtual machine is tens of microseconds; polling trades a core's time between requests
-    /// for it. Default zero: never poll (a reader costs no CPU while its client is quiet).
-    pub poll_budget: Duration,
-}
-
-/// The longest [`ServerConfig::poll_budget`]: a client's next request comes within tens of
-/// microseconds of its last reply when it is latency-bound, and polling longer than that only
-/// spends a core on one that went quiet.
-pub const POLL_BUDGET_MAX: Duration = Duration::from_millis(1);
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            connections_max: 256,
-            requests_in_flight_max: 128,
-            payload_in_flight_bytes_max: 64 << 20,
-            payload_in_flight_bytes_total_max: 512 << 20,
-            handshake_timeout: Duration::from_secs(10),
-            reply_stall_timeout: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(10),
-            poll_budget: Duration::ZERO,
-        }
-    }
-}
-
-impl ServerConfig {
-    /// # Errors
-    /// If a bound is zero (nothing could ever be served) or the total payload bound is below a
-    /// connection's.
-    pub fn check(&self) -> Result<(), ServerError> {
-        let bad = |field: &'static str, value: u64, allowed: String| Err(ServerError::BadConfig { field, value, allowed });
-        if self.requests_in_flight_max == 0 {
-            return Err(ServerError::NoRequestsInFlight);
-        }
-        if self.connections_max == 0 {
-            return bad("connections_max", 0, "at least 1".into());
-        }
-        if self.payload_in_flight_bytes_max == 0 {
-            return bad("payload_in_flight_bytes_max", 0, "at least 1".into());
-        }
-        if self.payload_in_flight_bytes_total_max < self.payload_in_flight_bytes_max {
-            let allowed = format!("at least payload_in_flight_bytes_max ({})", self.payload_in_flight_bytes_max);
-            return bad("payload_in_flight_bytes_total_max", self.payload_in_flight_bytes_total_max as u64, allowed);
-        }
-        for (field, timeout) in [("handshake_timeout", self.handshake_timeout), ("reply_stall_timeout", self.reply_stall_timeout)] {
-            if timeout.is_zero() {
-                return bad(field, 0, "more than 0 seconds".into());
-            }
-        }
-        if self.poll_budget > POLL_BUDGET_MAX {
-            let allowed =
-                format!("at most {} microseconds (longer only burns a core for clients that went quiet)", POLL_BUDGET_MAX.as_micros());
-            return bad("poll_budget", self.poll_budget.as_micros() as u64, allowed);
-        }
-        Ok(())
-    }
-}
-
-/// One named block device offered to clients.
-#[derive(Clone)]
-pub struct Export {
-    name: String,
-    description: Option<String>,
-    /// What stays the same when the export is renamed; see [`Export::with_identity`].
-    identity_key: Option<u64>,
-    device: Arc<dyn ErasedDevice>,
-}
-
-/// Which export a connection serves, across [`Server::set_exports`]: the key given with
-/// [`Export::with_identity`], else the name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum ExportIdentity {
-    Key(u64),
-    Name(String),
-}
-
-impl Export {
-    /// Exports `device` under `name`. Any number of exports may share one device type.
-    pub fn new<D: BlockDevice>(name: impl Into<String>, device: Arc<D>) -> Export {
-        Export { name: name.into(), description: None, identity_key: None, device: Arc::new(Typed(device)) }
-    }
-
-    /// Names the device behind the export independently of its name (storc passes the virtual
-    /// drive's instance id). [`Server::set_exports`] ends the connections of every export whose
-    /// identity is not in the new set, and keeps those of an export renamed under the same one.
-    /// Without it, the name is the identity.
-    pub fn with_identity(mut self, identity_key: u64) -> Export {
-        self.identity_key = Some(identity_key);
-        self
-    }
-
-    fn identity(&self) -> ExportIdentity {
-        match self.identity_key {
-            Some(key) => ExportIdentity::Key(key),
-            None => ExportIdentity::Name(self.name.clone()),
-        }
-    }
-
-    /// A line for people, shown by `nbdinfo --list`.
-    pub fn with_description(mut self, description: impl Into<String>) -> Export {
-        self.description = Some(description.into());
-        self
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn description(&self) -> Option<&str> {
-        self.description.as_deref()
-    }
-
-    pub fn size_bytes(&self) -> u64 {
-        self.device.size_bytes()
-    }
-
-    /// The constraints advertised with NBD_INFO_BLOCK_SIZE: the device's block size but at
-    /// least 512, a preferred size of at least 4 KiB, and at most 32 MiB per request.
-    pub fn block_sizes(&self) -> BlockSizes {
-        let min_bytes = self.device.block_size_bytes().max(proto::BLOCK_SIZE_MIN_BYTES);
-        BlockSizes { min_bytes, preferred_bytes: min_bytes.max(proto::BLOCK_SIZE_PREFERRED_BYTES), max_bytes: proto::PAYLOAD_MAX_BYTES }
-    }
-
-    /// The transmission flags for this export; DF only once structured replies are negotiated.
-    pub fn transmission_flags(&self, structured_replies: bool) -> u16 {
-        let mut flags =
-            proto::NBD_FLAG_HAS_FLAGS | proto::NBD_FLAG_SEND_FLUSH | proto::NBD_FLAG_SEND_FUA | proto::NBD_FLAG_SEND_WRITE_ZEROES;
-        if self.device.supports_trim() {
-            flags |= proto::NBD_FLAG_SEND_TRIM;
-        }
-        if self.device.flush_is_global() {
-            flags |= proto::NBD_FLAG_CAN_MULTI_CONN;
-        }
-        if structured_replies {
-            // Every read is answered with one OFFSET_DATA chunk, so "don't fragment" is free.
-            flags |= proto::NBD_FLAG_SEND_DF;
-        }
-        flags
-    }
-
-    fn check(&self) -> Result<(), ServerError> {
-        let export = || self.name.clone();
-        if self.name.len() > proto::STRING_MAX_BYTES {
-            return Err(ServerError::NameTooLong { name_len_bytes: self.name.len() });
-        }
-        let block_size_bytes = self.device.block_size_bytes();
-        if !block_size_bytes.is_power_of_two() || block_size_bytes > proto::BLOCK_SIZE_MIN_LIMIT_BYTES {
-            return Err(ServerError::BadBlockSize { export: export(), block_size_bytes });
-        }
-        let min_bytes = u64::from(self.block_sizes().min_bytes);
-        let size_bytes = self.device.size_bytes();
-        if !size_bytes.is_multiple_of(min_bytes) {
-            return Err(ServerError::PartialBlock { export: export(), size_bytes, block_size_bytes: min_bytes });
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for Export {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Export")
-            .field("name", &self.name)
-            .field("description", &self.description)
-            .field("identity_key", &self.identity_key)
-            .field("size_bytes", &self.device.size_bytes())
-            .finish()
-    }
-}
-
-/// The object-safe face of a `BlockDevice`: what the handshake needs to know, and a way into
-/// the transmission phase that is compiled per device type, so the hot path has no dynamic
-/// dispatch and no boxed buffers.
-trait ErasedDevice: Send + Sync {
-    fn size_bytes(&self) -> u64;
-    fn block_size_bytes(&self) -> u32;
-    fn flush_is_global(&self) -> bool;
-    fn supports_trim(&self) -> bool;
-    fn serve(&self, session: transmission::Session) -> Result<(), ConnectionError>;
-}
-
-struct Typed<D>(Arc<D>);
-
-impl<D: BlockDevice> ErasedDevice for Typed<D> {
-    fn size_bytes(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn block_size_bytes(&self) -> u32 {
-        self.0.block_size_bytes()
-    }
-    fn flush_is_global(&self) -> bool {
-        self.0.flush_is_global()
-    }
-    fn supports_trim(&self) -> bool {
-        self.0.supports_trim()
-    }
-    fn serve(&self, session: transmission::Session) -> Result<(), ConnectionError> {
-        transmission::serve(Arc::clone(&self.0), session)
-    }
-}
-
-/// Checks every export and that names are unique.
-fn check_exports(exports: &[Export]) -> Result<(), ServerError> {
-    for (index, export) in exports.iter().enumerate() {
-        export.check()?;
-        if exports[..index].iter().any(|earlier| earlier.name == export.name) {
-            return Err(ServerError::DuplicateExport { export: export.name.clone() });
-        }
-    }
-    Ok(())
-}
 
 /// Why a server could not be built from its exports.
 #[derive(Debug, Clone, PartialEq, Eq)]
