@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{mem_drives, Daemon, Scratch};
+use common::{assert_export_starts_with, mem_drives, nbdcopy_in, write_random_image, Daemon, Scratch};
 use nbd::{Client, ClientConfig, NbdUri};
 use std::time::{Duration, Instant};
 
@@ -120,5 +120,60 @@ fn a_vd_moved_onto_a_file_named_by_path_keeps_its_connection_and_is_found_after_
     let mut fresh = client(&daemon, "moving");
     assert_eq!(fresh.read(0, 64 << 10).unwrap(), block(7));
     assert_eq!(fresh.read(64 << 10, 64 << 10).unwrap(), block(8));
+    daemon.stop();
+}
+
+/// A migration that a clean stop (SIGTERM) cuts resumes at its checkpoint at the next start, and
+/// the VD it lands on holds what was written before. Its copy is slowed down (rebuild rate 0 %
+/// while a client keeps reading) and paused, so that the stop finds it part of the way through.
+#[test]
+fn a_migration_cut_by_a_clean_stop_resumes_where_it_was_after_the_restart() {
+    let scratch = Scratch::new("vd-lifetime-migrate-resume");
+    let drives: Vec<String> = (0..3).map(|i| scratch.sparse_file(&format!("m{i}.img"), 128 << 20).display().to_string()).collect();
+    let daemon = Daemon::start(&scratch, &drives);
+    let vd = daemon.create_vd("r5", &[0, 1, 2], "moving");
+    let image = scratch.join("image.bin");
+    write_random_image(&image, vd.size_bytes, 11);
+    nbdcopy_in(&image, &daemon.unix_uri("moving"));
+    daemon.cli(&["/c0", "set", "rebuildrate=0"]);
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = {
+        let (busy, mut held) = (std::sync::Arc::clone(&busy), client(&daemon, "moving"));
+        std::thread::spawn(move || {
+            while busy.load(std::sync::atomic::Ordering::SeqCst) {
+                held.read(0, 4096).expect("the busy client's read");
+            }
+        })
+    };
+    let file = scratch.join("moved.img");
+    daemon.cli(&["/c0/v0", "start", "migrate", &format!("target={}", file.display())]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let shown: Vec<serde_json::Value> = daemon.get("/api/v1/migrations");
+        let percent = shown.first().and_then(|m| m["progress_percent"].as_f64()).unwrap_or(0.0);
+        if percent > 0.0 {
+            assert!(percent < 100.0, "the copy ran to its end before it could be cut");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the copy never moved: {}", daemon.log_tail());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    daemon.cli(&["/c0/v0", "pause", "migrate"]);
+    busy.store(false, std::sync::atomic::Ordering::SeqCst);
+    reader.join().unwrap();
+    daemon.stop();
+
+    let daemon = Daemon::start(&scratch, &drives);
+    let events: Vec<serde_json::Value> = daemon.get("/api/v1/events");
+    let said: Vec<&str> = events.iter().filter_map(|e| e["description"].as_str()).collect();
+    let resumed = said.iter().find(|e| e.contains("starts again at row")).unwrap_or_else(|| panic!("{said:#?}"));
+    assert!(!resumed.contains("starts again at row 0,"), "{resumed}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.vd_named("moving").level != "JBOD" {
+        assert!(Instant::now() < deadline, "the resumed migration did not end: {}", daemon.log_tail());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_export_starts_with(&daemon.unix_uri("moving"), &image, vd.size_bytes);
+    println!("{resumed}");
     daemon.stop();
 }
