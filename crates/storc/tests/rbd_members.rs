@@ -301,7 +301,8 @@ fn fio_passed(child: std::process::Child, what: &str) {
 /// before, during and after the switch; then the VD is a JBOD of the image with the same export
 /// name and size, a new fio run verifies through the same export, `rbd export` finds the VD on
 /// the image past the 4 MiB metadata area, and a restart with only the three files as `--drive`
-/// opens the image again (the daemon remembered it) and serves the same bytes.
+/// opens the image again (the daemon remembered it) and serves the same bytes; an image that
+/// holds data is refused as a target.
 #[test]
 fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
     let cluster = CephCluster::shared();
@@ -357,6 +358,20 @@ fn a_vd_migrates_into_an_rbd_image_while_fio_verifies_through_its_export() {
     let after_restart = scratch.join("after-restart.img");
     common::run(std::process::Command::new("nbdcopy").arg(daemon.unix_uri("moving")).arg(&after_restart));
     assert!(std::fs::read(&after_restart).expect("read the copy") == vd_bytes, "the same bytes after a restart");
+
+    // An image that holds data is never a target named at run time: storc would overwrite it.
+    cluster.create_image("holds-data", 256 * MIB);
+    cluster.run("rbd", &["bench", "--io-type", "write", "--io-size", "4K", "--io-total", "64K", "rbd/holds-data"]);
+    daemon.create_vd("r5", &[0, 1, 2], "second");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.vd_named("second").resync.is_some() {
+        assert!(Instant::now() < deadline, "the new VD's initialization did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let target = format!("target={}", cluster.drive_arg("holds-data"));
+    let (status, text) = daemon.cli_output(&["/c0/v1", "start", "migrate", &target]);
+    assert!(status != 0 && text.contains("exists and holds data") && text.contains("--drive"), "{status} {text}");
+    assert_eq!(daemon.controller().drives.len(), 4, "nothing was added");
     daemon.stop();
     println!(
         "v0 ({} MiB) migrated into rbd/migrate-target in {migration_seconds:.1} s under fio, which ran on past the switch; fio verified during and after; rbd export matches",

@@ -80,7 +80,8 @@ fn a_renamed_vds_connections_stay_and_follow_member_state_changes() {
     daemon.stop();
 }
 
-/// `start migrate target=/PATH`: the daemon creates the file at the size the VD needs, adds it,
+/// `start migrate target=/PATH`: the daemon creates the file (in its data directory, the only
+/// place it creates one) at the size the VD needs, adds it,
 /// and the connection held across the switch goes on; the VD lives on the file after a restart
 /// whose `--drive` list does not name it (its three memory drives come back blank). Targets that
 /// would not keep the VD are refused with what is allowed, and add nothing.
@@ -93,13 +94,21 @@ fn a_vd_moved_onto_a_file_named_by_path_keeps_its_connection_and_is_found_after_
     let mut held = client(&daemon, "moving");
     held.write(0, &block(7), false).unwrap();
 
-    for (target, expected) in [("mem:1GiB", "comes back blank"), ("relative.img", "absolute path"), ("nbd://127.0.0.1/x", "--drive")] {
+    let outside = scratch.join("not-in-the-data-dir.img").display().to_string();
+    let targets = [
+        ("mem:1GiB", "comes back blank"),
+        ("relative.img", "absolute path"),
+        ("nbd://127.0.0.1/x", "--drive"),
+        (outside.as_str(), "only in its data directory"),
+        (drives[0].as_str(), "slot 0 is Onln; the target must be UGood"),
+    ];
+    for (target, expected) in targets {
         let (status, text) = daemon.cli_output(&["/c0/v0", "start", "migrate", &format!("target={target}")]);
-        assert!(status != 0 && text.contains(expected) && text.contains("allowed"), "target={target}: {status} {text}");
+        assert!(status != 0 && text.contains(expected), "target={target}: {status} {text}");
     }
     assert_eq!(daemon.controller().drives.len(), 3, "a refused target adds no drive");
 
-    let file = scratch.join("moved-v0.img");
+    let file = daemon.data_dir().join("moved-v0.img");
     let shown = daemon.cli(&["/c0/v0", "start", "migrate", &format!("target={}", file.display())]);
     assert!(shown.contains("/c0/s3"), "{shown}");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -145,7 +154,8 @@ fn a_migration_cut_by_a_clean_stop_resumes_where_it_was_after_the_restart() {
             }
         })
     };
-    let file = scratch.join("moved.img");
+    // An existing empty file outside the data directory (as `truncate -s` makes one).
+    let file = scratch.sparse_file("moved.img", vd.size_bytes + (4 << 20));
     daemon.cli(&["/c0/v0", "start", "migrate", &format!("target={}", file.display())]);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -8,9 +8,16 @@
 //! unconfigured good drive, harmless); the reverse, a recorded drive no start opens, would be a
 //! VD whose only member comes up missing once the migration has switched to it.
 //!
-//! Only drives that keep their data can be added this way: RBD images, and files or block
-//! devices; a `mem:` or emulated drive would come back blank at the next start, and an NBD
-//! export is given with `--drive` so that its link is watched from the start.
+//! Only drives that keep their data can be added this way: RBD images and files; a `mem:` or
+//! emulated drive would come back blank at the next start, and an NBD export is given with
+//! `--drive` so that its link is watched from the start.
+//!
+//! And only drives that hold nothing: a new RBD image or file that storc creates, or an existing
+//! one with nothing allocated (`rbd create`, `truncate -s`). A command over the API must not be
+//! able to overwrite data nobody gave storc: an image of someone else's pool that a typo names,
+//! or, for a member of `--socket-group` (a storc administrator, not root), a file of the system.
+//! For the same reason storc creates a file only inside its data directory; a block device, or a
+//! file that holds data, is given with `--drive` at start and named by its slot.
 
 use drive::{Drive, FileDrive, FileDriveConfig, RbdDrive, RbdSpec, RBD_FORM};
 use engine::controller::OfferedDrive;
@@ -49,6 +56,11 @@ struct Added {
 }
 
 impl AddedDrives {
+    /// The data directory, where a target file may be created.
+    pub fn data_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     pub fn new(data_dir: &Path, specs: Vec<String>) -> AddedDrives {
         AddedDrives { path: data_dir.join(FILE_NAME), state: Mutex::new(Added { specs, opened: Vec::new() }), adding: Mutex::new(()) }
     }
@@ -119,14 +131,16 @@ impl AddedDrives {
 }
 
 /// Opens the drive a migration names by its spec, creating it with `size_bytes` when it does
-/// not exist: an RBD image (`rbd create`'s defaults), or a file (sparse, owner-only). Also says
+/// not exist: an RBD image (`rbd create`'s defaults), or a file in `data_dir` (sparse,
+/// owner-only); an existing one must have nothing allocated (see the module docs). Also says
 /// what it created, if anything, for the answer and the error messages.
 ///
 /// # Errors
-/// A spec of another kind, with the kinds allowed; or why the drive cannot be opened or made.
-pub fn open_target(spec: &str, size_bytes: u64) -> Result<(OfferedDrive, Option<String>), String> {
-    const ALLOWED: &str =
-        "allowed: a slot number, an RBD image (created if missing) or the path of a file (created if missing) or block device";
+/// A spec of another kind, with the kinds allowed; a drive that holds data; or why the drive
+/// cannot be opened or made.
+pub fn open_target(spec: &str, size_bytes: u64, data_dir: &Path) -> Result<(OfferedDrive, Option<String>), String> {
+    const ALLOWED: &str = "allowed: a slot number, a new or empty RBD image (created if missing), or the absolute path of a new or \
+                           empty file (created if missing, in the data directory only)";
     if spec.contains('\n') || spec.trim() != spec || spec.is_empty() {
         return Err(format!("target={spec:?}: a drive spec is one line without surrounding blanks; {ALLOWED}"));
     }
@@ -138,8 +152,12 @@ pub fn open_target(spec: &str, size_bytes: u64) -> Result<(OfferedDrive, Option<
     if let Some(rbd) = spec.strip_prefix("rbd:") {
         let parsed = RbdSpec::parse(rbd).map_err(|e| format!("target={spec}: {e} ({RBD_FORM})"))?;
         let (drive, created) = RbdDrive::open_or_create(&parsed, size_bytes)?;
+        let drive: Arc<dyn Drive> = Arc::new(drive);
+        if !created {
+            refuse_unless_empty(&drive, spec, "RBD image")?;
+        }
         let created = created.then(|| format!("RBD image {} ({size_bytes} bytes)", parsed.image_path()));
-        return Ok((OfferedDrive { drive: Arc::new(drive), source: spec.to_string() }, created));
+        return Ok((OfferedDrive { drive, source: spec.to_string() }, created));
     }
     let path = Path::new(spec);
     if !path.is_absolute() {
@@ -147,12 +165,41 @@ pub fn open_target(spec: &str, size_bytes: u64) -> Result<(OfferedDrive, Option<
             "target={spec}: a file or device is given by its absolute path (the daemon's directory is not yours); {ALLOWED}"
         ));
     }
-    let create_size_bytes = (!path.exists()).then_some(size_bytes);
-    let config = FileDriveConfig { create_size_bytes, ..FileDriveConfig::default() };
-    let drive = FileDrive::open(path, &config).map_err(|e| format!("target={spec}: {e}"))?;
+    let exists = path.symlink_metadata().is_ok();
+    if !exists && !inside(path, data_dir) {
+        return Err(format!(
+            "target={spec}: storc creates a target file only in its data directory {}; elsewhere create it yourself \
+             (truncate -s {size_bytes} {spec}) and name it again; {ALLOWED}",
+            data_dir.display()
+        ));
+    }
+    let config = FileDriveConfig { create_size_bytes: (!exists).then_some(size_bytes), ..FileDriveConfig::default() };
+    let drive: Arc<dyn Drive> = Arc::new(FileDrive::open(path, &config).map_err(|e| format!("target={spec}: {e}"))?);
+    if exists {
+        refuse_unless_empty(&drive, spec, "file")?;
+    }
     super::data_dir::warn_if_open_to_others(spec, path);
-    let created = create_size_bytes.map(|bytes| format!("file {spec} ({bytes} bytes)"));
-    Ok((OfferedDrive { drive: Arc::new(drive), source: spec.to_string() }, created))
+    let created = (!exists).then(|| format!("file {spec} ({size_bytes} bytes)"));
+    Ok((OfferedDrive { drive, source: spec.to_string() }, created))
+}
+
+/// An existing drive named at run time must have nothing allocated; closed when refused.
+fn refuse_unless_empty(drive: &Arc<dyn Drive>, spec: &str, kind: &str) -> Result<(), String> {
+    if drive.reads_zero(0, drive.info().capacity_bytes) {
+        return Ok(());
+    }
+    drive.close();
+    Err(format!(
+        "target={spec}: the {kind} exists and holds data (or is a device, which cannot tell); storc moves a VD at run time only \
+         onto a new or empty one. To use this one, give it to storc serve with --drive and name its slot (target=N)"
+    ))
+}
+
+/// Whether `path`'s directory, its symbolic links resolved, is `data_dir` or below it.
+fn inside(path: &Path, data_dir: &Path) -> bool {
+    let parent = path.parent().and_then(|p| p.canonicalize().ok());
+    let data_dir = data_dir.canonicalize().ok();
+    matches!((parent, data_dir), (Some(parent), Some(dir)) if parent.starts_with(&dir))
 }
 
 #[cfg(test)]
@@ -207,20 +254,36 @@ mod tests {
             ("rbd:nopool", "rbd:"),
             (" rbd:a/b", "one line"),
         ] {
-            let error = open_target(spec, 1 << 30).err().unwrap_or_else(|| panic!("{spec} was accepted"));
+            let error = open_target(spec, 1 << 30, Path::new("/nonexistent")).err().unwrap_or_else(|| panic!("{spec} was accepted"));
             assert!(error.contains(expected), "{spec}: {error}");
         }
     }
 
     #[test]
-    fn a_missing_file_target_is_created_at_the_size_asked() {
+    fn a_file_target_is_created_in_the_data_directory_only_and_must_hold_nothing() {
         let dir = Scratch::new("create");
-        let path = dir.path().join("target.img");
-        let (offer, created) = open_target(path.to_str().unwrap(), 64 << 20).unwrap();
+        let data_dir = dir.path().join("data");
+        std::fs::create_dir(&data_dir).unwrap();
+        let path = data_dir.join("target.img");
+        let (offer, created) = open_target(path.to_str().unwrap(), 64 << 20, &data_dir).unwrap();
         assert_eq!(offer.drive.info().capacity_bytes, 64 << 20);
         assert!(created.is_some_and(|what| what.contains("file")));
         drop(offer);
-        let (_, created) = open_target(path.to_str().unwrap(), 64 << 20).unwrap();
-        assert_eq!(created, None, "an existing file is opened as it is");
+        let (_, created) = open_target(path.to_str().unwrap(), 64 << 20, &data_dir).unwrap();
+        assert_eq!(created, None, "an existing empty file is opened as it is");
+
+        let outside = dir.path().join("elsewhere.img");
+        let error = open_target(outside.to_str().unwrap(), 64 << 20, &data_dir).err().expect("refused");
+        assert!(error.contains("only in its data directory") && error.contains("truncate -s"), "{error}");
+        assert!(!outside.exists(), "nothing was created");
+        let escaping = data_dir.join("..").join("escaping.img");
+        assert!(open_target(escaping.to_str().unwrap(), 64 << 20, &data_dir).is_err(), "a path leaving the data directory");
+
+        let file = std::fs::File::create(&outside).unwrap();
+        file.set_len(64 << 20).unwrap();
+        assert!(open_target(outside.to_str().unwrap(), 64 << 20, &data_dir).is_ok(), "an existing empty file elsewhere");
+        std::os::unix::fs::FileExt::write_all_at(&file, b"someone's data", 8 << 20).unwrap();
+        let error = open_target(outside.to_str().unwrap(), 64 << 20, &data_dir).err().expect("refused");
+        assert!(error.contains("holds data") && error.contains("--drive"), "{error}");
     }
 }

@@ -81,7 +81,7 @@ fn start_onto_new_drive(
         return controller.start_migration(vd_id, slot);
     }
     let needed_bytes = controller.migration_target_bytes(vd_id)?;
-    let (offer, created) = super::added_drives::open_target(spec, needed_bytes).map_err(ControlError::BadInput)?;
+    let (offer, created) = super::added_drives::open_target(spec, needed_bytes, added.data_dir()).map_err(ControlError::BadInput)?;
     let drive = Arc::clone(&offer.drive);
     let left_behind = |error: ControlError| match &created {
         Some(created) => error.with_note(&format!("(the {created} made for it is left in place)")),
