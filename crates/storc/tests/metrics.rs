@@ -160,6 +160,7 @@ fn metrics_pass_promtool_and_move_with_io_a_rebuild_and_a_consistency_check() {
     let (stop, reader) = busy_reader(&daemon, "db", vd.size_bytes);
     rebuild_shows(&daemon);
     consistency_check_shows(&daemon);
+    migration_shows(&daemon);
     stop.store(true, Ordering::SeqCst);
     reader.join().expect("the reader");
     daemon.stop();
@@ -238,6 +239,23 @@ fn consistency_check_shows(daemon: &Daemon) {
     });
     set_rates(daemon, 100);
     scrape_until(daemon, "the check's end", |s| s.value("storc_background_operations", &[("kind", "cc")]) == 0.0);
+}
+
+/// `/c0/v0 start migrate` onto a file at a low rate (the reader keeps the VD busy): the
+/// migration shows with its target slot, paused once paused, and is gone once stopped.
+fn migration_shows(daemon: &Daemon) {
+    set_rates(daemon, 1);
+    let target = daemon.data_dir().join("moved.img");
+    daemon.cli(&["/c0/v0", "start", "migrate", &format!("target={}", target.display())]);
+    let migrating: [(&str, &str); 3] = [("kind", "migrate"), ("vd", "0"), ("slot", "9")];
+    let running = scrape_until(daemon, "a migration under way", |s| s.get("storc_background_progress_ratio", &migrating).is_some());
+    promtool_accepts(&running, "during the migration");
+    assert_eq!(running.value("storc_background_operations", &[("kind", "migrate")]), 1.0);
+    daemon.cli(&["/c0/v0", "pause", "migrate"]);
+    scrape_until(daemon, "the migration paused", |s| s.get("storc_background_paused", &migrating) == Some(1.0));
+    daemon.cli(&["/c0/v0", "stop", "migrate"]);
+    scrape_until(daemon, "the migration's end", |s| s.value("storc_background_operations", &[("kind", "migrate")]) == 0.0);
+    assert_eq!(daemon.vd_named("db").level, "RAID5", "a stopped migration leaves the VD where it was");
 }
 
 /// The caches and the journal: a write-back RAID1 with a mirrored journal, cached by an SSD

@@ -10,7 +10,7 @@
   const DELETE_ARM_MS = 5000;
   const STATE_NAMES = {
     Onln: 'online', GHS: 'global hot spare', DHS: 'dedicated hot spare', UGood: 'unconfigured good', Rbld: 'rebuilding',
-    Cpybck: 'copyback', Offln: 'offline', Failed: 'failed', UBad: 'unconfigured bad', Msng: 'missing', Frgn: 'foreign', Jrnl: 'journal',
+    Cpybck: 'copyback', Offln: 'offline', Failed: 'failed', UBad: 'unconfigured bad', Msng: 'missing', Frgn: 'foreign', Jrnl: 'journal', Mgrt: 'receiving a migrating VD',
   };
 
   const $ = (id) => document.getElementById(id);
@@ -139,13 +139,14 @@
         api('GET', '/api/v1/controller'), api('GET', '/api/v1/rebuilds'), api('GET', '/api/v1/copybacks'),
         api('GET', '/api/v1/ccs'), api('GET', '/api/v1/bgis'), api('GET', '/api/v1/inits'),
         api('GET', '/api/v1/patrolread'), api('GET', '/api/v1/events'), api('GET', '/api/v1/iostats'),
+        api('GET', '/api/v1/migrations'),
       ]);
     } catch (error) {
       if (error.status !== 401) $('last-update').textContent = `no answer: ${error.message}`;
       return;
     }
-    const [controller, rebuilds, copybacks, ccs, bgis, inits, patrol, events, iostats] = answers;
-    latest = { controller, rebuilds, copybacks, ccs, bgis, inits, patrol };
+    const [controller, rebuilds, copybacks, ccs, bgis, inits, patrol, events, iostats, migrations] = answers;
+    latest = { controller, rebuilds, copybacks, ccs, bgis, inits, patrol, migrations };
     render(latest, events, iostats);
     $('last-update').textContent = `updated ${new Date().toLocaleTimeString()}`;
   }
@@ -316,6 +317,9 @@
     for (const r of state.rebuilds) rows.push(['Rebuild', 'rebuild', `s${r.slot}`, `slot ${r.slot} (v${r.vd})`, r.progress_percent, r.status, r.estimated_seconds_left]);
     for (const c of state.copybacks) {
       rows.push(['Copyback', 'copyback', `s${c.slot}`, `slot ${c.source_slot} → ${c.slot} (v${c.vd})`, c.progress_percent, c.status, c.estimated_seconds_left]);
+    }
+    for (const m of state.migrations) {
+      rows.push(['Migration', 'migrate', `v${m.vd}`, `v${m.vd} → slot ${m.target_slot} (${m.target_source})`, m.progress_percent, m.status, m.estimated_seconds_left]);
     }
     for (const c of state.ccs) {
       const found = `${c.status}; ${c.rows_inconsistent} inconsistent row(s)${c.repair ? `, ${c.rows_repaired} repaired` : ''}`;

@@ -1,5 +1,5 @@
 //! The families of what runs beside the clients' I/O: background operations (rebuild,
-//! copyback, consistency check, initialization, patrol read, resync), the controller cache and
+//! copyback, migration, consistency check, initialization, patrol read, resync), the controller cache and
 //! its journal, and the SSD cache tier.
 
 use super::gather::{vd_labels, VdSeen};
@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Every kind of background operation, the `kind` label's values.
-const KINDS: [&str; 7] = ["rebuild", "copyback", "cc", "bgi", "init", "patrol", "resync"];
+const KINDS: [&str; 8] = ["rebuild", "copyback", "migrate", "cc", "bgi", "init", "patrol", "resync"];
 
 /// Every journal state (`Missing`: no journal).
 const JOURNAL_STATES: [JournalState; 4] = [JournalState::Optimal, JournalState::Degraded, JournalState::Failed, JournalState::Missing];
@@ -62,6 +62,10 @@ fn operations(state: &AppState, vds: &[VdSeen]) -> Vec<Operation> {
     }
     for view in controller.copybacks() {
         let operation = Operation::new("copyback", Some(view.vd_id), Some(view.target_slot));
+        operations.push(operation.walking(&view.progress, view.estimated_time_left()));
+    }
+    for view in controller.migrations() {
+        let operation = Operation::new("migrate", Some(view.vd_id), Some(view.target_slot));
         operations.push(operation.walking(&view.progress, view.estimated_time_left()));
     }
     for view in controller.checks() {
