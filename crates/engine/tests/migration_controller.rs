@@ -54,6 +54,19 @@ fn check(engine: &Engine, vd: &Arc<VirtualDrive>, image: &[u8], when: &str) {
     assert_eq!(wrong, None, "{when}: first wrong byte");
 }
 
+/// Stops `controller` cleanly, opens `drives` again, and checks that v0 is a JBOD of slot 3
+/// holding `image`.
+fn holds_the_vd_after_a_restart(engine: &Arc<Engine>, controller: Arc<Controller>, drives: &[Arc<dyn Drive>], image: &[u8]) {
+    let ours = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+    let controller = open(engine, drives, Some(ours));
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!((record.level, record.member_slots), (Level::Jbod, vec![3]));
+    check(engine, &vd, image, "after a restart");
+    controller.shutdown();
+}
+
 /// The target's recorded checkpoint (its drive record's `rebuild_row`).
 fn checkpoint_of(controller: &Controller) -> u64 {
     controller.config().drives.iter().find(|d| d.slot == 3).expect("slot 3 recorded").rebuild_row
@@ -91,15 +104,7 @@ fn a_raid5_moves_onto_one_drive_under_writes_and_stays_there_after_a_restart() {
     }
     check(&engine, &old, &image, "through the old handle");
     check(&engine, &new, &image, "through the new one");
-    let ours = controller.config().controller_id;
-    controller.shutdown();
-    drop(controller);
-
-    let controller = open(&engine, &drives, Some(ours));
-    let (record, vd) = controller.vd(0).unwrap();
-    assert_eq!((record.level, record.member_slots), (Level::Jbod, vec![3]));
-    check(&engine, &vd, &image, "after a restart");
-    controller.shutdown();
+    holds_the_vd_after_a_restart(&engine, controller, &drives, &image);
 }
 
 /// A clean stop in the middle of the copy records its watermark as the target's checkpoint; the
@@ -224,16 +229,8 @@ fn a_blank_drive_added_at_run_time_receives_the_vd_and_holds_it_after_a_restart(
     let image = writer.finish();
     let said = events(&controller);
     assert!(said.iter().any(|e| e.contains("slot 3: rbd:rbd/db") && e.contains("added to receive v0")), "{said:#?}");
-    let ours = controller.config().controller_id;
-    controller.shutdown();
-    drop(controller);
-
     drives.push(target);
-    let controller = open(&engine, &drives, Some(ours));
-    let (record, vd) = controller.vd(0).unwrap();
-    assert_eq!((record.level, record.member_slots), (Level::Jbod, vec![3]));
-    check(&engine, &vd, &image, "after a restart");
-    controller.shutdown();
+    holds_the_vd_after_a_restart(&engine, controller, &drives, &image);
 }
 
 #[test]

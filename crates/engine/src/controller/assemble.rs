@@ -47,9 +47,7 @@ impl Controller {
             // A drive that carries our id but left our configuration is blank to us.
             let foreign = superblock_of(index).filter(|sb| sb.controller_id != ours_id);
             let slot = match &foreign {
-                Some(_) => {
-                    (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot")
-                }
+                Some(_) => super::bays::lowest_free_slot(&state),
                 None => self.blank_drive_slot(&mut state, index),
             };
             match foreign {

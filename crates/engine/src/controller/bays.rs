@@ -30,7 +30,7 @@ impl Controller {
             }
             return bay;
         }
-        (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot")
+        lowest_free_slot(state)
     }
 }
 
@@ -41,4 +41,10 @@ fn bay_is_free(state: &State, bay: u32) -> bool {
     let spare = state.config.hot_spares.iter().any(|h| h.slot == bay);
     let left_nothing = matches!(record.state, DriveState::UnconfiguredGood | DriveState::UnconfiguredBad | DriveState::Missing);
     left_nothing && !spare && member_of(state, bay).is_none()
+}
+
+/// The lowest slot with neither a drive present nor a record: where a drive with no bay of its
+/// own goes (a foreign drive, a blank one whose bay is taken, one added at run time).
+pub(super) fn lowest_free_slot(state: &State) -> u32 {
+    (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot")
 }

@@ -21,6 +21,7 @@
 //! alone; then a new `VirtualDrive` takes the old one's place and the old one names it as its
 //! successor, so requests through any handle of the old one (an NBD connection's) go on.
 
+use super::bays::lowest_free_slot;
 use super::rebuild::{row_outcome, set_copy_slot, set_rebuild_row, status_words, time_left, CLIENTS_BUSY_WINDOW};
 use super::*;
 use crate::background::{self, Finish, Hooks, Progress};
@@ -105,7 +106,7 @@ impl Controller {
         let capacity_bytes = offer.drive.info().capacity_bytes;
         check_target_capacity(&state, vd_id, &offer.source, capacity_bytes)?;
         let before = state.config.clone();
-        let slot = (0..).find(|s| !state.slots.contains_key(s) && state.config.drives.iter().all(|d| d.slot != *s)).expect("a free slot");
+        let slot = lowest_free_slot(&state);
         let drive_id = DriveId(random_id());
         let record = DriveRecord { slot, drive_id, state: DriveState::UnconfiguredGood, capacity_bytes, rebuild_row: 0, copy_slot: None };
         state.config.drives.push(record);
