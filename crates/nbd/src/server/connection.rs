@@ -93,9 +93,15 @@ struct Transport {
     socket: Socket,
 }
 
+/// The reader's buffer: a few 4 KiB writes or hundreds of read requests per `recv`, so that
+/// the replies of what one `recv` brought go out together (the cork). Larger payloads are read
+/// past it, straight into their buffers.
+const REQUEST_BUFFER_BYTES: usize = 64 << 10;
+
 impl Transport {
     fn new(socket: Socket, deadline: Instant) -> Transport {
-        Transport { reader: io::BufReader::new(DeadlineSocket::new(socket.clone(), deadline)), socket }
+        let reader = io::BufReader::with_capacity(REQUEST_BUFFER_BYTES, DeadlineSocket::new(socket.clone(), deadline));
+        Transport { reader, socket }
     }
 
     fn writer(&self, deadline: Instant) -> io::BufWriter<DeadlineSocket> {

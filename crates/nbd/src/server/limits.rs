@@ -56,6 +56,22 @@ impl PayloadBudget {
         }
     }
 
+    /// Takes `bytes` if nobody waits before it and they fit now; never waits.
+    pub(crate) fn try_take(&self, bytes: usize) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        let mut state = self.state.lock().unwrap();
+        if state.serving_ticket != state.next_ticket || (state.bytes > 0 && state.bytes + bytes > self.bytes_max) {
+            return false;
+        }
+        state.next_ticket += 1;
+        state.serving_ticket += 1;
+        state.bytes += bytes;
+        state.bytes_peak = state.bytes_peak.max(state.bytes);
+        true
+    }
+
     pub(crate) fn give_back(&self, bytes: usize) {
         if bytes == 0 {
             return;

@@ -18,6 +18,7 @@ mod connection;
 mod export;
 mod handshake;
 mod limits;
+mod replies;
 mod transmission;
 
 use std::collections::{HashMap, HashSet};

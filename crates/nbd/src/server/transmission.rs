@@ -6,7 +6,10 @@
 //! tried: what the socket does not take, and every reply that finds the writer busy, goes to
 //! the writer thread, the rest of a reply first in line. So no thread ever waits on a client
 //! that is not reading (the client may be blocked sending the requests the reader should read,
-//! and a device's thread serves other clients).
+//! and a device's thread serves other clients). While the reader's buffer holds the next
+//! request whole, replies gather in a cork and go out in one `sendmsg` before the reader may
+//! block (`replies.rs`): one system call, and one wake-up of the client, per burst instead of
+//! per request.
 //!
 //! Every request holds a [`Credit`] from submission until its reply is on the wire (or
 //! abandoned because the client is gone). Credits are bounded per connection and, for payload
@@ -14,15 +17,13 @@
 //! `Credit` is released on drop, so no path (error, disconnect, a device that drops a
 //! callback, a reply writer that gave up on a client that does not read) can leak one.
 
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::io::{self, BufReader, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread;
 
 use super::limits::PayloadBudget;
-use super::{ConnectionError, ListenerState, ServerConfig, CONNECTION_THREAD_STACK_BYTES};
+use super::replies::{Outcome, Replies, Reply};
+use super::{ConnectionError, ListenerState, ServerConfig};
 use crate::device::{BlockDevice, Done, IoError};
 use crate::proto::{self, Command, ProtoError, Request};
 use crate::socket::{DeadlineSocket, Socket};
@@ -54,23 +55,9 @@ pub(crate) struct RequestLimits {
 /// Runs the transmission phase until the client disconnects or breaks the protocol, then
 /// waits for every in-flight request to complete and its reply to be sent.
 pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, mut session: Session) -> Result<(), ConnectionError> {
-    let (sender, replies_rx) = mpsc::channel::<Reply<D::Buf>>();
-    let out = Arc::new(ReplyOut {
-        writer: Mutex::new(WriterState {
-            stream: Some(BufWriter::with_capacity(REPLY_BUFFER_BYTES, session.socket.clone())),
-            tail: Vec::new(),
-        }),
-        queued: AtomicUsize::new(0),
-        socket: session.socket.clone(),
-        structured_replies: session.structured_replies,
-        client_gone: Arc::clone(&session.client_gone),
-    });
-    let replies = Replies { sender, out: Arc::clone(&out) };
-    let writer = thread::Builder::new()
-        .name("nbd-writer".into())
-        .stack_size(CONNECTION_THREAD_STACK_BYTES)
-        .spawn(move || write_replies(&out, replies_rx))?;
+    let (replies, writer) = Replies::start(&session.socket, session.structured_replies, &session.client_gone)?;
     let result = read_requests(&device, &mut session, &replies);
+    replies.flush_cork();
     // The writer ends once this sender and every pending completion's sender are gone.
     drop(replies);
     if writer.join().is_err() {
@@ -85,6 +72,13 @@ fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies
     let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
     loop {
         check_client_taking_replies(session)?;
+        // Replies gather while the next request is already here; they go out before a read
+        // that may block.
+        if session.reader.buffer().len() >= proto::REQUEST_HEADER_BYTES {
+            replies.open_cork();
+        } else {
+            replies.flush_cork();
+        }
         if !read_header(&mut session.reader, &mut header)? {
             return Ok(()); // The client closed between requests.
         }
@@ -92,7 +86,7 @@ fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies
             Ok(request) => request,
             Err(error @ ProtoError::UnknownCommand { cookie, .. }) => {
                 // The spec: answer an unknown command with EINVAL and carry on.
-                let credit = session.in_flight.acquire(0);
+                let credit = acquire(session, replies, 0);
                 send_failure(replies, cookie, false, credit, IoError::Invalid, error.to_string());
                 continue;
             }
@@ -136,18 +130,31 @@ fn handle_request<D: BlockDevice>(
 ) -> Result<(), ConnectionError> {
     let is_read = request.command == Command::Read;
     if let Err(rejection) = check_request(&request, &session.limits) {
-        let credit = session.in_flight.acquire(0);
+        let credit = acquire(session, replies, 0);
         send_failure(replies, request.cookie, is_read, credit, rejection.error, rejection.message);
         if request.command == Command::Write {
+            replies.flush_cork();
             skip_payload(session, &request)?;
         }
         return Ok(());
     }
-    let credit = session.in_flight.acquire(payload_bytes(&request));
+    let credit = acquire(session, replies, payload_bytes(&request));
+    if request.command == Command::Write && session.reader.buffer().len() < request.len_bytes as usize {
+        replies.flush_cork(); // the payload's read may block
+    }
     // The wait for credit may have been long: the client may have gone meanwhile.
     check_client_taking_replies(session)?;
     submit(device, &mut session.reader, replies, request, credit)?;
     Ok(())
+}
+
+/// A credit for a request: at once if one is free, else after sending the corked replies,
+/// which hold credits and which the client may be waiting for.
+fn acquire<B: AsRef<[u8]> + Send + 'static>(session: &Session, replies: &Replies<B>, payload_bytes: usize) -> Credit {
+    session.in_flight.try_acquire(payload_bytes).unwrap_or_else(|| {
+        replies.flush_cork();
+        session.in_flight.acquire(payload_bytes)
+    })
 }
 
 /// Reads past the payload of a rejected WRITE to keep the stream framed, unless it is too long
@@ -188,7 +195,7 @@ fn submit<D: BlockDevice>(
     let len_bytes = request.len_bytes as usize;
     if len_bytes == 0 && request.command != Command::Flush {
         // The spec leaves zero-length requests unspecified; succeeding without I/O is harmless.
-        send(replies, Reply { cookie: request.cookie, is_read: request.command == Command::Read, outcome: Outcome::Done, _credit: credit });
+        replies.send(Reply { cookie: request.cookie, is_read: request.command == Command::Read, outcome: Outcome::Done, _credit: credit });
         return Ok(());
     }
     match request.command {
@@ -249,7 +256,7 @@ fn read_done<B: AsRef<[u8]> + Send + 'static>(
             Ok(buf) => Outcome::Data { offset: request.offset, buf },
             Err(error) => Outcome::Failed { error, message: failure_message(&request, error) },
         };
-        send(&replies, Reply { cookie: request.cookie, is_read: true, outcome, _credit: credit });
+        replies.send(Reply { cookie: request.cookie, is_read: true, outcome, _credit: credit });
     })
 }
 
@@ -261,7 +268,7 @@ fn done<B: AsRef<[u8]> + Send + 'static>(replies: &Replies<B>, request: Request,
             Ok(()) => Outcome::Done,
             Err(error) => Outcome::Failed { error, message: failure_message(&request, error) },
         };
-        send(&replies, Reply { cookie: request.cookie, is_read: false, outcome, _credit: credit });
+        replies.send(Reply { cookie: request.cookie, is_read: false, outcome, _credit: credit });
     })
 }
 
@@ -269,20 +276,8 @@ fn failure_message(request: &Request, error: IoError) -> String {
     format!("{:?} of {} bytes at offset {}: {error}", request.command, request.len_bytes, request.offset)
 }
 
-fn send_failure<B: AsRef<[u8]>>(replies: &Replies<B>, cookie: u64, is_read: bool, credit: Credit, error: IoError, message: String) {
-    send(replies, Reply { cookie, is_read, outcome: Outcome::Failed { error, message }, _credit: credit });
-}
-
-fn send<B: AsRef<[u8]>>(replies: &Replies<B>, reply: Reply<B>) {
-    let reply = match replies.out.write_in_place(reply) {
-        InPlace::Sent => return,
-        InPlace::Partly(wake) => wake,
-        InPlace::NotNow(reply) => reply,
-    };
-    replies.out.queued.fetch_add(1, Ordering::SeqCst);
-    // The writer outlives every sender, so this cannot fail; if it ever did, dropping the
-    // reply still releases its credit.
-    let _ = replies.sender.send(reply);
+fn send_failure<B: AsRef<[u8]> + Send + 'static>(replies: &Replies<B>, cookie: u64, is_read: bool, credit: Credit, error: IoError, message: String) {
+    replies.send(Reply { cookie, is_read, outcome: Outcome::Failed { error, message }, _credit: credit });
 }
 
 // ---- Checking requests -----------------------------------------------------------------------
@@ -394,6 +389,22 @@ impl InFlight {
     /// alone always fits either, so nothing waits forever: what it waits for is held by
     /// requests that complete, and by replies that are sent or, after `reply_stall_timeout`,
     /// dropped.
+    /// A credit if the request fits both bounds now, without waiting for either.
+    fn try_acquire(self: &Arc<Self>, payload_bytes: usize) -> Option<Credit> {
+        let mut state = self.state.lock().unwrap();
+        if state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
+            return None;
+        }
+        if !self.budget.try_take(payload_bytes) {
+            return None;
+        }
+        state.requests += 1;
+        state.payload_bytes += payload_bytes;
+        drop(state);
+        self.listener.requests_in_flight.fetch_add(1, Ordering::SeqCst);
+        Some(Credit { in_flight: Arc::clone(self), payload_bytes })
+    }
+
     fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
         let mut state = self.state.lock().unwrap();
         while state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
@@ -432,212 +443,6 @@ impl Drop for Credit {
         if reader_waiting {
             self.in_flight.released.notify_one();
         }
-    }
-}
-
-// ---- Writing replies -------------------------------------------------------------------------
-
-/// A completed request on its way to the writer.
-pub(crate) struct Reply<B> {
-    cookie: u64,
-    /// Reads must be answered with structured replies once negotiated, even errors.
-    is_read: bool,
-    outcome: Outcome<B>,
-    /// Held until the reply is written, so the in-flight bound covers queued replies too.
-    _credit: Credit,
-}
-
-enum Outcome<B> {
-    /// Writes nothing of its own: wakes the writer for the tail of a reply sent in place.
-    Tail,
-    Done,
-    Data {
-        offset: u64,
-        buf: B,
-    },
-    Failed {
-        error: IoError,
-        message: String,
-    },
-}
-
-/// Replies smaller than this are gathered into one write; larger payloads go straight out.
-const REPLY_BUFFER_BYTES: usize = 64 << 10;
-
-/// Where a connection's replies go: to the writer thread, or onto the socket in place.
-pub(crate) struct Replies<B> {
-    sender: Sender<Reply<B>>,
-    out: Arc<ReplyOut>,
-}
-
-impl<B> Clone for Replies<B> {
-    fn clone(&self) -> Self {
-        Replies { sender: self.sender.clone(), out: Arc::clone(&self.out) }
-    }
-}
-
-/// The socket's writing side, shared by the writer thread and the reader's in-place replies.
-struct ReplyOut {
-    /// Held for each whole reply, so two never interleave.
-    writer: Mutex<WriterState>,
-    /// Replies sent to the writer thread and not yet written.
-    queued: AtomicUsize,
-    socket: Socket,
-    structured_replies: bool,
-    client_gone: Arc<AtomicBool>,
-}
-
-struct WriterState {
-    /// `None` once the client was abandoned.
-    stream: Option<BufWriter<Socket>>,
-    /// The rest of a reply the reader began in place: written before anything else.
-    tail: Vec<u8>,
-}
-
-/// What became of a reply offered to [`ReplyOut::write_in_place`].
-enum InPlace<B> {
-    Sent,
-    /// The socket took part of it; the rest is the writer's, which this empty reply wakes.
-    Partly(Reply<B>),
-    /// For the writer thread.
-    NotNow(Reply<B>),
-}
-
-impl ReplyOut {
-    /// Sends `reply` now, from the thread that completed it, if the writer has nothing queued
-    /// or buffered and nobody else is writing; hands it back otherwise. Never blocks (neither
-    /// the lock nor the socket): the caller may be a device's thread, which must not wait for
-    /// a client.
-    fn write_in_place<B: AsRef<[u8]>>(&self, reply: Reply<B>) -> InPlace<B> {
-        if self.queued.load(Ordering::SeqCst) != 0 {
-            return InPlace::NotNow(reply);
-        }
-        let Ok(mut writer) = self.writer.try_lock() else { return InPlace::NotNow(reply) };
-        let idle = writer.tail.is_empty() && writer.stream.as_ref().is_some_and(|stream| stream.buffer().is_empty());
-        if !idle {
-            // An abandoned client's replies are dropped by the writer (credits released there).
-            return InPlace::NotNow(reply);
-        }
-        let (head, data) = reply_parts(&reply, self.structured_replies);
-        let total_bytes = head.len() + data.len();
-        if total_bytes > REPLY_BUFFER_BYTES {
-            // A large reply gains little from the wake-up saved and would often go in part.
-            return InPlace::NotNow(reply);
-        }
-        match send_now(&self.socket, &head, data) {
-            Ok(sent_bytes) if sent_bytes == total_bytes => InPlace::Sent,
-            Ok(0) => InPlace::NotNow(reply),
-            Ok(sent_bytes) => {
-                let mut rest = head.get(sent_bytes..).unwrap_or_default().to_vec();
-                rest.extend_from_slice(&data[sent_bytes.saturating_sub(head.len())..]);
-                writer.tail = rest;
-                InPlace::Partly(Reply { cookie: reply.cookie, is_read: false, outcome: Outcome::Tail, _credit: reply._credit })
-            }
-            Err(error) => {
-                abandon(&mut writer, &self.socket, &self.client_gone, &error);
-                InPlace::Sent
-            }
-        }
-    }
-}
-
-/// Sends what the socket takes at once of `head` then `data`; `Ok(0)` if it would block.
-fn send_now(socket: &Socket, head: &[u8], data: &[u8]) -> io::Result<usize> {
-    let iov = [
-        libc::iovec { iov_base: head.as_ptr() as *mut libc::c_void, iov_len: head.len() },
-        libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() },
-    ];
-    // SAFETY: a zeroed msghdr is valid; it points at two live iovecs over live buffers.
-    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_iov = iov.as_ptr() as *mut libc::iovec;
-    message.msg_iovlen = if data.is_empty() { 1 } else { 2 };
-    loop {
-        // SAFETY: sendmsg reads the buffers described above and nothing else.
-        let sent = unsafe { libc::sendmsg(socket.raw_fd(), &message, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-        if sent >= 0 {
-            return Ok(sent as usize);
-        }
-        let error = io::Error::last_os_error();
-        match error.kind() {
-            io::ErrorKind::Interrupted => continue,
-            io::ErrorKind::WouldBlock => return Ok(0),
-            _ => return Err(error),
-        }
-    }
-}
-
-/// Sends replies in completion order, batching writes while more are queued. After a write
-/// error it keeps draining so that every credit is released, then closes the socket.
-fn write_replies<B: AsRef<[u8]>>(out: &ReplyOut, replies: Receiver<Reply<B>>) {
-    while let Some(reply) = next_reply(&replies, out) {
-        let mut writer = out.writer.lock().expect("reply writer lock");
-        let state = &mut *writer;
-        if let Some(stream) = state.stream.as_mut() {
-            let tail = std::mem::take(&mut state.tail);
-            if let Err(error) = stream.write_all(&tail).and_then(|()| write_reply(stream, &reply, out.structured_replies)) {
-                abandon(&mut writer, &out.socket, &out.client_gone, &error);
-            }
-        }
-        drop(writer);
-        out.queued.fetch_sub(1, Ordering::SeqCst);
-        drop(reply);
-    }
-    if let Some(stream) = out.writer.lock().expect("reply writer lock").stream.as_mut() {
-        let _ = stream.flush();
-    }
-    let _ = out.socket.shutdown(Shutdown::Both);
-}
-
-/// The next reply; flushes first if none is queued, so replies go out as soon as the queue
-/// runs dry. `None` once every sender is gone.
-fn next_reply<B>(replies: &Receiver<Reply<B>>, out: &ReplyOut) -> Option<Reply<B>> {
-    match replies.try_recv() {
-        Ok(reply) => return Some(reply),
-        Err(TryRecvError::Disconnected) => return None,
-        Err(TryRecvError::Empty) => {}
-    }
-    let mut writer = out.writer.lock().expect("reply writer lock");
-    if let Some(stream) = writer.stream.as_mut() {
-        if let Err(error) = stream.flush() {
-            abandon(&mut writer, &out.socket, &out.client_gone, &error);
-        }
-    }
-    drop(writer);
-    replies.recv().ok()
-}
-
-/// The client is gone, or stuck for `reply_stall_timeout` (SO_SNDTIMEO): stop writing, and close
-/// the socket so the reader stops too.
-fn abandon(state: &mut WriterState, socket: &Socket, client_gone: &AtomicBool, error: &io::Error) {
-    tracing::debug!(%error, "nbd: cannot send replies; dropping the connection");
-    client_gone.store(true, Ordering::SeqCst);
-    state.stream = None;
-    state.tail.clear();
-    let _ = socket.shutdown(Shutdown::Both);
-}
-
-fn write_reply<B: AsRef<[u8]>>(out: &mut impl Write, reply: &Reply<B>, structured_replies: bool) -> io::Result<()> {
-    let (head, data) = reply_parts(reply, structured_replies);
-    out.write_all(&head)?;
-    out.write_all(data)
-}
-
-/// A reply's bytes: its header (or whole reply) and the read data that follows it, if any.
-fn reply_parts<B: AsRef<[u8]>>(reply: &Reply<B>, structured_replies: bool) -> (Vec<u8>, &[u8]) {
-    let cookie = reply.cookie;
-    match (&reply.outcome, structured_replies) {
-        (Outcome::Tail, _) => (Vec::new(), &[]),
-        (Outcome::Done, true) if reply.is_read => (proto::encode_none_chunk(cookie).to_vec(), &[]),
-        (Outcome::Done, _) => (proto::encode_simple_reply(cookie, 0).to_vec(), &[]),
-        (Outcome::Data { buf, .. }, false) => (proto::encode_simple_reply(cookie, 0).to_vec(), buf.as_ref()),
-        (Outcome::Data { offset, buf }, true) => {
-            let data = buf.as_ref();
-            let data_len_bytes = u32::try_from(data.len()).expect("reads are at most PAYLOAD_MAX_BYTES");
-            // One chunk, marked done: the data is complete, so no error can follow it.
-            (proto::encode_offset_data_header(cookie, *offset, data_len_bytes, true).to_vec(), data)
-        }
-        (Outcome::Failed { error, .. }, false) => (proto::encode_simple_reply(cookie, error.nbd_error()).to_vec(), &[]),
-        (Outcome::Failed { error, message }, true) => (proto::encode_error_chunk(cookie, error.nbd_error(), message).to_vec(), &[]),
     }
 }
 
