@@ -82,6 +82,26 @@ impl Socket {
         Ok(read_bytes as usize)
     }
 
+    /// SO_RCVLOWAT: a blocking read returns once this many bytes are there (or the stream
+    /// ended, or the timeout passed), not at the first byte.
+    pub(crate) fn set_receive_low_water(&self, bytes: usize) -> io::Result<()> {
+        let bytes = libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: the option value is a live c_int of the size passed.
+        let result = unsafe {
+            libc::setsockopt(
+                self.raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if result < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// A printable name of the other end, for logs.
     pub(crate) fn peer_name(&self) -> String {
         match &*self.stream {
@@ -160,6 +180,11 @@ impl DeadlineSocket {
 
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         self.socket.raw_fd()
+    }
+
+    /// See [`Socket::set_receive_low_water`].
+    pub(crate) fn set_receive_low_water(&self, bytes: usize) -> io::Result<()> {
+        self.socket.set_receive_low_water(bytes)
     }
 
     /// Shuts down the socket under every clone.

@@ -388,6 +388,42 @@ fn unknown_options_and_commands_get_errors_and_the_connection_goes_on() {
     assert_eq!(data, [3; 512]);
 }
 
+/// A WRITE whose payload comes in pieces, the header alone first (as libnbd sends it) and the
+/// data in three writes with pauses: the reader waits for the rest of a small payload with the
+/// socket's low-water mark (SO_RCVLOWAT) at what is missing, so each piece is taken and the
+/// write lands whole, with and without a poll budget (whose polls take a piece before the
+/// rest). The final READ's header is 28 bytes: a mark not put back to one byte would wait for
+/// more, and this test would time out.
+#[test]
+fn a_write_payload_sent_in_pieces_lands_whole() {
+    for (poll_budget, pause) in [(Duration::ZERO, Duration::from_millis(20)), (Duration::from_millis(1), Duration::from_micros(300))] {
+        let dir = TempDir::new("dribble");
+        let device = Arc::new(MemDevice::new(MIB));
+        let config = nbd::ServerConfig { poll_budget, ..nbd::ServerConfig::default() };
+        let server = Server::with_config(vec![Export::new("vd0", Arc::clone(&device))], config).unwrap();
+        let handle = server.serve_unix(dir.join("nbd.sock")).unwrap();
+        let mut stream = raw_transmission(&socket_path(&handle));
+        for round in 0..20u64 {
+            let payload = random_bytes(8192, round + 7);
+            let offset = (round % 8) * 8192;
+            stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, 60 + round, offset, 8192)).unwrap();
+            thread::sleep(pause);
+            for piece in [&payload[..100], &payload[100..5000], &payload[5000..]] {
+                stream.write_all(piece).unwrap();
+                thread::sleep(pause);
+            }
+            assert_eq!(read_simple_reply(&mut stream), (0, 60 + round), "poll budget {poll_budget:?}");
+            assert_eq!(device.snapshot(offset, 8192), payload, "write {round}, poll budget {poll_budget:?}");
+        }
+        // Then a read on the same connection: the mark is back at one byte.
+        stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_READ, 90, 0, 512)).unwrap();
+        assert_eq!(read_simple_reply(&mut stream), (0, 90));
+        let mut data = [0u8; 512];
+        stream.read_exact(&mut data).unwrap();
+        assert_eq!(data[..], device.snapshot(0, 512)[..]);
+    }
+}
+
 // ---- Disconnects, the in-flight bound, shutdown -----------------------------------------------
 
 #[test]

@@ -17,7 +17,7 @@
 //! `Credit` is released on drop, so no path (error, disconnect, a device that drops a
 //! callback, a reply writer that gave up on a client that does not read) can leak one.
 
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -186,7 +186,7 @@ fn payload_bytes(request: &Request) -> usize {
 /// Hands a checked request to the device. Returns once it is submitted, not completed.
 fn submit<D: BlockDevice>(
     device: &Arc<D>,
-    reader: &mut impl Read,
+    reader: &mut BufReader<DeadlineSocket>,
     replies: &Replies<D::Buf>,
     request: Request,
     credit: Credit,
@@ -205,7 +205,7 @@ fn submit<D: BlockDevice>(
         }
         Command::Write => {
             let mut buf = alloc(&**device, len_bytes);
-            reader.read_exact(buf.as_mut())?;
+            read_payload(reader, buf.as_mut())?;
             device.write(request.offset, buf, fua, done(replies, request, credit));
         }
         Command::WriteZeroes if request.has_flag(proto::NBD_CMD_FLAG_NO_HOLE) => {
@@ -228,6 +228,32 @@ fn submit<D: BlockDevice>(
         Command::Disc => unreachable!("DISC ends the reader before submission"),
     }
     Ok(())
+}
+
+/// The most of a WRITE's payload still to come for which the reader asks the socket to wake it
+/// only once all of it is there: small requests, whose two wake-ups would cost more than the
+/// request itself. Well below any socket's receive buffer, so the bytes waited for always fit.
+const LOW_WATER_PAYLOAD_MAX_BYTES: usize = 32 << 10;
+
+/// Reads a WRITE's payload. A client that sends the header and the data in two writes (libnbd
+/// does) would wake the reader for the header alone, then again for the data: with the rest
+/// of a small payload still on its way, the socket is told to wake the reader once all of it is
+/// there (SO_RCVLOWAT), and the rest is read straight into the payload. The kernel caps the
+/// mark at the length a read asks for, so a read cut short (a signal, a poll) never waits for
+/// more than the rest; the mark goes back to one byte before the next header is read.
+fn read_payload(reader: &mut BufReader<DeadlineSocket>, payload: &mut [u8]) -> io::Result<()> {
+    let buffered_bytes = reader.buffer().len().min(payload.len());
+    let missing_bytes = payload.len() - buffered_bytes;
+    if missing_bytes <= 1 || missing_bytes > LOW_WATER_PAYLOAD_MAX_BYTES {
+        return reader.read_exact(payload);
+    }
+    payload[..buffered_bytes].copy_from_slice(&reader.buffer()[..buffered_bytes]);
+    reader.consume(buffered_bytes);
+    let socket = reader.get_mut();
+    socket.set_receive_low_water(missing_bytes)?;
+    let read = socket.read_exact(&mut payload[buffered_bytes..]);
+    socket.set_receive_low_water(1)?;
+    read
 }
 
 /// A completion that, on success, flushes the device before calling `done`.
