@@ -29,20 +29,24 @@
 //! answers with ENOENT, ESHUTDOWN or (a deleted pool, in Ceph 16) EPERM; those become
 //! `DriveError::Gone`, which takes the member out at once, and every later operation fails
 //! the same way without reaching librbd. librados' OSD timeout is set to 30 s unless the conf
-//! sets one, so a member whose OSDs stop answering fails instead of holding the VD's I/O forever.
+//! sets one, so a member whose OSDs stop answering fails instead of holding the VD's I/O forever;
+//! and a write or flush that librbd holds past 60 s whatever the reason (an exclusive lock it
+//! never gets back) is completed as `Gone` and the drive with it (`overdue.rs`).
 //!
 //! Each drive has a cluster connection of its own: a member's faults (its client blocklisted,
 //! its connection stuck) stay with that member, as a disk's stay on its own link.
 
 mod connect;
 mod ffi;
+mod overdue;
 mod spec;
 
 pub use spec::{RbdSpec, RBD_FORM};
 
-use crate::{check_op_range, Completion, CompletionPort, Drive, DriveError, DriveInfo, DriveKind, DriveOp, IoCtx, Token};
+use crate::{check_op_range, Drive, DriveError, DriveInfo, DriveKind, DriveOp, IoCtx, Token};
 use connect::Handles;
 use ffi::{Api, RbdCompletionT, RbdImageT};
+use overdue::{Delivery, Overdue, OP_DEADLINE};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -62,6 +66,8 @@ pub struct RbdDrive {
     /// Taken and dropped (the image closed, the connection shut down) by `close`.
     handles: Mutex<Option<Handles>>,
     shared: Arc<Shared>,
+    /// The thread that gives up on writes and flushes librbd holds past [`OP_DEADLINE`].
+    watch: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 #[derive(Clone, Copy)]
@@ -84,6 +90,8 @@ struct Shared {
     /// `close` was called: no new operation starts.
     closed: AtomicBool,
     name: String,
+    /// The writes and flushes in flight, for the watch (`overdue.rs`).
+    overdue: Arc<Overdue>,
 }
 
 impl Shared {
@@ -96,6 +104,13 @@ impl Shared {
             return false;
         }
         true
+    }
+
+    /// The image answered that it is gone, or stopped answering: logged once.
+    fn mark_gone(&self, why: &str) {
+        if !self.gone.swap(true, Ordering::Relaxed) {
+            tracing::error!(drive = %self.name, "RBD image gone: {why}");
+        }
     }
 
     fn end(&self) {
@@ -152,9 +167,21 @@ impl RbdDrive {
             gone: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             name,
+            overdue: Arc::new(Overdue::default()),
         });
+        let watch = Self::start_watch(&shared).map_err(|error| format!("rbd:{}: cannot start its watch thread: {error}", spec.image_path()))?;
         let (api, image) = (opened.handles.api, ImagePtr(opened.handles.image));
-        Ok(RbdDrive { spec: spec.clone(), info, api, image, handles: Mutex::new(Some(opened.handles)), shared })
+        let handles = Mutex::new(Some(opened.handles));
+        Ok(RbdDrive { spec: spec.clone(), info, api, image, handles, shared, watch: Mutex::new(Some(watch)) })
+    }
+
+    fn start_watch(shared: &Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let shared = Arc::clone(shared);
+        std::thread::Builder::new().name("rbd-watch".into()).spawn(move || {
+            shared.overdue.run(OP_DEADLINE, |count| {
+                shared.mark_gone(&format!("{count} write(s) or flush(es) unanswered by librbd for {} s", OP_DEADLINE.as_secs()));
+            });
+        })
     }
 
     pub fn spec(&self) -> &RbdSpec {
@@ -164,12 +191,11 @@ impl RbdDrive {
 
 /// One operation between its submit and librbd's callback.
 struct Pending {
-    port: CompletionPort,
-    token: Token,
-    /// Owns the buffers librbd reads from or fills.
-    op: DriveOp,
-    /// The iovecs of a vectored op (librbd copies them at the call; kept for simplicity).
-    iovecs: Vec<libc::iovec>,
+    /// What completes it: kept here for a read (librbd fills its buffers until the callback),
+    /// held by the watch for a write or flush, which it may complete first (`overdue.rs`).
+    delivery: Held,
+    /// The iovecs of a vectored op, alive for the call (librbd copies them there).
+    _iovecs: Vec<libc::iovec>,
     shared: Arc<Shared>,
     api: &'static Api,
 }
@@ -184,16 +210,23 @@ enum Call {
     Flush,
 }
 
+/// Where an operation's [`Delivery`] waits for librbd's callback.
+enum Held {
+    Here(Delivery),
+    Watched(u64),
+}
+
 impl Call {
-    fn of(pending: &mut Pending) -> Call {
-        pending.iovecs = match &mut pending.op {
+    /// The call for `delivery`'s operation; its iovecs (of a vectored op) go into `iovecs`.
+    fn of(delivery: &mut Delivery, iovecs: &mut Vec<libc::iovec>) -> Call {
+        *iovecs = match &mut delivery.op {
             DriveOp::ReadV { bufs, .. } | DriveOp::WriteV { bufs, .. } => {
                 bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect()
             }
             _ => Vec::new(),
         };
-        let (iov, count) = (pending.iovecs.as_ptr(), c_int::try_from(pending.iovecs.len()).unwrap_or(c_int::MAX));
-        match &mut pending.op {
+        let (iov, count) = (iovecs.as_ptr(), c_int::try_from(iovecs.len()).unwrap_or(c_int::MAX));
+        match &mut delivery.op {
             DriveOp::Read { offset_bytes, buf } => Call::Read { offset_bytes: *offset_bytes, ptr: buf.as_mut_ptr(), len: buf.len() },
             DriveOp::Write { offset_bytes, buf } => Call::Write { offset_bytes: *offset_bytes, ptr: buf.as_mut_ptr(), len: buf.len() },
             DriveOp::ReadV { offset_bytes, .. } => Call::ReadV { offset_bytes: *offset_bytes, iov, count },
@@ -232,10 +265,18 @@ impl Drive for RbdDrive {
             return ctx.fail(token, DriveError::Gone, op);
         }
         let api = self.api;
-        let port = ctx.remote_completion();
-        let mut pending = Box::new(Pending { port, token, op, iovecs: Vec::new(), shared: Arc::clone(&self.shared), api });
-        let call = Call::of(&mut pending);
-        let arg = Box::into_raw(pending);
+        let mut delivery = Delivery { port: ctx.remote_completion(), token, op };
+        let mut iovecs = Vec::new();
+        let call = Call::of(&mut delivery, &mut iovecs);
+        let watched = !matches!(delivery.op, DriveOp::Read { .. } | DriveOp::ReadV { .. });
+        // The buffers' memory stays where it is when the delivery moves into the watch.
+        let (delivery, watched_id) = if watched {
+            let id = self.shared.overdue.hold(delivery);
+            (Held::Watched(id), Some(id))
+        } else {
+            (Held::Here(delivery), None)
+        };
+        let arg = Box::into_raw(Box::new(Pending { delivery, _iovecs: iovecs, shared: Arc::clone(&self.shared), api }));
         let mut completion: RbdCompletionT = std::ptr::null_mut();
         // SAFETY: `arg` is a leaked box that `on_complete` takes back exactly once; the out
         // pointer is a live local.
@@ -245,17 +286,22 @@ impl Drive for RbdDrive {
             return finish(*unsafe { Box::from_raw(arg) }, rc as isize);
         }
         // SAFETY: the image stays open until this operation ends (`begin` above; `close` waits);
-        // `call` points into the record behind `arg`, whose buffers stay where they are until
-        // the callback.
+        // `call` points into buffers owned by the record behind `arg` (or held by the watch,
+        // which gives nothing back before `arm` below), which stay where they are until the
+        // callback.
         let rc = unsafe { call.start(api, self.image.0, completion) };
         if rc < 0 {
             // Refused before it started: librbd will not call back, so the record is ours again.
             // SAFETY: the completion was created above and never handed out.
             unsafe { (api.rbd_aio_release)(completion) };
             // SAFETY: as above, the callback will not run for this record.
-            finish(*unsafe { Box::from_raw(arg) }, rc as isize);
+            return finish(*unsafe { Box::from_raw(arg) }, rc as isize);
         }
-        // From here on `arg` may already be freed by the callback on librbd's thread.
+        // From here on `arg` may already be freed by the callback on librbd's thread: only the
+        // id is used. librbd has copied a write's data, so the watch may give its buffers back.
+        if let Some(id) = watched_id {
+            self.shared.overdue.arm(id, Instant::now());
+        }
     }
 
     /// Whether librbd reports no allocated extent in the range (a new image: no background
@@ -291,6 +337,10 @@ impl Drive for RbdDrive {
     /// out, 30 s by default) and the connection. Later operations fail as on a vanished drive.
     fn close(&self) {
         self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.overdue.close();
+        if let Some(watch) = self.watch.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            let _ = watch.join();
+        }
         let mut handles = self.handles.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if handles.is_none() {
             return;
@@ -331,11 +381,18 @@ unsafe extern "C" fn on_complete(completion: RbdCompletionT, arg: *mut c_void) {
 }
 
 /// Turns librbd's return value into the completion, hands it to the submitting context (on
-/// whichever thread this runs), and counts the operation out.
+/// whichever thread this runs) unless the watch gave up on it first, and counts the operation
+/// out.
 fn finish(pending: Pending, rv: isize) {
-    let Pending { port, token, op, shared, .. } = pending;
-    let result = outcome(&op, rv, &shared);
-    port.complete(Completion::of(token, result, op));
+    let Pending { delivery, shared, .. } = pending;
+    let delivery = match delivery {
+        Held::Here(delivery) => Some(delivery),
+        Held::Watched(id) => shared.overdue.take(id),
+    };
+    if let Some(delivery) = delivery {
+        let result = outcome(&delivery.op, rv, &shared);
+        delivery.complete(result);
+    }
     shared.end();
 }
 
@@ -343,9 +400,7 @@ fn outcome(op: &DriveOp, rv: isize, shared: &Shared) -> Result<(), DriveError> {
     if rv < 0 {
         let errno = i32::try_from(-rv).unwrap_or(libc::EIO);
         if matches!(errno, libc::ENOENT | libc::ESHUTDOWN | libc::EPERM) {
-            if !shared.gone.swap(true, Ordering::Relaxed) {
-                tracing::error!(drive = %shared.name, error = %std::io::Error::from_raw_os_error(errno), "RBD image gone");
-            }
+            shared.mark_gone(&std::io::Error::from_raw_os_error(errno).to_string());
             return Err(DriveError::Gone);
         }
         return Err(DriveError::Io(errno));
