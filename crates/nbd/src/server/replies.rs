@@ -109,7 +109,7 @@ impl<B: AsRef<[u8]> + Send + 'static> Replies<B> {
     }
 
     fn offer_to_cork(&self, reply: Reply<B>) -> Option<Reply<B>> {
-        let mut cork = self.cork.lock().expect("reply cork lock");
+        let mut cork = self.cork.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let bytes = reply.wire_bytes();
         if !cork.open || cork.replies.len() >= CORK_REPLIES_MAX || cork.bytes + bytes > CORK_BYTES_MAX {
             return Some(reply);
@@ -119,16 +119,17 @@ impl<B: AsRef<[u8]> + Send + 'static> Replies<B> {
         None
     }
 
-    /// Lets replies gather: the reader has the next request whole in its buffer.
+    /// Lets replies gather: the reader has the next request's header in its buffer, so it
+    /// will not block before its next [`Replies::flush_cork`].
     pub(crate) fn open_cork(&self) {
-        self.cork.lock().expect("reply cork lock").open = true;
+        self.cork.lock().unwrap_or_else(std::sync::PoisonError::into_inner).open = true;
     }
 
     /// Closes the cork and sends what it holds in one write (to the writer thread if the
     /// socket or the writer is busy). Called before the reader may block, and at its end.
     pub(crate) fn flush_cork(&self) {
         let batch = {
-            let mut cork = self.cork.lock().expect("reply cork lock");
+            let mut cork = self.cork.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if !cork.open && cork.replies.is_empty() {
                 return;
             }
@@ -208,15 +209,7 @@ impl ReplyOut {
     /// the lock nor the socket): the caller may be a device's thread, which must not wait for
     /// a client.
     fn write_in_place<B: AsRef<[u8]>>(&self, reply: Reply<B>) -> InPlace<B> {
-        if self.queued.load(Ordering::SeqCst) != 0 {
-            return InPlace::NotNow(reply);
-        }
-        let Ok(mut writer) = self.writer.try_lock() else { return InPlace::NotNow(reply) };
-        let idle = writer.tail.is_empty() && writer.stream.as_ref().is_some_and(|stream| stream.buffer().is_empty());
-        if !idle {
-            // An abandoned client's replies are dropped by the writer (credits released there).
-            return InPlace::NotNow(reply);
-        }
+        let Some(mut writer) = self.idle_writer() else { return InPlace::NotNow(reply) };
         let (head, data) = reply_parts(&reply, self.structured_replies);
         let total_bytes = head.len() + data.len();
         if total_bytes > REPLY_BUFFER_BYTES {
@@ -238,19 +231,22 @@ impl ReplyOut {
             }
         }
     }
-}
 
-impl ReplyOut {
+    /// The writer's state, if nothing is queued for it or half written and nobody else holds
+    /// it (tried, never waited for). An abandoned client's replies are left to the writer,
+    /// which drops them and releases their credits.
+    fn idle_writer(&self) -> Option<std::sync::MutexGuard<'_, WriterState>> {
+        if self.queued.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        let writer = self.writer.try_lock().ok()?;
+        let idle = writer.tail.is_empty() && writer.stream.as_ref().is_some_and(|stream| stream.buffer().is_empty());
+        idle.then_some(writer)
+    }
+
     /// [`ReplyOut::write_in_place`] for several replies in one `sendmsg`: a corked batch.
     fn write_batch_in_place<B: AsRef<[u8]>>(&self, mut batch: Vec<Reply<B>>) -> BatchInPlace<B> {
-        if self.queued.load(Ordering::SeqCst) != 0 {
-            return BatchInPlace::NotNow(batch);
-        }
-        let Ok(mut writer) = self.writer.try_lock() else { return BatchInPlace::NotNow(batch) };
-        let idle = writer.tail.is_empty() && writer.stream.as_ref().is_some_and(|stream| stream.buffer().is_empty());
-        if !idle {
-            return BatchInPlace::NotNow(batch);
-        }
+        let Some(mut writer) = self.idle_writer() else { return BatchInPlace::NotNow(batch) };
         let parts: Vec<(Vec<u8>, &[u8])> = batch.iter().map(|reply| reply_parts(reply, self.structured_replies)).collect();
         let total_bytes: usize = parts.iter().map(|(head, data)| head.len() + data.len()).sum();
         let sent_bytes = match send_vectored_now(&self.socket, &parts) {
