@@ -7,7 +7,7 @@
 //! the writer thread, the rest of a reply first in line. So no thread ever waits on a client
 //! that is not reading (the client may be blocked sending the requests the reader should read,
 //! and a device's thread serves other clients). While the reader's buffer holds the next
-//! request whole, replies gather in a cork and go out in one `sendmsg` before the reader may
+//! request's header, replies gather in a cork and go out in one `sendmsg` before the reader may
 //! block (`replies.rs`): one system call, and one wake-up of the client, per burst instead of
 //! per request.
 //!
@@ -415,13 +415,16 @@ impl InFlight {
     /// alone always fits either, so nothing waits forever: what it waits for is held by
     /// requests that complete, and by replies that are sent or, after `reply_stall_timeout`,
     /// dropped.
+    /// Whether a request of `payload_bytes` fits this connection's bounds now. A request alone
+    /// always fits, however large its payload.
+    fn fits(&self, state: &InFlightState, payload_bytes: usize) -> bool {
+        state.requests < self.requests_max && (state.requests == 0 || state.payload_bytes + payload_bytes <= self.payload_bytes_max)
+    }
+
     /// A credit if the request fits both bounds now, without waiting for either.
     fn try_acquire(self: &Arc<Self>, payload_bytes: usize) -> Option<Credit> {
         let mut state = self.state.lock().unwrap();
-        if state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
-            return None;
-        }
-        if !self.budget.try_take(payload_bytes) {
+        if !self.fits(&state, payload_bytes) || !self.budget.try_take(payload_bytes) {
             return None;
         }
         state.requests += 1;
@@ -433,7 +436,7 @@ impl InFlight {
 
     fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
         let mut state = self.state.lock().unwrap();
-        while state.requests >= self.requests_max || (state.requests > 0 && state.payload_bytes + payload_bytes > self.payload_bytes_max) {
+        while !self.fits(&state, payload_bytes) {
             state.reader_waiting = true;
             state = self.released.wait(state).unwrap();
             state.reader_waiting = false;
