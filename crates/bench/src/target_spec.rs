@@ -353,7 +353,7 @@ mod tests {
         let raw = TargetSpec::parse("raw:rbd:pool/one").unwrap();
         assert_eq!(raw.text(), "raw:rbd:pool/one");
         let message = error("vd:r0:4xrbd:rbd/bench?user=x");
-        assert!(message.contains("unknown key \"user\" (allowed keys: conf, id)"), "{message}");
+        assert!(message.contains("unknown key \"user\" (allowed keys: conf, id, timeout)"), "{message}");
         assert!(error("raw:rbd:bench").contains("expected POOL/IMAGE"));
     }
 

@@ -248,6 +248,45 @@ fn close_releases_the_image_and_later_operations_fail() {
     cluster.run("rbd", &["rm", "--no-progress", "rbd/closing"]);
 }
 
+/// A write librbd holds past the drive's `timeout=` whatever the reason (here an OSD stopped
+/// with librados' own timeout set far away, as librbd's lock waits are not covered by it at
+/// all): the drive's watch completes it as Gone after about the timeout, later operations fail
+/// at once, and closing the drive still waits for librbd to let go of the write once the OSD
+/// answers again.
+#[test]
+fn a_write_librbd_holds_past_the_timeout_fails_the_drive_as_gone() {
+    let cluster = CephCluster::start();
+    cluster.create_image("held", 8 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("client.conf");
+    let text = std::fs::read_to_string(cluster.conf()).unwrap();
+    std::fs::write(&conf, format!("{text}\n[client]\nrados osd op timeout = 600\n")).unwrap();
+    let spec = RbdSpec::parse(&format!("{POOL}/held?conf={}&timeout=3s", conf.display())).unwrap();
+    let drive = RbdDrive::open(&spec).unwrap();
+    let ctx = &mut IoCtx::new(IoCtxConfig::default()).unwrap();
+    assert_eq!(write(&drive, ctx, 0, pattern(4096, 1)), Ok(()));
+    let osds = cluster.osd_pids();
+    assert!(!osds.is_empty(), "the cluster has an OSD");
+    let signal = |name: &str| {
+        for pid in &osds {
+            let status = std::process::Command::new("kill").args([name, &pid.to_string()]).status().unwrap();
+            assert!(status.success(), "kill {name} {pid}");
+        }
+    };
+    signal("-STOP");
+    let started = Instant::now();
+    let held = write(&drive, ctx, 4096, pattern(4096, 2));
+    let waited = started.elapsed();
+    let later = write(&drive, ctx, 8192, pattern(4096, 3));
+    signal("-CONT");
+    assert_eq!(held, Err(DriveError::Gone), "after {waited:?}");
+    assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(15), "given up after {waited:?}");
+    assert_eq!(later, Err(DriveError::Gone), "an operation after the drive was given up");
+    let closing = Instant::now();
+    drive.close();
+    assert!(closing.elapsed() < Duration::from_secs(60), "close waited {:?} for librbd", closing.elapsed());
+}
+
 /// An OSD that stops answering (SIGSTOP, as a hung host): an operation fails with ETIMEDOUT
 /// after librados' OSD timeout (2 s in this client's conf; storc makes it 30 s when the conf
 /// sets none) instead of waiting forever; once the OSD is back the drive works again. A cluster

@@ -166,7 +166,7 @@ fn bad_rbd_drives_are_refused_with_what_was_tried() {
     for (drive, expected) in [
         (format!("rbd:rbd/absent?conf={conf}"), "image rbd/absent does not exist (create it with: rbd create --size 8G rbd/absent)"),
         (format!("rbd:absent-pool/disk?conf={conf}"), "pool \"absent-pool\" does not exist"),
-        (format!("rbd:rbd/disk?conf={conf}&user=admin"), "unknown key \"user\" (allowed keys: conf, id)"),
+        (format!("rbd:rbd/disk?conf={conf}&user=admin"), "unknown key \"user\" (allowed keys: conf, id, timeout)"),
         ("rbd:disk".to_string(), "expected POOL/IMAGE"),
     ] {
         let message = common::serve_refused(&scratch, &["--drive", &drive], 1);

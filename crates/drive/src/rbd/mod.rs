@@ -169,17 +169,18 @@ impl RbdDrive {
             name,
             overdue: Arc::new(Overdue::default()),
         });
-        let watch = Self::start_watch(&shared).map_err(|error| format!("rbd:{}: cannot start its watch thread: {error}", spec.image_path()))?;
+        let deadline = spec.op_timeout.unwrap_or(OP_DEADLINE);
+        let watch = Self::start_watch(&shared, deadline).map_err(|error| format!("rbd:{}: cannot start its watch thread: {error}", spec.image_path()))?;
         let (api, image) = (opened.handles.api, ImagePtr(opened.handles.image));
         let handles = Mutex::new(Some(opened.handles));
         Ok(RbdDrive { spec: spec.clone(), info, api, image, handles, shared, watch: Mutex::new(Some(watch)) })
     }
 
-    fn start_watch(shared: &Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    fn start_watch(shared: &Arc<Shared>, deadline: Duration) -> std::io::Result<std::thread::JoinHandle<()>> {
         let shared = Arc::clone(shared);
         std::thread::Builder::new().name("rbd-watch".into()).spawn(move || {
-            shared.overdue.run(OP_DEADLINE, |count| {
-                shared.mark_gone(&format!("{count} write(s) or flush(es) unanswered by librbd for {} s", OP_DEADLINE.as_secs()));
+            shared.overdue.run(deadline, |count| {
+                shared.mark_gone(&format!("{count} write(s) or flush(es) unanswered by librbd for {} s", deadline.as_secs()));
             });
         })
     }

@@ -1,5 +1,5 @@
-//! Writes and flushes librbd does not answer: after [`OP_DEADLINE`] the drive is treated as
-//! gone, as a controller resets and fails a disk that stops answering.
+//! Writes and flushes librbd does not answer: after [`OP_DEADLINE`] (or the spec's `timeout=`)
+//! the drive is treated as gone, as a controller resets and fails a disk that stops answering.
 //!
 //! librbd can hold an operation forever: in Ceph 16, a pool deleted under an image with the
 //! exclusive-lock feature leaves writes waiting for a lock that is never reacquired ("aborting

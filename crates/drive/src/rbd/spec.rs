@@ -1,10 +1,16 @@
-//! `rbd:POOL/IMAGE[?conf=PATH&id=USER]` as text: parsed into an [`RbdSpec`] and written back.
+//! `rbd:POOL/IMAGE[?conf=PATH&id=USER&timeout=SECONDS]` as text: parsed into an [`RbdSpec`] and written back.
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The form of an RBD drive, for help texts and error messages.
-pub const RBD_FORM: &str = "rbd:POOL/IMAGE[?conf=PATH&id=USER]";
+pub const RBD_FORM: &str = "rbd:POOL/IMAGE[?conf=PATH&id=USER&timeout=SECONDS]";
+
+/// The bounds of `timeout=`: shorter would give up on a busy cluster's ordinary latency, longer
+/// would hold a VD's writes for ten minutes.
+const TIMEOUT_SECONDS_MIN: u64 = 1;
+const TIMEOUT_SECONDS_MAX: u64 = 600;
 
 /// Where an RBD image is and who opens it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,6 +22,9 @@ pub struct RbdSpec {
     pub conf: Option<PathBuf>,
     /// The cephx user without `client.` (`admin` when not given).
     pub id: Option<String>,
+    /// How long librbd may hold a write or a flush before the drive is given up
+    /// (`timeout=`; `None`: the drive's default, 60 s).
+    pub op_timeout: Option<Duration>,
 }
 
 impl RbdSpec {
@@ -39,7 +48,7 @@ impl RbdSpec {
         if image.contains('@') {
             return Err(wrong(format!("{image:?} names a snapshot: a member drive must be writable")));
         }
-        let mut spec = RbdSpec { pool: pool.to_string(), image: image.to_string(), conf: None, id: None };
+        let mut spec = RbdSpec { pool: pool.to_string(), image: image.to_string(), conf: None, id: None, op_timeout: None };
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
             let (key, value) = pair.split_once('=').ok_or_else(|| wrong(format!("{pair:?} is not KEY=VALUE")))?;
             if value.is_empty() {
@@ -48,7 +57,8 @@ impl RbdSpec {
             let duplicate = match key {
                 "conf" => spec.conf.replace(PathBuf::from(value)).is_some(),
                 "id" => spec.id.replace(value.strip_prefix("client.").unwrap_or(value).to_string()).is_some(),
-                _ => return Err(wrong(format!("unknown key {key:?} (allowed keys: conf, id)"))),
+                "timeout" => spec.op_timeout.replace(parse_timeout(value).map_err(wrong)?).is_some(),
+                _ => return Err(wrong(format!("unknown key {key:?} (allowed keys: conf, id, timeout)"))),
             };
             if duplicate {
                 return Err(wrong(format!("{key}= is given twice")));
@@ -74,6 +84,19 @@ impl RbdSpec {
 }
 
 /// `rbd:POOL/IMAGE` with the keys that were given, in a fixed order.
+/// `timeout=`: whole seconds, `30` or `30s`, within the bounds above.
+fn parse_timeout(value: &str) -> Result<Duration, String> {
+    let seconds: u64 = value
+        .strip_suffix('s')
+        .unwrap_or(value)
+        .parse()
+        .map_err(|_| format!("timeout={value} is not a whole number of seconds (e.g. timeout=30s)"))?;
+    if !(TIMEOUT_SECONDS_MIN..=TIMEOUT_SECONDS_MAX).contains(&seconds) {
+        return Err(format!("timeout={value} is outside {TIMEOUT_SECONDS_MIN} to {TIMEOUT_SECONDS_MAX} seconds"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
 impl fmt::Display for RbdSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rbd:{}/{}", self.pool, self.image)?;
@@ -84,6 +107,10 @@ impl fmt::Display for RbdSpec {
         }
         if let Some(id) = &self.id {
             write!(f, "{separator}id={id}")?;
+            separator = '&';
+        }
+        if let Some(timeout) = self.op_timeout {
+            write!(f, "{separator}timeout={}s", timeout.as_secs())?;
         }
         Ok(())
     }
@@ -104,6 +131,10 @@ mod tests {
         assert_eq!(spec.to_string(), "rbd:fast/vm-1?conf=/etc/ceph/other.conf&id=storc");
         assert_eq!(RbdSpec::parse("p/i?id=client.x").unwrap().to_string(), "rbd:p/i?id=x");
         assert_eq!(RbdSpec::parse("p/i?id=x").unwrap().with_image("j".into()).image_path(), "p/j");
+        let spec = RbdSpec::parse("p/i?timeout=5&id=x").unwrap();
+        assert_eq!(spec.op_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(spec.to_string(), "rbd:p/i?id=x&timeout=5s");
+        assert_eq!(RbdSpec::parse("p/i?timeout=600s").unwrap().op_timeout, Some(Duration::from_secs(600)));
     }
 
     #[test]
@@ -118,7 +149,9 @@ mod tests {
         check("rbd/", "the image is empty");
         check("rbd/ns/disk0", "namespaces");
         check("rbd/disk0@snap", "snapshot");
-        check("rbd/disk0?user=admin", "unknown key \"user\" (allowed keys: conf, id)");
+        check("rbd/disk0?user=admin", "unknown key \"user\" (allowed keys: conf, id, timeout)");
+        check("rbd/disk0?timeout=0", "timeout=0 is outside 1 to 600 seconds");
+        check("rbd/disk0?timeout=fast", "timeout=fast is not a whole number of seconds");
         check("rbd/disk0?conf", "\"conf\" is not KEY=VALUE");
         check("rbd/disk0?conf=", "conf= has no value");
         check("rbd/disk0?id=a&id=b", "id= is given twice");

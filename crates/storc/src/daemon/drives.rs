@@ -12,7 +12,7 @@ pub const DEFAULT_DRIVE_BYTES: u64 = 8 << 30;
 
 /// Opens one `--drive` argument: `mem:SIZE`, `hdd:CLASS:SIZE[,...]`, `ssd:CLASS:SIZE[,...]`, an
 /// NBD export (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`, each
-/// with `timeout=DURATION` in its query if wanted), `rbd:POOL/IMAGE[?conf=PATH&id=USER]` (an
+/// with `timeout=DURATION` in its query if wanted), `rbd:POOL/IMAGE[?conf=PATH&id=USER&timeout=SECONDS]` (an
 /// existing RBD image), or a path to an existing file or block device.
 pub fn open_spec(spec: &str) -> Result<OfferedDrive, String> {
     open_drive(spec).map(|(offered, _)| offered)

@@ -45,7 +45,7 @@ pub struct Args {
     /// nbds://USER@HOST[:PORT]/EXPORT?tls-psk-file=PATH or nbd+unix:///EXPORT?socket=PATH, with
     /// timeout=DURATION (1s-300s, default 10s) in the query: a request unanswered that long fails
     /// the member, and the link is reconnected in the background; or an RBD image of a Ceph
-    /// cluster, rbd:POOL/IMAGE[?conf=PATH&id=USER] (librbd1 must be installed). Repeat for more. Without any, eight 8 GiB sparse files in the data
+    /// cluster, rbd:POOL/IMAGE[?conf=PATH&id=USER&timeout=SECONDS] (librbd1 must be installed). Repeat for more. Without any, eight 8 GiB sparse files in the data
     /// directory, with a RAID5 on slots 0-6 and slot 7 as a global hot spare on first start.
     #[arg(long = "drive")]
     drives: Vec<String>,
