@@ -11,8 +11,8 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use nbd::{BlockDevice, Done, ReadDone};
 use nbd::testing::MemDevice;
+use nbd::{BlockDevice, Done, ReadDone};
 use nbd::{Client, ClientConfig, Export, NbdUri, Server, ServerConfig, ServerHandle};
 
 /// A stuck reply shows as a client that waits this long.

@@ -325,7 +325,12 @@ fn kill_9_with_a_write_back_ssd_cache_never_loses_an_acknowledged_write() {
     let held = || daemon.get::<VdView>("/api/v1/vds/0").ssd_cache.map_or(0, |c| c.lines_valid);
     let mut passes = 0;
     while held() < BLOCK_COUNT / 4 {
-        assert!(Instant::now() < deadline, "the blocks' {} lines were not promoted after {passes} passes: {} held", BLOCK_COUNT / 4, held());
+        assert!(
+            Instant::now() < deadline,
+            "the blocks' {} lines were not promoted after {passes} passes: {} held",
+            BLOCK_COUNT / 4,
+            held()
+        );
         for block in 0..BLOCK_COUNT {
             nbd.read(block_offset_bytes(block), BLOCK_BYTES as u32).expect("read");
         }

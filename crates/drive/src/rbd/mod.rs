@@ -170,7 +170,8 @@ impl RbdDrive {
             overdue: Arc::new(Overdue::default()),
         });
         let deadline = spec.op_timeout.unwrap_or(OP_DEADLINE);
-        let watch = Self::start_watch(&shared, deadline).map_err(|error| format!("rbd:{}: cannot start its watch thread: {error}", spec.image_path()))?;
+        let watch = Self::start_watch(&shared, deadline)
+            .map_err(|error| format!("rbd:{}: cannot start its watch thread: {error}", spec.image_path()))?;
         let (api, image) = (opened.handles.api, ImagePtr(opened.handles.image));
         let handles = Mutex::new(Some(opened.handles));
         Ok(RbdDrive { spec: spec.clone(), info, api, image, handles, shared, watch: Mutex::new(Some(watch)) })

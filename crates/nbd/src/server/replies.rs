@@ -75,7 +75,11 @@ const CORK_BYTES_MAX: usize = 64 << 10;
 
 impl<B: AsRef<[u8]> + Send + 'static> Replies<B> {
     /// The replies of `socket`, and the thread that writes those that cannot go out in place.
-    pub(crate) fn start(socket: &Socket, structured_replies: bool, client_gone: &Arc<AtomicBool>) -> io::Result<(Replies<B>, thread::JoinHandle<()>)> {
+    pub(crate) fn start(
+        socket: &Socket,
+        structured_replies: bool,
+        client_gone: &Arc<AtomicBool>,
+    ) -> io::Result<(Replies<B>, thread::JoinHandle<()>)> {
         let (sender, replies_rx) = mpsc::channel::<Reply<B>>();
         let out = Arc::new(ReplyOut {
             writer: Mutex::new(WriterState {
@@ -397,4 +401,3 @@ fn reply_parts<B: AsRef<[u8]>>(reply: &Reply<B>, structured_replies: bool) -> (V
         (Outcome::Failed { error, message }, true) => (proto::encode_error_chunk(cookie, error.nbd_error(), message).to_vec(), &[]),
     }
 }
-

@@ -302,7 +302,14 @@ fn failure_message(request: &Request, error: IoError) -> String {
     format!("{:?} of {} bytes at offset {}: {error}", request.command, request.len_bytes, request.offset)
 }
 
-fn send_failure<B: AsRef<[u8]> + Send + 'static>(replies: &Replies<B>, cookie: u64, is_read: bool, credit: Credit, error: IoError, message: String) {
+fn send_failure<B: AsRef<[u8]> + Send + 'static>(
+    replies: &Replies<B>,
+    cookie: u64,
+    is_read: bool,
+    credit: Credit,
+    error: IoError,
+    message: String,
+) {
     replies.send(Reply { cookie, is_read, outcome: Outcome::Failed { error, message }, _credit: credit });
 }
 
