@@ -248,6 +248,24 @@ fn close_releases_the_image_and_later_operations_fail() {
     cluster.run("rbd", &["rm", "--no-progress", "rbd/closing"]);
 }
 
+/// The cluster's conf with librados' OSD timeout set to `osd_op_timeout_s`, written in `dir`.
+fn client_conf(cluster: &CephCluster, dir: &std::path::Path, osd_op_timeout_s: u32) -> std::path::PathBuf {
+    let conf = dir.join("client.conf");
+    let text = std::fs::read_to_string(cluster.conf()).unwrap();
+    std::fs::write(&conf, format!("{text}\n[client]\nrados osd op timeout = {osd_op_timeout_s}\n")).unwrap();
+    conf
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to every OSD of the cluster, as a host that hangs and comes back.
+fn signal_osds(cluster: &CephCluster, signal: &str) {
+    let osds = cluster.osd_pids();
+    assert!(!osds.is_empty(), "the cluster has an OSD");
+    for pid in &osds {
+        let status = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+}
+
 /// A write librbd holds past the drive's `timeout=` whatever the reason (here an OSD stopped
 /// with librados' own timeout set far away, as librbd's lock waits are not covered by it at
 /// all): the drive's watch completes it as Gone after about the timeout, later operations fail
@@ -258,21 +276,12 @@ fn a_write_librbd_holds_past_the_timeout_fails_the_drive_as_gone() {
     let cluster = CephCluster::start();
     cluster.create_image("held", 8 * MIB);
     let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("client.conf");
-    let text = std::fs::read_to_string(cluster.conf()).unwrap();
-    std::fs::write(&conf, format!("{text}\n[client]\nrados osd op timeout = 600\n")).unwrap();
+    let conf = client_conf(&cluster, dir.path(), 600);
     let spec = RbdSpec::parse(&format!("{POOL}/held?conf={}&timeout=3s", conf.display())).unwrap();
     let drive = RbdDrive::open(&spec).unwrap();
     let ctx = &mut IoCtx::new(IoCtxConfig::default()).unwrap();
     assert_eq!(write(&drive, ctx, 0, pattern(4096, 1)), Ok(()));
-    let osds = cluster.osd_pids();
-    assert!(!osds.is_empty(), "the cluster has an OSD");
-    let signal = |name: &str| {
-        for pid in &osds {
-            let status = std::process::Command::new("kill").args([name, &pid.to_string()]).status().unwrap();
-            assert!(status.success(), "kill {name} {pid}");
-        }
-    };
+    let signal = |name: &str| signal_osds(&cluster, name);
     signal("-STOP");
     let started = Instant::now();
     let held = write(&drive, ctx, 4096, pattern(4096, 2));
@@ -296,20 +305,11 @@ fn an_osd_that_stops_answering_fails_operations_after_the_timeout() {
     let cluster = CephCluster::start();
     cluster.create_image("stalled", 8 * MIB);
     let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("client.conf");
-    let text = std::fs::read_to_string(cluster.conf()).unwrap();
-    std::fs::write(&conf, format!("{text}\n[client]\nrados osd op timeout = 2\n")).unwrap();
+    let conf = client_conf(&cluster, dir.path(), 2);
     let drive = RbdDrive::open(&RbdSpec::parse(&format!("{POOL}/stalled?conf={}", conf.display())).unwrap()).unwrap();
     let ctx = &mut IoCtx::new(IoCtxConfig::default()).unwrap();
     assert_eq!(write(&drive, ctx, 0, pattern(4096, 1)), Ok(()));
-    let osds = cluster.osd_pids();
-    assert!(!osds.is_empty(), "the cluster has an OSD");
-    let signal = |name: &str| {
-        for pid in &osds {
-            let status = std::process::Command::new("kill").args([name, &pid.to_string()]).status().unwrap();
-            assert!(status.success(), "kill {name} {pid}");
-        }
-    };
+    let signal = |name: &str| signal_osds(&cluster, name);
     signal("-STOP");
     let started = Instant::now();
     let stalled = write(&drive, ctx, 4096, pattern(4096, 2));
