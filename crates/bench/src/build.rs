@@ -205,7 +205,13 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
     // A journal file is allocated up front, as `storc serve --journal` makes one.
     let preallocate = name == "journal";
     Ok(match spec {
-        MemberSpec::Mem { capacity_bytes } => Arc::new(MemDrive::named(format!("mem:{capacity_bytes}#{name}"), *capacity_bytes)),
+        MemberSpec::Mem { capacity_bytes, filled } => {
+            let drive = MemDrive::named(format!("mem:{capacity_bytes}#{name}"), *capacity_bytes);
+            if *filled {
+                drive.fill();
+            }
+            Arc::new(drive)
+        }
         MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::new(emulated, clock.clone())),
         MemberSpec::Files { dir, capacity_bytes } => {
             let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));

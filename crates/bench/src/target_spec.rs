@@ -24,7 +24,8 @@ TARGET is one of:
                                     a virtual drive built in this process, no daemon:
     LEVEL   r0 r1 r1e r5 r6 r10 r50 r60 jbod
     COUNT   member drives
-    DRIVE   mem:SIZE                            RAM, allocated on first write
+    DRIVE   mem:SIZE[,filled]                   RAM, allocated on first write (filled: all of it
+                                                written first, so that reads copy memory)
             hdd:7200|10k|15k:SIZE[,OPTION...]   emulated hard disk, real clock
             ssd:sata|sas|nvme:SIZE[,OPTION...]  emulated SSD, real clock
             file:DIR:SIZE                       sparse files made in DIR, removed at exit
@@ -82,6 +83,9 @@ pub struct VdSpec {
 pub enum MemberSpec {
     Mem {
         capacity_bytes: u64,
+        /// Every byte written before the run (`,filled`): reads then copy memory, where those
+        /// of a fresh drive return zeros without touching any.
+        filled: bool,
     },
     Emulated(EmulatedDriveSpec),
     Files {
@@ -220,7 +224,14 @@ fn parse_cache_vd(text: &str) -> Result<VdSpec, String> {
 fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
     let size = |text: &str| drive::parse_size_bytes(text).map_err(|e| format!("drive size: {e}"));
     match segments {
-        ["mem", capacity] => Ok(MemberSpec::Mem { capacity_bytes: size(capacity)? }),
+        ["mem", capacity] => {
+            let (capacity, filled) = match capacity.split_once(',') {
+                None => (*capacity, false),
+                Some((capacity, "filled")) => (capacity, true),
+                Some((_, option)) => return Err(format!("mem: unknown option {option:?}; allowed: filled")),
+            };
+            Ok(MemberSpec::Mem { capacity_bytes: size(capacity)?, filled })
+        }
         ["hdd" | "ssd", ..] => EmulatedDriveSpec::parse(&segments.join(":")).map(MemberSpec::Emulated),
         ["rbd", rest @ ..] if !rest.is_empty() => RbdSpec::parse(&rest.join(":")).map(MemberSpec::Rbd),
         ["file", dir @ .., capacity] if !dir.is_empty() => {
@@ -260,7 +271,9 @@ pub(crate) fn member_text(member: &MemberSpec) -> String {
 /// The member as `--target` writes it, sizes in their largest whole binary unit.
 pub(crate) fn member_spec_text(member: &MemberSpec) -> String {
     match member {
-        MemberSpec::Mem { capacity_bytes } => format!("mem:{}", size_text(*capacity_bytes)),
+        MemberSpec::Mem { capacity_bytes, filled } => {
+            format!("mem:{}{}", size_text(*capacity_bytes), if *filled { ",filled" } else { "" })
+        }
         MemberSpec::Emulated(emulated) => emulated.to_string(),
         MemberSpec::Files { dir, capacity_bytes } => format!("file:{}:{}", dir.display(), size_text(*capacity_bytes)),
         MemberSpec::Rbd(rbd) => rbd.to_string(),
@@ -312,7 +325,7 @@ mod tests {
         assert_eq!(spec.strip_size_bytes, 32 * 1024);
         assert_eq!(vd("vd:r0:2xmem:1GiB:awb:cached").io_policy, IoPolicy::Cached);
         let spec = vd("vd:r50:8xmem:1GiB:strip=128:span=4");
-        assert_eq!(spec.drive, MemberSpec::Mem { capacity_bytes: 1 << 30 });
+        assert_eq!(spec.drive, MemberSpec::Mem { capacity_bytes: 1 << 30, filled: false });
         assert_eq!((spec.strip_size_bytes, spec.drives_per_span), (128 * 1024, Some(4)));
         let spec = vd("vd:r1:2xssd:nvme:1TiB,qd=4");
         assert!(matches!(spec.drive, MemberSpec::Emulated(EmulatedDriveSpec { queue_depth: Some(4), .. })));
@@ -336,6 +349,9 @@ mod tests {
         assert!(matches!(**each, TargetSpec::Vd(VdSpec { level: Level::Jbod, drive_count: 1, .. })));
         assert_eq!(set.text(), "set:16:vd:jbod:1xssd:nvme:20GiB:strip=64:wt:nora:direct");
         assert_eq!(TargetSpec::parse(&set.text()).unwrap(), set);
+        let filled = vd("vd:r5:8xmem:64MiB,filled:cached");
+        assert_eq!(filled.drive, MemberSpec::Mem { capacity_bytes: 64 << 20, filled: true });
+        assert_eq!(vd(&TargetSpec::Vd(filled.clone()).text()), filled);
         let raw_set = TargetSpec::parse("set:4:raw:mem:1GiB").unwrap();
         assert_eq!(raw_set.text(), "set:4:raw:mem:1GiB");
         assert_eq!(TargetSpec::parse(&raw_set.text()).unwrap(), raw_set);
@@ -374,6 +390,7 @@ mod tests {
         check("/no/such/device", "no such file or device");
         check("nbd://host:99999/x", "port");
         check("raw:tape:1GiB", "unknown drive \"tape:1GiB\"");
+        check("raw:mem:1GiB,full", "unknown option \"full\"; allowed: filled");
         check("set:0:raw:mem:1GiB", "allowed: 1 to 32");
         check("set:many:raw:mem:1GiB", "disk count \"many\"");
         check("set:2:/dev/null", "each disk of a set is a vd:... or a raw:...");

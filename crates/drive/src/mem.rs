@@ -103,6 +103,17 @@ impl MemDrive {
         }
     }
 
+    /// Writes every byte of the drive (a pattern that differs from chunk to chunk), so that
+    /// reads copy memory as they would from a drive holding data.
+    pub fn fill(&self) {
+        for (index, chunk) in self.chunks.iter().enumerate() {
+            let mut data = ChunkData::new();
+            data.bytes.iter_mut().enumerate().for_each(|(i, byte)| *byte = (i as u8).wrapping_mul(31) ^ index as u8);
+            data.written_pages = u16::MAX;
+            *chunk.write().expect("memory drive lock poisoned") = Some(data);
+        }
+    }
+
     /// Bytes of RAM the drive holds now.
     pub fn allocated_bytes(&self) -> u64 {
         let allocated = self.chunks.iter().filter(|c| c.read().map(|c| c.is_some()).unwrap_or(false)).count();
@@ -147,5 +158,27 @@ impl MemDrive {
             self.copy(offset, buf.as_mut_slice(), write);
             offset += buf.len() as u64;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filled_drive_holds_data_everywhere_and_keeps_what_is_written() {
+        let drive = MemDrive::new(3 * CHUNK_BYTES);
+        drive.fill();
+        assert_eq!(drive.allocated_bytes(), 3 * CHUNK_BYTES);
+        let mut first = vec![0u8; PAGE_BYTES];
+        let mut last = vec![0u8; PAGE_BYTES];
+        drive.copy(0, &mut first, false);
+        drive.copy(3 * CHUNK_BYTES - PAGE_BYTES as u64, &mut last, false);
+        assert!(first.iter().any(|&b| b != 0) && first != last, "chunks hold different non-zero patterns");
+        let mut written = vec![7u8; PAGE_BYTES];
+        drive.copy(CHUNK_BYTES, &mut written, true);
+        let mut read = vec![0u8; PAGE_BYTES];
+        drive.copy(CHUNK_BYTES, &mut read, false);
+        assert_eq!(read, written);
     }
 }

@@ -186,6 +186,8 @@ struct ShardHandle {
     /// `link.waker`'s address, here in the engine's own (read-only) memory: telling whether
     /// this thread is the shard touches no line that the shard's threads write.
     waker_addr: usize,
+    /// The shard's clean cache lines: hits are served from them on the submitting thread.
+    clean_lines: cache::SharedLines,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -385,12 +387,13 @@ impl Engine {
         match request {
             VdRequest::Flush => self.router.flush(vd, done),
             VdRequest::Read { offset_bytes, buf } => {
-                let (buf, done) = match self.fast_io(vd, false, offset_bytes, buf, done) {
-                    Ok(()) => return,
-                    Err(back) => back,
-                };
                 let range = offset_bytes..offset_bytes + buf.len() as u64;
-                self.router.submit_pieces(vd, offset_bytes, buf, router::Piece::READ, done);
+                let served =
+                    self.cache_hit(vd, offset_bytes, buf, done).or_else(|(buf, done)| self.fast_io(vd, false, offset_bytes, buf, done));
+                if let Err((buf, done)) = served {
+                    self.router.submit_pieces(vd, offset_bytes, buf, router::Piece::READ, done);
+                }
+                // A hit moves a stream on as a miss does: its read-ahead keeps ahead of it.
                 if let Some(ahead) = read_ahead_for(vd, range, self.read_ahead_bytes) {
                     self.prefetch(vd, ahead);
                 }

@@ -21,9 +21,9 @@ pub(crate) fn start_shard(index: usize, config: EngineConfig) -> std::io::Result
         };
         shard_main(index, config, ctx, inbox_rx, ready_tx);
     })?;
-    let waker = ready_rx.recv().expect("shard reports whether it started")?;
+    let (waker, clean_lines) = ready_rx.recv().expect("shard reports whether it started")?;
     let waker_addr = Arc::as_ptr(&waker) as usize;
-    Ok(ShardHandle { link: Arc::new(ShardLink { inbox: inbox_tx, waker }), waker_addr, thread: Some(thread) })
+    Ok(ShardHandle { link: Arc::new(ShardLink { inbox: inbox_tx, waker }), waker_addr, clean_lines, thread: Some(thread) })
 }
 
 thread_local! {
@@ -67,7 +67,8 @@ pub(crate) fn send_own(msg: ShardMsg) {
     OWN_MSGS.with(|own| own.borrow_mut().push_back(msg));
 }
 
-type ReadyTx = std::sync::mpsc::SyncSender<std::io::Result<Arc<ShardWaker>>>;
+/// What a started shard hands its engine: its waker, and its clean cache's lines (for hits).
+type ReadyTx = std::sync::mpsc::SyncSender<std::io::Result<(Arc<ShardWaker>, cache::SharedLines)>>;
 
 /// How often the shards' caches are nudged (age-limited destaging, checkpoints).
 const TICK: std::time::Duration = std::time::Duration::from_millis(100);
@@ -92,10 +93,10 @@ pub(crate) fn start_ticker(shards: Vec<(Sender<ShardMsg>, Arc<ShardWaker>)>) -> 
 fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
     let waker = ctx.waker();
     CURRENT_SHARD.with(|current| current.set(Arc::as_ptr(&waker) as usize));
-    ready.send(Ok(Arc::clone(&waker))).expect("starter waits");
     let reactor = Reactor::new(ctx, CompletionOrder::Fifo);
     reactor.set_shard_index(index);
     reactor.cache().set_limit_bytes(config.cache_bytes / config.shard_count as u64);
+    ready.send(Ok((Arc::clone(&waker), reactor.cache().clean_lines()))).expect("starter waits");
     let mut executor = Executor::new(Rc::clone(&reactor));
     let mut stopping = false;
     loop {

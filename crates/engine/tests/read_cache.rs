@@ -140,3 +140,79 @@ fn ra_reads_ahead_of_random_reads_too_and_nora_never() {
     }
     assert_eq!(engine.cache_stats().clean.read_ahead_bytes, 0);
 }
+
+/// A block of [`racing_hits_never_read_older_than_an_acknowledged_write`]: its version in the
+/// first 8 bytes, the rest a pattern of version and block (so a torn block shows).
+fn versioned_block(block: u64, version: u64) -> Vec<u8> {
+    let mut bytes = vec![(version as u8) ^ (block as u8).wrapping_mul(7); 4096];
+    bytes[..8].copy_from_slice(&version.to_le_bytes());
+    bytes
+}
+
+/// Reads served from the clean lines on the submitting thread (no hop to the shard) race the
+/// shards' writes: WT writes that set the lines aside, AWB writes that update them in place.
+/// Each reader notes the newest version acknowledged before its read began; the block it reads
+/// must be whole and at least that new.
+#[test]
+fn racing_hits_never_read_older_than_an_acknowledged_write() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const BLOCKS: u64 = 64;
+    const WRITES_PER_WRITER: u64 = 3000;
+    for write_policy in [WritePolicy::WriteThrough, WritePolicy::AlwaysWriteBack] {
+        let (engine, vd) = rig(Level::Raid5, ReadPolicy::NoReadAhead, IoPolicy::Cached);
+        let acked: Vec<AtomicU64> = (0..BLOCKS).map(|_| AtomicU64::new(0)).collect();
+        for block in 0..BLOCKS {
+            engine.write_at(&vd, block * 4096, &versioned_block(block, 0)).unwrap();
+            // Read once, so that the lines hold it: AWB writes then update them in place.
+            engine.read_at(&vd, block * 4096, 4096).unwrap();
+        }
+        vd.set_write_policy(write_policy);
+        let writing = AtomicBool::new(true);
+        let hits_before = engine.cache_stats().clean.hits;
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..2u64)
+                .map(|writer| {
+                    let (engine, vd, acked) = (&engine, &vd, &acked);
+                    scope.spawn(move || {
+                        for n in 1..=WRITES_PER_WRITER {
+                            // Each writer owns every other block: versions of a block only grow.
+                            let block = (n * 13 % (BLOCKS / 2)) * 2 + writer;
+                            let version = acked[block as usize].load(Ordering::SeqCst) + 1;
+                            engine.write_at(vd, block * 4096, &versioned_block(block, version)).unwrap();
+                            acked[block as usize].store(version, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            for reader in 0..2u64 {
+                let (engine, vd, acked, writing) = (&engine, &vd, &acked, &writing);
+                scope.spawn(move || {
+                    let mut n = reader;
+                    while writing.load(Ordering::SeqCst) {
+                        n += 1;
+                        let block = n * 29 % BLOCKS;
+                        let at_least = acked[block as usize].load(Ordering::SeqCst);
+                        let got = engine.read_at(vd, block * 4096, 4096).unwrap();
+                        let version = u64::from_le_bytes(got.as_slice()[..8].try_into().unwrap());
+                        assert!(
+                            version >= at_least,
+                            "{write_policy:?}: block {block} read version {version} after {at_least} was acknowledged"
+                        );
+                        assert!(
+                            got.as_slice() == versioned_block(block, version),
+                            "{write_policy:?}: block {block} torn at version {version}"
+                        );
+                    }
+                });
+            }
+            writers.into_iter().for_each(|w| w.join().unwrap());
+            writing.store(false, Ordering::SeqCst);
+        });
+        let hits = engine.cache_stats().clean.hits - hits_before;
+        assert!(hits > 1000, "{write_policy:?}: only {hits} reads were served from the cache");
+        for block in 0..BLOCKS {
+            let version = acked[block as usize].load(Ordering::SeqCst);
+            assert!(engine.read_at(&vd, block * 4096, 4096).unwrap().as_slice() == versioned_block(block, version));
+        }
+    }
+}

@@ -12,12 +12,21 @@
 //! birth), and a poisoned fill keeps nothing. Writes that go through the dirty map update the
 //! lines they overlap in the same step; writes that go straight to the members invalidate
 //! them, before and after.
+//!
+//! The lines themselves ([`LineTable`]) sit behind a mutex that the engine holds too: a read
+//! that every held page answers is served on the thread that submits it
+//! ([`crate::Engine`]'s cache hits), without the two thread wake-ups of a hop to the shard,
+//! which at queue depth 1 are nearly all of a hit's latency. Only the shard changes the lines,
+//! always under that mutex, and every write changes them (update or invalidate) before it is
+//! acknowledged: a hit that takes the mutex after a write's acknowledgement sees the write's
+//! bytes or no line. Fills and direct writes stay the shard's own.
 
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A line of clean data: aligned in VD space, kept whole or not at all.
 pub const LINE_BYTES: u64 = 64 << 10;
@@ -84,16 +93,40 @@ impl CleanStats {
     }
 }
 
+/// A shard's lines, their clock and the counters, shared with the threads that serve hits.
 #[derive(Default)]
-pub(crate) struct CleanLines {
+pub struct LineTable {
     lines: HashMap<Key, Line>,
     /// The clock: lines in the order they came in (keys of removed lines are skipped).
     clock: VecDeque<Key>,
+    stats: CleanStats,
+}
+
+/// The handle the shard and the engine share (see the module comment).
+pub type SharedLines = Arc<Mutex<LineTable>>;
+
+/// Serves a read of `range` of VD `vd` from `lines` into `out` if every page of it is held
+/// (counted as a hit); otherwise leaves `out` alone.
+pub fn serve_hit(lines: &SharedLines, vd: u64, range: Range<u64>, out: &mut [u8]) -> bool {
+    let mut table = lock(lines);
+    let held = table.copy_out(vd, range, out);
+    table.stats.hits += u64::from(held);
+    held
+}
+
+fn lock(lines: &SharedLines) -> MutexGuard<'_, LineTable> {
+    // A panic while the lock was held left the table as a whole step left it: each method
+    // changes it only through safe code, so the lines stay usable.
+    lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Default)]
+pub(crate) struct CleanLines {
+    table: SharedLines,
     fills: Vec<Rc<Fill>>,
     /// Writes on their way to the members outside the dirty map: (id, VD, range).
     direct_writes: Vec<(u64, u64, Range<u64>)>,
     next_write_id: u64,
-    pub stats: CleanStats,
 }
 
 /// The pages `range` touches: (line index, page within the line).
@@ -105,14 +138,16 @@ fn overlaps(a: &Range<u64>, b: &Range<u64>) -> bool {
     a.start < b.end && b.start < a.end
 }
 
-impl CleanLines {
-    pub fn bytes(&self) -> u64 {
+impl LineTable {
+    fn bytes(&self) -> u64 {
         self.lines.len() as u64 * LINE_BYTES
     }
 
-    /// Copies `range` of VD `vd` into `out` if every page of it is held; otherwise leaves
-    /// `out` alone.
-    pub fn copy_out(&mut self, vd: u64, range: Range<u64>, out: &mut [u8]) -> bool {
+    fn holds_page(&self, vd: u64, page: u64) -> bool {
+        self.lines.get(&(vd, page / PAGES_PER_LINE)).is_some_and(|l| l.valid & (1 << (page % PAGES_PER_LINE)) != 0)
+    }
+
+    fn copy_out(&mut self, vd: u64, range: Range<u64>, out: &mut [u8]) -> bool {
         assert_eq!(out.len() as u64, range.end - range.start, "the buffer fits the range");
         let held = pages(&range).all(|(line, page)| self.lines.get(&(vd, line)).is_some_and(|l| l.valid & (1 << page) != 0));
         if !held {
@@ -131,9 +166,7 @@ impl CleanLines {
         true
     }
 
-    /// Keeps the whole pages of `data` (VD bytes from `offset`), taking at most `room_bytes`
-    /// for all lines (evicting others to make room).
-    pub fn insert(&mut self, vd: u64, offset: u64, data: &[u8], room_bytes: u64) {
+    fn insert(&mut self, vd: u64, offset: u64, data: &[u8], room_bytes: u64) {
         let first_page = offset.div_ceil(PAGE_BYTES);
         let end_page = (offset + data.len() as u64) / PAGE_BYTES;
         for page in first_page..end_page {
@@ -155,11 +188,8 @@ impl CleanLines {
         self.tidy_clock();
     }
 
-    /// A write through the dirty map: the lines it overlaps take its bytes (pages it covers
-    /// whole become valid), and fills of its range keep nothing.
-    pub fn update(&mut self, vd: u64, offset: u64, data: &[u8]) {
+    fn update(&mut self, vd: u64, offset: u64, data: &[u8]) {
         let range = offset..offset + data.len() as u64;
-        self.poison(vd, &range);
         for (line_index, page) in pages(&range) {
             let Some(line) = self.lines.get_mut(&(vd, line_index)) else { continue };
             let page_range = (line_index * LINE_BYTES + page * PAGE_BYTES)..(line_index * LINE_BYTES + (page + 1) * PAGE_BYTES);
@@ -173,8 +203,7 @@ impl CleanLines {
         }
     }
 
-    /// Forgets the pages `range` touches.
-    pub fn invalidate(&mut self, vd: u64, range: &Range<u64>) {
+    fn invalidate(&mut self, vd: u64, range: &Range<u64>) {
         for (line_index, page) in pages(range) {
             let Some(line) = self.lines.get_mut(&(vd, line_index)) else { continue };
             line.valid &= !(1 << page);
@@ -184,11 +213,91 @@ impl CleanLines {
         }
     }
 
+    fn evict_to(&mut self, max_bytes: u64) {
+        while self.bytes() > max_bytes {
+            let key = self.clock.pop_front().expect("every line is on the clock");
+            let Some(line) = self.lines.get_mut(&key) else { continue };
+            if line.referenced {
+                line.referenced = false;
+                self.clock.push_back(key);
+            } else {
+                self.lines.remove(&key);
+            }
+        }
+    }
+
+    /// Drops the clock's keys of removed lines once they outnumber the lines.
+    fn tidy_clock(&mut self) {
+        if self.clock.len() <= 2 * self.lines.len() + 1024 {
+            return;
+        }
+        let mut seen = HashSet::new();
+        let lines = &self.lines;
+        self.clock.retain(|key| lines.contains_key(key) && seen.insert(*key));
+        assert_eq!(self.clock.len(), self.lines.len(), "every line is on the clock once");
+    }
+}
+
+impl CleanLines {
+    /// The lines, for the engine's hits on other threads.
+    pub fn shared(&self) -> SharedLines {
+        Arc::clone(&self.table)
+    }
+
+    fn table(&self) -> MutexGuard<'_, LineTable> {
+        lock(&self.table)
+    }
+
+    #[cfg(test)]
+    pub fn bytes(&self) -> u64 {
+        self.table().bytes()
+    }
+
+    /// The counters, with the bytes held now.
+    pub fn stats(&self) -> CleanStats {
+        let table = self.table();
+        CleanStats { bytes: table.bytes(), ..table.stats }
+    }
+
+    pub fn count_miss(&self) {
+        self.table().stats.misses += 1;
+    }
+
+    pub fn count_read_ahead(&self, bytes: u64) {
+        self.table().stats.read_ahead_bytes += bytes;
+    }
+
+    /// Copies `range` of VD `vd` into `out` if every page of it is held (counted as a hit);
+    /// otherwise leaves `out` alone.
+    pub fn copy_out(&self, vd: u64, range: Range<u64>, out: &mut [u8]) -> bool {
+        serve_hit(&self.table, vd, range, out)
+    }
+
+    /// Keeps the whole pages of `data` (VD bytes from `offset`), taking at most `room_bytes`
+    /// for all lines (evicting others to make room).
+    pub fn insert(&mut self, vd: u64, offset: u64, data: &[u8], room_bytes: u64) {
+        self.table().insert(vd, offset, data, room_bytes);
+    }
+
+    /// A write through the dirty map: the lines it overlaps take its bytes (pages it covers
+    /// whole become valid), and fills of its range keep nothing.
+    pub fn update(&mut self, vd: u64, offset: u64, data: &[u8]) {
+        self.poison(vd, &(offset..offset + data.len() as u64));
+        self.table().update(vd, offset, data);
+    }
+
+    /// Forgets the pages `range` touches.
+    pub fn invalidate(&mut self, vd: u64, range: &Range<u64>) {
+        self.table().invalidate(vd, range);
+    }
+
     /// Forgets everything of a VD (deleted, or initialized).
     pub fn forget_vd(&mut self, vd: u64) {
-        self.lines.retain(|&(v, _), _| v != vd);
+        let mut table = self.table();
+        table.lines.retain(|&(v, _), _| v != vd);
+        table.tidy_clock();
+        drop(table);
         self.fills.iter().filter(|f| f.vd == vd).for_each(|f| f.poisoned.set(true));
-        self.tidy_clock();
     }
 
     /// A write to `range` is on its way to the members outside the dirty map (or a repair
@@ -233,12 +342,12 @@ impl CleanLines {
 
     /// `range` without the pages at either end that are held already (empty if all are).
     pub fn trim_held(&self, vd: u64, range: Range<u64>) -> Range<u64> {
-        let held = |page: u64| self.lines.get(&(vd, page / PAGES_PER_LINE)).is_some_and(|l| l.valid & (1 << (page % PAGES_PER_LINE)) != 0);
+        let table = self.table();
         let (mut first, mut end) = (range.start / PAGE_BYTES, range.end / PAGE_BYTES);
-        while first < end && held(first) {
+        while first < end && table.holds_page(vd, first) {
             first += 1;
         }
-        while end > first && held(end - 1) {
+        while end > first && table.holds_page(vd, end - 1) {
             end -= 1;
         }
         first * PAGE_BYTES..end * PAGE_BYTES
@@ -250,27 +359,7 @@ impl CleanLines {
 
     /// Evicts lines until at most `max_bytes` are held.
     pub fn evict_to(&mut self, max_bytes: u64) {
-        while self.bytes() > max_bytes {
-            let key = self.clock.pop_front().expect("every line is on the clock");
-            let Some(line) = self.lines.get_mut(&key) else { continue };
-            if line.referenced {
-                line.referenced = false;
-                self.clock.push_back(key);
-            } else {
-                self.lines.remove(&key);
-            }
-        }
-    }
-
-    /// Drops the clock's keys of removed lines once they outnumber the lines.
-    fn tidy_clock(&mut self) {
-        if self.clock.len() <= 2 * self.lines.len() + 1024 {
-            return;
-        }
-        let mut seen = HashSet::new();
-        let lines = &self.lines;
-        self.clock.retain(|key| lines.contains_key(key) && seen.insert(*key));
-        assert_eq!(self.clock.len(), self.lines.len(), "every line is on the clock once");
+        self.table().evict_to(max_bytes);
     }
 }
 

@@ -34,6 +34,7 @@ mod images;
 mod read;
 mod relocate;
 
+pub(crate) use clean::SharedLines;
 pub(crate) use destage::{pump, quiesce, tick};
 pub(crate) use images::{checkpoint_images, images_to_head};
 pub(crate) use read::prefetch;
@@ -189,10 +190,14 @@ impl ShardCache {
         self.bytes.get()
     }
 
+    /// The clean cache's lines, shared with the engine's hits on other threads.
+    pub(crate) fn clean_lines(&self) -> SharedLines {
+        self.clean.borrow().shared()
+    }
+
     /// The clean cache's counters and size.
     pub fn clean_stats(&self) -> clean::CleanStats {
-        let clean = self.clean.borrow();
-        clean::CleanStats { bytes: clean.bytes(), ..clean.stats }
+        self.clean.borrow().stats()
     }
 
     pub fn stats(&self) -> CacheStats {

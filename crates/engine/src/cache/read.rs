@@ -15,8 +15,11 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// Read-aheads in flight per shard at most; more are dropped (read-ahead is advice).
-pub const PREFETCHES_IN_FLIGHT_MAX: usize = 8;
+/// Read-aheads in flight per shard at most; more are dropped (read-ahead is advice). Enough
+/// for every stream ADRA tracks to have its window and the next one on their way on one shard
+/// (a window over rows of both shards is two): readers whose hits are served on their own
+/// thread reach the end of a window before it is in, and a window dropped is read by misses.
+pub const PREFETCHES_IN_FLIGHT_MAX: usize = 32;
 
 pub(super) async fn read(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
@@ -33,7 +36,7 @@ pub(super) async fn read(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_byt
             return VdCompletion { result: Ok(()), buf: Some(buf) };
         }
     }
-    cache.clean.borrow_mut().stats.misses += 1;
+    cache.clean.borrow().count_miss();
     let keep = vd.io_policy() == IoPolicy::Cached;
     let (snapshot, fill) = cache.begin_member_read(&vd, &range, keep, false);
     let mut completion = io::serve(reactor, Arc::clone(&vd), VdRequest::Read { offset_bytes, buf }).await;
@@ -67,7 +70,7 @@ pub(crate) async fn prefetch(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, range:
     if completion.result.is_ok() {
         let out = completion.buf.as_mut().expect("a read returns its buffer");
         overlay(snapshot, &range, out.as_mut_slice());
-        cache.clean.borrow_mut().stats.read_ahead_bytes += range.end - range.start;
+        cache.clean.borrow().count_read_ahead(range.end - range.start);
     }
     cache.end_member_read(&vd, fill, &range, completion.buf.as_ref().filter(|_| completion.result.is_ok()));
 }
@@ -98,11 +101,9 @@ impl ShardCache {
             dirty.expect("checked").overlay(range.clone(), out);
             return true;
         }
-        let mut clean = self.clean.borrow_mut();
-        if !clean.copy_out(vd.instance_id(), range.clone(), out) {
+        if !self.clean.borrow().copy_out(vd.instance_id(), range.clone(), out) {
             return false;
         }
-        clean.stats.hits += 1;
         if let Some(dirty) = dirty {
             dirty.overlay(range.clone(), out);
         }

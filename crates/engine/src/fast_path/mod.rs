@@ -30,6 +30,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+mod hits;
 mod write;
 
 impl Engine {
