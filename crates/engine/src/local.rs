@@ -1,8 +1,9 @@
 //! [`LocalEngine`]: one shard on the caller's thread, for the simulator and unit tests.
 
+use crate::join::{validate_row, validate_run};
 use crate::runtime::{CompletionOrder, Executor, Reactor};
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, VdCompletion, VdError, VdRequest, VirtualDrive};
-use crate::{io, validate, validate_row, validate_run};
+use crate::{io, validate};
 use drive::IoCtx;
 use std::rc::Rc;
 use std::sync::Arc;

@@ -50,7 +50,7 @@ pub(super) fn relocate_tail(reactor: &Rc<Reactor>) {
             }
             None => tracing::debug!("{}: pinned extent at {offset} left before it was logged again", vd.name()),
         }
-        super::release_writer(&journal, &placed);
+        super::write::release_writer(&journal, &placed);
         cache.relocating.set(false);
         cache.wake_all();
         super::pump(&reactor2);

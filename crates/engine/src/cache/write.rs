@@ -1,0 +1,246 @@
+//! Writes through the cache: admitted in arrival order, acknowledged as the write policy in
+//! effect says (WT after the members, WB after the journal, AWB at once), and flushes, which
+//! make what the journal does not hold reach the members.
+
+use super::extents::{DirtyMap, Extent};
+use super::{bypass, pump, ShardCache, VdCache};
+use crate::config::WritePolicy;
+use crate::io;
+use crate::journal::part::JournalPart;
+use crate::runtime::Reactor;
+use crate::vd::{VdCompletion, VdError, VdRequest, VirtualDrive};
+use drive::IoBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How a write is acknowledged here and now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// After the members have it.
+    Through,
+    /// After the journal has it.
+    Back,
+    /// At once.
+    Always,
+}
+
+fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
+    if vd.is_replaying() {
+        return Mode::Through;
+    }
+    match vd.write_policy() {
+        WritePolicy::WriteThrough => Mode::Through,
+        WritePolicy::WriteBack if journal.is_some_and(JournalPart::takes_write_back) => Mode::Back,
+        WritePolicy::WriteBack => Mode::Through,
+        WritePolicy::AlwaysWriteBack => Mode::Always,
+    }
+}
+
+pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, bypass: bool) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    let len_bytes = buf.len() as u64;
+    // Writes are admitted in the order they arrived, so that overlapping writes land in that
+    // order even when one has to wait for room.
+    let ticket = cache.admission.take_ticket();
+    let (journal, mode, placed) = loop {
+        if cache.admission.serving() != ticket {
+            cache.wait_for_change().await;
+            continue;
+        }
+        // A journal that failed stays trusted by the metadata until the controller detaches it;
+        // until then a write that skipped it could be overwritten by its replay after a crash.
+        if cache.journal().is_some_and(|j| !j.health().is_usable()) {
+            cache.wait_for_change().await;
+            continue;
+        }
+        let journal = cache.journal();
+        let mode = mode_for(&vd, journal.as_deref());
+        if mode == Mode::Through && journal.is_none() && !cache.has_dirty(&vd) {
+            // Nothing cached to overtake: the direct path, which queues for its row locks now.
+            let range = offset_bytes..offset_bytes + len_bytes;
+            let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), range);
+            cache.admission.next(&cache);
+            let completion = io::serve(reactor, vd, VdRequest::Write { offset_bytes, buf }).await;
+            cache.clean.borrow_mut().end_direct_write(direct);
+            return completion;
+        }
+        let range = offset_bytes..offset_bytes + len_bytes;
+        if bypass && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range) {
+            // Like the direct path above, it queues for its row locks before the next write's turn.
+            cache.admission.next(&cache);
+            return bypass::write_around(reactor, vd, offset_bytes, buf).await;
+        }
+        // Room first (destaging frees it), then room in the journal (a checkpoint frees it).
+        let room = cache.counted_bytes() + len_bytes <= cache.limit_bytes.get() || cache.bytes.get() == 0;
+        let placed = match (&journal, room) {
+            (_, false) => None,
+            (None, true) => Some(None),
+            (Some(journal), true) => journal.place(buf.len(), mode == Mode::Back).map(Some),
+        };
+        match placed {
+            Some(placed) => break (journal, mode, placed),
+            None => {
+                // Below the watermarks nothing would be destaged for this write: it asks.
+                cache.forced.set(cache.forced.get() + 1);
+                pump(&reactor);
+                cache.wait_for_change().await;
+                cache.forced.set(cache.forced.get() - 1);
+            }
+        }
+    };
+    vd.note_write();
+    // The cache keeps its own copy: the caller's buffer goes back to it (a request cut into
+    // pieces is joined again from its views).
+    let data = Rc::new(IoBuf::from_slice(buf.as_slice()));
+    let ours = insert(&cache, &vd, offset_bytes, &data, placed.as_deref());
+    cache.admission.next(&cache);
+    pump(&reactor);
+    let logged = match (&journal, &placed) {
+        (Some(journal), Some(placed)) if mode == Mode::Always => {
+            // AWB: acknowledged now; the record is written behind it (a flush waits for it).
+            let (journal, placed, data, reactor2) = (Rc::clone(journal), placed.clone(), Rc::clone(&data), Rc::clone(&reactor));
+            let vd_id = vd.id() as u32;
+            reactor.spawn(async move {
+                let _ = journal.write(&reactor2, &placed, vd_id, offset_bytes, &data).await;
+                release_writer(&journal, &placed);
+            });
+            Ok(())
+        }
+        (Some(journal), Some(placed)) => {
+            let result = journal.write(&reactor, placed, vd.id() as u32, offset_bytes, &data).await;
+            release_writer(journal, placed);
+            result
+        }
+        _ => Ok(()),
+    };
+    if logged.is_err() {
+        // The journal failed under this write: it goes to the members without it, once the
+        // controller has stopped trusting the journal (see above).
+        while cache.journal().is_some_and(|j| !j.health().is_usable()) {
+            cache.wait_for_change().await;
+        }
+    }
+    let result = match (mode, logged) {
+        (Mode::Always, _) => Ok(()),
+        (Mode::Back, Ok(())) => Ok(()),
+        // WT, or WB whose journal failed under it: the data must reach the members now.
+        _ => destage_written(&reactor, &vd, &ours).await,
+    };
+    VdCompletion { result, buf: Some(buf) }
+}
+
+/// The writer hands its hold on each record over to the cached pieces.
+pub(super) fn release_writer(journal: &JournalPart, placed: &[crate::journal::part::Placed]) {
+    for piece in placed {
+        journal.release(piece.placement.sequence);
+    }
+}
+
+/// Puts a write into the dirty map, one extent per journal record (or one for all of it).
+/// Returns where each extent went and its id.
+fn insert(
+    cache: &ShardCache,
+    vd: &Arc<VirtualDrive>,
+    offset_bytes: u64,
+    data: &Rc<IoBuf>,
+    placed: Option<&[crate::journal::part::Placed]>,
+) -> Vec<(u64, u64)> {
+    let pieces: Vec<(usize, usize, Option<u64>)> = match placed {
+        Some(placed) => placed.iter().map(|p| (p.data_at, p.data_bytes, Some(p.placement.sequence))).collect(),
+        None => vec![(0, data.len(), None)],
+    };
+    let journal = cache.journal();
+    let mut vds = cache.vds.borrow_mut();
+    let entry = vds.entry(vd.instance_id()).or_insert_with(|| VdCache {
+        vd: Arc::clone(vd),
+        dirty: DirtyMap::default(),
+        cursor: 0,
+        busy: Vec::new(),
+        last_error: None,
+    });
+    let mut ours = Vec::new();
+    for (at, len, sequence) in pieces {
+        let id = cache.next_id.get();
+        cache.next_id.set(id + 1);
+        if let (Some(sequence), Some(journal)) = (sequence, &journal) {
+            journal.hold(sequence);
+            cache.note_logged_data(vd, offset_bytes + at as u64, len as u64, sequence);
+        }
+        let extent = Extent {
+            len_bytes: len as u64,
+            data: Rc::clone(data),
+            at,
+            sequence,
+            superseded: Vec::new(),
+            id,
+            born: Instant::now(),
+            stuck: false,
+        };
+        ours.push((offset_bytes + at as u64, id));
+        let displaced = entry.dirty.insert(offset_bytes + at as u64, extent);
+        cache.bytes.set(cache.bytes.get() + len as u64 - displaced.bytes_removed);
+        vd.note_cache_dirty(len as i64 - displaced.bytes_removed as i64);
+        if let Some(journal) = &journal {
+            // Superseded holds moved to the new extent as they were; a split piece adds one.
+            displaced.held.iter().for_each(|&s| journal.hold(s));
+        }
+    }
+    drop(vds);
+    let mut clean = cache.clean.borrow_mut();
+    clean.update(vd.instance_id(), offset_bytes, data.as_slice());
+    clean.evict_to(cache.limit_bytes.get().saturating_sub(cache.bytes.get()));
+    ours
+}
+
+/// Waits until the extents a write put in the cache (`ours`: offset and id) are on the members
+/// or overwritten, destaging them now.
+async fn destage_written(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, ours: &[(u64, u64)]) -> Result<(), VdError> {
+    let cache = Rc::clone(reactor.cache());
+    cache.forced.set(cache.forced.get() + 1);
+    let result = loop {
+        let (pending, stuck) = {
+            let vds = cache.vds.borrow();
+            let Some(entry) = vds.get(&vd.instance_id()) else { break Ok(()) };
+            let pending = ours.iter().filter(|&&(offset, id)| entry.dirty.holds(offset, id)).count();
+            let stuck = ours.iter().any(|&(offset, id)| entry.dirty.is_stuck(offset, id));
+            (pending, stuck.then(|| entry.last_error.clone()).flatten())
+        };
+        if let Some(error) = stuck {
+            break Err(error);
+        }
+        if pending == 0 {
+            break Ok(());
+        }
+        pump(reactor);
+        cache.wait_for_change().await;
+    };
+    cache.forced.set(cache.forced.get() - 1);
+    result
+}
+
+pub(super) async fn flush(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    if let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
+        if let Err(error) = journal.durable_all(&reactor).await {
+            tracing::warn!("journal failed at a flush: {error}");
+        }
+    }
+    // A failed journal: what it held goes to the members, once the controller stopped trusting
+    // it (its replay could otherwise overwrite what this flush makes durable).
+    while cache.journal().is_some_and(|j| !j.health().is_usable()) {
+        cache.wait_for_change().await;
+    }
+    // What the journal does not hold must reach the members.
+    let unjournaled = |cache: &ShardCache| {
+        let journal_ok = cache.journal().is_some_and(|j| j.health().is_usable());
+        cache.vds.borrow().get(&vd.instance_id()).is_some_and(|c| c.dirty.candidates(0).any(|(_, e)| e.sequence.is_none() || !journal_ok))
+    };
+    cache.forced.set(cache.forced.get() + 1);
+    while unjournaled(&cache) {
+        pump(&reactor);
+        cache.wait_for_change().await;
+    }
+    cache.forced.set(cache.forced.get() - 1);
+    io::serve(reactor, vd, VdRequest::Flush).await
+}
