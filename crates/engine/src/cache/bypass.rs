@@ -204,7 +204,7 @@ impl ShardCache {
 }
 
 /// Waits until everything `vd`'s members took before the call is durable on them.
-async fn members_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>) -> Result<(), VdError> {
+pub(super) async fn members_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>) -> Result<(), VdError> {
     // A flush running now may have started before this write's data reached the members.
     let needed = reactor.cache().flush_group(vd).started.get() + 1;
     flushed_from(reactor, vd, needed).await
@@ -249,7 +249,14 @@ async fn run_flush(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>, group: &FlushG
 /// Whether a write of `range` of `vd` may go around the journal now (see the module docs; the
 /// images are looked at later, under each row's lock).
 pub(super) fn allowed(cache: &ShardCache, vd: &VirtualDrive, range: &Range<u64>) -> bool {
-    if !vd.unavailable().is_empty() || vd.is_replaying() {
+    vd.unavailable().is_empty() && nothing_to_replay_over(cache, vd, range)
+}
+
+/// Whether a write of `range` of `vd` that leaves no data record could not be undone by a
+/// replay: the VD is not replaying, no dirty extent overlaps it (its record is live, and its
+/// destage would follow) and no live data record names its rows.
+pub(super) fn nothing_to_replay_over(cache: &ShardCache, vd: &VirtualDrive, range: &Range<u64>) -> bool {
+    if vd.is_replaying() {
         return false;
     }
     let dirty = cache.vds.borrow().get(&vd.instance_id()).is_some_and(|c| c.dirty.overlapping(range.clone()).next().is_some());

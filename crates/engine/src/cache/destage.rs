@@ -289,8 +289,8 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
     drained?;
     if !cache.journal().is_some_and(|j| j.health().is_usable()) {
         // No journal to checkpoint (or one that failed): the members' flush is what makes the
-        // data durable.
-        return flush_destaged(reactor).await;
+        // data durable, destaged or written on the imaged path alike.
+        return flush_written(reactor).await;
     }
     while let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
         if !journal.checkpoint_due() && !journal.is_checkpointing() {
@@ -301,12 +301,19 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
             // Another checkpoint is under way: wait for it, then look again.
             Ok(false) => cache.wait_for_change().await,
             // The journal failed meanwhile: the members' flush makes the data durable.
-            Err(crate::journal::JournalError::Failed(_)) => return flush_destaged(reactor).await,
+            Err(crate::journal::JournalError::Failed(_)) => return flush_written(reactor).await,
             Err(error) => return Err(error.to_string()),
         }
     }
     // The journal failed (or left) while this waited.
-    flush_destaged(reactor).await
+    flush_written(reactor).await
+}
+
+/// Flushes the members of every VD destaged to or imaged since the last checkpoints: what a
+/// journal that failed can no longer replay must be durable on the members.
+async fn flush_written(reactor: &Rc<Reactor>) -> Result<(), String> {
+    flush_destaged(reactor).await?;
+    super::images::flush_imaged(reactor).await
 }
 
 /// A periodic nudge (from the engine's ticker): destages what grew old, checkpoints.

@@ -71,10 +71,17 @@ pub(crate) fn checkpoint_images(reactor: &Rc<Reactor>, now: bool) {
 
 /// Checkpoints the image partition past every image logged before the call: what a quiesce
 /// needs, so that no image of a deleted VD is ever replayed into the VD that takes its id.
+///
+/// Without an image partition that works, the images logged into one that failed are never
+/// replayed: the rows they covered are made durable on the members instead (a WT write on the
+/// imaged path counted on its image, not on a data record).
 pub(crate) async fn images_to_head(reactor: &Rc<Reactor>) -> Result<(), String> {
-    let Some(part) = reactor.cache().images() else { return Ok(()) };
+    let Some(part) = reactor.cache().images() else { return flush_imaged(reactor).await };
     let target = part.next_sequence();
-    while part.health().is_usable() && part.durable_tail_sequence() < target {
+    while part.durable_tail_sequence() < target {
+        if !part.health().is_usable() {
+            return flush_imaged(reactor).await;
+        }
         if part.checkpoint_due() && !part.is_checkpointing() {
             match part.checkpoint(reactor, flush_imaged(reactor)).await {
                 Ok(_) => reactor.cache().images_changed(),
@@ -93,7 +100,7 @@ pub(crate) async fn images_to_head(reactor: &Rc<Reactor>) -> Result<(), String> 
 
 /// Flushes the members of every VD imaged since the last checkpoint (taken when the future
 /// first runs, in the same step as the checkpoint takes its tail).
-async fn flush_imaged(reactor: &Rc<Reactor>) -> Result<(), String> {
+pub(super) async fn flush_imaged(reactor: &Rc<Reactor>) -> Result<(), String> {
     let vds: Vec<Arc<VirtualDrive>> = reactor.cache().imaged.borrow_mut().drain().map(|(_, vd)| vd).collect();
     // A deleted VD's rows are nobody's now, and an offline one took no row write whole: their
     // images are not worth a flush that cannot succeed.

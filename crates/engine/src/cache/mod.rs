@@ -7,6 +7,10 @@
 //!   journal partition, into a journal record first. The policy in effect decides when the
 //!   client hears back: WB once the record is durable, AWB at once, WT once the data is on the
 //!   members. Without a journal, a WT write to a range with nothing cached takes the direct path.
+//!   With one, a WT write to a parity VD with nothing cached takes the imaged path
+//!   (`write::write_imaged`): no data record, since the row images its row writes log first
+//!   hold every byte it puts on the members; a row that could not be imaged is flushed to the
+//!   members before the acknowledgement.
 //! - **member writes of cached data happen only in a destage**, which takes a snapshot of the
 //!   extents it writes and queues for their row locks in the same step: a newer write to the
 //!   same bytes is destaged later and queues later, so members never go back in time. Extents

@@ -66,6 +66,10 @@ pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_by
             return completion;
         }
         let range = offset_bytes..offset_bytes + len_bytes;
+        if mode == Mode::Through && journal.is_some() && imaged_path_open(&cache, &vd, &range) {
+            cache.admission.next(&cache);
+            return write_imaged(reactor, vd, offset_bytes, buf).await;
+        }
         if bypass && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range) {
             // Like the direct path above, it queues for its row locks before the next write's turn.
             cache.admission.next(&cache);
@@ -128,6 +132,32 @@ pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_by
         _ => destage_written(&reactor, &vd, &ours).await,
     };
     VdCompletion { result, buf: Some(buf) }
+}
+
+/// Whether a WT write of `range` may skip its data record: on a parity VD whose row writes
+/// are logged as row images (the image holds every byte the write puts on the members, so
+/// replay restores it as it would restore the record), with nothing cached of the VD to
+/// overtake, and nothing a replay could lay over it.
+fn imaged_path_open(cache: &ShardCache, vd: &VirtualDrive, range: &std::ops::Range<u64>) -> bool {
+    let parity = matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity);
+    parity && cache.images().is_some() && !cache.has_dirty(vd) && bypass::nothing_to_replay_over(cache, vd, range)
+}
+
+/// A WT write on the imaged path: straight to the members, each row write logged as its
+/// image first, acknowledged when the members have it. A WT write acknowledged with a journal
+/// attached must survive a crash (DESIGN.md's durability table): a row that went without an
+/// image (no room in the ring, the journal failing, a row joined to another request's) is
+/// made so by a flush of the members before the acknowledgement.
+async fn write_imaged(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    let range = offset_bytes..offset_bytes + buf.len() as u64;
+    let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), range);
+    let (mut completion, imaged) = io::serve_imaged(Rc::clone(&reactor), Arc::clone(&vd), offset_bytes, buf).await;
+    cache.clean.borrow_mut().end_direct_write(direct);
+    if completion.result.is_ok() && !imaged {
+        completion.result = bypass::members_durable(&reactor, &vd).await;
+    }
+    completion
 }
 
 /// The writer hands its hold on each record over to the cached pieces.

@@ -259,6 +259,24 @@ pub(crate) async fn serve_around_journal(reactor: Rc<Reactor>, vd: Arc<VirtualDr
     serve_rows(&env, offset_bytes, buf, true).await
 }
 
+/// Writes `buf` at `offset_bytes` as [`serve`] does, and says whether every parity row it
+/// wrote was logged as a row image first: then the write is in the journal (replay restores
+/// it) as soon as it completes, as a WT write's data record would have it
+/// (`cache::write`'s imaged path).
+pub(crate) async fn serve_imaged(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> (VdCompletion, bool) {
+    let env = Env::new(reactor, vd);
+    if env.vd.is_retired() {
+        return (VdCompletion { result: Err(VdError::Deleted { vd: env.vd.name() }), buf: Some(buf) }, false);
+    }
+    if env.vd.state() == crate::VdState::Offline {
+        return (VdCompletion { result: Err(env.vd.offline_error()), buf: Some(buf) }, false);
+    }
+    env.vd.note_write();
+    let completion = serve_rows(&env, offset_bytes, buf, true).await;
+    let imaged = !env.not_imaged.get();
+    (completion, imaged)
+}
+
 /// Splits a range into row pieces and serves them concurrently. Each row future takes its lock
 /// on first poll, and `join_all` polls them in row order, so locks queue in submission order.
 async fn serve_rows(env: &Env, offset_bytes: u64, buf: IoBuf, write: bool) -> VdCompletion {
@@ -306,6 +324,8 @@ async fn serve_row(env: &Env, piece: RowPiece, buf: IoBuf, write: bool, hold: bo
     let key = LockKey { vd_id: env.vd.id(), row: piece.row };
     if write {
         if let Some(gathered) = gather::join(env, key, &piece, &buf) {
+            // Logged (or not) by the request that gathered it.
+            env.not_imaged.set(true);
             return (gathered.await, buf);
         }
     }

@@ -6,6 +6,7 @@ use crate::vd::{MemberSet, MemberState, VdError, VirtualDrive};
 use drive::{DriveError, DriveOp, IoBuf, OpKind};
 use futures::future::join_all;
 use layout::{DataPiece, Geometry, RowMap, RowPiece};
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -34,11 +35,15 @@ pub(crate) struct Env {
     /// A write that goes around the journal (`cache::bypass`): a parity row it writes whole
     /// needs no row image (`io::parity::row_log`).
     pub full_rows_unlogged: bool,
+    /// Set when a row of the request was written without an image a replay could restore it
+    /// from (`io::parity::row_log` marked it unlogged), or went out with another request's row
+    /// write (`io::gather`): what [`super::serve_imaged`] reports.
+    pub not_imaged: Cell<bool>,
 }
 
 impl Env {
     pub(crate) fn new(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>) -> Env {
-        Env { reactor, vd, full_rows_unlogged: false }
+        Env { reactor, vd, full_rows_unlogged: false, not_imaged: Cell::new(false) }
     }
 
     /// Queues for the lock of `row` and waits until it is held.

@@ -90,6 +90,7 @@ pub(super) async fn log_row(env: &Env, row: u64, writes: &[MemberWrite<'_>], who
             Err(error) => tracing::warn!("{}: row {row} goes unlogged: {error}", env.vd.name()),
         }
     }
+    env.not_imaged.set(true);
     intent::mark_unlogged(env, row).await.map_err(|_| AttemptError::Lost)?;
     Ok(None)
 }
