@@ -99,8 +99,15 @@ pub struct LineTable {
     lines: HashMap<Key, Line>,
     /// The clock: lines in the order they came in (keys of removed lines are skipped).
     clock: VecDeque<Key>,
+    /// The buffers of evicted lines, for the next lines to come in: a fresh 64 KiB from malloc
+    /// is faulted in and zeroed page by page. Their old bytes are never read (a line's pages
+    /// are valid only once written).
+    spare: Vec<Box<[u8]>>,
     stats: CleanStats,
 }
+
+/// Evicted lines' buffers kept for reuse at most (4 MiB).
+const SPARE_LINES_MAX: usize = 64;
 
 /// The handle the shard and the engine share (see the module comment).
 pub type SharedLines = Arc<Mutex<LineTable>>;
@@ -176,7 +183,8 @@ impl LineTable {
                     return;
                 }
                 self.evict_to(room_bytes - LINE_BYTES);
-                self.lines.insert(key, Line { data: vec![0; LINE_BYTES as usize].into_boxed_slice(), valid: 0, referenced: false });
+                let data = self.spare.pop().unwrap_or_else(|| vec![0; LINE_BYTES as usize].into_boxed_slice());
+                self.lines.insert(key, Line { data, valid: 0, referenced: false });
                 self.clock.push_back(key);
             }
             let line = self.lines.get_mut(&key).expect("present");
@@ -220,8 +228,10 @@ impl LineTable {
             if line.referenced {
                 line.referenced = false;
                 self.clock.push_back(key);
-            } else {
-                self.lines.remove(&key);
+            } else if let Some(evicted) = self.lines.remove(&key) {
+                if self.spare.len() < SPARE_LINES_MAX {
+                    self.spare.push(evicted.data);
+                }
             }
         }
     }
@@ -429,6 +439,21 @@ mod tests {
         assert_eq!(clean.bytes(), room);
         assert!(clean.copy_out(1, 0..4096, &mut out), "the hot line survived a scan of three");
         assert!(!clean.copy_out(1, LINE_BYTES..LINE_BYTES + 4096, &mut out), "a cold one did not");
+    }
+
+    #[test]
+    fn a_line_that_reuses_an_evicted_buffer_serves_only_what_was_put_in_it() {
+        let mut clean = CleanLines::default();
+        let room = LINE_BYTES;
+        clean.insert(1, 0, &pattern(LINE_BYTES as usize, 1), room);
+        // Evicts line 0; the new line takes its buffer, with line 0's bytes still in it.
+        clean.insert(1, 4 * LINE_BYTES, &pattern(PAGE_BYTES as usize, 2), room);
+        let mut out = vec![0; PAGE_BYTES as usize];
+        assert!(!clean.copy_out(1, 0..PAGE_BYTES, &mut out), "the evicted line is gone");
+        assert!(clean.copy_out(1, 4 * LINE_BYTES..4 * LINE_BYTES + PAGE_BYTES, &mut out));
+        assert_eq!(out, pattern(PAGE_BYTES as usize, 2));
+        let other_page = 4 * LINE_BYTES + PAGE_BYTES;
+        assert!(!clean.copy_out(1, other_page..other_page + PAGE_BYTES, &mut out), "old bytes in the buffer are not data");
     }
 
     #[test]
