@@ -69,6 +69,11 @@ impl CephCluster {
         for program in ["ceph-mon", "ceph-osd", "ceph", "rbd"] {
             require(program);
         }
+        // The tool takes the first free monitor port from 3300: two bring-ups at once (tests
+        // that stop an OSD have a cluster of their own) could both find it free, and the second
+        // monitor then fails to bind. One at a time, the second finds the next port.
+        static BRING_UP: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = BRING_UP.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let dir = std::env::temp_dir().join(format!("storc-ceph-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst)));
         let started = Instant::now();
         // Through bash: the tool's copy may have lost its execute bit.
