@@ -273,12 +273,7 @@ fn signal_osds(cluster: &CephCluster, signal: &str) {
 /// answers again.
 #[test]
 fn a_write_librbd_holds_past_the_timeout_fails_the_drive_as_gone() {
-    let cluster = CephCluster::start();
-    cluster.create_image("held", 8 * MIB);
-    let dir = tempfile::tempdir().unwrap();
-    let conf = client_conf(&cluster, dir.path(), 600);
-    let spec = RbdSpec::parse(&format!("{POOL}/held?conf={}&timeout=3s", conf.display())).unwrap();
-    let drive = RbdDrive::open(&spec).unwrap();
+    let (cluster, _dir, drive) = drive_on_own_cluster("held", 600, "&timeout=3s");
     let ctx = &mut IoCtx::new(IoCtxConfig::default()).unwrap();
     assert_eq!(write(&drive, ctx, 0, pattern(4096, 1)), Ok(()));
     let signal = |name: &str| signal_osds(&cluster, name);
@@ -296,17 +291,25 @@ fn a_write_librbd_holds_past_the_timeout_fails_the_drive_as_gone() {
     assert!(closing.elapsed() < Duration::from_secs(60), "close waited {:?} for librbd", closing.elapsed());
 }
 
+/// A drive on an 8 MiB image `image` of a cluster of its own (a test that stops its OSDs must
+/// not stall the others), whose client conf sets librados' OSD timeout to `osd_timeout_s`;
+/// `query` is appended to the spec. The directory holds the conf.
+fn drive_on_own_cluster(image: &str, osd_timeout_s: u32, query: &str) -> (CephCluster, tempfile::TempDir, RbdDrive) {
+    let cluster = CephCluster::start();
+    cluster.create_image(image, 8 * MIB);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = client_conf(&cluster, dir.path(), osd_timeout_s);
+    let drive = RbdDrive::open(&RbdSpec::parse(&format!("{POOL}/{image}?conf={}{query}", conf.display())).unwrap()).unwrap();
+    (cluster, dir, drive)
+}
+
 /// An OSD that stops answering (SIGSTOP, as a hung host): an operation fails with ETIMEDOUT
 /// after librados' OSD timeout (2 s in this client's conf; storc makes it 30 s when the conf
 /// sets none) instead of waiting forever; once the OSD is back the drive works again. A cluster
 /// of its own, so the other tests do not stall.
 #[test]
 fn an_osd_that_stops_answering_fails_operations_after_the_timeout() {
-    let cluster = CephCluster::start();
-    cluster.create_image("stalled", 8 * MIB);
-    let dir = tempfile::tempdir().unwrap();
-    let conf = client_conf(&cluster, dir.path(), 2);
-    let drive = RbdDrive::open(&RbdSpec::parse(&format!("{POOL}/stalled?conf={}", conf.display())).unwrap()).unwrap();
+    let (cluster, _dir, drive) = drive_on_own_cluster("stalled", 2, "");
     let ctx = &mut IoCtx::new(IoCtxConfig::default()).unwrap();
     assert_eq!(write(&drive, ctx, 0, pattern(4096, 1)), Ok(()));
     let signal = |name: &str| signal_osds(&cluster, name);
