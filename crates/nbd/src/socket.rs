@@ -102,6 +102,42 @@ impl Socket {
         Ok(())
     }
 
+    /// Fills `buf` with blocking `recv(MSG_WAITALL)` calls: one call, not one per arrival, when
+    /// the bytes come in several pieces.
+    fn read_exact_waiting_all(&self, mut buf: &mut [u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call, and the
+            // descriptor stays open while `self` holds the stream.
+            let read_bytes = unsafe { libc::recv(self.raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_WAITALL) };
+            match read_bytes {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n if n < 0 => {
+                    let error = io::Error::last_os_error();
+                    if error.kind() != io::ErrorKind::Interrupted {
+                        return Err(error);
+                    }
+                }
+                n => buf = &mut buf[n as usize..],
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads exactly `buf.len()` bytes that are on their way, waking the caller once if the
+    /// kernel can. On a Unix socket every arrival wakes a sleeping reader whatever its low-water
+    /// mark (`unix_stream_data_wait` returns when the queue's tail changes), so MSG_WAITALL does
+    /// what the mark would in one call instead of three. TCP wakes a reader only once the mark is
+    /// met (`tcp_data_ready`), so there the mark is set for the read and put back to one byte.
+    pub(crate) fn read_exact_in_one_wake(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        if matches!(&*self.stream, Stream::Unix(_)) {
+            return self.read_exact_waiting_all(buf);
+        }
+        self.set_receive_low_water(buf.len())?;
+        let read = self.read_exact(buf);
+        self.set_receive_low_water(1)?;
+        read
+    }
+
     /// A printable name of the other end, for logs.
     pub(crate) fn peer_name(&self) -> String {
         match &*self.stream {
@@ -182,9 +218,13 @@ impl DeadlineSocket {
         self.socket.raw_fd()
     }
 
-    /// See [`Socket::set_receive_low_water`].
-    pub(crate) fn set_receive_low_water(&self, bytes: usize) -> io::Result<()> {
-        self.socket.set_receive_low_water(bytes)
+    /// See [`Socket::read_exact_in_one_wake`]; under a deadline or a poll budget, a plain
+    /// `read_exact`, which keeps to them.
+    pub(crate) fn read_exact_in_one_wake(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        if self.deadline.is_some() || !self.poll_budget.is_zero() {
+            return self.read_exact(buf);
+        }
+        self.socket.read_exact_in_one_wake(buf)
     }
 
     /// Shuts down the socket under every clone.

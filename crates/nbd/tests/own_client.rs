@@ -263,8 +263,22 @@ fn flush_fua_trim_and_write_zeroes_reach_the_device() {
 /// Does the handshake by hand (NBD_OPT_GO for "vd0", simple replies) and returns the socket in
 /// the transmission phase.
 fn raw_transmission(socket_path: &Path) -> UnixStream {
-    let mut stream = UnixStream::connect(socket_path).unwrap();
+    let stream = UnixStream::connect(socket_path).unwrap();
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    negotiate(stream)
+}
+
+/// The same over TCP, to a server listening on `handle`'s loopback address.
+fn raw_tcp_transmission(handle: &ServerHandle) -> std::net::TcpStream {
+    let nbd::ListenAddress::Tcp(address) = handle.address() else { panic!("expected a TCP listener") };
+    let stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    negotiate(stream)
+}
+
+/// The fixed-newstyle handshake up to transmission, on export "vd0".
+fn negotiate<S: Read + Write>(mut stream: S) -> S {
     let mut greeting = [0u8; proto::GREETING_BYTES];
     stream.read_exact(&mut greeting).unwrap();
     proto::parse_greeting(&greeting).unwrap();
@@ -280,7 +294,7 @@ fn raw_transmission(socket_path: &Path) -> UnixStream {
     }
 }
 
-fn read_option_reply(stream: &mut UnixStream) -> (u32, Vec<u8>) {
+fn read_option_reply(stream: &mut impl Read) -> (u32, Vec<u8>) {
     let mut header = [0u8; proto::OPTION_REPLY_HEADER_BYTES];
     stream.read_exact(&mut header).unwrap();
     let header = proto::parse_option_reply_header(&header).unwrap();
@@ -290,7 +304,7 @@ fn read_option_reply(stream: &mut UnixStream) -> (u32, Vec<u8>) {
 }
 
 /// Reads one simple reply header and returns (error, cookie).
-fn read_simple_reply(stream: &mut UnixStream) -> (u32, u64) {
+fn read_simple_reply(stream: &mut impl Read) -> (u32, u64) {
     let mut header = [0u8; proto::SIMPLE_REPLY_HEADER_BYTES];
     stream.read_exact(&mut header).unwrap();
     match proto::parse_reply_header(&header).unwrap() {
@@ -389,11 +403,11 @@ fn unknown_options_and_commands_get_errors_and_the_connection_goes_on() {
 }
 
 /// A WRITE whose payload comes in pieces, the header alone first (as libnbd sends it) and the
-/// data in three writes with pauses: the reader waits for the rest of a small payload with the
-/// socket's low-water mark (SO_RCVLOWAT) at what is missing, so each piece is taken and the
-/// write lands whole, with and without a poll budget (whose polls take a piece before the
-/// rest). The final READ's header is 28 bytes: a mark not put back to one byte would wait for
-/// more, and this test would time out.
+/// data in three writes with pauses: the reader waits for the rest of a small payload in one
+/// read (MSG_WAITALL on a Unix socket, the low-water mark SO_RCVLOWAT at what is missing on TCP),
+/// so each piece is taken and the write lands whole, over both, with and without a poll budget
+/// (whose polls take a piece before the rest). The final READ's header is 28 bytes: a TCP mark
+/// not put back to one byte would wait for more, and this test would time out.
 #[test]
 fn a_write_payload_sent_in_pieces_lands_whole() {
     for (poll_budget, pause) in [(Duration::ZERO, Duration::from_millis(20)), (Duration::from_millis(1), Duration::from_micros(300))] {
@@ -401,27 +415,33 @@ fn a_write_payload_sent_in_pieces_lands_whole() {
         let device = Arc::new(MemDevice::new(MIB));
         let config = nbd::ServerConfig { poll_budget, ..nbd::ServerConfig::default() };
         let server = Server::with_config(vec![Export::new("vd0", Arc::clone(&device))], config).unwrap();
-        let handle = server.serve_unix(dir.join("nbd.sock")).unwrap();
-        let mut stream = raw_transmission(&socket_path(&handle));
-        for round in 0..20u64 {
-            let payload = random_bytes(8192, round + 7);
-            let offset = (round % 8) * 8192;
-            stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, 60 + round, offset, 8192)).unwrap();
-            thread::sleep(pause);
-            for piece in [&payload[..100], &payload[100..5000], &payload[5000..]] {
-                stream.write_all(piece).unwrap();
-                thread::sleep(pause);
-            }
-            assert_eq!(read_simple_reply(&mut stream), (0, 60 + round), "poll budget {poll_budget:?}");
-            assert_eq!(device.snapshot(offset, 8192), payload, "write {round}, poll budget {poll_budget:?}");
-        }
-        // Then a read on the same connection: the mark is back at one byte.
-        stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_READ, 90, 0, 512)).unwrap();
-        assert_eq!(read_simple_reply(&mut stream), (0, 90));
-        let mut data = [0u8; 512];
-        stream.read_exact(&mut data).unwrap();
-        assert_eq!(data[..], device.snapshot(0, 512)[..]);
+        let unix = server.serve_unix(dir.join("nbd.sock")).unwrap();
+        let tcp = server.serve_tcp("127.0.0.1:0").unwrap();
+        let what = format!("poll budget {poll_budget:?}");
+        write_in_pieces_then_read(&mut raw_transmission(&socket_path(&unix)), &device, pause, &format!("unix, {what}"));
+        write_in_pieces_then_read(&mut raw_tcp_transmission(&tcp), &device, pause, &format!("tcp, {what}"));
     }
+}
+
+fn write_in_pieces_then_read(stream: &mut (impl Read + Write), device: &MemDevice, pause: Duration, what: &str) {
+    for round in 0..20u64 {
+        let payload = random_bytes(8192, round + 7 + what.len() as u64);
+        let offset = (round % 8) * 8192;
+        stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, 60 + round, offset, 8192)).unwrap();
+        thread::sleep(pause);
+        for piece in [&payload[..100], &payload[100..5000], &payload[5000..]] {
+            stream.write_all(piece).unwrap();
+            thread::sleep(pause);
+        }
+        assert_eq!(read_simple_reply(stream), (0, 60 + round), "{what}");
+        assert_eq!(device.snapshot(offset, 8192), payload, "write {round}, {what}");
+    }
+    // Then a read on the same connection: nothing waits for more than its header.
+    stream.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_READ, 90, 0, 512)).unwrap();
+    assert_eq!(read_simple_reply(stream), (0, 90), "{what}");
+    let mut data = [0u8; 512];
+    stream.read_exact(&mut data).unwrap();
+    assert_eq!(data[..], device.snapshot(0, 512)[..], "{what}");
 }
 
 // ---- Disconnects, the in-flight bound, shutdown -----------------------------------------------

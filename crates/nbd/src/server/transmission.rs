@@ -139,8 +139,12 @@ fn handle_request<D: BlockDevice>(
         return Ok(());
     }
     let credit = acquire(session, replies, payload_bytes(&request));
-    if request.command == Command::Write && session.reader.buffer().len() < request.len_bytes as usize {
-        replies.flush_cork(); // the payload's read may block
+    // The payload's read may block. A client sends a small payload right behind its header
+    // without waiting for any reply, so the corked replies wait for it only as long as its
+    // bytes take to arrive; a large one may take long and is read with the cork sent.
+    let missing_payload_bytes = (request.len_bytes as usize).saturating_sub(session.reader.buffer().len());
+    if request.command == Command::Write && missing_payload_bytes > ONE_WAKE_PAYLOAD_MAX_BYTES {
+        replies.flush_cork();
     }
     // The wait for credit may have been long: the client may have gone meanwhile.
     check_client_taking_replies(session)?;
@@ -230,30 +234,24 @@ fn submit<D: BlockDevice>(
     Ok(())
 }
 
-/// The most of a WRITE's payload still to come for which the reader asks the socket to wake it
-/// only once all of it is there: small requests, whose two wake-ups would cost more than the
-/// request itself. Well below any socket's receive buffer, so the bytes waited for always fit.
-const LOW_WATER_PAYLOAD_MAX_BYTES: usize = 32 << 10;
+/// The most of a WRITE's payload still to come that the reader waits for in one go (see
+/// [`read_payload`]): small requests, whose two wake-ups would cost more than the request
+/// itself. Well below any socket's receive buffer, so the bytes waited for always fit.
+const ONE_WAKE_PAYLOAD_MAX_BYTES: usize = 32 << 10;
 
 /// Reads a WRITE's payload. A client that sends the header and the data in two writes (libnbd
-/// does) would wake the reader for the header alone, then again for the data: with the rest
-/// of a small payload still on its way, the socket is told to wake the reader once all of it is
-/// there (SO_RCVLOWAT), and the rest is read straight into the payload. The kernel caps the
-/// mark at the length a read asks for, so a read cut short (a signal, a poll) never waits for
-/// more than the rest; the mark goes back to one byte before the next header is read.
+/// does) would wake the reader for the header alone, then again for the data: the rest of a
+/// small payload is read straight into the payload by a read that returns only once all of it
+/// is there (`DeadlineSocket::read_exact_in_one_wake`).
 fn read_payload(reader: &mut BufReader<DeadlineSocket>, payload: &mut [u8]) -> io::Result<()> {
     let buffered_bytes = reader.buffer().len().min(payload.len());
     let missing_bytes = payload.len() - buffered_bytes;
-    if missing_bytes <= 1 || missing_bytes > LOW_WATER_PAYLOAD_MAX_BYTES {
+    if missing_bytes <= 1 || missing_bytes > ONE_WAKE_PAYLOAD_MAX_BYTES {
         return reader.read_exact(payload);
     }
     payload[..buffered_bytes].copy_from_slice(&reader.buffer()[..buffered_bytes]);
     reader.consume(buffered_bytes);
-    let socket = reader.get_mut();
-    socket.set_receive_low_water(missing_bytes)?;
-    let read = socket.read_exact(&mut payload[buffered_bytes..]);
-    socket.set_receive_low_water(1)?;
-    read
+    reader.get_mut().read_exact_in_one_wake(&mut payload[buffered_bytes..])
 }
 
 /// A completion that, on success, flushes the device before calling `done`.
