@@ -7,10 +7,10 @@
 //! round (shortest positioning time first, as NCQ/TCQ firmware does); destages from the write
 //! cache compete the same way. A host command that waited more than `STARVATION_NS` goes first
 //! whatever its position. `decide_until(horizon)` takes every
-//! decision due by `horizon`, so the same code serves a clock that decides late (the simulator,
-//! which can wait to see what else arrives) and one that must decide at arrival (the caller's
-//! `IoCtx` needs the due time then, so the queue never holds a choice and service is in arrival
-//! order).
+//! decision due by `horizon`, so the same code serves the simulator's virtual clock and a real
+//! one: with either, a command that finds the drive busy waits in the queue until the drive is
+//! free and chooses, so commands queued together are reordered as NCQ would (see the module
+//! above for how the completion reaches its context then).
 //!
 //! The caches, as drives implement them:
 //! - *Read look-ahead*: after a read from the platter the head keeps reading on into one segment

@@ -227,20 +227,13 @@ pub(crate) async fn clean_write_intent(reactor: Rc<Reactor>, vd: Arc<VirtualDriv
 /// Serves one request whose range lies in rows this shard owns (or a flush).
 pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: VdRequest) -> VdCompletion {
     let env = Env::new(reactor, vd);
-    if env.vd.is_retired() {
-        // Queued before the VD was deleted; its drives may belong to another VD by now.
-        return VdCompletion { result: Err(VdError::Deleted { vd: env.vd.name() }), buf: request.into_buf() };
-    }
-    if env.vd.state() == crate::VdState::Offline {
-        return VdCompletion { result: Err(env.vd.offline_error()), buf: request.into_buf() };
+    if let Some(error) = refusal(&env) {
+        return VdCompletion { result: Err(error), buf: request.into_buf() };
     }
     match request {
         VdRequest::Flush => VdCompletion { result: flush(&env).await, buf: None },
         VdRequest::Read { offset_bytes, buf } => lost::read_guarded(&env, offset_bytes, buf).await,
-        VdRequest::Write { offset_bytes, buf } => {
-            env.vd.note_write();
-            serve_rows(&env, offset_bytes, buf, true).await
-        }
+        VdRequest::Write { offset_bytes, buf } => write_rows(&env, offset_bytes, buf).await,
     }
 }
 
@@ -249,14 +242,7 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, request: 
 /// a row image (its region is marked unlogged), unless an older image of the row is live.
 pub(crate) async fn serve_around_journal(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
     let env = Env { full_rows_unlogged: true, ..Env::new(reactor, vd) };
-    if env.vd.is_retired() {
-        return VdCompletion { result: Err(VdError::Deleted { vd: env.vd.name() }), buf: Some(buf) };
-    }
-    if env.vd.state() == crate::VdState::Offline {
-        return VdCompletion { result: Err(env.vd.offline_error()), buf: Some(buf) };
-    }
-    env.vd.note_write();
-    serve_rows(&env, offset_bytes, buf, true).await
+    checked_write(&env, offset_bytes, buf).await
 }
 
 /// Writes `buf` at `offset_bytes` as [`serve`] does, and says whether every parity row it
@@ -265,16 +251,32 @@ pub(crate) async fn serve_around_journal(reactor: Rc<Reactor>, vd: Arc<VirtualDr
 /// (`cache::write`'s imaged path).
 pub(crate) async fn serve_imaged(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> (VdCompletion, bool) {
     let env = Env::new(reactor, vd);
-    if env.vd.is_retired() {
-        return (VdCompletion { result: Err(VdError::Deleted { vd: env.vd.name() }), buf: Some(buf) }, false);
-    }
-    if env.vd.state() == crate::VdState::Offline {
-        return (VdCompletion { result: Err(env.vd.offline_error()), buf: Some(buf) }, false);
-    }
-    env.vd.note_write();
-    let completion = serve_rows(&env, offset_bytes, buf, true).await;
-    let imaged = !env.not_imaged.get();
+    let completion = checked_write(&env, offset_bytes, buf).await;
+    // A refused write wrote nothing, so nothing of it is in the journal either.
+    let imaged = completion.result.is_ok() && !env.not_imaged.get();
     (completion, imaged)
+}
+
+/// Why the VD takes no request now, if it does not.
+fn refusal(env: &Env) -> Option<VdError> {
+    if env.vd.is_retired() {
+        // Queued before the VD was deleted; its drives may belong to another VD by now.
+        return Some(VdError::Deleted { vd: env.vd.name() });
+    }
+    (env.vd.state() == crate::VdState::Offline).then(|| env.vd.offline_error())
+}
+
+/// A write through `env`'s options, unless the VD takes no request now.
+async fn checked_write(env: &Env, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+    match refusal(env) {
+        Some(error) => VdCompletion { result: Err(error), buf: Some(buf) },
+        None => write_rows(env, offset_bytes, buf).await,
+    }
+}
+
+async fn write_rows(env: &Env, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+    env.vd.note_write();
+    serve_rows(env, offset_bytes, buf, true).await
 }
 
 /// Splits a range into row pieces and serves them concurrently. Each row future takes its lock
