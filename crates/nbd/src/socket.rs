@@ -218,8 +218,9 @@ impl DeadlineSocket {
         self.socket.raw_fd()
     }
 
-    /// See [`Socket::read_exact_in_one_wake`]; under a deadline or a poll budget, a plain
-    /// `read_exact`, which keeps to them.
+    /// See [`Socket::read_exact_in_one_wake`]. Under a deadline (the handshake, which reads no
+    /// payload) or a poll budget, a plain `read_exact` through [`DeadlineSocket::read`], which
+    /// keeps to them: a TCP reader whose polls ran out may then wake once more for the rest.
     pub(crate) fn read_exact_in_one_wake(&mut self, buf: &mut [u8]) -> io::Result<()> {
         if self.deadline.is_some() || !self.poll_budget.is_zero() {
             return self.read_exact(buf);

@@ -444,6 +444,48 @@ fn write_in_pieces_then_read(stream: &mut (impl Read + Write), device: &MemDevic
     assert_eq!(data[..], device.snapshot(0, 512)[..], "{what}");
 }
 
+/// Replies gathered while the reader waits for a WRITE's payload: behind a small payload they
+/// go out once it is in (a client sends it right behind its header), but a large one is read
+/// only after they were sent, so a client that waits for its READs' replies before it sends a
+/// large payload is answered. Each case sends two READs and the WRITE's header in one write:
+/// the reader answers the first at once and gathers the second's reply (the next request is
+/// already in its buffer), then comes to the WRITE.
+#[test]
+fn replies_wait_for_a_small_trailing_payload_but_not_for_a_large_one() {
+    let dir = TempDir::new("trailing");
+    let device = Arc::new(MemDevice::new(MIB));
+    let handle = serve(&dir, Arc::clone(&device));
+    let mut stream = raw_transmission(&socket_path(&handle));
+    for (round, payload_bytes) in [(0u64, 64 << 10), (1, 4096)] {
+        let payload = random_bytes(payload_bytes, 40 + round);
+        let cookies = [10 + 3 * round, 11 + 3 * round, 12 + 3 * round];
+        let mut requests = Vec::new();
+        for &cookie in &cookies[..2] {
+            requests.extend_from_slice(&proto::encode_raw_request(0, proto::NBD_CMD_READ, cookie, 0, 512));
+        }
+        requests.extend_from_slice(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, cookies[2], 4096, payload_bytes as u32));
+        stream.write_all(&requests).unwrap();
+        let read_replies = |stream: &mut UnixStream| {
+            for &cookie in &cookies[..2] {
+                assert_eq!(read_simple_reply(stream), (0, cookie), "payload of {payload_bytes} bytes");
+                stream.read_exact(&mut [0u8; 512]).unwrap();
+            }
+        };
+        if payload_bytes > 32 << 10 {
+            // The large payload is not sent until both READs are answered: this times out if
+            // the gathered reply waits for the payload.
+            read_replies(&mut stream);
+            stream.write_all(&payload).unwrap();
+        } else {
+            thread::sleep(Duration::from_millis(20));
+            stream.write_all(&payload).unwrap();
+            read_replies(&mut stream);
+        }
+        assert_eq!(read_simple_reply(&mut stream), (0, cookies[2]));
+        assert_eq!(device.snapshot(4096, payload_bytes), payload, "payload of {payload_bytes} bytes");
+    }
+}
+
 // ---- Disconnects, the in-flight bound, shutdown -----------------------------------------------
 
 #[test]
