@@ -503,13 +503,16 @@ fn client_vanishing_mid_request_leaks_nothing() {
     assert!(wait_until(TIMEOUT, || device.held_count() == 8));
     drop(reader);
 
-    // A write whose payload stops halfway.
-    let mut writer = raw_transmission(&path);
-    writer.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, 9, 0, 65536)).unwrap();
-    writer.write_all(&[1; 1000]).unwrap();
-    drop(writer);
+    // Writes whose payload stops halfway: a large one, and a small one (whose rest the reader
+    // waits for in one call).
+    for payload_bytes in [65536, 16384] {
+        let mut writer = raw_transmission(&path);
+        writer.write_all(&proto::encode_raw_request(0, proto::NBD_CMD_WRITE, 9, 0, payload_bytes)).unwrap();
+        writer.write_all(&[1; 1000]).unwrap();
+        drop(writer);
+    }
 
-    assert!(wait_until(TIMEOUT, || handle.connections_open() == 1), "the half-written connection is still open");
+    assert!(wait_until(TIMEOUT, || handle.connections_open() == 1), "a half-written connection is still open");
     assert_eq!(handle.requests_in_flight(), 8);
     device.release(false).join().unwrap();
     assert!(
