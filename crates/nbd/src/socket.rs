@@ -73,9 +73,14 @@ impl Socket {
     /// A read that never sleeps: `WouldBlock` when nothing is there (MSG_DONTWAIT, so the
     /// socket stays blocking for every other clone).
     pub(crate) fn read_nonblocking(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.recv(buf, libc::MSG_DONTWAIT)
+    }
+
+    /// One `recv(2)` with `flags` into `buf`.
+    fn recv(&self, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
         // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call, and the
         // descriptor stays open while `self` holds the stream.
-        let read_bytes = unsafe { libc::recv(self.raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        let read_bytes = unsafe { libc::recv(self.raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
         if read_bytes < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -106,18 +111,11 @@ impl Socket {
     /// the bytes come in several pieces.
     fn read_exact_waiting_all(&self, mut buf: &mut [u8]) -> io::Result<()> {
         while !buf.is_empty() {
-            // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call, and the
-            // descriptor stays open while `self` holds the stream.
-            let read_bytes = unsafe { libc::recv(self.raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_WAITALL) };
-            match read_bytes {
-                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                n if n < 0 => {
-                    let error = io::Error::last_os_error();
-                    if error.kind() != io::ErrorKind::Interrupted {
-                        return Err(error);
-                    }
-                }
-                n => buf = &mut buf[n as usize..],
+            match self.recv(buf, libc::MSG_WAITALL) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(read_bytes) => buf = &mut buf[read_bytes..],
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
             }
         }
         Ok(())
