@@ -91,6 +91,10 @@ impl LocalEngine {
         self.executor.reactor().cache().clean_stats()
     }
 
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.executor.reactor().cache().stats()
+    }
+
     /// Queues a rebuild of the strips `targets` hold in row `row` (see [`crate::Engine::rebuild_row`]);
     /// `done` runs during a later [`LocalEngine::step`], or at once for a bad row or member.
     pub fn rebuild_row(&mut self, vd: &Arc<VirtualDrive>, row: u64, targets: MemberSet, done: impl FnOnce(Result<(), VdError>) + 'static) {

@@ -91,6 +91,8 @@ pub struct RunReport {
     pub read_ahead_bytes: u64,
     /// Write pieces that went around the journal (`cache::bypass`), over all the run's VDs.
     pub journal_bypassed_writes: u64,
+    /// Bytes of WB writes' whole rows that went to the journal as row images, not cached.
+    pub write_back_imaged_bytes: u64,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -199,6 +201,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             journal_leg_replayed: sim.journal.as_ref().is_some_and(|j| j.replayed_after_leg_failed),
             images_replayed_degraded: sim.journal.as_ref().is_some_and(|j| j.images_replayed_degraded),
             journal_bypassed_writes: sim.bypassed_before + sim.vd.journal_bypass().bypassed().0,
+            write_back_imaged_bytes: sim.write_back_imaged_before + sim.engine.cache_stats().imaged.write_back_bytes,
             crashes: sim.crashes,
         }),
         Err(problem) => Err(RunFailure { config: Box::new(config), problem, faults: sim.faults, crashes: sim.crashes }),
@@ -251,6 +254,8 @@ pub struct LevelCoverage {
     pub read_ahead: usize,
     /// Runs where writes went around the journal.
     pub journal_bypassed: usize,
+    /// Runs where WB writes' whole rows went to the journal as row images, not cached.
+    pub write_back_imaged: usize,
 }
 
 impl Coverage {
@@ -280,6 +285,7 @@ impl Coverage {
         level.clean_hits += usize::from(report.clean_hits > 0);
         level.read_ahead += usize::from(report.read_ahead_bytes > 0);
         level.journal_bypassed += usize::from(report.journal_bypassed_writes > 0);
+        level.write_back_imaged += usize::from(report.write_back_imaged_bytes > 0);
     }
 
     pub fn of(&self, level: layout::Level) -> LevelCoverage {
@@ -291,12 +297,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead  bypassed"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead  bypassed  wb-imaged"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11} {:>9}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11} {:>9} {:>10}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -316,7 +322,8 @@ impl fmt::Display for Coverage {
                 c.images_replayed_degraded,
                 c.clean_hits,
                 c.read_ahead,
-                c.journal_bypassed
+                c.journal_bypassed,
+                c.write_back_imaged
             )?;
         }
         Ok(())

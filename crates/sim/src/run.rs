@@ -125,6 +125,8 @@ pub(crate) struct Sim {
     pub last_write_end: u64,
     /// Writes that went around the journal on VD objects of earlier engines (before restarts).
     pub bypassed_before: u64,
+    /// Bytes of WB writes' whole rows that took the imaged path, in the engines before this one.
+    pub write_back_imaged_before: u64,
 }
 
 impl Sim {
@@ -190,6 +192,7 @@ impl Sim {
             journal: None,
             last_write_end: 0,
             bypassed_before: 0,
+            write_back_imaged_before: 0,
         }
     }
 

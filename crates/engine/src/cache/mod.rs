@@ -125,6 +125,8 @@ pub struct ShardCache {
     bypass_flushes: RefCell<HashMap<u64, Rc<bypass::FlushGroup>>>,
     /// What destaging did (for the daemon's metrics).
     destaged: Cell<DestageCounts>,
+    /// Writes acknowledged on the imaged path (`write`): in the journal once, as row images.
+    imaged_writes: Cell<ImagedCounts>,
 }
 
 impl Default for ShardCache {
@@ -159,6 +161,7 @@ impl ShardCache {
             logged_rows: RefCell::new(bypass::LoggedRows::default()),
             bypass_flushes: RefCell::new(HashMap::new()),
             destaged: Cell::new(DestageCounts::default()),
+            imaged_writes: Cell::new(ImagedCounts::default()),
         }
     }
 
@@ -209,6 +212,7 @@ impl ShardCache {
             pinned_bytes: self.pinned_bytes.get(),
             clean: self.clean_stats(),
             destage: self.destaged.get(),
+            imaged: self.imaged_writes.get(),
         }
     }
 
@@ -308,6 +312,7 @@ pub struct CacheStats {
     pub pinned_bytes: u64,
     pub clean: clean::CleanStats,
     pub destage: DestageCounts,
+    pub imaged: ImagedCounts,
 }
 
 impl CacheStats {
@@ -317,6 +322,25 @@ impl CacheStats {
             pinned_bytes: self.pinned_bytes + other.pinned_bytes,
             clean: self.clean.plus(&other.clean),
             destage: self.destage.plus(&other.destage),
+            imaged: self.imaged.plus(&other.imaged),
+        }
+    }
+}
+
+/// Writes acknowledged on the imaged path since the engine started (their data went to the
+/// journal once, as the row images of their row writes, and to the members, never cached): WT
+/// writes with a journal, and the whole rows of WB writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImagedCounts {
+    pub write_through_bytes: u64,
+    pub write_back_bytes: u64,
+}
+
+impl ImagedCounts {
+    pub fn plus(&self, other: &ImagedCounts) -> ImagedCounts {
+        ImagedCounts {
+            write_through_bytes: self.write_through_bytes + other.write_through_bytes,
+            write_back_bytes: self.write_back_bytes + other.write_back_bytes,
         }
     }
 }

@@ -37,12 +37,72 @@ fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
     }
 }
 
-pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, bypass: bool) -> VdCompletion {
+pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf, bypass: bool) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    let cuts = whole_row_cuts(&cache, &vd, offset_bytes, buf.len() as u64);
+    // Writes are admitted in the order they arrived, so that overlapping writes land in that
+    // order even when one has to wait for room. The pieces of a write cut in rows take their
+    // tickets one after another now, so they are admitted in the write's own turn.
+    if cuts.is_empty() {
+        let ticket = cache.admission.take_ticket();
+        return write_admitted(reactor, vd, offset_bytes, buf, bypass, ticket).await;
+    }
+    let mut pieces = Vec::with_capacity(cuts.len() + 1);
+    let mut at_bytes = offset_bytes;
+    for cut_bytes in cuts {
+        let rest = buf.split_off((cut_bytes - at_bytes) as usize);
+        pieces.push((at_bytes, std::mem::replace(&mut buf, rest)));
+        at_bytes = cut_bytes;
+    }
+    pieces.push((at_bytes, buf));
+    let writes: Vec<_> = pieces
+        .into_iter()
+        .map(|(offset_bytes, piece)| {
+            let ticket = cache.admission.take_ticket();
+            write_admitted(Rc::clone(&reactor), Arc::clone(&vd), offset_bytes, piece, bypass, ticket)
+        })
+        .collect();
+    let completions = futures::future::join_all(writes).await;
+    let result = completions.iter().map(|c| c.result.clone()).find(Result::is_err).unwrap_or(Ok(()));
+    let buf = IoBuf::join(completions.into_iter().map(|c| c.buf.expect("a write returns its buffer")));
+    VdCompletion { result, buf: Some(buf) }
+}
+
+/// Where a WB write of `len_bytes` at `offset_bytes` is cut so that its whole rows go the
+/// imaged path while its partial first and last rows are cached (and join the next and the
+/// previous write's pieces there into whole rows): none unless it holds a whole row and a
+/// partial one, on a parity VD whose row writes are imaged.
+///
+/// Cached, a whole row goes to the journal twice (the data record, then the destage's row
+/// image, which repeats the data beside the parity) and is copied three more times on the way;
+/// imaged, the journal takes its data and parity once, as md's raid5-cache takes a full
+/// stripe's (data at the write, parity at the flush). The price is the acknowledgement: after
+/// the members' full-stripe writes, not after the journal's.
+fn whole_row_cuts(cache: &ShardCache, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Vec<u64> {
+    let parity = matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity);
+    if !parity || cache.images().is_none() || mode_for(vd, cache.journal().as_deref()) != Mode::Back {
+        return Vec::new();
+    }
+    let row_bytes = vd.geometry().row_data_bytes();
+    let end_bytes = offset_bytes + len_bytes;
+    let (first_whole, past_whole) = (offset_bytes.next_multiple_of(row_bytes), end_bytes / row_bytes * row_bytes);
+    if first_whole >= past_whole {
+        return Vec::new();
+    }
+    [first_whole, past_whole].into_iter().filter(|&cut| cut > offset_bytes && cut < end_bytes).collect()
+}
+
+/// [`write`] of one piece, admitted in the turn of `ticket`.
+async fn write_admitted(
+    reactor: Rc<Reactor>,
+    vd: Arc<VirtualDrive>,
+    offset_bytes: u64,
+    buf: IoBuf,
+    bypass: bool,
+    ticket: u64,
+) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
     let len_bytes = buf.len() as u64;
-    // Writes are admitted in the order they arrived, so that overlapping writes land in that
-    // order even when one has to wait for room.
-    let ticket = cache.admission.take_ticket();
     let (journal, mode, placed) = loop {
         if cache.admission.serving() != ticket {
             cache.wait_for_change().await;
@@ -66,11 +126,19 @@ pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_by
             return completion;
         }
         let range = offset_bytes..offset_bytes + len_bytes;
-        if mode == Mode::Through && journal.is_some() && imaged_path_open(&cache, &vd, &range) {
+        // Under WB a stream set to go around the journal (its cutoff set on purpose) does so
+        // before it would go the imaged path; WT keeps the imaged path first (it needs no flush).
+        let around = bypass && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range);
+        let imaged = match mode {
+            Mode::Through => journal.is_some() && !cache.has_dirty(&vd),
+            Mode::Back => is_whole_rows(&vd, &range) && !around,
+            Mode::Always => false,
+        };
+        if imaged && imaged_path_open(&cache, &vd, &range) {
             cache.admission.next(&cache);
-            return write_imaged(reactor, vd, offset_bytes, buf).await;
+            return write_imaged(reactor, vd, offset_bytes, buf, mode).await;
         }
-        if bypass && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range) {
+        if around {
             // Like the direct path above, it queues for its row locks before the next write's turn.
             cache.admission.next(&cache);
             return bypass::write_around(reactor, vd, offset_bytes, buf).await;
@@ -134,28 +202,43 @@ pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_by
     VdCompletion { result, buf: Some(buf) }
 }
 
-/// Whether a WT write of `range` may skip its data record: on a parity VD whose row writes
-/// are logged as row images (the image holds every byte the write puts on the members, so
-/// replay restores it as it would restore the record), with nothing cached of the VD to
-/// overtake, and nothing a replay could lay over it.
+/// Whether a write of `range` may skip its data record: on a parity VD whose row writes are
+/// logged as row images (the image holds every byte the write puts on the members, so replay
+/// restores it as it would restore the record), with nothing a replay could lay over it (no
+/// dirty extent overlaps it, no live data record names its rows).
 fn imaged_path_open(cache: &ShardCache, vd: &VirtualDrive, range: &std::ops::Range<u64>) -> bool {
     let parity = matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity);
-    parity && cache.images().is_some() && !cache.has_dirty(vd) && bypass::nothing_to_replay_over(cache, vd, range)
+    parity && cache.images().is_some() && bypass::nothing_to_replay_over(cache, vd, range)
 }
 
-/// A WT write on the imaged path: straight to the members, each row write logged as its
-/// image first, acknowledged when the members have it. A WT write acknowledged with a journal
-/// attached must survive a crash (DESIGN.md's durability table): a row that went without an
-/// image (no room in the ring, the journal failing, a row joined to another request's) is
-/// made so by a flush of the members before the acknowledgement.
-async fn write_imaged(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
+/// Whether `range` is whole rows of `vd` (a WB write's piece that goes the imaged path).
+fn is_whole_rows(vd: &VirtualDrive, range: &std::ops::Range<u64>) -> bool {
+    let row_bytes = vd.geometry().row_data_bytes();
+    range.start.is_multiple_of(row_bytes) && range.end.is_multiple_of(row_bytes)
+}
+
+/// A write on the imaged path (WT with a journal, or whole rows of a WB write): straight to
+/// the members, each row write logged as its image first, acknowledged when the members have
+/// it. A write acknowledged with a journal attached must survive a crash (DESIGN.md's
+/// durability table): a row that went without an image (no room in the ring, the journal
+/// failing, a row joined to another request's) is made so by a flush of the members before the
+/// acknowledgement.
+async fn write_imaged(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, mode: Mode) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
     let range = offset_bytes..offset_bytes + buf.len() as u64;
-    let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), range);
+    let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), range.clone());
     let (mut completion, imaged) = io::serve_imaged(Rc::clone(&reactor), Arc::clone(&vd), offset_bytes, buf).await;
     cache.clean.borrow_mut().end_direct_write(direct);
     if completion.result.is_ok() && !imaged {
         completion.result = bypass::members_durable(&reactor, &vd).await;
+    }
+    if completion.result.is_ok() {
+        let mut counts = cache.imaged_writes.get();
+        match mode {
+            Mode::Back => counts.write_back_bytes += range.end - range.start,
+            _ => counts.write_through_bytes += range.end - range.start,
+        }
+        cache.imaged_writes.set(counts);
     }
     completion
 }
