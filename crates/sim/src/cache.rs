@@ -131,7 +131,10 @@ impl Sim {
         self.engine.set_journal(Some(&opened));
         let journal = self.journal.as_mut().expect("checked above");
         journal.replayed_records += opened.replay_report().records;
-        journal.replayed_after_leg_failed |= journal.leg_failed && opened.replay_report().records > 0;
+        // Records or row images: either comes from the legs the replay chose (WB writes'
+        // whole rows leave images, not records).
+        let replayed_anything = opened.replay_report().records + opened.replay_report().images > 0;
+        journal.replayed_after_leg_failed |= journal.leg_failed && replayed_anything;
         let degraded = self.vd.members().iter().any(|m| m.state() != engine::vd::MemberState::Online);
         journal.images_replayed_degraded |= degraded && opened.replay_report().images > 0;
         journal.trusted_id = trust.journal_id;
