@@ -33,7 +33,7 @@
 //! operations belong to the controller, which the simulator does not run yet: a run drives one
 //! `VirtualDrive`, playing the controller's part (recording failures, checkpointing the rebuild)
 //! itself. Such events would be drawn in [`RunConfig`] and interleaved in the workload loop
-//! beside `start_rebuild` (`run.rs`); a restart would then assemble through the controller
+//! beside `start_rebuild` (`rebuild.rs`); a restart would then assemble through the controller
 //! instead of `crash::Sim::restart`.
 
 mod bgi;
@@ -46,6 +46,7 @@ pub mod drive;
 mod intent;
 pub mod model;
 mod readd;
+mod rebuild;
 mod run;
 mod ssd_cache;
 mod verify;

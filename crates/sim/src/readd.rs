@@ -9,7 +9,8 @@
 //! consistency check at the end of every rebuild (and every degraded read afterwards) finds a
 //! region the bitmap forgot.
 
-use crate::run::{Rebuild, Sim};
+use crate::rebuild::Rebuild;
+use crate::run::Sim;
 use engine::bitmap::Bits;
 use engine::MemberState;
 use std::cell::RefCell;
