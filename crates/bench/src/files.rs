@@ -22,9 +22,6 @@
 //! is read back (untimed) and checked. A mismatch fails the run with the file named.
 
 use serde::Serialize;
-use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -32,6 +29,9 @@ use std::time::Instant;
 pub const DEFAULT_SCALE: f64 = 0.1;
 /// Version of the JSON written by `storc bench files --json`.
 pub const FILES_SCHEMA_VERSION: u32 = 1;
+
+mod file_io;
+use file_io::{copy_file, make_dirs, read_file, sync_and_drop, verify, write_file};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -207,117 +207,6 @@ impl FileSet {
             })
             .collect()
     }
-}
-
-/// Fills `buf` with the content of a file at byte `offset` (a multiple of 8) for `seed`.
-fn fill(buf: &mut [u8], seed: u64, offset: u64) {
-    for (word, chunk) in (offset / 8..).zip(buf.chunks_mut(8)) {
-        let mut s = seed ^ word.wrapping_mul(0xD134_2543_DE82_EF95);
-        let v = splitmix(&mut s).to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
-    }
-}
-
-fn io_err(what: &str, path: &Path, e: std::io::Error) -> String {
-    format!("{what} {}: {e}", path.display())
-}
-
-extern "C" {
-    fn posix_fadvise(fd: i32, offset: i64, len: i64, advice: i32) -> i32;
-}
-const POSIX_FADV_DONTNEED: i32 = 4;
-
-/// Drops the page cache of `file` (clean pages only; written files are fsynced first).
-fn drop_cache(file: &File) {
-    // SAFETY: a valid open descriptor; the call only advises the kernel.
-    unsafe {
-        posix_fadvise(file.as_raw_fd(), 0, 0, POSIX_FADV_DONTNEED);
-    }
-}
-
-fn write_file(path: &Path, planned: &PlannedFile, buf: &mut [u8]) -> Result<u32, String> {
-    let mut file = File::create(path).map_err(|e| io_err("cannot create", path, e))?;
-    let mut crc = 0u32;
-    let mut offset = 0u64;
-    while offset < planned.size {
-        let n = ((planned.size - offset) as usize).min(buf.len());
-        fill(&mut buf[..n], planned.seed, offset);
-        crc = crc32c::crc32c_append(crc, &buf[..n]);
-        file.write_all(&buf[..n]).map_err(|e| io_err("cannot write", path, e))?;
-        offset += n as u64;
-    }
-    Ok(crc)
-}
-
-/// Reads a whole file, returning its crc32c and length, then drops it from the cache.
-fn read_file(path: &Path, buf: &mut [u8]) -> Result<(u32, u64), String> {
-    let mut file = File::open(path).map_err(|e| io_err("cannot open", path, e))?;
-    let mut crc = 0u32;
-    let mut len = 0u64;
-    loop {
-        let n = file.read(buf).map_err(|e| io_err("cannot read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        crc = crc32c::crc32c_append(crc, &buf[..n]);
-        len += n as u64;
-    }
-    drop_cache(&file);
-    Ok((crc, len))
-}
-
-fn copy_file(from: &Path, to: &Path, buf: &mut [u8]) -> Result<(), String> {
-    let mut src = File::open(from).map_err(|e| io_err("cannot open", from, e))?;
-    let mut dst = File::create(to).map_err(|e| io_err("cannot create", to, e))?;
-    loop {
-        let n = src.read(buf).map_err(|e| io_err("cannot read", from, e))?;
-        if n == 0 {
-            break;
-        }
-        dst.write_all(&buf[..n]).map_err(|e| io_err("cannot write", to, e))?;
-    }
-    drop_cache(&src);
-    Ok(())
-}
-
-/// The end of a write phase: fsync every file written, then drop it from the page cache.
-fn sync_and_drop(root: &Path, files: &[PlannedFile]) -> Result<(), String> {
-    for f in files {
-        let path = root.join(&f.relative);
-        let file = File::open(&path).map_err(|e| io_err("cannot open", &path, e))?;
-        file.sync_all().map_err(|e| io_err("cannot fsync", &path, e))?;
-        drop_cache(&file);
-    }
-    Ok(())
-}
-
-fn make_dirs(root: &Path, files: &[PlannedFile]) -> Result<(), String> {
-    let mut last: Option<&Path> = None;
-    for f in files {
-        let parent = f.relative.parent().unwrap_or(Path::new(""));
-        if last != Some(parent) {
-            let dir = root.join(parent);
-            std::fs::create_dir_all(&dir).map_err(|e| io_err("cannot create directory", &dir, e))?;
-            last = Some(parent);
-        }
-    }
-    Ok(())
-}
-
-fn verify(root: &Path, files: &[PlannedFile], crcs: &[u32], phase: Phase, set: &str, buf: &mut [u8]) -> Result<(), String> {
-    for (f, &want) in files.iter().zip(crcs) {
-        let path = root.join(&f.relative);
-        let (got, len) = read_file(&path, buf)?;
-        if got != want || len != f.size {
-            return Err(format!(
-                "VERIFY FAILED after {} of {set}: {} reads back wrong (crc32c {got:08x}, {len} bytes; written {want:08x}, {} bytes)",
-                phase.label(),
-                path.display(),
-                f.size
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// One timed phase of one set.
@@ -571,89 +460,4 @@ fn run_sets(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    fn scratch(name: &str) -> PathBuf {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let d =
-            PathBuf::from("/var/tmp").join(format!("storc-files-unit-{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    fn config(dir: &Path, second: Option<&Path>) -> FilesConfig {
-        FilesConfig { dir: dir.to_path_buf(), second_dir: second.map(Path::to_path_buf), scale: 0.002, keep: false, sets: vec![] }
-    }
-
-    #[test]
-    fn files_plan_is_deterministic_and_scales() {
-        for set in &FILE_SETS {
-            let a = set.plan(1.0);
-            let b = set.plan(1.0);
-            assert_eq!(a.len(), b.len());
-            assert!(a.iter().zip(&b).all(|(x, y)| x.size == y.size && x.seed == y.seed && x.relative == y.relative));
-            assert_eq!(a.len() as u64, set.files);
-            assert!(!set.plan(1e-6).is_empty());
-        }
-        assert_eq!(FILE_SETS[0].plan(0.5)[0].size, 320 * MIB);
-        assert_eq!(FILE_SETS[0].plan(1e-9)[0].size, 4096);
-        // Windows is a deep tree.
-        assert_eq!(FILE_SETS[3].plan(1.0)[4999].relative.components().count(), 6);
-    }
-
-    #[test]
-    fn files_run_all_phases_verify_and_clean_up() {
-        let dir = scratch("run");
-        let second = scratch("far");
-        let mut lines = Vec::new();
-        let results = run(&config(&dir, Some(&second)), None, &mut |l| lines.push(l.to_string())).unwrap();
-        assert_eq!(results.sets.len(), 5);
-        for set in &results.sets {
-            assert_eq!(set.phases.iter().map(|p| p.phase).collect::<Vec<_>>(), Phase::ALL.to_vec());
-            assert!(set.bytes > 0 && set.files > 0);
-        }
-        assert_eq!(lines.len(), 20);
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "work directory left behind");
-        assert_eq!(std::fs::read_dir(&second).unwrap().count(), 0, "far copy left behind");
-        std::fs::remove_dir_all(&dir).unwrap();
-        std::fs::remove_dir_all(&second).unwrap();
-    }
-
-    #[test]
-    fn files_corrupted_copy_fails_the_run() {
-        // Corrupting the source after Create is caught by Read; a copy, by that copy's check.
-        for (phase, caught_in) in [(Phase::Create, Phase::Read), (Phase::CopyNear, Phase::CopyNear), (Phase::CopyFar, Phase::CopyFar)] {
-            let dir = scratch("corrupt");
-            let corrupt = move |p: Phase, set: &str, files: &[PathBuf]| {
-                if p == phase && set == "MP3" {
-                    let mut bytes = std::fs::read(&files[0]).unwrap();
-                    bytes[100] ^= 0xff;
-                    std::fs::write(&files[0], bytes).unwrap();
-                }
-            };
-            let err = run(&config(&dir, None), Some(&corrupt), &mut |_| {}).unwrap_err();
-            assert!(err.contains("VERIFY FAILED") && err.contains("MP3") && err.contains(caught_in.label()), "{phase:?}: {err}");
-            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "not cleaned up after a failure");
-            std::fs::remove_dir_all(&dir).unwrap();
-        }
-    }
-
-    #[test]
-    fn files_bad_arguments_are_refused() {
-        let dir = scratch("args");
-        let missing = dir.join("missing");
-        assert!(check_config(&config(&missing, None)).unwrap_err().contains("--dir"));
-        let inside = dir.join("inside");
-        std::fs::create_dir(&inside).unwrap();
-        assert!(check_config(&config(&dir, Some(&inside))).unwrap_err().contains("inside --dir"));
-        assert!(check_config(&config(&dir, Some(&dir))).unwrap_err().contains("inside --dir"));
-        for scale in [0.0, -1.0, f64::NAN] {
-            let mut c = config(&dir, None);
-            c.scale = scale;
-            assert!(check_config(&c).unwrap_err().contains("--scale"));
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;
