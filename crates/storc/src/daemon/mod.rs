@@ -15,6 +15,7 @@ mod api_migrate;
 mod api_ssd_cache;
 mod api_tls;
 mod api_token;
+mod api_vds;
 mod console;
 mod data_dir;
 mod drives;
