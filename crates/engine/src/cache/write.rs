@@ -63,7 +63,7 @@ pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_by
         })
         .collect();
     let completions = futures::future::join_all(writes).await;
-    let result = completions.iter().map(|c| c.result.clone()).find(Result::is_err).unwrap_or(Ok(()));
+    let result = completions.iter().find_map(|c| c.result.clone().err()).map_or(Ok(()), Err);
     let buf = IoBuf::join(completions.into_iter().map(|c| c.buf.expect("a write returns its buffer")));
     VdCompletion { result, buf: Some(buf) }
 }
@@ -79,8 +79,7 @@ pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_by
 /// stripe's (data at the write, parity at the flush). The price is the acknowledgement: after
 /// the members' full-stripe writes, not after the journal's.
 fn whole_row_cuts(cache: &ShardCache, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Vec<u64> {
-    let parity = matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity);
-    if !parity || cache.images().is_none() || mode_for(vd, cache.journal().as_deref()) != Mode::Back {
+    if !rows_imaged(cache, vd) || mode_for(vd, cache.journal().as_deref()) != Mode::Back {
         return Vec::new();
     }
     let row_bytes = vd.geometry().row_data_bytes();
@@ -207,8 +206,14 @@ async fn write_admitted(
 /// restores it as it would restore the record), with nothing a replay could lay over it (no
 /// dirty extent overlaps it, no live data record names its rows).
 fn imaged_path_open(cache: &ShardCache, vd: &VirtualDrive, range: &std::ops::Range<u64>) -> bool {
+    rows_imaged(cache, vd) && bypass::nothing_to_replay_over(cache, vd, range)
+}
+
+/// Whether `vd`'s row writes are logged as row images here: a parity VD, and a journal with
+/// a working image partition.
+fn rows_imaged(cache: &ShardCache, vd: &VirtualDrive) -> bool {
     let parity = matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity);
-    parity && cache.images().is_some() && bypass::nothing_to_replay_over(cache, vd, range)
+    parity && cache.images().is_some()
 }
 
 /// Whether `range` is whole rows of `vd` (a WB write's piece that goes the imaged path).
