@@ -15,8 +15,9 @@
 //! The caches, as drives implement them:
 //! - *Read look-ahead*: after a read from the platter the head keeps reading on into one segment
 //!   for as long as the drive has nothing else to do. A read that the segment already holds
-//!   completes from the buffer; one that starts inside it while the head is still streaming
-//!   completes when the stream reaches its end. Any other access stops the stream. The cache
+//!   completes from the buffer; one that starts inside it, or ahead of the head but short of
+//!   the segment's end, while the head is still streaming completes when the stream reaches its
+//!   end (a RAID5 member skipping its parity strip waits for the head, not a revolution). Any other access stops the stream. The cache
 //!   keeps the segments of the last few streams (`read_segments`, least recently used out), so
 //!   interleaved sequential readers each find what was read ahead for them; a write drops the
 //!   kept segments it overlaps.
@@ -95,7 +96,13 @@ struct Plan {
 /// The look-ahead segment: `[segment_start, held_end(t))` is in the buffer at time `t`.
 #[derive(Clone, Copy, Debug)]
 struct ReadAhead {
+    /// Where the access that started the stream began; the segment holds from here, or from
+    /// `segment_bytes` before what the head has read, whichever is later.
     segment_start_bytes: u64,
+    /// What one segment holds: twice the look-ahead (what the head reads ahead of the reader
+    /// and as much behind it, for queued reads that arrive out of order). A stream read on for
+    /// seconds keeps only its last stretch, not everything since it began.
+    segment_bytes: u64,
     /// The head was exactly here at `stream_start_ns` and read on from there.
     stream_from_bytes: u64,
     stream_start_ns: u64,
@@ -123,8 +130,28 @@ impl ReadAhead {
         at_ns < self.stopped_ns && self.held_end_bytes(platter, at_ns) < self.limit_bytes
     }
 
+    /// Where what the segment holds at `at_ns` begins.
+    fn held_start_bytes(&self, platter: &Platter, at_ns: u64) -> u64 {
+        self.segment_start_bytes.max(self.held_end_bytes(platter, at_ns).saturating_sub(self.segment_bytes))
+    }
+
     fn holds_start_of(&self, platter: &Platter, command: &Command, at_ns: u64) -> bool {
-        self.segment_start_bytes <= command.offset_bytes && command.offset_bytes <= self.held_end_bytes(platter, at_ns)
+        self.held_start_bytes(platter, at_ns) <= command.offset_bytes && command.offset_bytes <= self.held_end_bytes(platter, at_ns)
+    }
+
+    /// Whether the head, still streaming, will reach the command's start before the segment is
+    /// full: a read that skips a little ahead of the stream (RAID5's parity strip, 64 KiB) waits
+    /// for the head to come round to it instead of paying a revolution.
+    fn will_hold_start_of(&self, platter: &Platter, command: &Command, at_ns: u64) -> bool {
+        self.held_start_bytes(platter, at_ns) <= command.offset_bytes
+            && command.offset_bytes < self.limit_bytes
+            && self.is_streaming(platter, at_ns)
+    }
+
+    /// When the head, streaming, reaches `offset_bytes` (at once if it passed it).
+    fn reaches_ns(&self, platter: &Platter, offset_bytes: u64) -> f64 {
+        let ahead_bytes = offset_bytes.saturating_sub(self.stream_from_bytes);
+        self.stream_start_ns as f64 + platter.transfer_ns(self.stream_from_bytes, ahead_bytes)
     }
 
     /// When the head has read the minimum prefetch (at once if it has, or has none).
@@ -272,13 +299,14 @@ impl HddModel {
     fn keep_segment(&mut self, at_ns: u64) {
         let Some(read_ahead) = self.read_ahead.take() else { return };
         let end_bytes = read_ahead.held_end_bytes(&self.platter, at_ns);
-        if self.kept_segments_max == 0 || end_bytes <= read_ahead.segment_start_bytes {
+        let start_bytes = read_ahead.held_start_bytes(&self.platter, at_ns);
+        if self.kept_segments_max == 0 || end_bytes <= start_bytes {
             return;
         }
         if self.kept_segments.len() == self.kept_segments_max {
             self.kept_segments.pop_front();
         }
-        self.kept_segments.push_back((read_ahead.segment_start_bytes, end_bytes));
+        self.kept_segments.push_back((start_bytes, end_bytes));
     }
 
     /// A write makes what kept segments hold of its range stale.
@@ -400,20 +428,20 @@ impl HddModel {
             });
         }
         let read_ahead = self.read_ahead.as_ref()?;
-        if !read_ahead.holds_start_of(&self.platter, &job.command, at_ns) {
-            return None;
-        }
         let ready_ns = self.ready_ns(job, at_ns);
-        if job.end_bytes() <= read_ahead.held_end_bytes(&self.platter, at_ns) {
+        if read_ahead.holds_start_of(&self.platter, &job.command, at_ns)
+            && job.end_bytes() <= read_ahead.held_end_bytes(&self.platter, at_ns)
+        {
             let end_ns = ready_ns + self.link_ns(job.command.len_bytes);
             return Some(Plan { access: Access::Buffer, transfer_start_ns: ready_ns as f64, end_ns });
         }
-        if !read_ahead.is_streaming(&self.platter, at_ns) {
+        if !read_ahead.will_hold_start_of(&self.platter, &job.command, at_ns) {
             return None;
         }
         let streamed_ns = self.platter.transfer_ns(read_ahead.stream_from_bytes, job.end_bytes() - read_ahead.stream_from_bytes);
         let end_ns = ready_ns.max(read_ahead.stream_start_ns + streamed_ns.ceil() as u64);
-        Some(Plan { access: Access::Stream, transfer_start_ns: at_ns as f64, end_ns })
+        let transfer_start_ns = (at_ns as f64).max(read_ahead.reaches_ns(&self.platter, job.command.offset_bytes));
+        Some(Plan { access: Access::Stream, transfer_start_ns, end_ns })
     }
 
     fn plan_media(&self, job: &Job, at_ns: u64) -> Plan {
@@ -445,7 +473,8 @@ impl HddModel {
     /// stream, whose segment then gets a minimum prefetch.
     fn continues_a_stream(&self, offset_bytes: u64, at_ns: u64) -> bool {
         let in_current = self.read_ahead.as_ref().is_some_and(|read_ahead| {
-            read_ahead.segment_start_bytes <= offset_bytes && offset_bytes <= read_ahead.held_end_bytes(&self.platter, at_ns)
+            read_ahead.held_start_bytes(&self.platter, at_ns) <= offset_bytes
+                && offset_bytes <= read_ahead.held_end_bytes(&self.platter, at_ns)
         });
         in_current || self.kept_segments.iter().any(|&(start, end)| start <= offset_bytes && offset_bytes <= end)
     }
@@ -489,6 +518,7 @@ impl HddModel {
             let limit_bytes = (job.end_bytes() + self.read_ahead_bytes).min(self.capacity_bytes);
             self.read_ahead = Some(ReadAhead {
                 segment_start_bytes: job.command.offset_bytes,
+                segment_bytes: 2 * self.read_ahead_bytes,
                 stream_from_bytes: job.end_bytes(),
                 stream_start_ns: plan.end_ns,
                 limit_bytes,
@@ -504,8 +534,10 @@ impl HddModel {
         // A read served elsewhere (a kept segment) must not move this stream: its end may be
         // anywhere on the disk, and the head would read ahead all the way to it.
         assert!(
-            self.read_ahead.as_ref().is_some_and(|r| r.holds_start_of(&self.platter, command, at_ns)),
-            "only a read the current segment holds the start of keeps it reading ahead"
+            self.read_ahead
+                .as_ref()
+                .is_some_and(|r| r.holds_start_of(&self.platter, command, at_ns) || r.will_hold_start_of(&self.platter, command, at_ns)),
+            "only a read the current segment holds (or will hold) the start of keeps it reading ahead"
         );
         let end_bytes = command.offset_bytes + command.len_bytes;
         let capacity_bytes = self.capacity_bytes;
