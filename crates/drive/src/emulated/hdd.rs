@@ -17,10 +17,11 @@
 //!   for as long as the drive has nothing else to do. A read that the segment already holds
 //!   completes from the buffer; one that starts inside it, or ahead of the head but short of
 //!   the segment's end, while the head is still streaming completes when the stream reaches its
-//!   end (a RAID5 member skipping its parity strip waits for the head, not a revolution). Any other access stops the stream. The cache
-//!   keeps the segments of the last few streams (`read_segments`, least recently used out), so
-//!   interleaved sequential readers each find what was read ahead for them; a write drops the
-//!   kept segments it overlaps.
+//!   end (a RAID5 member skipping its parity strip waits for the head, not a revolution). Any
+//!   other access stops the stream. A segment holds twice the look-ahead: a long stream keeps
+//!   its last stretch, not all it read. The cache keeps the segments of the last few streams
+//!   (`read_segments`, least recently used out), so interleaved sequential readers each find
+//!   what was read ahead for them; a write drops the kept segments it overlaps.
 //! - *Write-back cache*: a write completes once its data crossed the link, and becomes a destage
 //!   job that the queue schedules like any command. A write that continues the destage in
 //!   progress (or waiting) joins it, so sequential writes reach the platter as one stream. When
@@ -93,7 +94,7 @@ struct Plan {
     end_ns: u64,
 }
 
-/// The look-ahead segment: `[segment_start, held_end(t))` is in the buffer at time `t`.
+/// The look-ahead segment: `[held_start(t), held_end(t))` is in the buffer at time `t`.
 #[derive(Clone, Copy, Debug)]
 struct ReadAhead {
     /// Where the access that started the stream began; the segment holds from here, or from
