@@ -175,6 +175,10 @@ fn row_bytes(vd: &VirtualDrive) -> u64 {
 /// Writes one run to the members through the VD's write path, then drops what it wrote from
 /// the cache (the extents that are still the ones it took).
 async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, pieces: Vec<(u64, Extent)>) {
+    // One member write carries the run: its extents must be back to back from `offset_bytes`,
+    // or data would land at the wrong VD offset.
+    assert_eq!(pieces.first().map(|(o, _)| *o), Some(offset_bytes), "a run starts with its first extent");
+    assert!(pieces.windows(2).all(|w| w[0].0 + w[0].1.len_bytes == w[1].0), "a run's extents are contiguous, in order");
     let total = run_bytes(&pieces);
     let parts: Vec<&[u8]> = pieces.iter().map(|(_, extent)| extent.bytes()).collect();
     let buf = IoBuf::from_parts(&parts, total as usize);

@@ -91,6 +91,7 @@ type Snapshot = Vec<(u64, Extent)>;
 type KeptFill = (Rc<Fill>, crate::vd::FillTicket);
 
 fn overlay(snapshot: Snapshot, range: &Range<u64>, out: &mut [u8]) {
+    assert_eq!(out.len() as u64, range.end - range.start, "the buffer is the range read");
     if snapshot.is_empty() {
         return;
     }
