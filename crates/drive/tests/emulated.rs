@@ -395,9 +395,9 @@ fn a_long_stream_keeps_only_its_last_stretch_in_the_buffer() {
         }
         Some((next - 1, read(next - 1)))
     });
-    let back_us = (clock.now_ns() - back_submitted_ns) / 1000;
-    println!("reading the start of a {} MiB stream again: {back_us} us", reads * 64 / 1024);
-    assert!(back_us > 1000, "the start of a {} MiB stream came from the buffer in {back_us} us", reads * 64 / 1024);
+    let (back_us, stream_mib) = ((clock.now_ns() - back_submitted_ns) / 1000, reads * 64 / 1024);
+    println!("reading the start of a {stream_mib} MiB stream again: {back_us} us");
+    assert!(back_us > 1000, "the start of a {stream_mib} MiB stream came from the buffer in {back_us} us");
 }
 
 /// Regression: a queued read served from a kept segment (another stream's, read ahead before

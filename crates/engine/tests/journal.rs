@@ -76,8 +76,9 @@ fn write_back_data_held_only_by_the_journal_is_replayed_after_a_crash() {
 }
 
 /// The whole rows of a WB write go to the journal once, as the row images of their row
-/// writes, and on to the members; its partial first and last rows are cached, where the stream's next and previous writes
-/// make whole rows of them. A crash with those still cached loses nothing.
+/// writes, and on to the members; its partial first and last rows are cached, where the
+/// stream's next and previous writes make whole rows of them. A crash with those still cached
+/// loses nothing.
 #[test]
 fn whole_rows_of_write_back_writes_skip_the_cache_and_survive_a_crash() {
     let drives = mem_drives(4, DRIVE_BYTES);
