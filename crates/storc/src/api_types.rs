@@ -149,7 +149,8 @@ pub struct JournalView {
     /// Bytes that replay after a crash could need now.
     pub used_bytes: u64,
     pub partitions: u32,
-    /// Records the replay at this start wrote to the VDs, and their bytes.
+    /// VD writes the replay at this start wrote to the VDs (from the journal's records; a
+    /// group record carries several), and their bytes.
     pub replayed_records: u64,
     pub replayed_bytes: u64,
     /// Why it failed or is missing.

@@ -298,6 +298,13 @@ pub(crate) async fn quiesce(reactor: &Rc<Reactor>) -> Result<(), String> {
     }
     while let Some(journal) = cache.journal().filter(|j| j.health().is_usable()) {
         if !journal.checkpoint_due() && !journal.is_checkpointing() {
+            if journal.live_tail_sequence() != journal.next_sequence() {
+                // Records whose data left the cache are still held by their writers, on their way
+                // to acknowledging them: that data may be on the members unflushed, so the
+                // checkpoint (and the flush before it) must pass these records too.
+                cache.wait_for_change().await;
+                continue;
+            }
             return super::images_to_head(reactor).await;
         }
         match journal.checkpoint(reactor, flush_destaged(reactor)).await {

@@ -6,6 +6,7 @@
 //! tail moves on (each lap of the ring rewrites the pinned data once).
 
 use super::ShardCache;
+use crate::journal::part::WriteData;
 use crate::runtime::Reactor;
 use crate::VdState;
 use drive::IoBuf;
@@ -29,13 +30,15 @@ pub(super) fn relocate_tail(reactor: &Rc<Reactor>) {
         return;
     };
     // Room anywhere in the ring: relocation is what gives room back.
-    let Some(placed) = journal.place_relocation(data.len()) else { return };
+    let len_bytes = data.len() as u64;
+    let write = WriteData { vd_id: vd.id() as u32, vd_offset_bytes: offset, data: Rc::new(data) };
+    let Some(placed) = journal.place_relocation(reactor, &write) else { return };
     assert_eq!(placed.len(), 1, "an extent is at most one record long");
     cache.relocating.set(true);
     let reactor2 = Rc::clone(reactor);
     reactor.spawn(async move {
         let cache = Rc::clone(reactor2.cache());
-        let written = journal.write(&reactor2, &placed, vd.id() as u32, offset, &data).await;
+        let written = journal.write(&reactor2, &placed).await;
         let sequence = placed[0].placement.sequence;
         let given_up = match written {
             Ok(()) => cache.vds.borrow_mut().get_mut(&vd.instance_id()).and_then(|entry| entry.dirty.relogged(offset, id, sequence)),
@@ -45,12 +48,12 @@ pub(super) fn relocate_tail(reactor: &Rc<Reactor>) {
             Some(old) => {
                 // The extent holds its new record; the writer's hold and the old ones end.
                 journal.hold(sequence);
-                cache.note_logged_data(&vd, offset, data.len() as u64, sequence);
+                cache.note_logged_data(&vd, offset, len_bytes, sequence);
                 old.into_iter().for_each(|s| journal.release(s));
             }
             None => tracing::debug!("{}: pinned extent at {offset} left before it was logged again", vd.name()),
         }
-        super::write::release_writer(&journal, &placed);
+        super::write::release_writer(&cache, &journal, &placed);
         cache.relocating.set(false);
         cache.wake_all();
         super::pump(&reactor2);

@@ -6,7 +6,7 @@ use super::extents::{DirtyMap, Extent};
 use super::{bypass, pump, ShardCache, VdCache};
 use crate::config::WritePolicy;
 use crate::io;
-use crate::journal::part::JournalPart;
+use crate::journal::part::{JournalPart, WriteData};
 use crate::runtime::Reactor;
 use crate::vd::{VdCompletion, VdError, VdRequest, VirtualDrive};
 use drive::IoBuf;
@@ -102,6 +102,7 @@ async fn write_admitted(
 ) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
     let len_bytes = buf.len() as u64;
+    let mut data: Option<Rc<IoBuf>> = None;
     let (journal, mode, placed) = loop {
         if cache.admission.serving() != ticket {
             cache.wait_for_change().await;
@@ -147,7 +148,12 @@ async fn write_admitted(
         let placed = match (&journal, room) {
             (_, false) => None,
             (None, true) => Some(None),
-            (Some(journal), true) => journal.place(buf.len(), mode == Mode::Back).map(Some),
+            (Some(journal), true) => {
+                // The cache keeps its own copy, which the journal's group record is made from.
+                let data = Rc::clone(data.get_or_insert_with(|| Rc::new(IoBuf::from_slice(buf.as_slice()))));
+                let write = WriteData { vd_id: vd.id() as u32, vd_offset_bytes: offset_bytes, data };
+                journal.place(&reactor, &write, mode == Mode::Back).map(Some)
+            }
         };
         match placed {
             Some(placed) => break (journal, mode, placed),
@@ -163,24 +169,23 @@ async fn write_admitted(
     vd.note_write();
     // The cache keeps its own copy: the caller's buffer goes back to it (a request cut into
     // pieces is joined again from its views).
-    let data = Rc::new(IoBuf::from_slice(buf.as_slice()));
+    let data = data.unwrap_or_else(|| Rc::new(IoBuf::from_slice(buf.as_slice())));
     let ours = insert(&cache, &vd, offset_bytes, &data, placed.as_deref());
     cache.admission.next(&cache);
     pump(&reactor);
     let logged = match (&journal, &placed) {
         (Some(journal), Some(placed)) if mode == Mode::Always => {
             // AWB: acknowledged now; the record is written behind it (a flush waits for it).
-            let (journal, placed, data, reactor2) = (Rc::clone(journal), placed.clone(), Rc::clone(&data), Rc::clone(&reactor));
-            let vd_id = vd.id() as u32;
+            let (journal, placed, reactor2) = (Rc::clone(journal), placed.clone(), Rc::clone(&reactor));
             reactor.spawn(async move {
-                let _ = journal.write(&reactor2, &placed, vd_id, offset_bytes, &data).await;
-                release_writer(&journal, &placed);
+                let _ = journal.write(&reactor2, &placed).await;
+                release_writer(reactor2.cache(), &journal, &placed);
             });
             Ok(())
         }
         (Some(journal), Some(placed)) => {
-            let result = journal.write(&reactor, placed, vd.id() as u32, offset_bytes, &data).await;
-            release_writer(journal, placed);
+            let result = journal.write(&reactor, placed).await;
+            release_writer(&cache, journal, placed);
             result
         }
         _ => Ok(()),
@@ -248,11 +253,13 @@ async fn write_imaged(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes:
     completion
 }
 
-/// The writer hands its hold on each record over to the cached pieces.
-pub(super) fn release_writer(journal: &JournalPart, placed: &[crate::journal::part::Placed]) {
+/// The writer hands its hold on each record over to the cached pieces. A quiesce may be
+/// waiting for the live tail to move.
+pub(super) fn release_writer(cache: &ShardCache, journal: &JournalPart, placed: &[crate::journal::part::Placed]) {
     for piece in placed {
         journal.release(piece.placement.sequence);
     }
+    cache.wake_all();
 }
 
 /// Puts a write into the dirty map, one extent per journal record (or one for all of it).

@@ -190,7 +190,9 @@ impl Controller {
             Ok(journal) => {
                 let report = journal.replay_report();
                 let said = match (report.found, report.untrusted) {
-                    (true, _) => format!("replayed {} records ({} bytes)", report.records, report.data_bytes),
+                    (true, _) => {
+                        format!("replayed {} writes from {} records ({} bytes)", report.records, report.data_records, report.data_bytes)
+                    }
                     (false, true) => {
                         "held no journal the metadata trusts (it was detached, or its legs are stale): formatted anew, nothing replayed"
                             .into()

@@ -28,7 +28,9 @@ pub const BLOCK_BYTES: u64 = 4096;
 /// Version 2 names each leg of a mirrored pair in the superblock (`leg_index`, `leg_count`);
 /// version 1 devices (those bytes zero) are read as the one leg of a single journal.
 /// Version 3 adds the image partitions and row image records.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version 4 writes data as group records: the writes one turn of the shard placed, under one
+/// header (kind 1 records are still replayed).
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest format replay still reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 /// Legs a journal has at most: one, or a mirrored pair.
@@ -52,9 +54,13 @@ pub const KIND_DATA: u32 = 1;
 pub const KIND_WRAP: u32 = 2;
 /// A row image: the member writes of one parity row write (format 3, image partitions only).
 pub const KIND_IMAGE: u32 = 3;
-/// Member writes one image record names at most.
+/// A group record: the data of several VD writes, each named by an entry (format 4, data
+/// partitions only). One header and one device write carry every write a shard placed while
+/// the journal was busy, where a record per write cost a 4 KiB header and a write each.
+pub const KIND_GROUP: u32 = 4;
+/// Entries one image or group record names at most.
 pub const IMAGE_ENTRIES_MAX: usize = 187;
-/// Bytes of one image entry: member, length, member offset.
+/// Bytes of one entry: member (or VD id), length, member (or VD) offset.
 pub const IMAGE_ENTRY_BYTES: usize = 16;
 
 pub(crate) mod superblock {
@@ -123,10 +129,12 @@ pub(crate) mod record {
     pub const DATA_BYTES: Field = Field::new("data_bytes", 56, 4);
     pub const PAGE_COUNT: Field = Field::new("page_count", 60, 4);
     pub const PAGE_CRC32C: Field = Field::new("page_crc32c", 64, 1024);
-    /// Version 3, image records: how many member writes `entries` names.
+    /// Version 3, image records: how many member writes `entries` names; version 4, group
+    /// records: how many VD writes.
     pub const ENTRY_COUNT: Field = Field::new("entry_count", 1088, 4);
     /// Version 3, image records: per member write, its member (u32), length (u32) and member
-    /// offset (u64); the data is their bytes one after the other.
+    /// offset (u64); version 4, group records: per VD write, its VD id (u32), length (u32) and
+    /// VD offset (u64). The data is their bytes one after the other.
     pub const ENTRIES: Field = Field::new("entries", 1092, 2992);
     pub const RESERVED: Field = Field::new("reserved", 4084, 8);
     pub const CRC32C: Field = Field::new("block_crc32c", 4092, 4);
@@ -394,7 +402,7 @@ fn page_crcs(seed: Seed, data: &[u8]) -> Vec<u32> {
 }
 
 mod record_header;
-pub use record_header::{ImageEntry, RecordHeader};
+pub use record_header::{GroupEntry, ImageEntry, RecordHeader};
 
 fn put(out: &mut [u8], field: Field, bytes: &[u8]) {
     assert_eq!(bytes.len(), field.size, "field `{}` is {} bytes", field.name, field.size);

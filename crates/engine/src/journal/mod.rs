@@ -195,7 +195,10 @@ pub struct ReplayImage {
 /// What the last start's replay did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplayReport {
+    /// VD writes replayed (a group record carries several).
     pub records: u64,
+    /// Data and group records they came from.
+    pub data_records: u64,
     pub data_bytes: u64,
     /// Row images written back to the members before the records.
     pub images: u64,

@@ -2,7 +2,8 @@
 //! from there on while each passes every check, handed to the caller's [`Sink`].
 
 use super::format::{
-    self, Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES, KIND_DATA, KIND_IMAGE, KIND_WRAP, RING_OFFSET_IN_PARTITION_BYTES,
+    self, Checkpoint, RecordHeader, Seed, Superblock, BLOCK_BYTES, KIND_DATA, KIND_GROUP, KIND_IMAGE, KIND_WRAP,
+    RING_OFFSET_IN_PARTITION_BYTES,
 };
 use super::{ring, ReplayImage, ReplayRecord, ReplayReport};
 use crate::metadata::submit_and_wait;
@@ -94,13 +95,13 @@ pub(super) fn replay_partition(
         0,
     );
     // Each kind lives in its own partitions: a record of the other kind is not the next one.
-    let kind = if index < sb.partition_count { KIND_DATA } else { KIND_IMAGE };
+    let kinds: &[u32] = if index < sb.partition_count { &[KIND_DATA, KIND_GROUP] } else { &[KIND_IMAGE] };
     let (mut position, mut sequence) = (checkpoint.tail_position_bytes, checkpoint.tail_sequence);
     let mut scanned_bytes = 0;
     let mut last_valid = sequence.saturating_sub(1);
     while scanned_bytes < ring.capacity_bytes() {
         let Some((header, data)) = read_record(drive, seed, sb.journal_id, position, sequence, &ring)? else { break };
-        if header.kind != KIND_WRAP && header.kind != kind {
+        if header.kind != KIND_WRAP && !kinds.contains(&header.kind) {
             break;
         }
         let failed = |e: String| format!("journal {}: replay of record {sequence}: {e}", drive.info().name);
@@ -108,6 +109,14 @@ pub(super) fn replay_partition(
             let record = ReplayRecord { vd_id: header.vd_id, vd_offset_bytes: header.vd_offset_bytes, data };
             (sink.data)(&record).map_err(failed)?;
             report.records += 1;
+            report.data_records += 1;
+            report.data_bytes += u64::from(header.data_bytes);
+        } else if header.kind == KIND_GROUP {
+            for record in group_writes(&header, &data) {
+                (sink.data)(&record).map_err(failed)?;
+                report.records += 1;
+            }
+            report.data_records += 1;
             report.data_bytes += u64::from(header.data_bytes);
         } else if header.kind == KIND_IMAGE {
             (sink.image)(&image_of(&header, data)).map_err(failed)?;
@@ -143,6 +152,21 @@ fn image_of(header: &RecordHeader, data: Vec<u8>) -> ReplayImage {
         })
         .collect();
     ReplayImage { vd_id: header.vd_id, row: header.vd_offset_bytes, writes }
+}
+
+/// The VD writes of a group record, in the order they were placed, its data cut along its
+/// entries.
+fn group_writes(header: &RecordHeader, data: &[u8]) -> Vec<ReplayRecord> {
+    let mut at = 0;
+    header
+        .group_entries()
+        .into_iter()
+        .map(|entry| {
+            let bytes = data[at..at + entry.len_bytes as usize].to_vec();
+            at += entry.len_bytes as usize;
+            ReplayRecord { vd_id: entry.vd_id, vd_offset_bytes: entry.vd_offset_bytes, data: bytes }
+        })
+        .collect()
 }
 
 /// The record at `position` if it passes every check for being the next one (`sequence`),

@@ -145,6 +145,37 @@ impl Ring {
         Some(placement)
     }
 
+    /// Makes the newest record, `sequence`, longer by `extra_bytes` (a group record taking one
+    /// more write), if it is still the newest, the ring has the room (beyond `reserve_bytes`)
+    /// and the longer record still ends at or before the end of the ring. Returns whether it
+    /// did.
+    pub fn grow_newest(&mut self, sequence: u64, extra_bytes: u64, reserve_bytes: u64) -> bool {
+        assert!(extra_bytes.is_multiple_of(BLOCK_BYTES), "records grow by whole blocks");
+        let Some(newest) = self.live.back() else { return false };
+        let newest_end = newest.position_bytes + newest.span_bytes;
+        let fits = newest.sequence == sequence
+            && newest.sequence + 1 == self.next_sequence
+            && newest_end + extra_bytes <= self.end_bytes
+            && self.used_bytes + extra_bytes + reserve_bytes <= self.capacity_bytes()
+            && newest.span_bytes + extra_bytes <= self.capacity_bytes() / 2;
+        if !fits {
+            return false;
+        }
+        // The head is right behind the newest record, or at the start when it ends the ring.
+        assert_eq!(
+            self.head_bytes,
+            if newest_end == self.end_bytes { self.start_bytes } else { newest_end },
+            "the head follows the newest record"
+        );
+        self.live.back_mut().expect("checked above").span_bytes += extra_bytes;
+        self.used_bytes += extra_bytes;
+        self.head_bytes = newest_end + extra_bytes;
+        if self.head_bytes == self.end_bytes {
+            self.head_bytes = self.start_bytes;
+        }
+        true
+    }
+
     fn push(&mut self, span_bytes: u64, holders: u32) {
         self.live.push_back(Live { sequence: self.next_sequence, position_bytes: self.head_bytes, span_bytes, holders });
         self.next_sequence += 1;
@@ -241,6 +272,25 @@ mod tests {
         assert_eq!(ring.live_tail(), (16 * B, 104));
         ring.checkpointed(ring.live_tail());
         assert_eq!(ring.used_bytes(), 0);
+    }
+
+    #[test]
+    fn only_the_newest_record_grows_and_never_past_the_end_or_into_the_reserve() {
+        let mut ring = Ring::new(0, 16 * B, 1);
+        let a = ring.place(2 * B, 0).unwrap();
+        assert!(ring.grow_newest(a.sequence, B, 0));
+        assert_eq!((ring.used_bytes(), ring.live_tail()), (3 * B, (0, 1)));
+        let b = ring.place(2 * B, 0).unwrap();
+        assert_eq!(b.position_bytes, 3 * B, "the next record starts where the grown one ends");
+        assert!(!ring.grow_newest(a.sequence, B, 0), "an older record cannot grow");
+        assert!(!ring.grow_newest(b.sequence, 4 * B, 8 * B), "would eat into the reserve");
+        assert!(ring.grow_newest(b.sequence, 3 * B, 0));
+        assert!(!ring.grow_newest(b.sequence, 4 * B, 0), "a record is at most half the ring");
+        let c = ring.place(8 * B, 0).unwrap();
+        assert_eq!(c.position_bytes, 8 * B);
+        assert_eq!(ring.used_bytes(), 16 * B);
+        assert!(!ring.grow_newest(c.sequence, B, 0), "it ends the ring: the head is at the start");
+        assert_eq!(ring.place(B, 0), None, "full");
     }
 
     #[test]

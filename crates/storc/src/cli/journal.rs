@@ -36,7 +36,7 @@ pub fn report(description: &str, view: &JournalView, answer: &Value) -> Report {
         ("Capacity", if view.capacity_bytes == 0 { "-".into() } else { mib(view.capacity_bytes) }),
         ("Partitions (one per shard)", view.partitions.to_string()),
         ("Used", format!("{} of {} ({used_percent:.1}%)", mib(view.used_bytes), mib(view.ring_bytes))),
-        ("Replayed At Start", format!("{} records, {}", view.replayed_records, mib(view.replayed_bytes))),
+        ("Replayed At Start", format!("{} writes, {}", view.replayed_records, mib(view.replayed_bytes))),
         ("Cache Size", mib(view.cache_bytes)),
         ("Cache Dirty", mib(view.dirty_bytes)),
         ("Cache Pinned (offline VDs)", mib(view.pinned_bytes)),

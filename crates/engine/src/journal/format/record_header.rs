@@ -1,9 +1,9 @@
-//! The record header: the one block kind with a body (a data record's data, a row image's
-//! member writes), checked on its own before the body is read.
+//! The record header: the one block kind with a body (a data or group record's data, a row
+//! image's member writes), checked on its own before the body is read.
 
 use super::{
     check_block, get_u32, get_u64, page_crcs, put, record, record_bytes_for, seal, Seed, BLOCK_BYTES, FORMAT_VERSION, IMAGE_ENTRIES_MAX,
-    IMAGE_ENTRY_BYTES, KIND_DATA, KIND_IMAGE, KIND_WRAP, PAGE_CRCS_MAX, RECORD_DATA_BYTES_MAX, RECORD_MAGIC,
+    IMAGE_ENTRY_BYTES, KIND_DATA, KIND_GROUP, KIND_IMAGE, KIND_WRAP, PAGE_CRCS_MAX, RECORD_DATA_BYTES_MAX, RECORD_MAGIC,
 };
 
 /// What a record header says.
@@ -20,8 +20,18 @@ pub struct RecordHeader {
     pub data_bytes: u32,
     /// CRC-32C (seeded) of each 4 KiB page of the data, the last one zero-padded.
     pub page_crc32c: Vec<u32>,
-    /// An image record's member writes, in the order of their bytes in the data.
+    /// An image record's member writes (a group record's VD writes, see [`GroupEntry`]), in the
+    /// order of their bytes in the data.
     pub entries: Vec<ImageEntry>,
+}
+
+/// One VD write of a group record. On the device it takes an [`ImageEntry`]'s 16 bytes, the VD
+/// id where an image names the member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupEntry {
+    pub vd_id: u32,
+    pub len_bytes: u32,
+    pub vd_offset_bytes: u64,
 }
 
 /// One member write of a row image.
@@ -80,6 +90,29 @@ impl RecordHeader {
             entries,
             ..RecordHeader::data(seed, journal_id, sequence, position_bytes, vd_id, 0, data)
         }
+    }
+
+    /// The header of a group record: the VD writes `entries`, in the order they were placed,
+    /// whose bytes are `data` one after the other.
+    pub fn group(seed: Seed, journal_id: u64, sequence: u64, position_bytes: u64, entries: &[GroupEntry], data: &[u8]) -> RecordHeader {
+        assert!((1..=IMAGE_ENTRIES_MAX).contains(&entries.len()), "a group names 1 to {IMAGE_ENTRIES_MAX} writes");
+        assert_eq!(entries.iter().map(|e| u64::from(e.len_bytes)).sum::<u64>(), data.len() as u64, "the entries cover the data");
+        let entries = entries
+            .iter()
+            .map(|e| ImageEntry { member: e.vd_id, len_bytes: e.len_bytes, member_offset_bytes: e.vd_offset_bytes })
+            .collect();
+        RecordHeader { kind: KIND_GROUP, entries, ..RecordHeader::data(seed, journal_id, sequence, position_bytes, 0, 0, data) }
+    }
+
+    /// A group record's VD writes, in order (empty for other kinds).
+    pub fn group_entries(&self) -> Vec<GroupEntry> {
+        if self.kind != KIND_GROUP {
+            return Vec::new();
+        }
+        self.entries
+            .iter()
+            .map(|e| GroupEntry { vd_id: e.member, len_bytes: e.len_bytes, vd_offset_bytes: e.member_offset_bytes })
+            .collect()
     }
 
     /// The header of a wrap record at `position_bytes`.
@@ -182,6 +215,7 @@ impl RecordHeader {
         let consistent = match header.kind {
             KIND_DATA => sized && header.entries.is_empty(),
             KIND_IMAGE => sized && !header.entries.is_empty() && entries_cover,
+            KIND_GROUP => sized && !header.entries.is_empty() && entries_cover && header.entries.iter().all(|e| e.len_bytes > 0),
             KIND_WRAP => header.data_bytes == 0 && u64::from(header.record_bytes) == BLOCK_BYTES && page_count == 0 && entry_count == 0,
             _ => false,
         };
