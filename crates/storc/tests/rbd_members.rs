@@ -269,7 +269,7 @@ fn a_write_back_vd_over_an_rbd_image_keeps_what_its_local_journal_acknowledged_a
             "block {block} is not on the RBD image at version {version}"
         );
     }
-    println!("{} journal records replayed onto the RBD image after kill -9; every acknowledged block read back", journal.replayed_records);
+    println!("{} journal writes replayed onto the RBD image after kill -9; every acknowledged block read back", journal.replayed_records);
 }
 
 /// fio's nbd engine over `export`: random 4-64 KiB reads and writes over the first `size_bytes`,

@@ -182,7 +182,7 @@ fn kill_9_of_a_write_back_vd_with_a_journal_never_loses_an_acknowledged_write() 
     }
     let tally = tally.lock().unwrap();
     println!(
-        "{kills} kill -9 of a WB VD with a journal in {:.1} s: {} acknowledged writes had to survive ({} of them FUA or flushed), {lost_total} lost; {replayed_total} journal records replayed at the restarts",
+        "{kills} kill -9 of a WB VD with a journal in {:.1} s: {} acknowledged writes had to survive ({} of them FUA or flushed), {lost_total} lost; {replayed_total} writes replayed from the journal at the restarts",
         started.elapsed().as_secs_f64(),
         tally.acknowledged,
         tally.fua_or_flushed,
@@ -250,7 +250,7 @@ fn a_mirrored_journal_survives_the_loss_of_one_leg_and_a_kill_9() {
     assert_eq!(journal.state, "Optimal", "{journal:?}");
     let lost = verify(&daemon, &mut model.lock().unwrap(), 1);
     println!(
-        "mirrored journal: {acknowledged} acknowledged writes ({} after leg b was lost; 100 of them within {:.2} s of the loss), {} records replayed from leg a, {lost} lost",
+        "mirrored journal: {acknowledged} acknowledged writes ({} after leg b was lost; 100 of them within {:.2} s of the loss), {} writes replayed from leg a, {lost} lost",
         acknowledged - acknowledged_at_degraded,
         resumed_after.as_secs_f64(),
         journal.replayed_records
@@ -295,7 +295,7 @@ fn a_slot_drive_journal_is_replayed_after_a_kill_9_without_a_journal_option() {
     let journal: JournalView = daemon.get("/api/v1/journal");
     assert_eq!((journal.state.as_str(), journal.source.as_deref()), ("Optimal", Some("slot 5")), "{journal:?}");
     let lost = verify(&daemon, &mut model.lock().unwrap(), 1);
-    println!("journal on slot 5: {acknowledged} acknowledged writes, {} records replayed, {lost} lost", journal.replayed_records);
+    println!("journal on slot 5: {acknowledged} acknowledged writes, {} writes replayed, {lost} lost", journal.replayed_records);
     assert_eq!(lost, 0, "acknowledged writes lost");
     assert!(acknowledged > 0, "the writer wrote something");
     daemon.stop();
