@@ -141,32 +141,33 @@ pub(super) struct Sink<'a> {
 
 /// The member writes of an image record, its data cut along its entries.
 fn image_of(header: &RecordHeader, data: Vec<u8>) -> ReplayImage {
-    let mut at = 0;
-    let writes = header
-        .entries
-        .iter()
-        .map(|entry| {
-            let bytes = data[at..at + entry.len_bytes as usize].to_vec();
-            at += entry.len_bytes as usize;
-            (entry.member, entry.member_offset_bytes, bytes)
-        })
-        .collect();
+    let lens = header.entries.iter().map(|entry| entry.len_bytes);
+    let writes =
+        header.entries.iter().zip(cut(&data, lens)).map(|(entry, bytes)| (entry.member, entry.member_offset_bytes, bytes)).collect();
     ReplayImage { vd_id: header.vd_id, row: header.vd_offset_bytes, writes }
 }
 
 /// The VD writes of a group record, in the order they were placed, its data cut along its
 /// entries.
 fn group_writes(header: &RecordHeader, data: &[u8]) -> Vec<ReplayRecord> {
-    let mut at = 0;
-    header
-        .group_entries()
-        .into_iter()
-        .map(|entry| {
-            let bytes = data[at..at + entry.len_bytes as usize].to_vec();
-            at += entry.len_bytes as usize;
-            ReplayRecord { vd_id: entry.vd_id, vd_offset_bytes: entry.vd_offset_bytes, data: bytes }
-        })
+    let entries = header.group_entries();
+    let bytes = cut(data, entries.iter().map(|entry| entry.len_bytes));
+    entries
+        .iter()
+        .zip(bytes)
+        .map(|(entry, data)| ReplayRecord { vd_id: entry.vd_id, vd_offset_bytes: entry.vd_offset_bytes, data })
         .collect()
+}
+
+/// `data` cut into pieces of `lens` bytes, one after the other (the header's entries cover it).
+fn cut(data: &[u8], lens: impl Iterator<Item = u32>) -> Vec<Vec<u8>> {
+    let mut at = 0;
+    lens.map(|len| {
+        let piece = data[at..at + len as usize].to_vec();
+        at += len as usize;
+        piece
+    })
+    .collect()
 }
 
 /// The record at `position` if it passes every check for being the next one (`sequence`),
