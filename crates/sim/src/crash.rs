@@ -221,6 +221,7 @@ impl Sim {
         let restarts = self.crashes.len() as u64 + 1;
         self.clean_before = self.clean_stats();
         self.write_back_imaged_before += self.engine.cache_stats().imaged.write_back_bytes;
+        self.scattered_destages_before += self.engine.cache_stats().destage.scattered_runs;
         self.engine = LocalEngine::new(CompletionOrder::seeded(self.config.seed.wrapping_mul(31) ^ restarts.wrapping_mul(0x9e37_79b9)));
         self.in_flight.iter_mut().for_each(|op| *op = None);
         self.outcomes = Rc::new(RefCell::new(Vec::new()));

@@ -94,6 +94,8 @@ pub struct RunReport {
     pub journal_bypassed_writes: u64,
     /// Bytes of WB writes' whole rows that went to the journal as row images, not cached.
     pub write_back_imaged_bytes: u64,
+    /// Destage runs that wrote a parity row's scattered extents as one row write.
+    pub scattered_destages: u64,
     pub crashes: Vec<CrashReport>,
 }
 
@@ -203,6 +205,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             images_replayed_degraded: sim.journal.as_ref().is_some_and(|j| j.images_replayed_degraded),
             journal_bypassed_writes: sim.bypassed_before + sim.vd.journal_bypass().bypassed().0,
             write_back_imaged_bytes: sim.write_back_imaged_before + sim.engine.cache_stats().imaged.write_back_bytes,
+            scattered_destages: sim.scattered_destages_before + sim.engine.cache_stats().destage.scattered_runs,
             crashes: sim.crashes,
         }),
         Err(problem) => Err(RunFailure { config: Box::new(config), problem, faults: sim.faults, crashes: sim.crashes }),
@@ -257,6 +260,8 @@ pub struct LevelCoverage {
     pub journal_bypassed: usize,
     /// Runs where WB writes' whole rows went to the journal as row images, not cached.
     pub write_back_imaged: usize,
+    /// Runs where the destager wrote a parity row's scattered extents as one row write.
+    pub scattered: usize,
 }
 
 impl Coverage {
@@ -287,6 +292,7 @@ impl Coverage {
         level.read_ahead += usize::from(report.read_ahead_bytes > 0);
         level.journal_bypassed += usize::from(report.journal_bypassed_writes > 0);
         level.write_back_imaged += usize::from(report.write_back_imaged_bytes > 0);
+        level.scattered += usize::from(report.scattered_destages > 0);
     }
 
     pub fn of(&self, level: layout::Level) -> LevelCoverage {
@@ -298,12 +304,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead  bypassed  wb-imaged"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead  bypassed  wb-imaged  scattered"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11} {:>9} {:>10}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11} {:>9} {:>10} {:>10}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -324,7 +330,8 @@ impl fmt::Display for Coverage {
                 c.clean_hits,
                 c.read_ahead,
                 c.journal_bypassed,
-                c.write_back_imaged
+                c.write_back_imaged,
+                c.scattered
             )?;
         }
         Ok(())

@@ -92,6 +92,8 @@ pub(crate) struct Sim {
     pub bypassed_before: u64,
     /// Bytes of WB writes' whole rows that took the imaged path, in the engines before this one.
     pub write_back_imaged_before: u64,
+    /// Destage runs that went as one scattered row write, in the engines before this one.
+    pub scattered_destages_before: u64,
 }
 
 impl Sim {
@@ -158,6 +160,7 @@ impl Sim {
             last_write_end: 0,
             bypassed_before: 0,
             write_back_imaged_before: 0,
+            scattered_destages_before: 0,
         }
     }
 

@@ -5,8 +5,10 @@ use super::extents::Extent;
 use super::{release_extent, ShardCache, BACKGROUND_RUNS_IN_FLIGHT_MAX, RUNS_IN_FLIGHT_MAX, RUN_BYTES_MAX};
 use crate::io;
 use crate::runtime::Reactor;
-use crate::vd::{VdRequest, VirtualDrive};
+use crate::vd::{VdError, VdRequest, VirtualDrive};
 use drive::IoBuf;
+use layout::SpanKind;
+use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,16 +34,33 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
     let runs_max = if urgent { RUNS_IN_FLIGHT_MAX } else { BACKGROUND_RUNS_IN_FLIGHT_MAX };
     while cache.runs_in_flight.get() < runs_max {
         let picked = if reclaiming { pick_oldest(cache) } else { None };
-        let Some((vd, offset, pieces)) = picked.or_else(|| pick_run(cache, urgent, old_before)) else { break };
+        let Some(run) = picked.or_else(|| pick_run(cache, urgent, old_before)) else { break };
         cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);
         let reactor2 = Rc::clone(reactor);
-        reactor.spawn(async move { destage_run(reactor2, vd, offset, pieces).await });
+        reactor.spawn(async move { destage_run(reactor2, run).await });
     }
     checkpoint_if_due(reactor);
 }
 
-/// A destage run: its VD, where it starts, and the extents it writes (contiguous, in order).
-type Run = (Arc<VirtualDrive>, u64, Vec<(u64, Extent)>);
+/// A destage run: its VD, where it starts, the extents it writes from there (contiguous, in
+/// order), and on parity levels, when those lie inside one row, the row's other idle extents
+/// (`siblings`, in order), written with them as one scattered row write.
+struct Run {
+    vd: Arc<VirtualDrive>,
+    offset_bytes: u64,
+    extents: Vec<(u64, Extent)>,
+    siblings: Vec<(u64, Extent)>,
+}
+
+impl Run {
+    fn all(&self) -> impl Iterator<Item = &(u64, Extent)> {
+        self.extents.iter().chain(&self.siblings)
+    }
+}
+
+/// Most extents one scattered row write takes: bounds its row image's entries (each extent of
+/// a 4 KiB write adds a data write and a parity column range) and its member operations.
+const SCATTERED_EXTENTS_MAX: usize = 32;
 
 /// Extents a look for old data examines per VD and pump: the dirty map is not ordered by age,
 /// so the look goes round it a slice at a time instead of scanning all of it on every write.
@@ -82,11 +101,35 @@ fn is_busy(entry: &super::VdCache, offset: u64, extent: &Extent) -> bool {
 /// The run from the extent at `offset` (see [`run_from`]), marked busy, the elevator's cursor
 /// moved past it; `None` if that extent is being destaged.
 fn take_run(entry: &mut super::VdCache, offset: u64) -> Option<Run> {
-    let run = run_from(entry, offset);
-    let end = run.last().map(|(o, e)| o + e.len_bytes)?;
+    let extents = run_from(entry, offset);
+    let end = extents.last().map(|(o, e)| o + e.len_bytes)?;
+    let siblings = row_siblings(entry, offset..end, extents.len());
     entry.busy.push(offset..end);
+    entry.busy.extend(siblings.iter().map(|(o, e)| *o..o + e.len_bytes));
     entry.cursor = end;
-    Some((Arc::clone(&entry.vd), offset, run))
+    Some(Run { vd: Arc::clone(&entry.vd), offset_bytes: offset, extents, siblings })
+}
+
+/// On a parity VD, the idle extents of the row that holds `run` (a part of one row, not all of
+/// it) other than the run's own `taken` ones, in order, at most [`SCATTERED_EXTENTS_MAX`] in all.
+fn row_siblings(entry: &super::VdCache, run: Range<u64>, taken: usize) -> Vec<(u64, Extent)> {
+    let geometry = entry.vd.geometry();
+    if !matches!(geometry.span_kind(), SpanKind::Parity | SpanKind::DoubleParity) {
+        return Vec::new();
+    }
+    let row_bytes = geometry.row_data_bytes();
+    let row = run.start / row_bytes * row_bytes..(run.start / row_bytes + 1) * row_bytes;
+    if run.end > row.end || run == row {
+        return Vec::new();
+    }
+    entry
+        .dirty
+        .candidates(row.start)
+        .take_while(|(o, _)| row.contains(o))
+        .filter(|(o, e)| !run.contains(o) && o + e.len_bytes <= row.end && !is_busy(entry, *o, e))
+        .take(SCATTERED_EXTENTS_MAX.saturating_sub(taken))
+        .map(|(o, e)| (o, e.clone()))
+        .collect()
 }
 
 /// Whether the journal's records span more than half its ring: space comes back only as the
@@ -174,23 +217,24 @@ fn row_bytes(vd: &VirtualDrive) -> u64 {
 
 /// Writes one run to the members through the VD's write path, then drops what it wrote from
 /// the cache (the extents that are still the ones it took).
-async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, pieces: Vec<(u64, Extent)>) {
-    // One member write carries the run: its extents must be back to back from `offset_bytes`,
-    // or data would land at the wrong VD offset.
-    assert_eq!(pieces.first().map(|(o, _)| *o), Some(offset_bytes), "a run starts with its first extent");
-    assert!(pieces.windows(2).all(|w| w[0].0 + w[0].1.len_bytes == w[1].0), "a run's extents are contiguous, in order");
-    let total = run_bytes(&pieces);
-    let parts: Vec<&[u8]> = pieces.iter().map(|(_, extent)| extent.bytes()).collect();
-    let buf = IoBuf::from_parts(&parts, total as usize);
-    let completion = io::serve(Rc::clone(&reactor), Arc::clone(&vd), VdRequest::Write { offset_bytes, buf }).await;
+async fn destage_run(reactor: Rc<Reactor>, run: Run) {
+    // One member write carries the contiguous extents: they must be back to back from the
+    // run's offset, or data would land at the wrong VD offset.
+    assert_eq!(run.extents.first().map(|(o, _)| *o), Some(run.offset_bytes), "a run starts with its first extent");
+    assert!(run.extents.windows(2).all(|w| w[0].0 + w[0].1.len_bytes == w[1].0), "a run's extents are contiguous, in order");
+    assert!(run.siblings.windows(2).all(|w| w[0].0 + w[0].1.len_bytes <= w[1].0), "a run's siblings are disjoint, in order");
+    let (results, scattered) = write_run(&reactor, &run).await;
+    assert_eq!(results.len(), run.extents.len() + run.siblings.len(), "a result per extent");
     let cache = Rc::clone(reactor.cache());
     let journal = cache.journal();
+    let vd = &run.vd;
     {
         let mut vds = cache.vds.borrow_mut();
         if let Some(entry) = vds.get_mut(&vd.instance_id()) {
-            entry.busy.retain(|r| r.start != offset_bytes);
-            for (offset, extent) in &pieces {
-                match &completion.result {
+            let starts: Vec<u64> = std::iter::once(run.offset_bytes).chain(run.siblings.iter().map(|(o, _)| *o)).collect();
+            entry.busy.retain(|r| !starts.contains(&r.start));
+            for ((offset, extent), result) in run.all().zip(&results) {
+                match result {
                     Ok(()) => {
                         if let Some(removed) = entry.dirty.remove_if(*offset, extent.id) {
                             cache.bytes.set(cache.bytes.get() - removed.len_bytes);
@@ -212,19 +256,46 @@ async fn destage_run(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: 
                 }
             }
         }
-        if completion.result.is_ok() {
-            cache.destaged_to.borrow_mut().insert(vd.instance_id(), Arc::clone(&vd));
+        if results.iter().any(Result::is_ok) {
+            cache.destaged_to.borrow_mut().insert(vd.instance_id(), Arc::clone(vd));
         }
         let mut counts = cache.destaged.get();
-        match completion.result {
-            Ok(()) => (counts.runs, counts.bytes) = (counts.runs + 1, counts.bytes + total),
-            Err(_) => counts.failed_runs += 1,
+        match results.iter().all(Result::is_ok) {
+            true => {
+                counts.runs += 1;
+                counts.bytes += run.all().map(|(_, e)| e.len_bytes).sum::<u64>();
+                counts.scattered_runs += u64::from(scattered);
+            }
+            false => counts.failed_runs += 1,
         }
         cache.destaged.set(counts);
     }
     cache.runs_in_flight.set(cache.runs_in_flight.get() - 1);
     cache.wake_all();
     pump(&reactor);
+}
+
+/// Puts a run on the members: with its siblings as one scattered row write where the row takes
+/// one, else its contiguous extents as one write and then each sibling as one. A result per
+/// extent (the run's, then its siblings'), and whether it went as one scattered write.
+async fn write_run(reactor: &Rc<Reactor>, run: &Run) -> (Vec<Result<(), VdError>>, bool) {
+    if !run.siblings.is_empty() {
+        let row = run.offset_bytes / row_bytes(&run.vd);
+        let writes: Vec<(u64, &[u8])> = run.all().map(|(o, e)| (*o, e.bytes())).collect();
+        if let Some(result) = io::serve_scattered(Rc::clone(reactor), Arc::clone(&run.vd), row, &writes).await {
+            return (vec![result; writes.len()], true);
+        }
+    }
+    let parts: Vec<&[u8]> = run.extents.iter().map(|(_, extent)| extent.bytes()).collect();
+    let buf = IoBuf::from_parts(&parts, run_bytes(&run.extents) as usize);
+    let request = VdRequest::Write { offset_bytes: run.offset_bytes, buf };
+    let result = io::serve(Rc::clone(reactor), Arc::clone(&run.vd), request).await.result;
+    let mut results = vec![result; run.extents.len()];
+    for (offset_bytes, extent) in &run.siblings {
+        let request = VdRequest::Write { offset_bytes: *offset_bytes, buf: IoBuf::from_slice(extent.bytes()) };
+        results.push(io::serve(Rc::clone(reactor), Arc::clone(&run.vd), request).await.result);
+    }
+    (results, false)
 }
 
 /// Writes a journal checkpoint when the live tail moved and either destaging went idle or the

@@ -27,7 +27,9 @@
 //! Destaging starts above the high watermark (half the shard's share of the cache) and goes on
 //! down to the low one (a quarter), takes any extent older than [`AGE_LIMIT`], and runs at
 //! once for WT writes and flushes that wait for it. Runs merge contiguous extents up to
-//! [`RUN_BYTES_MAX`], so a row filled by small writes goes out as one full-stripe write.
+//! [`RUN_BYTES_MAX`], so a row filled by small writes goes out as one full-stripe write; on
+//! parity levels, a run inside one row takes the row's other idle extents along, written as one
+//! scattered row write (`io::serve_scattered`).
 
 mod bypass;
 pub mod clean;
@@ -352,11 +354,18 @@ pub struct DestageCounts {
     pub runs: u64,
     pub bytes: u64,
     pub failed_runs: u64,
+    /// Runs that wrote a parity row's scattered extents as one row write.
+    pub scattered_runs: u64,
 }
 
 impl DestageCounts {
     pub fn plus(&self, other: &DestageCounts) -> DestageCounts {
-        DestageCounts { runs: self.runs + other.runs, bytes: self.bytes + other.bytes, failed_runs: self.failed_runs + other.failed_runs }
+        DestageCounts {
+            runs: self.runs + other.runs,
+            bytes: self.bytes + other.bytes,
+            failed_runs: self.failed_runs + other.failed_runs,
+            scattered_runs: self.scattered_runs + other.scattered_runs,
+        }
     }
 }
 

@@ -113,6 +113,14 @@ pub(super) fn open(env: &Env, key: LockKey, piece: &RowPiece) -> Rc<Gather> {
     gather
 }
 
+/// Closes the open gathering of the row `key`, if any: a write that will not join it lands
+/// after it.
+pub(super) fn close(env: &Env, key: LockKey) {
+    if let Some(gather) = env.reactor.gathers().borrow().get(&key).filter(|gather| gather.open.get()) {
+        gather.close();
+    }
+}
+
 /// A write of `piece` (bytes `buf`) arriving at a row: joins the open gathering of the row if
 /// it touches what is gathered, and then resolves with the gathered write's outcome; closes
 /// it otherwise. `None`: the write goes its own way (after any gathered write of the row).

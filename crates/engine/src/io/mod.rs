@@ -257,6 +257,61 @@ pub(crate) async fn serve_imaged(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, of
     (completion, imaged)
 }
 
+/// Writes `writes` (VD offset, bytes: disjoint ranges inside parity row `row`) as one scattered
+/// row write (`parity::scattered`), for the destager. `None`: the row cannot take one now (not
+/// a parity VD, too many pieces, a member out, a migration or a replay, or a member error on the
+/// way, booked): the caller writes them through [`serve`], in order, which handles all of that.
+pub(crate) async fn serve_scattered(
+    reactor: Rc<Reactor>,
+    vd: Arc<VirtualDrive>,
+    row: u64,
+    writes: &[(u64, &[u8])],
+) -> Option<Result<(), VdError>> {
+    let geometry = *vd.geometry();
+    let row_bytes = geometry.row_data_bytes();
+    let row_start_bytes = row * row_bytes;
+    assert!(
+        writes.iter().all(|&(offset, bytes)| offset >= row_start_bytes && offset + bytes.len() as u64 <= row_start_bytes + row_bytes),
+        "scattered writes lie inside row {row}"
+    );
+    let map = geometry.row_map(row);
+    let piece_count: usize =
+        writes.iter().map(|&(offset, bytes)| map.data_pieces(offset - row_start_bytes, bytes.len() as u64).count()).sum();
+    let parity = matches!(geometry.span_kind(), SpanKind::Parity | SpanKind::DoubleParity);
+    if !parity || !parity::scattered::fits_one_image(geometry.span_kind(), piece_count) {
+        return None;
+    }
+    let env = Env::new(reactor, vd);
+    if let Some(error) = refusal(&env) {
+        return Some(Err(error));
+    }
+    let key = LockKey { vd_id: env.vd.id(), row };
+    // Lands after a gathered write of the row, as any write that does not join it.
+    gather::close(&env, key);
+    let lock = env.reactor.lock(key);
+    lock.acquired().await;
+    if !parity::scattered::plain_row(&env, &map) {
+        return None;
+    }
+    let _intent = match intent::begin_write(&env, row, !parity::logs_row_images(&env)).await {
+        Ok(guard) => guard,
+        Err(error) => return Some(Err(error)),
+    };
+    env.vd.note_write();
+    let in_row: Vec<(u64, &[u8])> = writes.iter().map(|&(offset, bytes)| (offset - row_start_bytes, bytes)).collect();
+    match parity::scattered::write_scattered(&env, &map, &in_row).await {
+        Ok(()) => {
+            // Under the row lock, as `serve_row_locked` does.
+            writes.iter().for_each(|&(offset, bytes)| env.vd.bad_blocks().rewritten(offset, bytes.len() as u64));
+            Some(Ok(()))
+        }
+        Err(error) => match row::book(&env, error, &mut MemberSet::default()) {
+            Some(give_up) => Some(Err(give_up)),
+            None => None,
+        },
+    }
+}
+
 /// Why the VD takes no request now, if it does not.
 fn refusal(env: &Env) -> Option<VdError> {
     if env.vd.is_retired() {

@@ -18,6 +18,7 @@ use layout::{DataPiece, Role, SpanKind};
 mod check;
 mod rebuild;
 mod row_log;
+pub(super) mod scattered;
 
 use check::{parity_check_row, parity_check_rows};
 use rebuild::{parity_rebuild_row, parity_rebuild_rows};

@@ -166,6 +166,11 @@ fn cache(state: &AppState) -> Vec<Family> {
         counter("storc_cache_destages", "Destage runs that wrote dirty data to the members.", stats.destage.runs),
         counter("storc_cache_destaged_bytes", "Dirty bytes written to the members by destaging.", stats.destage.bytes),
         counter("storc_cache_destage_failures", "Destage runs that failed (their data stays cached).", stats.destage.failed_runs),
+        counter(
+            "storc_cache_destage_scattered_rows",
+            "Destage runs that wrote a parity row's scattered extents as one row write.",
+            stats.destage.scattered_runs,
+        ),
     ]
 }
 
