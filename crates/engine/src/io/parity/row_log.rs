@@ -100,9 +100,15 @@ async fn log_images(env: &Env, part: &Rc<JournalPart>, row: u64, writes: &[Membe
     assert!(!writes.is_empty() && writes.len() <= IMAGE_ENTRIES_MAX, "a row write is 1 to {IMAGE_ENTRIES_MAX} member writes");
     let lo = writes.iter().map(|w| w.column_bytes).min().expect("a write");
     let hi = writes.iter().map(|w| w.column_bytes + w.bytes.len() as u64).max().expect("a write");
-    // Columns per record: as many as a record's data holds for every member write.
-    let window_bytes = (RECORD_DATA_BYTES_MAX / writes.len() as u64 / BLOCK_BYTES as u64 * BLOCK_BYTES as u64).max(BLOCK_BYTES as u64);
     let total_bytes: u64 = writes.iter().map(|w| w.bytes.len() as u64).sum();
+    // Columns per record: all of them when a record holds every write whole (a scattered row
+    // write's many small writes would otherwise be cut into records of a few columns each, a
+    // header apiece), else as many as a record's data holds for every member write.
+    let window_bytes = if total_bytes.next_multiple_of(BLOCK_BYTES as u64) <= RECORD_DATA_BYTES_MAX {
+        hi - lo
+    } else {
+        (RECORD_DATA_BYTES_MAX / writes.len() as u64 / BLOCK_BYTES as u64 * BLOCK_BYTES as u64).max(BLOCK_BYTES as u64)
+    };
     let (_, capacity_bytes) = part.usage();
     if total_bytes + (hi - lo).div_ceil(window_bytes) * BLOCK_BYTES as u64 > capacity_bytes / 2 {
         return Ok(None);
