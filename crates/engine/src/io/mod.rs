@@ -290,13 +290,15 @@ pub(crate) async fn serve_scattered(
     gather::close(&env, key);
     let lock = env.reactor.lock(key);
     lock.acquired().await;
-    if !parity::scattered::plain_row(&env, &map) {
-        return None;
-    }
     let _intent = match intent::begin_write(&env, row, !parity::logs_row_images(&env)).await {
         Ok(guard) => guard,
         Err(error) => return Some(Err(error)),
     };
+    // After the wait for the bitmap, right before the reads, as the ordinary path decides its
+    // plan: a member may have left (or been replaced by a blank drive) meanwhile.
+    if !parity::scattered::plain_row(&env, &map) {
+        return None;
+    }
     env.vd.note_write();
     let in_row: Vec<(u64, &[u8])> = writes.iter().map(|&(offset, bytes)| (offset - row_start_bytes, bytes)).collect();
     match parity::scattered::write_scattered(&env, &map, &in_row).await {

@@ -46,8 +46,9 @@ pub(crate) fn fits_one_image(span_kind: SpanKind, piece_count: usize) -> bool {
     piece_count * (1 + parity_count) <= IMAGE_ENTRIES_MAX
 }
 
-/// Whether the row can take a scattered write now (caller holds its lock): every member of its
-/// span in service and readable there, and nothing else going on that the ordinary path handles.
+/// Whether the row can take a scattered write now: every member of its span in service and
+/// readable there, and nothing else going on that the ordinary path handles. The caller holds
+/// the row lock and the write intent, and reads at once if so (`io::serve_scattered`).
 pub(crate) fn plain_row(env: &Env, map: &RowMap) -> bool {
     let unreadable = env.vd.unavailable_for_read(map.row).union(env.vd.unwritable());
     let members = (0..map.data_strip_count()).map(|k| map.data_copy(k, 0).drive);
