@@ -134,13 +134,15 @@ impl Row {
 
     /// Every member of the row's span with its role: data strips `0..m`, then P, then Q.
     pub(super) fn span_members(&self) -> Vec<(usize, u64)> {
-        let m = self.map.data_strip_count();
-        let mut members: Vec<(usize, u64)> = (0..m).map(|k| self.data_member(k)).collect();
-        for place in [self.map.p_place(), self.map.q_place()].into_iter().flatten() {
-            members.push((place.drive, place.drive_offset_bytes));
-        }
-        members
+        span_members(&self.map)
     }
+}
+
+/// Every member of `map`'s span, with where its strip starts: data strips `0..m` (copy 0),
+/// then P, then Q.
+pub(super) fn span_members(map: &RowMap) -> Vec<(usize, u64)> {
+    let data = (0..map.data_strip_count()).map(|k| map.data_copy(k, 0));
+    data.chain([map.p_place(), map.q_place()].into_iter().flatten()).map(|place| (place.drive, place.drive_offset_bytes)).collect()
 }
 
 /// Runs one member operation, keeping the member's queue depth and head position current.

@@ -179,17 +179,24 @@ async fn read_modify_write(env: &Env, row: &Row, views: &mut Vec<IoBuf>) -> Atte
     let mut bufs: Vec<IoBuf> = bufs.into_iter().map(|b| b.expect("read returns its buffer")).collect();
     let mut q = (row.map.q_place().is_some()).then(|| bufs.pop().expect("Q read"));
     let mut p = bufs.pop().expect("P read");
-    for ((piece, mut delta), new) in row.pieces.iter().zip(bufs).zip(views.iter()) {
-        parity::xor_into(delta.as_mut_slice(), new.as_slice());
+    for ((piece, old), new) in row.pieces.iter().zip(bufs).zip(views.iter()) {
         let at = (piece.offset_in_strip_bytes - row.lo) as usize;
-        let len = piece.len_bytes as usize;
-        let p_part = &mut p.as_mut_slice()[at..at + len];
-        match &mut q {
-            Some(q) => parity::pq_update(piece.strip_index, delta.as_slice(), p_part, &mut q.as_mut_slice()[at..at + len]),
-            None => parity::xor_into(p_part, delta.as_slice()),
-        }
+        fold_change(piece.strip_index, old, new.as_slice(), &mut p, q.as_mut(), at);
     }
     write_row(env, row, views, p, q, MemberSet::default()).await
+}
+
+/// Read-modify-write's parity step: folds the change of data strip `strip_index` from `old`
+/// to `new` into the parity columns `p` (and `q`) from byte `at` on. `old` becomes the delta.
+fn fold_change(strip_index: usize, mut old: IoBuf, new: &[u8], p: &mut IoBuf, q: Option<&mut IoBuf>, at: usize) {
+    assert_eq!(old.len(), new.len(), "old and new data of one piece");
+    parity::xor_into(old.as_mut_slice(), new);
+    let (delta, len) = (old.as_slice(), new.len());
+    let p_part = &mut p.as_mut_slice()[at..at + len];
+    match q {
+        Some(q) => parity::pq_update(strip_index, delta, p_part, &mut q.as_mut_slice()[at..at + len]),
+        None => parity::xor_into(p_part, delta),
+    }
 }
 
 /// A write to a row with lost members: rebuild the touched columns of every strip in memory,

@@ -20,7 +20,8 @@
 //! applied scattered write is as safe as one after a partly applied ordinary write, since every
 //! member written holds its part of the new row and the others hold what old and new share.
 
-use super::super::row::{read_op, run_all, Attempt, Env};
+use super::super::row::{read_op, run_all, span_members, Attempt, Env};
+use super::fold_change;
 use super::row_log::{self, MemberWrite};
 use crate::journal::format::IMAGE_ENTRIES_MAX;
 use drive::{DriveOp, IoBuf};
@@ -51,9 +52,7 @@ pub(crate) fn fits_one_image(span_kind: SpanKind, piece_count: usize) -> bool {
 /// the row lock and the write intent, and reads at once if so (`io::serve_scattered`).
 pub(crate) fn plain_row(env: &Env, map: &RowMap) -> bool {
     let unreadable = env.vd.unavailable_for_read(map.row).union(env.vd.unwritable());
-    let members = (0..map.data_strip_count()).map(|k| map.data_copy(k, 0).drive);
-    let parity = [map.p_place(), map.q_place()].into_iter().flatten().map(|place| place.drive);
-    !env.vd.is_migrating() && !env.vd.is_replaying() && members.chain(parity).all(|member| !unreadable.contains(member))
+    !env.vd.is_migrating() && !env.vd.is_replaying() && span_members(map).iter().all(|&(member, _)| !unreadable.contains(member))
 }
 
 /// Writes `writes` (offset in row `map.row`, bytes; disjoint, each inside the row) as one
@@ -88,17 +87,13 @@ pub(crate) async fn write_scattered(env: &Env, map: &RowMap, writes: &[(u64, &[u
     let mut p: Vec<IoBuf> = bufs.by_ref().take(ranges.len()).collect();
     let mut q: Option<Vec<IoBuf>> = map.q_place().map(|_| bufs.by_ref().take(ranges.len()).collect());
     assert!(bufs.next().is_none(), "every read is used");
-    for (piece, mut delta) in pieces.iter().zip(old_data) {
-        parity::xor_into(delta.as_mut_slice(), piece.data.as_slice());
+    for (piece, old) in pieces.iter().zip(old_data) {
         let range = ranges.partition_point(|&(_, hi)| hi <= piece.offset_in_strip_bytes);
         let (lo, hi) = ranges[range];
         assert!(lo <= piece.offset_in_strip_bytes && piece.end_bytes() <= hi, "a piece lies inside its column range");
         let at = (piece.offset_in_strip_bytes - lo) as usize;
-        let p_part = &mut p[range].as_mut_slice()[at..at + delta.len()];
-        match &mut q {
-            Some(q) => parity::pq_update(piece.strip_index, delta.as_slice(), p_part, &mut q[range].as_mut_slice()[at..at + delta.len()]),
-            None => parity::xor_into(p_part, delta.as_slice()),
-        }
+        let q_range = q.as_mut().map(|q| &mut q[range]);
+        fold_change(piece.strip_index, old, piece.data.as_slice(), &mut p[range], q_range, at);
     }
     let mut ops: Vec<(usize, u64, u64, IoBuf)> = pieces
         .into_iter()
