@@ -119,7 +119,7 @@ impl LocalEngine {
         }
         let reactor = Rc::clone(self.executor.reactor());
         let vd = Arc::clone(vd);
-        self.executor.spawn(async move { done(io::rebuild_rows(reactor, vd, first_row, row_count, targets).await) });
+        self.executor.spawn(async move { done(crate::cache::rebuilt_rows(reactor, &vd, first_row, row_count, targets).await) });
     }
 
     /// Queues a copy of member `member`'s strips of row `row` to its copy target (see

@@ -204,7 +204,7 @@ fn spawn_msg(executor: &mut Executor, msg: ShardMsg) -> bool {
 
 async fn run_row_job(reactor: Rc<Reactor>, vd: &Arc<VirtualDrive>, row: u64, job: RowJob) {
     match job {
-        RowJob::Rebuild { row_count, targets, done } => done(io::rebuild_rows(reactor, Arc::clone(vd), row, row_count, targets).await),
+        RowJob::Rebuild { row_count, targets, done } => done(cache::rebuilt_rows(reactor, vd, row, row_count, targets).await),
         RowJob::Check { row_count, mode, done } => done(cache::checked_rows(reactor, vd, row, row_count, mode).await),
         RowJob::Copy { member, done } => done(io::copy_row(reactor, Arc::clone(vd), row, member).await),
         RowJob::Migrate { row_count, done } => done(io::migrate_rows(reactor, Arc::clone(vd), row, row_count).await),

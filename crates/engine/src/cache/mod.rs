@@ -306,6 +306,28 @@ pub(crate) async fn checked_rows(
     results
 }
 
+/// Rebuilds a run of rows (see [`io::rebuild_rows`]). Rows of a region still unsynced read
+/// their first available copy, which the rebuild may change (a blank first member now holds
+/// the second one's bytes): no clean data of such a run is kept or served while it runs, as
+/// for a repair, so that a read after it never returns what a lost copy held.
+pub(crate) async fn rebuilt_rows(
+    reactor: Rc<Reactor>,
+    vd: &Arc<VirtualDrive>,
+    first_row: u64,
+    row_count: u64,
+    targets: crate::MemberSet,
+) -> Vec<Result<(), VdError>> {
+    let rows = first_row..first_row + row_count;
+    let unsynced = vd.write_intent().is_some_and(|intent| rows.clone().any(|row| intent.row_unsynced(row)));
+    let row_bytes = vd.geometry().row_data_bytes();
+    let repair = unsynced.then(|| reactor.cache().begin_repair(vd, rows.start * row_bytes..rows.end * row_bytes));
+    let results = io::rebuild_rows(Rc::clone(&reactor), Arc::clone(vd), first_row, row_count, targets).await;
+    if let Some(id) = repair {
+        reactor.cache().end_repair(id);
+    }
+    results
+}
+
 /// What a cache holds and has done (one shard's, or summed over the shards).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CacheStats {
