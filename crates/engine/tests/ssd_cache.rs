@@ -250,3 +250,60 @@ fn wait_for(condition: impl Fn() -> bool, what: &str) {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
+
+/// Writes `byte` over every byte of `drive`, as a disk that held data before the VD.
+fn write_whole_drive(drive: &FaultyDrive, byte: u8) {
+    let chunk = vec![byte; MIB as usize];
+    for offset_bytes in (0..drive.info().capacity_bytes).step_by(chunk.len()) {
+        let mut ctx = drive::IoCtx::without_ring();
+        drive.submit(&mut ctx, 0, drive::DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(&chunk) });
+        let mut done = Vec::new();
+        ctx.poll(&mut done, false);
+        assert_eq!(done[0].result, Ok(()));
+    }
+}
+
+/// A RAID1 over disks that held different data, not yet initialized, reads its first copy,
+/// and the SSD cache promotes what it read. The first member is replaced by a blank drive and
+/// rebuilt from the second: the VD now reads the second copy's bytes everywhere, and so must
+/// the cache (the controller cache's twin is `read_cache.rs`'s test of the same name).
+#[test]
+fn a_rebuild_of_an_unsynced_mirror_row_drops_the_lines_cached_of_it() {
+    use engine::bitmap::control::{self, Identity, Opening};
+    use engine::bitmap::RegionMap;
+    use engine::{MemberSet, MemberState};
+    let engine = Arc::new(Engine::start(EngineConfig { shard_count: 2, ..EngineConfig::default() }).unwrap());
+    let members = drives(2, 8 * MIB);
+    write_whole_drive(&members[0], 0xaa);
+    write_whole_drive(&members[1], 0xbb);
+    let vd = vd(0, Level::Raid1, &members);
+    let regions = RegionMap::with_rows_per_region(vd.geometry(), 4);
+    let member_drives: Vec<Arc<dyn Drive>> = members.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
+    let opened = control::open(Identity { controller_id: 7, vd_id: 0 }, regions, &member_drives, Opening::CreatedOverData);
+    vd.set_write_intent(opened.intent);
+    let cache_vd = vd_of(1, &drives(2, 16 * LINE));
+    let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions::default()).unwrap();
+    engine.attach_ssd_cache(&vd, &cache).unwrap();
+    let rig = Rig { engine: Arc::clone(&engine), vd: Arc::clone(&vd), cache: Arc::clone(&cache), cache_drives: Vec::new() };
+    let lines: Vec<u64> = (0..4).map(|i| i * 3 * LINE).collect();
+    for _ in 0..2 {
+        lines.iter().for_each(|&offset| assert!(rig.read(offset, LINE).iter().all(|&b| b == 0xaa), "unsynced rows read the first copy"));
+    }
+    wait_for(|| cache.stats().promotions == lines.len() as u64, "the lines' promotions");
+    let hits = cache.stats().read_hits;
+    lines.iter().for_each(|&offset| assert!(rig.read(offset, LINE).iter().all(|&b| b == 0xaa)));
+    assert_eq!(cache.stats().read_hits, hits + lines.len() as u64, "served from the cache VD");
+
+    vd.set_member_state(0, MemberState::Failed);
+    vd.start_rebuild(0, Arc::new(MemDrive::new(MEMBER_RESERVED_BYTES + 8 * MIB)));
+    let (sender, receiver) = std::sync::mpsc::channel();
+    engine.rebuild_rows(&vd, 0, vd.geometry().row_count(), MemberSet::of(&[0]), Box::new(move |results| sender.send(results).unwrap()));
+    assert!(receiver.recv().unwrap().iter().all(Result::is_ok));
+    vd.finish_rebuild(0);
+    for &offset in &lines {
+        assert!(
+            rig.read(offset, LINE).iter().all(|&b| b == 0xbb),
+            "line at {offset}: the rebuilt VD reads the second copy, and so does its cache"
+        );
+    }
+}

@@ -296,12 +296,11 @@ pub(crate) async fn checked_rows(
     row_count: u64,
     mode: crate::CheckMode,
 ) -> Vec<Result<crate::CheckOutcome, VdError>> {
-    let row_bytes = vd.geometry().row_data_bytes();
-    let range = first_row * row_bytes..(first_row + row_count) * row_bytes;
-    let repair = (!matches!(mode, crate::CheckMode::Report)).then(|| reactor.cache().begin_repair(vd, range));
+    let repairs = !matches!(mode, crate::CheckMode::Report);
+    let hold = repairs.then(|| RepairHold::begin(&reactor, vd, first_row, row_count));
     let results = io::check_rows(Rc::clone(&reactor), Arc::clone(vd), first_row, row_count, mode).await;
-    if let Some(id) = repair {
-        reactor.cache().end_repair(id);
+    if let Some(hold) = hold {
+        hold.end(&reactor, vd);
     }
     results
 }
@@ -319,13 +318,41 @@ pub(crate) async fn rebuilt_rows(
 ) -> Vec<Result<(), VdError>> {
     let rows = first_row..first_row + row_count;
     let unsynced = vd.write_intent().is_some_and(|intent| rows.clone().any(|row| intent.row_unsynced(row)));
-    let row_bytes = vd.geometry().row_data_bytes();
-    let repair = unsynced.then(|| reactor.cache().begin_repair(vd, rows.start * row_bytes..rows.end * row_bytes));
+    let hold = unsynced.then(|| RepairHold::begin(&reactor, vd, first_row, row_count));
     let results = io::rebuild_rows(Rc::clone(&reactor), Arc::clone(vd), first_row, row_count, targets).await;
-    if let Some(id) = repair {
-        reactor.cache().end_repair(id);
+    if let Some(hold) = hold {
+        hold.end(&reactor, vd);
     }
     results
+}
+
+/// What a repair of a run of rows holds off while it runs: this shard's clean data of them,
+/// and the lines an SSD cache in front of the VD holds of them (its reads would otherwise go
+/// on returning what the repair replaced).
+struct RepairHold {
+    clean: u64,
+    ssd: Option<Arc<crate::ssd_cache::SsdCache>>,
+    range: Range<u64>,
+}
+
+impl RepairHold {
+    fn begin(reactor: &Reactor, vd: &VirtualDrive, first_row: u64, row_count: u64) -> RepairHold {
+        let row_bytes = vd.geometry().row_data_bytes();
+        let range = first_row * row_bytes..(first_row + row_count) * row_bytes;
+        let clean = reactor.cache().begin_repair(vd, range.clone());
+        let ssd = vd.ssd_cache().get();
+        if let Some(ssd) = &ssd {
+            ssd.begin_repair(vd, &range);
+        }
+        RepairHold { clean, ssd, range }
+    }
+
+    fn end(self, reactor: &Reactor, vd: &VirtualDrive) {
+        reactor.cache().end_repair(self.clean);
+        if let Some(ssd) = &self.ssd {
+            ssd.end_repair(vd, &self.range);
+        }
+    }
 }
 
 /// What a cache holds and has done (one shard's, or summed over the shards).

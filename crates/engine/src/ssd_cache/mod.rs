@@ -348,6 +348,20 @@ impl SsdCache {
         self.kick_table();
     }
 
+    /// A repair of `vd`'s `range` begins (see [`Lines::begin_repair`]): no line the cache
+    /// holds or fills of it is served until [`SsdCache::end_repair`].
+    pub(crate) fn begin_repair(&self, vd: &VirtualDrive, range: &std::ops::Range<u64>) {
+        let keys = self.keys(vd, range.start, range.end - range.start);
+        let mut lines = self.lines();
+        keys.into_iter().for_each(|key| lines.begin_repair(key));
+    }
+
+    pub(crate) fn end_repair(&self, vd: &VirtualDrive, range: &std::ops::Range<u64>) {
+        let keys = self.keys(vd, range.start, range.end - range.start);
+        let mut lines = self.lines();
+        keys.into_iter().for_each(|key| lines.end_repair(key));
+    }
+
     /// Lines of `vd` the cache can serve now.
     pub fn lines_valid_of(&self, vd: &VirtualDrive) -> u64 {
         self.lines().valid_count_of(vd.instance_id()) as u64

@@ -322,6 +322,23 @@ impl Lines {
         }
     }
 
+    /// A repair of the VD under `key` begins: a consistency check's or a resync's rewrite, or
+    /// a rebuild of rows whose copies differed. It changes what the VD reads in a way no write
+    /// names, so it counts as a write that skips the cache: a clean line leaves once idle and a
+    /// fill under way is poisoned. A dirty line stays: it is newer than anything the repair
+    /// writes, and its destage will lay it over them.
+    pub(crate) fn begin_repair(&mut self, key: LineKey) {
+        *self.writing.entry(key).or_insert(0) += 1;
+        if self.entries.get(&key).is_some_and(|entry| !entry.dirty) {
+            self.make_stale(key);
+        }
+    }
+
+    /// The repair of [`Lines::begin_repair`] ended.
+    pub(crate) fn end_repair(&mut self, key: LineKey) {
+        self.end_write(key, WriteAction::Skip, true);
+    }
+
     fn make_stale(&mut self, key: LineKey) {
         let Some(entry) = self.entries.get_mut(&key) else { return };
         assert!(!entry.dirty, "line {key:?}: a dirty line is destaged or discarded, never dropped");

@@ -334,3 +334,31 @@ fn a_write_after_a_destage_waits_for_a_table_write_after_the_clean_one_in_flight
     lines.end_write((VD, 1), again, true);
     lines.check();
 }
+
+#[test]
+fn a_repair_drops_clean_lines_poisons_fills_and_keeps_dirty_lines() {
+    let mut lines = write_back_lines(200);
+    promote(&mut lines, 1);
+    promote(&mut lines, 2);
+    let (action, _) = lines.begin_write_back((VD, 2));
+    lines.end_write((VD, 2), action, true);
+    lines.note_miss((VD, 3));
+    lines.note_miss((VD, 3));
+    lines.begin_fill((VD, 3)).unwrap();
+    for n in 1..=4 {
+        lines.begin_repair((VD, n));
+    }
+    assert!(lines.begin_read(&[(VD, 1)]).is_none(), "a clean line is not served across a repair");
+    assert!(!lines.end_fill((VD, 3), true), "a fill that read the VD before the repair is dropped");
+    lines.note_miss((VD, 4));
+    assert!(lines.note_miss((VD, 4)), "a second miss would promote it");
+    assert!(lines.begin_fill((VD, 4)).is_none(), "no fill starts while the repair runs");
+    let slots = lines.begin_read(&[(VD, 2)]).expect("a dirty line is newer than the repair and stays");
+    lines.end_read((VD, 2), true);
+    assert_eq!(slots.len(), 1);
+    for n in 1..=4 {
+        lines.end_repair((VD, n));
+    }
+    assert_eq!(lines.dirty_count(), 1);
+    lines.check();
+}
