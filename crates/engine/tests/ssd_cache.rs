@@ -307,3 +307,44 @@ fn a_rebuild_of_an_unsynced_mirror_row_drops_the_lines_cached_of_it() {
         );
     }
 }
+
+/// RAID6 names a data strip that disagrees with P and Q and a repairing check rewrites it. If
+/// the SSD cache promoted the wrong bytes before the check, it must not go on serving them.
+#[test]
+fn a_repairing_check_drops_the_lines_it_corrected() {
+    use engine::CheckMode;
+    let engine = Arc::new(Engine::start(EngineConfig { shard_count: 2, ..EngineConfig::default() }).unwrap());
+    let members = drives(5, 8 * MIB);
+    let vd = vd(0, Level::Raid6, &members);
+    let cache_vd = vd_of(1, &drives(2, 16 * LINE));
+    let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions::default()).unwrap();
+    engine.attach_ssd_cache(&vd, &cache).unwrap();
+    let rig = Rig { engine: Arc::clone(&engine), vd: Arc::clone(&vd), cache: Arc::clone(&cache), cache_drives: Vec::new() };
+    let model = pattern(9, 4 * vd.geometry().row_data_bytes());
+    rig.write(0, &model);
+
+    // Row 1's first data strip (one line) goes bad on its member, behind the VD's back.
+    let row = 1;
+    let place = vd.geometry().row_map(row).data_copy(0, 0);
+    let garbage = vec![0x5a; LINE as usize];
+    let mut ctx = drive::IoCtx::without_ring();
+    members[place.drive].submit(
+        &mut ctx,
+        0,
+        drive::DriveOp::Write { offset_bytes: place.drive_offset_bytes, buf: IoBuf::from_slice(&garbage) },
+    );
+    let mut done = Vec::new();
+    ctx.poll(&mut done, false);
+    assert_eq!(done[0].result, Ok(()));
+    let offset = row * vd.geometry().row_data_bytes();
+    for _ in 0..2 {
+        assert_eq!(rig.read(offset, LINE), garbage, "a read does not check parity");
+    }
+    wait_for(|| cache.stats().promotions == 1, "the bad line's promotion");
+
+    let (sender, receiver) = std::sync::mpsc::channel();
+    engine.check_rows(&vd, row, 1, CheckMode::Repair, Box::new(move |results| sender.send(results).unwrap()));
+    let outcome = receiver.recv().unwrap().pop().unwrap().unwrap();
+    assert!(outcome.repaired && !outcome.is_consistent(), "the check found the strip and rewrote it: {outcome:?}");
+    assert_eq!(rig.read(offset, LINE), &model[offset as usize..][..LINE as usize], "the repaired line is read, not the cached garbage");
+}
