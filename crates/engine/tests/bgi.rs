@@ -6,7 +6,7 @@
 mod common;
 
 use common::{engine, mem_drives, pattern, spec};
-use drive::{Drive, DriveOp, FaultyDrive, IoBuf, IoCtx};
+use drive::{Drive, FaultyDrive};
 use engine::config::ControllerId;
 use engine::controller::{BgiCommand, ControlError, Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
 use engine::vd::VdError;
@@ -34,11 +34,7 @@ fn used_drives(count: usize, seed: u64) -> Vec<Arc<dyn Drive>> {
     for drive in &drives {
         for offset_bytes in (0..DRIVE_BYTES).step_by(chunk.len()) {
             rng.fill_bytes(&mut chunk);
-            let mut ctx = IoCtx::without_ring();
-            drive.submit(&mut ctx, 0, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(&chunk) });
-            let mut done = Vec::new();
-            ctx.poll(&mut done, false);
-            assert_eq!(done[0].result, Ok(()));
+            common::write_drive_at(&**drive, offset_bytes, &chunk);
         }
     }
     drives

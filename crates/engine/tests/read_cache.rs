@@ -217,18 +217,6 @@ fn racing_hits_never_read_older_than_an_acknowledged_write() {
     }
 }
 
-/// Writes `byte` over every byte of `drive`, as a disk that held data before the VD.
-fn write_whole_drive(drive: &Arc<dyn drive::Drive>, byte: u8) {
-    let chunk = vec![byte; MIB as usize];
-    for offset_bytes in (0..drive.info().capacity_bytes).step_by(chunk.len()) {
-        let mut ctx = drive::IoCtx::without_ring();
-        drive.submit(&mut ctx, 0, drive::DriveOp::Write { offset_bytes, buf: drive::IoBuf::from_slice(&chunk) });
-        let mut done = Vec::new();
-        ctx.poll(&mut done, false);
-        assert_eq!(done[0].result, Ok(()));
-    }
-}
-
 /// A RAID1 over disks that held different data, not yet initialized: reads return the first
 /// copy, and the cache keeps it. The first member is replaced by a blank drive and rebuilt
 /// from the second, so every read now returns the second copy's bytes: the cache must not go
@@ -241,8 +229,8 @@ fn a_rebuild_of_an_unsynced_mirror_row_drops_what_the_cache_held_of_it() {
     let engine = Engine::start(EngineConfig { shard_count: 2, cache_bytes: 64 * MIB, ..EngineConfig::default() }).unwrap();
     let member_bytes = engine::MEMBER_RESERVED_BYTES + 8 * MIB;
     let drives = mem_drives(2, member_bytes);
-    write_whole_drive(&drives[0], 0xaa);
-    write_whole_drive(&drives[1], 0xbb);
+    common::fill_drive(&*drives[0], 0xaa);
+    common::fill_drive(&*drives[1], 0xbb);
     let layout = VdLayout { level: Level::Raid1, strip_size_bytes: 64 * KIB, drives_per_span: None, member_size_bytes: None };
     let vd = Arc::new(VirtualDrive::new(1, "v1", layout, drives.clone()).unwrap());
     let regions = RegionMap::with_rows_per_region(vd.geometry(), 4);

@@ -2,6 +2,8 @@
 //! from the cache VD and return what was written, under concurrent writes, evictions and a
 //! failing cache VD; a sequential scan leaves the hot set where it was.
 
+mod common;
+
 use drive::{Drive, FaultyDrive, IoBuf, MemDrive};
 use engine::ssd_cache::{SsdCache, SsdCacheOptions};
 use engine::{Engine, EngineConfig, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES};
@@ -251,18 +253,6 @@ fn wait_for(condition: impl Fn() -> bool, what: &str) {
     }
 }
 
-/// Writes `byte` over every byte of `drive`, as a disk that held data before the VD.
-fn write_whole_drive(drive: &FaultyDrive, byte: u8) {
-    let chunk = vec![byte; MIB as usize];
-    for offset_bytes in (0..drive.info().capacity_bytes).step_by(chunk.len()) {
-        let mut ctx = drive::IoCtx::without_ring();
-        drive.submit(&mut ctx, 0, drive::DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(&chunk) });
-        let mut done = Vec::new();
-        ctx.poll(&mut done, false);
-        assert_eq!(done[0].result, Ok(()));
-    }
-}
-
 /// A RAID1 over disks that held different data, not yet initialized, reads its first copy,
 /// and the SSD cache promotes what it read. The first member is replaced by a blank drive and
 /// rebuilt from the second: the VD now reads the second copy's bytes everywhere, and so must
@@ -274,8 +264,8 @@ fn a_rebuild_of_an_unsynced_mirror_row_drops_the_lines_cached_of_it() {
     use engine::{MemberSet, MemberState};
     let engine = Arc::new(Engine::start(EngineConfig { shard_count: 2, ..EngineConfig::default() }).unwrap());
     let members = drives(2, 8 * MIB);
-    write_whole_drive(&members[0], 0xaa);
-    write_whole_drive(&members[1], 0xbb);
+    common::fill_drive(&*members[0], 0xaa);
+    common::fill_drive(&*members[1], 0xbb);
     let vd = vd(0, Level::Raid1, &members);
     let regions = RegionMap::with_rows_per_region(vd.geometry(), 4);
     let member_drives: Vec<Arc<dyn Drive>> = members.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
@@ -327,15 +317,7 @@ fn a_repairing_check_drops_the_lines_it_corrected() {
     let row = 1;
     let place = vd.geometry().row_map(row).data_copy(0, 0);
     let garbage = vec![0x5a; LINE as usize];
-    let mut ctx = drive::IoCtx::without_ring();
-    members[place.drive].submit(
-        &mut ctx,
-        0,
-        drive::DriveOp::Write { offset_bytes: place.drive_offset_bytes, buf: IoBuf::from_slice(&garbage) },
-    );
-    let mut done = Vec::new();
-    ctx.poll(&mut done, false);
-    assert_eq!(done[0].result, Ok(()));
+    common::write_drive_at(&*members[place.drive], place.drive_offset_bytes, &garbage);
     let offset = row * vd.geometry().row_data_bytes();
     for _ in 0..2 {
         assert_eq!(rig.read(offset, LINE), garbage, "a read does not check parity");

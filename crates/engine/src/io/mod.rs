@@ -307,10 +307,8 @@ pub(crate) async fn serve_scattered(
             writes.iter().for_each(|&(offset, bytes)| env.vd.bad_blocks().rewritten(offset, bytes.len() as u64));
             Some(Ok(()))
         }
-        Err(error) => match row::book(&env, error, &mut MemberSet::default()) {
-            Some(give_up) => Some(Err(give_up)),
-            None => None,
-        },
+        // Booked: the ordinary path writes them (`None`), unless the VD gives up.
+        Err(error) => row::book(&env, error, &mut MemberSet::default()).map(Err),
     }
 }
 

@@ -126,3 +126,21 @@ impl Writer {
         self.thread.join().expect("the writer saw no error")
     }
 }
+
+/// Writes `bytes` at `offset_bytes` of `drive` directly, past any VD: data a disk held before,
+/// or damage done behind a VD's back.
+pub fn write_drive_at(drive: &dyn drive::Drive, offset_bytes: u64, bytes: &[u8]) {
+    let mut ctx = drive::IoCtx::without_ring();
+    drive.submit(&mut ctx, 0, drive::DriveOp::Write { offset_bytes, buf: drive::IoBuf::from_slice(bytes) });
+    let mut done = Vec::new();
+    ctx.poll(&mut done, false);
+    assert_eq!(done[0].result, Ok(()), "a direct write of {} bytes at {offset_bytes}", bytes.len());
+}
+
+/// Writes `byte` over every byte of `drive`, as a disk that held data before the VD.
+pub fn fill_drive(drive: &dyn drive::Drive, byte: u8) {
+    let chunk = vec![byte; 1 << 20];
+    for offset_bytes in (0..drive.info().capacity_bytes).step_by(chunk.len()) {
+        write_drive_at(drive, offset_bytes, &chunk);
+    }
+}

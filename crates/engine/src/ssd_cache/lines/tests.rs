@@ -43,6 +43,13 @@ fn promote(lines: &mut Lines, n: u64) {
     lines.check();
 }
 
+/// Writes line `n` back (it must be held): dirty, its writer done.
+fn make_dirty(lines: &mut Lines, n: u64) {
+    let (action, _) = lines.begin_write_back((VD, n));
+    assert!(matches!(action, WriteAction::Update(_)), "line {n} is held");
+    lines.end_write((VD, n), action, true);
+}
+
 #[test]
 fn a_line_is_promoted_on_its_second_miss_and_then_served() {
     let mut lines = lines(4);
@@ -220,8 +227,7 @@ fn a_dirty_line_is_never_evicted_and_its_slot_is_reused_only_once_the_table_says
     let mut lines = write_back_lines(2);
     promote(&mut lines, 1);
     promote(&mut lines, 2);
-    let (action, _) = lines.begin_write_back((VD, 1));
-    lines.end_write((VD, 1), action, true);
+    make_dirty(&mut lines, 1);
     write_table(&mut lines, true);
     for n in [3, 4] {
         assert!(lines.note_miss((VD, n)) || lines.note_miss((VD, n)));
@@ -257,8 +263,7 @@ fn a_dirty_line_is_never_evicted_and_its_slot_is_reused_only_once_the_table_says
 fn a_write_during_a_destage_keeps_the_line_dirty() {
     let mut lines = write_back_lines(4);
     promote(&mut lines, 1);
-    let (action, _) = lines.begin_write_back((VD, 1));
-    lines.end_write((VD, 1), action, true);
+    make_dirty(&mut lines, 1);
     let destage = lines.begin_destage(None, 8);
     assert_eq!(lines.begin_destage(None, 8).len(), 0, "a line destages once at a time");
     let (during, _) = lines.begin_write_back((VD, 1));
@@ -280,8 +285,7 @@ fn destages_go_in_lba_order_from_a_cursor() {
     let mut lines = write_back_lines(16);
     for n in [9, 3, 12, 5] {
         promote(&mut lines, n);
-        let (action, _) = lines.begin_write_back((VD, n));
-        lines.end_write((VD, n), action, true);
+        make_dirty(&mut lines, n);
     }
     let first: Vec<u64> = lines.begin_destage(None, 2).iter().map(|d| d.key.1).collect();
     assert_eq!(first, vec![3, 5]);
@@ -293,8 +297,7 @@ fn destages_go_in_lba_order_from_a_cursor() {
 fn a_discarded_dirty_line_frees_its_slot_only_after_the_table_write() {
     let mut lines = write_back_lines(1);
     promote(&mut lines, 1);
-    let (action, _) = lines.begin_write_back((VD, 1));
-    lines.end_write((VD, 1), action, true);
+    make_dirty(&mut lines, 1);
     write_table(&mut lines, true);
     lines.detach(VD);
     assert!(lines.free.is_empty(), "the table still says dirty");
@@ -312,8 +315,7 @@ fn a_discarded_dirty_line_frees_its_slot_only_after_the_table_write() {
 fn a_write_after_a_destage_waits_for_a_table_write_after_the_clean_one_in_flight() {
     let mut lines = write_back_lines(4);
     promote(&mut lines, 1);
-    let (action, _) = lines.begin_write_back((VD, 1));
-    lines.end_write((VD, 1), action, true);
+    make_dirty(&mut lines, 1);
     write_table(&mut lines, true);
     // Destaged: the table write that says clean starts.
     let destage = lines.begin_destage(None, 8);
@@ -340,8 +342,7 @@ fn a_repair_drops_clean_lines_poisons_fills_and_keeps_dirty_lines() {
     let mut lines = write_back_lines(200);
     promote(&mut lines, 1);
     promote(&mut lines, 2);
-    let (action, _) = lines.begin_write_back((VD, 2));
-    lines.end_write((VD, 2), action, true);
+    make_dirty(&mut lines, 2);
     lines.note_miss((VD, 3));
     lines.note_miss((VD, 3));
     lines.begin_fill((VD, 3)).unwrap();
