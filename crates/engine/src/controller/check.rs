@@ -238,7 +238,7 @@ impl Controller {
         let hooks = Hooks { submit_rows: &submit_rows, checkpoint: &mut |_| {}, clients_busy: &clients_busy, advanced: &advanced };
         let finish = background::run(&view.progress, hooks);
         log_findings();
-        finish
+        repairs_durable(finish, vd, &view.tally)
     }
 
     /// A row that `member` could not read: its strips on it rebuilt from the rest of the row
@@ -319,6 +319,27 @@ impl Controller {
             }
         }
     }
+}
+
+/// A check that rewrote rows ends (done or stopped) only once the members in service made the
+/// rewrites durable: a power cut right after an event said "repaired" would otherwise bring a
+/// bad strip back, and the resync after an unclean stop trusts data strips
+/// ([`CheckMode::Resync`]), so the bad bytes would then stay for good.
+fn repairs_durable(finish: Finish, vd: &VirtualDrive, tally: &CcTally) -> Finish {
+    if tally.rows_repaired.load(Ordering::Relaxed) == 0 {
+        return finish;
+    }
+    let in_service = vd.members().iter().enumerate().filter(|(_, m)| m.state() == crate::vd::MemberState::Online);
+    for (index, member) in in_service {
+        if let Err(error) = crate::bitmap::ondisk::flush(&*member.drive()) {
+            let reason = format!("the rows repaired could not be made durable (flush of member {index}: {error})");
+            return match finish {
+                Finish::Failed(earlier) => Finish::Failed(format!("{earlier}; {reason}")),
+                _ => Finish::Failed(reason),
+            };
+        }
+    }
+    finish
 }
 
 /// Counts a checked row; returns the number of this inconsistent row when it is to be logged.
