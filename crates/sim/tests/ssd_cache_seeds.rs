@@ -1,6 +1,8 @@
 //! Thousands of seeded runs of a write-back SSD cache (issue 13) against the reference model:
-//! client writes, reads and flushes, destaging and drains, a cache SSD failing, and power cuts
-//! with the dirty lines read back at each restart (`sim::run_ssd_cache_seed`). A failure names
+//! client writes, reads and flushes, destaging and drains, a cache SSD failing, power cuts
+//! with the dirty lines read back at each restart, and under a redundant VD members failing
+//! and rebuilt, strips gone bad and repaired, resyncs after power cuts
+//! (`sim::run_ssd_cache_seed`). A failure names
 //! its seed; `storc-sim --ssd-cache-seed N` replays its steps. `STORC_SIM_SSD_CACHE_RUNS`
 //! changes the count (default 5,000).
 
@@ -18,8 +20,10 @@ fn seeded_write_back_ssd_cache_runs_match_the_model() {
     let (absorbed, recovered, destaged, cuts) =
         (sum(|r| r.writes_absorbed), sum(|r| r.dirty_recovered), sum(|r| r.lines_destaged), sum(|r| r.power_cuts));
     let ssd_failed = reports.iter().filter(|r| r.ssd_failed).count();
+    let (failures, rebuilds, repaired, resyncs) =
+        (sum(|r| r.member_failures), sum(|r| r.rebuilds), sum(|r| r.strips_repaired), sum(|r| r.resyncs));
     println!(
-        "{runs} seeded write-back SSD cache runs passed: {} writes ({absorbed} kept on the cache VD), {} reads, {} flushes, {cuts} power cuts, {recovered} dirty lines read back, {destaged} lines destaged, {ssd_failed} runs with a cache SSD failed",
+        "{runs} seeded write-back SSD cache runs passed: {} writes ({absorbed} kept on the cache VD), {} reads, {} flushes, {cuts} power cuts, {recovered} dirty lines read back, {destaged} lines destaged, {ssd_failed} runs with a cache SSD failed; under redundant VDs {failures} member failures, {rebuilds} rebuilds, {repaired} bad strips repaired, {resyncs} resyncs",
         sum(|r| r.writes),
         sum(|r| r.reads),
         sum(|r| r.flushes),
@@ -28,5 +32,9 @@ fn seeded_write_back_ssd_cache_runs_match_the_model() {
     if runs >= 500 {
         assert!(absorbed > runs && recovered > runs / 10 && destaged > runs, "the runs stopped exercising write-back");
         assert!(cuts > runs / 2 && ssd_failed as u64 > runs / 20, "the runs stopped cutting power or failing SSDs");
+        assert!(
+            rebuilds > runs / 2 && repaired > runs / 10 && resyncs > runs / 4,
+            "the runs stopped rebuilding, repairing or resyncing redundant VDs"
+        );
     }
 }

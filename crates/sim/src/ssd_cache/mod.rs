@@ -5,14 +5,18 @@
 //! a restart that reads the dirty lines back from the cache VD's table. At the end the cache is
 //! drained and detached: the VD alone must hold what the model says.
 //!
-//! Without the controller nothing resyncs a mirror after a power cut (its write-intent bitmap
-//! is the controller's, and the main runs cover it), so the VD is RAID0 or JBOD, and a RAID1
-//! cache VD is cut only once one of its SSDs has failed (one copy left).
+//! The VD is RAID0, JBOD, RAID1, 5 or 6. A redundant VD's members fail, are rebuilt onto blank
+//! drives, and (RAID6) hold a strip gone bad that a repairing check corrects (`members`); after
+//! a power cut such a VD is resynced whole before anything is read, standing in for the
+//! controller's write-intent bitmap. The cache VD has no such resync: a RAID1 cache VD is cut
+//! only once one of its SSDs has failed (one copy left).
 //!
 //! The tier runs on the threaded engine's `Router`, which `LocalEngine` does not have, so these
 //! runs use the threaded engine: the workload, faults and power cuts come from the seed, but
 //! the threads (destaging, table writes) interleave as they will, so a seed replays the same
 //! steps without promising the same interleaving.
+
+mod members;
 
 use crate::drive::VolatileDrive;
 use crate::model::Model;
@@ -47,6 +51,13 @@ pub struct SsdCacheReport {
     pub dirty_recovered: u64,
     pub lines_destaged: u64,
     pub ssd_failed: bool,
+    /// A redundant VD's members failed, rebuilt onto blank drives, and (RAID6) strips gone bad
+    /// that a repairing check corrected.
+    pub member_failures: u64,
+    pub rebuilds: u64,
+    pub strips_repaired: u64,
+    /// Whole-VD resyncs after power cuts.
+    pub resyncs: u64,
 }
 
 /// The drives of a run: the VD's, then the cache VD's, each volatile, behind a fault switch.
@@ -62,6 +73,13 @@ impl Drives {
         let volatile: Vec<Arc<VolatileDrive>> = sizes.map(|bytes| Arc::new(VolatileDrive::new(MEMBER_RESERVED_BYTES + bytes))).collect();
         let faulty = volatile.iter().map(|d| Arc::new(FaultyDrive::new(Arc::clone(d) as Arc<dyn Drive>))).collect();
         Drives { volatile, faulty, vd_count }
+    }
+
+    /// Puts a blank drive of the same size in place of drive `index`; returns it.
+    fn replace_blank(&mut self, index: usize) -> Arc<dyn Drive> {
+        self.volatile[index] = Arc::new(VolatileDrive::new(self.volatile[index].info().capacity_bytes));
+        self.faulty[index] = Arc::new(FaultyDrive::new(Arc::clone(&self.volatile[index]) as Arc<dyn Drive>));
+        Arc::clone(&self.faulty[index]) as Arc<dyn Drive>
     }
 
     fn members(&self, range: std::ops::Range<usize>) -> Vec<Arc<dyn Drive>> {
@@ -135,13 +153,17 @@ pub fn run_ssd_cache_seed(seed: u64) -> Result<SsdCacheReport, String> {
 
 fn run(seed: u64) -> Result<SsdCacheReport, String> {
     let mut rng = SmallRng::seed_from_u64(seed ^ 0xCAC4_E5EE_D000_0000);
-    let (level, vd_count) = [(Level::Raid0, 2), (Level::Raid0, 3), (Level::Jbod, 1)][rng.gen_range(0..3)];
+    let (level, vd_count, data_count) =
+        [(Level::Raid0, 2, 2), (Level::Raid0, 3, 3), (Level::Jbod, 1, 1), (Level::Raid1, 2, 1), (Level::Raid5, 3, 2), (Level::Raid6, 4, 2)]
+            [rng.gen_range(0..6)];
+    let redundant = data_count < vd_count;
     let cache_level = if rng.gen_bool(0.5) { Level::Raid1 } else { Level::Raid0 };
-    let vd_member_bytes = 2 * MIB / vd_count as u64;
+    let vd_member_bytes = 2 * MIB / data_count as u64;
     // Room for the slots and the table (a header and a block), mirrored or striped.
     let cache_bytes = CACHE_SLOTS * LINE_BYTES + 8 * KIB;
     let cache_member_bytes = if cache_level == Level::Raid1 { cache_bytes } else { cache_bytes.div_ceil(2).next_multiple_of(64 * KIB) };
-    let drives = Drives::new(vd_count, vd_member_bytes, 2, cache_member_bytes);
+    let mut drives = Drives::new(vd_count, vd_member_bytes, 2, cache_member_bytes);
+    let mut members = members::Members::default();
     let mut report = SsdCacheReport {
         seed,
         level: level.short_name().into(),
@@ -155,6 +177,11 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
     let hot_bytes = (capacity / 2).min(10 * LINE_BYTES);
     let steps = rng.gen_range(60..160);
     for step in 0..steps {
+        members.advance(&running, false)?;
+        if redundant && rng.gen_bool(0.06) {
+            members.event(&running, &mut drives, &mut rng, &mut report).map_err(|e| format!("step {step}: {e}"))?;
+            continue;
+        }
         let roll = rng.gen_range(0..100);
         let in_hot = rng.gen_bool(0.8);
         let span = if in_hot { hot_bytes } else { capacity };
@@ -177,13 +204,16 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
                 running.cache.flush_vd(&running.vd, Duration::from_secs(20))?;
                 running.cache.end_drain(&running.vd);
             }
-            95..=97 if cache_level == Level::Raid0 || report.ssd_failed => {
+            95..=97 if (cache_level == Level::Raid0 || report.ssd_failed) && members.quiet() => {
                 power_cut(running, &drives, &mut rng);
                 model.crash();
                 report.power_cuts += 1;
                 let (restarted, dirty) = start(&drives, (level, cache_level))?;
                 running = restarted;
                 report.dirty_recovered += dirty;
+                if redundant {
+                    members::resync(&running, &mut report).map_err(|e| format!("after the power cut at step {step}: {e}"))?;
+                }
                 verify_all(&running, &mut model, &format!("after the power cut at step {step}"))?;
             }
             95.. if cache_level == Level::Raid1 && !report.ssd_failed => {
@@ -193,6 +223,7 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
             _ => {}
         }
     }
+    members.finish(&running)?;
     verify_all(&running, &mut model, "at the end")?;
     let stats = running.cache.stats();
     report.writes_absorbed = stats.writes_absorbed;

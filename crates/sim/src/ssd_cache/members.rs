@@ -1,0 +1,210 @@
+//! What happens to a redundant VD's members under the SSD cache (the VD is RAID1, 5 or 6), each
+//! beside the clients and the cache's destager, which write to the VD as they please:
+//!
+//! - a member fails (its drive refuses every I/O; the data path finds out and takes it out);
+//! - it is replaced by a blank drive and rebuilt, a few rows per job, the jobs in flight while
+//!   the clients go on;
+//! - (RAID6) a strip goes bad behind the VD's back, reads that nobody checks let the cache
+//!   promote what the VD returns of it, and a repairing check must correct the strip *and* drop
+//!   what the cache holds of it (`cache::RepairHold`);
+//! - after a power cut, a resync of every row (parity recomputed, copies made equal), as the
+//!   controller's write-intent bitmap would ask for, before anything is read.
+//!
+//! A power cut comes only while no member is failed or being rebuilt: the rebuild's progress
+//! and a failure live in the controller's metadata, which these runs do not have.
+
+use super::{run_request, Drives, Running, SsdCacheReport, LINE_BYTES};
+use crate::drive::flush_now;
+use drive::{Drive, DriveOp, IoBuf, IoCtx};
+use engine::{CheckMode, CheckOutcome, MemberSet, MemberState, VdError, VdRequest};
+use layout::Level;
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+/// The most rows one rebuild job covers: a few, so that jobs and client requests interleave.
+const REBUILD_RUN_ROWS_MAX: u64 = 4;
+/// How long a row job may take before the run is declared stuck.
+const ROW_JOB_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The VD's member events so far: at most one member out at a time.
+#[derive(Default)]
+pub(super) struct Members {
+    /// The member whose drive was failed, until its rebuild finished.
+    failed: Option<usize>,
+    rebuild: Option<Rebuild>,
+}
+
+struct Rebuild {
+    member: usize,
+    /// Rows below it are rebuilt.
+    next_row: u64,
+    in_flight: Option<RebuildJob>,
+}
+
+/// A rebuild job in flight: its first row, its row count, and where its outcome arrives.
+type RebuildJob = (u64, u64, Receiver<Vec<Result<(), VdError>>>);
+
+impl Members {
+    /// Whether every member is in service with nothing to rebuild: a power cut may come.
+    pub(super) fn quiet(&self) -> bool {
+        self.failed.is_none() && self.rebuild.is_none()
+    }
+
+    /// One member event, as the seed says: a failure, the start of a rebuild, or (RAID6) a
+    /// strip gone bad and repaired.
+    pub(super) fn event(
+        &mut self,
+        running: &Running,
+        drives: &mut Drives,
+        rng: &mut SmallRng,
+        report: &mut SsdCacheReport,
+    ) -> Result<(), String> {
+        if self.rebuild.is_some() {
+            return Ok(());
+        }
+        if let Some(member) = self.failed {
+            self.start_rebuild(running, drives, member)?;
+            report.rebuilds += 1;
+            return Ok(());
+        }
+        if running.vd.geometry().level() == Level::Raid6 && rng.gen_bool(0.5) {
+            return repair_bad_strip(running, drives, rng, report);
+        }
+        let member = rng.gen_range(0..drives.vd_count);
+        drives.faulty[member].set_failed(true);
+        self.failed = Some(member);
+        report.member_failures += 1;
+        Ok(())
+    }
+
+    /// The failed member's drive is replaced by a blank one, which the rebuild writes.
+    fn start_rebuild(&mut self, running: &Running, drives: &mut Drives, member: usize) -> Result<(), String> {
+        // Out of service first, then no request of the VD in flight (the destager's may have
+        // I/O on its way to the old drive, whose error would be booked against the new one:
+        // `start_rebuild`'s precondition), then the new drive.
+        running.vd.set_member_state(member, MemberState::Failed);
+        if !running.vd.wait_idle(ROW_JOB_TIMEOUT) {
+            return Err(format!("the VD's requests in flight never ended before member {member} was replaced"));
+        }
+        let blank = drives.replace_blank(member);
+        running.vd.start_rebuild(member, blank);
+        self.rebuild = Some(Rebuild { member, next_row: 0, in_flight: None });
+        Ok(())
+    }
+
+    /// Settles the rebuild job in flight if it finished (`wait`: waits for it) and submits the
+    /// next; puts the member back in service once every row is rebuilt.
+    pub(super) fn advance(&mut self, running: &Running, wait: bool) -> Result<(), String> {
+        let Some(rebuild) = &mut self.rebuild else { return Ok(()) };
+        if let Some((first_row, row_count, outcome)) = &rebuild.in_flight {
+            let results = if wait {
+                outcome.recv_timeout(ROW_JOB_TIMEOUT).map_err(|_| format!("the rebuild job of rows {first_row}.. never finished"))?
+            } else {
+                match outcome.try_recv() {
+                    Ok(results) => results,
+                    Err(_) => return Ok(()),
+                }
+            };
+            if let Some((index, Err(error))) = results.iter().enumerate().find(|(_, r)| r.is_err()) {
+                return Err(format!("the rebuild of member {} failed at row {}: {error}", rebuild.member, *first_row + index as u64));
+            }
+            rebuild.next_row += row_count;
+            rebuild.in_flight = None;
+        }
+        let rows = running.vd.geometry().row_count();
+        if rebuild.next_row == rows {
+            // As the controller does: the drive holds the rows durably before it is in service.
+            flush_now(&*running.vd.member(rebuild.member).drive()).map_err(|e| format!("flush of the rebuilt member: {e}"))?;
+            running.vd.finish_rebuild(rebuild.member);
+            self.rebuild = None;
+            self.failed = None;
+            return Ok(());
+        }
+        let row_count = REBUILD_RUN_ROWS_MAX.min(rows - rebuild.next_row);
+        let (sender, outcome) = channel();
+        let done = Box::new(move |results| {
+            let _ = sender.send(results);
+        });
+        running.engine.rebuild_rows(&running.vd, rebuild.next_row, row_count, MemberSet::of(&[rebuild.member]), done);
+        rebuild.in_flight = Some((rebuild.next_row, row_count, outcome));
+        Ok(())
+    }
+
+    /// Runs the rebuild in progress to its end.
+    pub(super) fn finish(&mut self, running: &Running) -> Result<(), String> {
+        while self.rebuild.is_some() {
+            self.advance(running, true)?;
+        }
+        Ok(())
+    }
+}
+
+/// A RAID6 strip goes bad on its drive; reads nobody checks return it (the SSD cache may keep
+/// what they return); a repairing check must name and correct it, and every later read (the
+/// model checks them all) must return the repaired bytes, from the cache or not.
+///
+/// The cache is drained first and nothing writes the VD until the check is done: a destage's
+/// reconstruct-write reading the bad strip would compute parity from it, and no check could
+/// tell the strip was bad any more.
+fn repair_bad_strip(running: &Running, drives: &Drives, rng: &mut SmallRng, report: &mut SsdCacheReport) -> Result<(), String> {
+    running.cache.flush_vd(&running.vd, ROW_JOB_TIMEOUT)?;
+    let geometry = running.vd.geometry();
+    let row = rng.gen_range(0..geometry.row_count());
+    let member = rng.gen_range(0..drives.vd_count);
+    let sector_bytes = 4096;
+    let within_strip = rng.gen_range(0..geometry.strip_size_bytes() / sector_bytes) * sector_bytes;
+    let mut garbage = vec![0u8; sector_bytes as usize];
+    rng.fill_bytes(&mut garbage);
+    let member_offset = geometry.data_offset_bytes() + row * geometry.strip_size_bytes() + within_strip;
+    write_now(&*drives.volatile[member], member_offset, &garbage)?;
+    flush_now(&*drives.volatile[member]).map_err(|e| e.to_string())?;
+    let row_bytes = geometry.row_data_bytes();
+    for _ in 0..3 {
+        for offset in (row * row_bytes..(row + 1) * row_bytes).step_by(LINE_BYTES as usize) {
+            run_request(running, VdRequest::Read { offset_bytes: offset, buf: IoBuf::zeroed(LINE_BYTES as usize) })?;
+        }
+    }
+    let outcomes = check_every_row(running, CheckMode::Repair)?;
+    // As the controller's check does once it repaired rows (`controller/check.rs`).
+    for member in running.vd.members() {
+        flush_now(&*member.drive()).map_err(|e| format!("flush after the repair: {e}"))?;
+    }
+    let outcome = &outcomes[row as usize];
+    if outcome.is_consistent() || !outcome.repaired {
+        return Err(format!("a repairing check left the bad strip of member {member} in row {row} as it was: {outcome:?}"));
+    }
+    running.cache.end_drain(&running.vd);
+    report.strips_repaired += 1;
+    Ok(())
+}
+
+/// After a power cut: every row's redundancy made to agree with its data, what the
+/// controller's resync of the bitmap's dirty regions does, before the model checks a read.
+pub(super) fn resync(running: &Running, report: &mut SsdCacheReport) -> Result<(), String> {
+    check_every_row(running, CheckMode::Resync)?;
+    report.resyncs += 1;
+    Ok(())
+}
+
+/// Checks every row of the VD in `mode` and waits; an error names the first row that failed.
+fn check_every_row(running: &Running, mode: CheckMode) -> Result<Vec<CheckOutcome>, String> {
+    let (sender, outcome) = channel();
+    let done = Box::new(move |results| {
+        let _ = sender.send(results);
+    });
+    running.engine.check_rows(&running.vd, 0, running.vd.geometry().row_count(), mode, done);
+    let results: Vec<Result<CheckOutcome, VdError>> =
+        outcome.recv_timeout(ROW_JOB_TIMEOUT).map_err(|_| format!("a {mode:?} check never finished"))?;
+    results.into_iter().enumerate().map(|(row, r)| r.map_err(|e| format!("a {mode:?} check of row {row} failed: {e}"))).collect()
+}
+
+/// Writes `data` to `drive` from outside the engine, as a bit flip on the media would.
+fn write_now(drive: &dyn Drive, offset_bytes: u64, data: &[u8]) -> Result<(), String> {
+    let mut ctx = IoCtx::without_ring();
+    drive.submit(&mut ctx, 0, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(data) });
+    let mut completions = Vec::new();
+    ctx.poll(&mut completions, false);
+    completions.pop().expect("a memory drive completes at once").result.map_err(|e| e.to_string())
+}
