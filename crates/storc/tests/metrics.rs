@@ -216,7 +216,13 @@ fn rebuild_shows(daemon: &Daemon) {
     assert_eq!(paused.value("storc_background_paused", &REBUILD), 1.0, "paused:\n{}", paused.text);
     rebuild_action(daemon, "resume");
     set_rates(daemon, 100);
-    let done = scrape_until(daemon, "the rebuild's end", |s| s.value("storc_background_operations", &[("kind", "rebuild")]) == 0.0);
+    // A scrape reads the rebuilds and the drive states one after the other, not as one
+    // snapshot: the end shows in both only from the next scrape on (CI once saw the rebuild
+    // gone and slot 8 still Rbld in one scrape).
+    let done = scrape_until(daemon, "the rebuild's end", |s| {
+        s.value("storc_background_operations", &[("kind", "rebuild")]) == 0.0
+            && s.value("storc_drive_state", &[("slot", "8"), ("state", "Onln")]) == 1.0
+    });
     assert_eq!(done.get("storc_background_progress_ratio", &REBUILD), None, "a finished rebuild leaves no series");
     assert_eq!(done.value("storc_drive_state", &[("slot", "8"), ("state", "Onln")]), 1.0);
     assert_eq!(done.value("storc_vd_state", &[VD, ("state", "Optl")]), 1.0);
