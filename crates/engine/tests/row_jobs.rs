@@ -582,3 +582,84 @@ fn a_check_run_reads_each_member_once() {
         assert_eq!(reads, vec![1; 4], "{level}: one read per member for a run of 8 rows");
     }
 }
+
+/// A drive whose operations, while held, wait until the test fails them (a disk that stops
+/// answering and then reports an error, as a timed-out RBD read does).
+struct HeldDrive {
+    inner: Arc<dyn Drive>,
+    held: std::sync::Mutex<Option<Vec<(drive::CompletionPort, drive::Token, DriveOp)>>>,
+}
+
+impl HeldDrive {
+    /// Fails every operation held so far with `error`; later ones go to the drive.
+    fn fail_held(&self, error: drive::DriveError) -> usize {
+        let held = self.held.lock().unwrap().take().unwrap_or_default();
+        let count = held.len();
+        for (port, token, op) in held {
+            port.complete(drive::Completion::of(token, Err(error.clone()), op));
+        }
+        count
+    }
+}
+
+impl Drive for HeldDrive {
+    fn info(&self) -> &drive::DriveInfo {
+        self.inner.info()
+    }
+
+    fn submit(&self, ctx: &mut IoCtx, token: drive::Token, op: DriveOp) {
+        let mut held = self.held.lock().unwrap();
+        match held.as_mut() {
+            Some(held) => held.push((ctx.remote_completion(), token, op)),
+            None => self.inner.submit(ctx, token, op),
+        }
+    }
+}
+
+/// A write that was on its way to a drive when a spare took the member's place, and failed
+/// there after: its error belongs to the drive that left, so the member being rebuilt stays
+/// in service (it once failed it), the write lands, and the rebuild ends with every byte
+/// readable from the spare.
+#[test]
+fn an_error_of_a_replaced_drive_does_not_fail_the_spare_in_its_place() {
+    let engine = Engine::start(EngineConfig { shard_count: 1, ..Default::default() }).unwrap();
+    let held = Arc::new(HeldDrive { inner: Arc::new(MemDrive::new(MEMBER_BYTES)), held: Default::default() });
+    let other = Arc::new(FaultyDrive::new(Arc::new(MemDrive::new(MEMBER_BYTES))));
+    let layout = VdLayout { level: Level::Raid1, strip_size_bytes: STRIP_BYTES, drives_per_span: None, member_size_bytes: None };
+    let members = vec![Arc::clone(&held) as Arc<dyn Drive>, Arc::clone(&other) as Arc<dyn Drive>];
+    let vd = Arc::new(VirtualDrive::new(1, "v0", layout, members).unwrap());
+    let mut model = random_bytes(vd.capacity_bytes() as usize, 5);
+    assert_eq!(engine.run(&vd, VdRequest::Write { offset_bytes: 0, buf: IoBuf::from_slice(&model) }).result, Ok(()));
+
+    *held.held.lock().unwrap() = Some(Vec::new());
+    let fresh = random_bytes(64 * KIB as usize, 6);
+    let (sender, written) = std::sync::mpsc::channel();
+    let request = VdRequest::Write { offset_bytes: 128 * KIB, buf: IoBuf::from_slice(&fresh) };
+    engine.submit(&vd, request, Box::new(move |completion| sender.send(completion.result).unwrap()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held.held.lock().unwrap().as_ref().is_some_and(Vec::is_empty) {
+        assert!(std::time::Instant::now() < deadline, "the write never reached member 0");
+        std::thread::yield_now();
+    }
+    // The member leaves service and a spare takes its place while the write is on its way.
+    vd.set_member_state(0, MemberState::Failed);
+    let spare = Arc::new(MemDrive::new(MEMBER_BYTES));
+    vd.start_rebuild(0, Arc::clone(&spare) as Arc<dyn Drive>);
+    assert!(held.fail_held(drive::DriveError::Io(libc::EIO)) > 0);
+    let result = written.recv_timeout(std::time::Duration::from_secs(10)).expect("the write completes");
+    assert_eq!(result, Ok(()), "the write lands on the members in service");
+    assert_eq!(vd.member(0).state(), MemberState::Rebuilding, "the old drive's error did not fail the spare");
+    model[128 * KIB as usize..192 * KIB as usize].copy_from_slice(&fresh);
+
+    let (sender, rebuilt) = std::sync::mpsc::channel();
+    let rows = vd.geometry().row_count();
+    engine.rebuild_rows(&vd, 0, rows, MemberSet::of(&[0]), Box::new(move |results| sender.send(results).unwrap()));
+    let results = rebuilt.recv_timeout(std::time::Duration::from_secs(30)).expect("the rebuild ends");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    vd.finish_rebuild(0);
+    other.set_failed(true);
+    vd.set_member_state(1, MemberState::Failed);
+    let read = engine.run(&vd, VdRequest::Read { offset_bytes: 0, buf: IoBuf::zeroed(model.len()) });
+    assert_eq!(read.result, Ok(()));
+    compare(read.buf.expect("a read returns its buffer").as_slice(), &model).unwrap_or_else(|diff| panic!("the spare alone: {diff}"));
+}

@@ -146,18 +146,28 @@ pub(super) fn span_members(map: &RowMap) -> Vec<(usize, u64)> {
 }
 
 /// Runs one member operation, keeping the member's queue depth and head position current.
+///
+/// An operation that fails after its drive left the member's place (a rebuild onto a spare
+/// or a re-add began meanwhile: the member's rebuild epoch moved) fails as
+/// [`DriveError::Replaced`], which [`VirtualDrive::member_error`] does not book: the error
+/// belongs to a drive that is gone, and would otherwise fail the one being rebuilt.
 pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> DriveDone {
     let member = env.vd.member(index);
     let range = op.range_bytes();
     let is_read = matches!(op, DriveOp::Read { .. } | DriveOp::ReadV { .. });
     member.outstanding.fetch_add(1, Ordering::Relaxed);
+    // Before the drive: `start_rebuild` sets the drive, then moves the epoch.
+    let epoch = env.vd.rebuild_epoch(index);
     // The copy before the drive, and held until the operation is done (see `vd::copy`).
     let copy = member.copy_target();
     let drive = member.drive();
-    let done = match &copy {
+    let mut done = match &copy {
         Some(copy) => super::copy::tee(env, index, copy, &drive, op).await,
         None => env.reactor.submit(&*drive, op).await,
     };
+    if done.result.is_err() && env.vd.rebuild_epoch(index) != epoch {
+        done.result = Err(DriveError::Replaced);
+    }
     drop(copy);
     member.outstanding.fetch_sub(1, Ordering::Relaxed);
     if let Some((offset_bytes, len_bytes)) = range {

@@ -110,7 +110,13 @@ impl VirtualDrive {
     /// Books an error a member returned and takes the member out of service when it must be:
     /// at once for a vanished drive or a failed write (its contents are now stale), after
     /// [`MEMBER_READ_ERRORS_MAX`] repaired read errors otherwise. Returns whether it was failed.
+    /// An error of a drive that has left the member's place ([`DriveError::Replaced`]) is not
+    /// booked; it counts as failed, so that the attempt is retried with the member as it is now.
     pub(crate) fn member_error(&self, index: usize, kind: OpKind, error: &DriveError) -> bool {
+        if *error == DriveError::Replaced {
+            tracing::debug!(vd = %self.name(), member = index, ?kind, "an operation of a drive since replaced failed");
+            return true;
+        }
         let member = &self.members[index];
         let fail = match (kind, error) {
             (_, DriveError::Gone) => true,
@@ -138,8 +144,11 @@ impl VirtualDrive {
     }
 
     /// Puts `drive` in member `index`'s place and starts writing it (a rebuild onto a spare or
-    /// a replacement). The member must be out of service: no I/O may be on its way to the old
-    /// drive from now on.
+    /// a replacement). The member must be out of service, so no new I/O goes to the old drive.
+    /// Operations still on their way to it may end after: one that fails then is not booked
+    /// against the new drive ([`DriveError::Replaced`], `io::row::member_submit`), and a write
+    /// that reached the old drive only is rewritten by the rebuild of its row, which waits for
+    /// the write's row lock.
     pub fn start_rebuild(&self, index: usize, drive: Arc<dyn Drive>) {
         let member = &self.members[index];
         let state = member.state();
