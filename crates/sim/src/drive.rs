@@ -221,6 +221,19 @@ pub fn flush_now(drive: &dyn Drive) -> Result<(), drive::DriveError> {
     completions.pop().expect("a memory drive completes at once").result
 }
 
+/// Writes `data` to `drive` from outside the engine and waits: a change on the media that no
+/// VD made (a strip gone bad).
+///
+/// # Errors
+/// What the drive reported.
+pub fn write_now(drive: &dyn Drive, offset_bytes: u64, data: &[u8]) -> Result<(), drive::DriveError> {
+    let mut ctx = IoCtx::without_ring();
+    drive.submit(&mut ctx, 0, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(data) });
+    let mut completions = Vec::new();
+    ctx.poll(&mut completions, false);
+    completions.pop().expect("a memory drive completes at once").result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,8 @@
 //! and a failure live in the controller's metadata, which these runs do not have.
 
 use super::{run_request, Drives, Running, SsdCacheReport, LINE_BYTES};
-use crate::drive::flush_now;
-use drive::{Drive, DriveOp, IoBuf, IoCtx};
+use crate::drive::{flush_now, write_now};
+use drive::IoBuf;
 use engine::{CheckMode, CheckOutcome, MemberSet, MemberState, VdError, VdRequest};
 use layout::Level;
 use rand::rngs::SmallRng;
@@ -155,7 +155,7 @@ fn repair_bad_strip(running: &Running, drives: &Drives, rng: &mut SmallRng, repo
     let mut garbage = vec![0u8; sector_bytes as usize];
     rng.fill_bytes(&mut garbage);
     let member_offset = geometry.data_offset_bytes() + row * geometry.strip_size_bytes() + within_strip;
-    write_now(&*drives.volatile[member], member_offset, &garbage)?;
+    write_now(&*drives.volatile[member], member_offset, &garbage).map_err(|e| e.to_string())?;
     flush_now(&*drives.volatile[member]).map_err(|e| e.to_string())?;
     let row_bytes = geometry.row_data_bytes();
     for _ in 0..3 {
@@ -195,13 +195,4 @@ fn check_every_row(running: &Running, mode: CheckMode) -> Result<Vec<CheckOutcom
     let results: Vec<Result<CheckOutcome, VdError>> =
         outcome.recv_timeout(ROW_JOB_TIMEOUT).map_err(|_| format!("a {mode:?} check never finished"))?;
     results.into_iter().enumerate().map(|(row, r)| r.map_err(|e| format!("a {mode:?} check of row {row} failed: {e}"))).collect()
-}
-
-/// Writes `data` to `drive` from outside the engine, as a bit flip on the media would.
-fn write_now(drive: &dyn Drive, offset_bytes: u64, data: &[u8]) -> Result<(), String> {
-    let mut ctx = IoCtx::without_ring();
-    drive.submit(&mut ctx, 0, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(data) });
-    let mut completions = Vec::new();
-    ctx.poll(&mut completions, false);
-    completions.pop().expect("a memory drive completes at once").result.map_err(|e| e.to_string())
 }
