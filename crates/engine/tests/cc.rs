@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{engine, mem_drives, pattern, spec};
+use common::{engine, mem_drives, pattern, spec, CountingDrive};
 use drive::{Drive, DriveOp, IoBuf, IoCtx};
 use engine::controller::{CcCommand, ControlError, Controller, ControllerChanges, ControllerOptions, DriveCommand, OfferedDrive};
 use engine::Engine;
@@ -249,43 +249,19 @@ fn a_read_error_during_a_check_is_repaired_and_the_check_goes_on() {
     }
 }
 
-/// A member drive that counts the flushes it is asked for.
-struct CountsFlushes {
-    inner: Arc<dyn Drive>,
-    flushes: std::sync::atomic::AtomicU64,
-}
-
-impl Drive for CountsFlushes {
-    fn info(&self) -> &drive::DriveInfo {
-        self.inner.info()
-    }
-
-    fn submit(&self, ctx: &mut IoCtx, token: drive::Token, op: DriveOp) {
-        if matches!(op, DriveOp::Flush) {
-            self.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.inner.submit(ctx, token, op)
-    }
-
-    fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
-        self.inner.reads_zero(offset_bytes, len_bytes)
-    }
-}
-
 #[test]
 fn a_check_that_repaired_rows_ends_once_the_members_flushed_them() {
     // The resync after an unclean stop trusts data strips: a repair a power cut took back
     // would leave the bad strip for good, so "done" comes after the members' flushes.
     let engine = engine();
-    let counting: Vec<Arc<CountsFlushes>> =
-        mem_drives(4, DRIVE_BYTES).into_iter().map(|inner| Arc::new(CountsFlushes { inner, flushes: Default::default() })).collect();
+    let counting: Vec<Arc<CountingDrive>> = mem_drives(4, DRIVE_BYTES).into_iter().map(CountingDrive::over).collect();
     let drives: Vec<Arc<dyn Drive>> = counting.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
     let controller = open(&engine, &drives);
     controller.create_vd(spec(Level::Raid6, &[0, 1, 2, 3], "db")).unwrap();
     let (_, vd) = controller.vd(0).unwrap();
     let model = pattern(vd.capacity_bytes() as usize, 9);
     engine.write_at(&vd, 0, &model).unwrap();
-    let flushes = || counting.iter().map(|d| d.flushes.load(std::sync::atomic::Ordering::Relaxed)).collect::<Vec<_>>();
+    let flushes = || counting.iter().map(|d| d.flushes()).collect::<Vec<_>>();
 
     // Nothing to repair: the check asks for no flush.
     let (before, flushed) = (controller.events().len(), flushes());

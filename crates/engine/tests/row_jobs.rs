@@ -4,6 +4,9 @@
 //! member taken out in turn, so that every strip of the rebuilt member is read at least once
 //! where nothing else holds it. The check tests corrupt one strip directly on a drive.
 
+mod common;
+
+use common::CountingDrive;
 use drive::{Drive, DriveOp, FaultyDrive, IoBuf, IoCtx, MemDrive};
 use engine::{
     CheckMode, CheckOutcome, CompletionOrder, Engine, EngineConfig, LocalEngine, MemberSet, MemberState, Mismatch, VdError, VdLayout,
@@ -204,45 +207,26 @@ fn a_source_read_error_is_booked_and_the_row_rebuilt_from_the_rest() {
     rig.verify().unwrap();
 }
 
-/// Counts the reads that reach a drive.
-struct CountingDrive {
-    inner: Arc<dyn Drive>,
-    reads: std::sync::atomic::AtomicUsize,
-}
-
-impl Drive for CountingDrive {
-    fn info(&self) -> &drive::DriveInfo {
-        self.inner.info()
-    }
-    fn submit(&self, ctx: &mut IoCtx, token: drive::Token, op: DriveOp) {
-        if matches!(op, DriveOp::Read { .. } | DriveOp::ReadV { .. }) {
-            self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.inner.submit(ctx, token, op)
-    }
-}
-
 #[test]
 fn a_run_reads_each_source_once_where_row_by_row_reads_it_once_per_row() {
     // What runs are for: one member I/O per drive-contiguous range, not one per strip.
     for (level, drive_count, per_span, rows_per_job) in
         [(Level::Raid5, 4, None, 8), (Level::Raid10, 4, Some(2), 8), (Level::Raid5, 4, None, 1)]
     {
-        let counting: Vec<Arc<CountingDrive>> = (0..drive_count)
-            .map(|_| Arc::new(CountingDrive { inner: Arc::new(MemDrive::new(MEMBER_BYTES)), reads: Default::default() }))
-            .collect();
+        let counting: Vec<Arc<CountingDrive>> =
+            (0..drive_count).map(|_| CountingDrive::over(Arc::new(MemDrive::new(MEMBER_BYTES)))).collect();
         let layout = VdLayout { level, strip_size_bytes: STRIP_BYTES, drives_per_span: per_span, member_size_bytes: None };
         let vd = Arc::new(VirtualDrive::new(1, "v0", layout, counting.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect()).unwrap());
         let mut engine = LocalEngine::new(CompletionOrder::Fifo);
         vd.set_member_state(0, MemberState::Failed);
-        let before: Vec<usize> = counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).collect();
+        let before: Vec<u64> = counting.iter().map(|d| d.reads()).collect();
         for first_row in (0..8).step_by(rows_per_job) {
             let results = engine.run_rebuild_rows(&vd, first_row, rows_per_job as u64, MemberSet::of(&[0]));
             assert!(results.iter().all(Result::is_ok), "{level}: {results:?}");
         }
-        let reads: Vec<usize> = counting.iter().zip(&before).map(|(d, b)| d.reads.load(std::sync::atomic::Ordering::Relaxed) - b).collect();
+        let reads: Vec<u64> = counting.iter().zip(&before).map(|(d, b)| d.reads() - b).collect();
         let source = if level == Level::Raid10 { 1 } else { 2 };
-        let expected = 8 / rows_per_job;
+        let expected = 8 / rows_per_job as u64;
         assert_eq!(reads[source], expected, "{level}, jobs of {rows_per_job} rows: reads per source member {reads:?}");
         assert_eq!(reads[0], 0, "{level}: the target is never read");
     }
@@ -255,10 +239,8 @@ fn a_run_reads_each_source_once_where_row_by_row_reads_it_once_per_row() {
 fn client_reads_use_a_rebuilding_member_below_its_watermark_only() {
     for (level, drive_count, per_span, targets) in REDUNDANT {
         let mut rig = rig(level, drive_count, per_span);
-        let counting: Vec<Arc<CountingDrive>> = targets
-            .iter()
-            .map(|&t| Arc::new(CountingDrive { inner: Arc::clone(&rig.drives[t]) as Arc<dyn Drive>, reads: Default::default() }))
-            .collect();
+        let counting: Vec<Arc<CountingDrive>> =
+            targets.iter().map(|&t| CountingDrive::over(Arc::clone(&rig.drives[t]) as Arc<dyn Drive>)).collect();
         for (&target, drive) in targets.iter().zip(&counting) {
             rig.replace_with_blank(target);
             rig.vd.set_member_state(target, MemberState::Failed);
@@ -267,9 +249,7 @@ fn client_reads_use_a_rebuilding_member_below_its_watermark_only() {
         let half = rig.row_count() / 2;
         let results = rig.engine.run_rebuild_rows(&rig.vd, 0, half, MemberSet::of(targets));
         assert!(results.iter().all(Result::is_ok), "{level}: {results:?}");
-        let reads_of = |counting: &[Arc<CountingDrive>]| -> usize {
-            counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).sum()
-        };
+        let reads_of = |counting: &[Arc<CountingDrive>]| -> u64 { counting.iter().map(|d| d.reads()).sum() };
 
         // Not published yet: nothing reads the targets.
         compare(&rig.read_all().unwrap(), &rig.model).unwrap_or_else(|diff| panic!("{level} before publishing: {diff}"));
@@ -570,15 +550,14 @@ fn a_check_in_runs_finds_exactly_what_row_by_row_finds_and_repairs_it() {
 #[test]
 fn a_check_run_reads_each_member_once() {
     for (level, per_span) in [(Level::Raid6, None), (Level::Raid10, Some(2))] {
-        let counting: Vec<Arc<CountingDrive>> =
-            (0..4).map(|_| Arc::new(CountingDrive { inner: Arc::new(MemDrive::new(MEMBER_BYTES)), reads: Default::default() })).collect();
+        let counting: Vec<Arc<CountingDrive>> = (0..4).map(|_| CountingDrive::over(Arc::new(MemDrive::new(MEMBER_BYTES)))).collect();
         let layout = VdLayout { level, strip_size_bytes: STRIP_BYTES, drives_per_span: per_span, member_size_bytes: None };
         let drives = counting.iter().map(|d| Arc::clone(d) as Arc<dyn Drive>).collect();
         let vd = Arc::new(VirtualDrive::new(1, "v0", layout, drives).unwrap());
         let mut engine = LocalEngine::new(CompletionOrder::Fifo);
         let results = engine.run_check_rows(&vd, 0, 8, CheckMode::Report);
         assert!(results.iter().all(|r| r.as_ref().is_ok_and(CheckOutcome::is_consistent)), "{level}: {results:?}");
-        let reads: Vec<usize> = counting.iter().map(|d| d.reads.load(std::sync::atomic::Ordering::Relaxed)).collect();
+        let reads: Vec<u64> = counting.iter().map(|d| d.reads()).collect();
         assert_eq!(reads, vec![1; 4], "{level}: one read per member for a run of 8 rows");
     }
 }

@@ -6,37 +6,16 @@
 
 mod common;
 
-use common::pattern;
-use drive::{Drive, DriveInfo, DriveOp, IoCtx, MemDrive, Token};
+use common::{pattern, CountingDrive};
+use drive::{Drive, MemDrive};
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive};
 use layout::{Level, MIB};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// A memory drive that counts the flushes it is asked for.
-struct CountingDrive {
-    inner: MemDrive,
-    flushes: AtomicU64,
-}
-
-impl Drive for CountingDrive {
-    fn info(&self) -> &DriveInfo {
-        self.inner.info()
-    }
-
-    fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
-        if matches!(op, DriveOp::Flush) {
-            self.flushes.fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.submit(ctx, token, op);
-    }
-}
 
 #[test]
 fn a_write_through_row_that_cannot_be_imaged_is_flushed_before_its_acknowledgement() {
     let engine = Engine::start(EngineConfig { shard_count: 1, ..EngineConfig::default() }).unwrap();
-    let members: Vec<Arc<CountingDrive>> =
-        (0..4).map(|_| Arc::new(CountingDrive { inner: MemDrive::new(64 * MIB), flushes: AtomicU64::new(0) })).collect();
+    let members: Vec<Arc<CountingDrive>> = (0..4).map(|_| CountingDrive::over(Arc::new(MemDrive::new(64 * MIB)))).collect();
     let drives: Vec<Arc<dyn Drive>> = members.iter().map(|m| Arc::clone(m) as Arc<dyn Drive>).collect();
     // 1 MiB strips: a whole row's image (3 MiB of data, 1 MiB of parity) is larger than half
     // of the smallest image ring, which an 8 MiB journal gets.
@@ -46,7 +25,7 @@ fn a_write_through_row_that_cannot_be_imaged_is_flushed_before_its_acknowledgeme
     let journal = engine::journal::Journal::open(vec![journal_drive], 1, 1, 0, &mut |_| Ok(())).unwrap();
     journal.finish_replay().unwrap();
     engine.set_journal(Some(&journal));
-    let flushes = || members.iter().map(|m| m.flushes.load(Ordering::SeqCst)).sum::<u64>();
+    let flushes = || members.iter().map(|m| m.flushes()).sum::<u64>();
 
     // A small write's image fits: the imaged path, no data record and no flush of its own.
     engine.write_at(&vd, 4096, &pattern(4096, 1)).unwrap();

@@ -144,3 +144,47 @@ pub fn fill_drive(drive: &dyn drive::Drive, byte: u8) {
         write_drive_at(drive, offset_bytes, &chunk);
     }
 }
+
+/// A drive that counts the reads and the flushes that reach it (a test's proof of what the
+/// engine asked of its members).
+pub struct CountingDrive {
+    inner: Arc<dyn drive::Drive>,
+    reads: std::sync::atomic::AtomicU64,
+    flushes: std::sync::atomic::AtomicU64,
+}
+
+impl CountingDrive {
+    pub fn over(inner: Arc<dyn drive::Drive>) -> Arc<CountingDrive> {
+        Arc::new(CountingDrive { inner, reads: Default::default(), flushes: Default::default() })
+    }
+
+    pub fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl drive::Drive for CountingDrive {
+    fn info(&self) -> &drive::DriveInfo {
+        self.inner.info()
+    }
+
+    fn submit(&self, ctx: &mut drive::IoCtx, token: drive::Token, op: drive::DriveOp) {
+        let counter = match op {
+            drive::DriveOp::Read { .. } | drive::DriveOp::ReadV { .. } => Some(&self.reads),
+            drive::DriveOp::Flush => Some(&self.flushes),
+            _ => None,
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.submit(ctx, token, op)
+    }
+
+    fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        self.inner.reads_zero(offset_bytes, len_bytes)
+    }
+}
