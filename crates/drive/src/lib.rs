@@ -132,11 +132,6 @@ pub enum DriveError {
     OutOfRange { offset_bytes: u64, len_bytes: u64, capacity_bytes: u64 },
     #[error("offset {offset_bytes} or length {len_bytes} is not a multiple of 512 bytes")]
     Misaligned { offset_bytes: u64, len_bytes: u64 },
-    /// Not a drive's own word: a VD puts it in place of the error of an operation that ran on
-    /// a drive which left its member's place meanwhile (a spare or a re-add took it), so that
-    /// the error is not booked against the drive there now.
-    #[error("the operation failed on a drive that has since been replaced in its VD")]
-    Replaced,
 }
 
 /// What an errno from a drive means to an administrator. ENOSPC from a file drive is the

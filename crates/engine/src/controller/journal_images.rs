@@ -13,7 +13,7 @@ use crate::bitmap::control;
 use crate::config::VdRecord;
 use crate::journal::ReplayImage;
 use crate::metadata::submit_and_wait;
-use crate::vd::{MemberState, VirtualDrive};
+use crate::vd::{MemberFault, MemberState, VirtualDrive};
 use drive::{DriveOp, IoBuf, OpKind};
 use std::sync::Arc;
 
@@ -56,11 +56,12 @@ pub fn write_row_image(vd: &VirtualDrive, image: &ReplayImage) -> Result<(), Str
             continue;
         }
         let op = DriveOp::Write { offset_bytes: *offset_bytes, buf: IoBuf::from_slice(bytes) };
+        let epoch = vd.rebuild_epoch(*index as usize);
         if let Err(error) = submit_and_wait(&*member.drive(), op) {
             // As any write error does: the member leaves service, and the row is whole over
             // the others.
             tracing::warn!("{}: row image of row {} not written to member {index}: {error}", vd.name(), image.row);
-            vd.member_error(*index as usize, OpKind::Write, &error);
+            vd.member_error(&MemberFault { index: *index as usize, kind: OpKind::Write, error, epoch });
         }
         // A member being copied: its copy may have passed this row already (only rows of
         // unsynced regions are copied again), so the target takes the image too, as the tee

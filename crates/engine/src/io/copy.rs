@@ -75,8 +75,8 @@ pub(crate) async fn copy_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, row: u
         map.members().filter(|(place, _, _)| place.drive == member).map(|(place, _, _)| place.drive_offset_bytes).collect();
     let reads = offsets.iter().map(|&offset_bytes| (member, read_op(offset_bytes, strip_bytes))).collect();
     let (bufs, error) = run_all(&env, reads).await;
-    if let Some(AttemptError::Member { index, kind, error }) = error {
-        env.vd.member_error(index, kind, &error);
+    if let Some(AttemptError::Member(fault)) = error {
+        env.vd.member_error(&fault);
         if env.vd.member(member).state() != MemberState::Online {
             return Err(ended());
         }

@@ -5,7 +5,7 @@ use super::row::{flush, in_service, member_io, Env};
 use crate::bitmap::{ondisk, shard::ShardSlot, WriteIntent};
 use crate::metadata::BLOCK_BYTES;
 use crate::vd::{MemberState, VdError, VirtualDrive};
-use drive::{DriveOp, IoBuf, OpKind};
+use drive::{DriveOp, IoBuf};
 use futures::future::join_all;
 use std::future::Future;
 use std::pin::Pin;
@@ -120,12 +120,12 @@ async fn write_blocks(env: &Env, slot_index: usize, image: &[u8], blocks: &[usiz
         blocks.iter().map(move |&block| {
             let bytes = &image[block * BLOCK_BYTES..(block + 1) * BLOCK_BYTES];
             let op = DriveOp::Write { offset_bytes: ondisk::block_offset_bytes(slot_index, block), buf: IoBuf::from_slice(bytes) };
-            async move { (member, member_io(env, member, op).await.0) }
+            member_io(env, member, op)
         })
     });
-    for (member, result) in join_all(writes).await {
-        if let Err(error) = result {
-            env.vd.member_error(member, OpKind::Write, &error);
+    for (result, _) in join_all(writes).await {
+        if let Err(fault) = result {
+            env.vd.member_error(&fault);
         }
     }
     flush(env).await

@@ -6,7 +6,7 @@
 use super::row::{member_io, read_op, Env};
 use crate::config::BadBlock;
 use crate::vd::{MemberSet, VdCompletion, VdError};
-use drive::{DriveError, IoBuf, OpKind};
+use drive::{DriveError, IoBuf};
 use futures::future::join_all;
 use layout::Geometry;
 
@@ -75,9 +75,9 @@ pub(super) async fn read_strips(env: &Env, places: &[(usize, u64)], skip: Member
         let (buf, state) = match outcome {
             None => (IoBuf::zeroed(strip_bytes), StripState::Out),
             Some((Ok(()), buf)) => (buf.expect("a read returns its buffer"), StripState::Read),
-            Some((Err(error), _)) => {
-                env.vd.member_error(member, OpKind::Read, &error);
-                (IoBuf::zeroed(strip_bytes), unreadable_or_out(env, member, error))
+            Some((Err(fault), _)) => {
+                env.vd.member_error(&fault);
+                (IoBuf::zeroed(strip_bytes), unreadable_or_out(env, member, fault.error))
             }
         };
         strips.push(StripRead { member, offset_bytes, buf, state });
@@ -110,12 +110,12 @@ pub(super) async fn probe(env: &Env, strips: &mut [StripRead]) {
                     strip.buf.as_mut_slice()[at..at + buf.len()].copy_from_slice(buf.as_slice());
                     chunks[chunk] = false;
                 }
-                Err(error @ DriveError::Gone) => vanished = Some(error),
+                Err(fault) if fault.error == DriveError::Gone => vanished = Some(fault),
                 Err(_) => {}
             }
         }
-        if let Some(error) = vanished {
-            env.vd.member_error(strip.member, OpKind::Read, &error);
+        if let Some(fault) = vanished {
+            env.vd.member_error(&fault);
             strip.buf = IoBuf::zeroed(strip.buf.len());
             strip.state = StripState::Out;
         } else if !chunks.contains(&true) {

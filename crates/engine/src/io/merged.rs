@@ -5,7 +5,7 @@
 use super::row::{member_submit, AttemptError, Env, Row};
 use super::SpanIo;
 use crate::runtime::LockKey;
-use crate::vd::{CheckMode, CheckOutcome, MemberSet, VdCompletion, VdError};
+use crate::vd::{CheckMode, CheckOutcome, MemberFault, MemberSet, VdCompletion, VdError};
 use drive::{DriveError, DriveOp, IoBuf, OpKind};
 use futures::future::join_all;
 
@@ -43,7 +43,8 @@ pub(super) async fn merged_io(env: &Env, offset_bytes: u64, mut buf: IoBuf, writ
     };
     let unavailable = env.vd.unavailable();
     if let Some(&(member, _, _)) = pieces.iter().find(|(member, _, _)| unavailable.contains(*member)) {
-        let error = AttemptError::Member { index: member, kind: if write { OpKind::Write } else { OpKind::Read }, error: DriveError::Gone };
+        let kind = if write { OpKind::Write } else { OpKind::Read };
+        let error = AttemptError::Member(MemberFault::now(&env.vd, member, kind, DriveError::Gone));
         return (Err(error), IoBuf::join(pieces.into_iter().map(|(_, _, view)| view)));
     }
     let runs = merge_runs(&pieces);
@@ -56,13 +57,13 @@ pub(super) async fn merged_io(env: &Env, offset_bytes: u64, mut buf: IoBuf, writ
     let members_io = join_all(ops.into_iter().map(|(member, op)| member_submit(env, member, op)));
     let (results, ()) = futures::future::join(members_io, super::migrate::run_twin(env, twin)).await;
     let mut first_error = None;
-    for ((member, _, indices), done) in runs.iter().zip(results) {
+    for ((_, _, indices), done) in runs.iter().zip(results) {
         let returned = done.buf.into_iter().chain(done.bufs);
         for (&i, view) in indices.iter().zip(returned) {
             views[i] = Some(view);
         }
-        if let (Err(error), None) = (done.result, &first_error) {
-            first_error = Some(AttemptError::Member { index: *member, kind: if write { OpKind::Write } else { OpKind::Read }, error });
+        if let (Err(fault), None) = (done.result, &first_error) {
+            first_error = Some(AttemptError::Member(fault));
         }
     }
     drop(locks);
@@ -108,11 +109,11 @@ fn vectored_op(offset_bytes: u64, mut bufs: Vec<IoBuf>, write: bool) -> DriveOp 
 
 pub(super) fn stripe_error(env: &Env, error: AttemptError, buf: IoBuf) -> VdCompletion {
     let result = match error {
-        AttemptError::Member { index, kind, error } => {
-            env.vd.member_error(index, kind, &error);
+        AttemptError::Member(fault) => {
+            env.vd.member_error(&fault);
             match env.vd.state() {
                 crate::VdState::Offline => Err(env.vd.offline_error()),
-                _ => Err(VdError::Unrecoverable { vd: env.vd.name(), member: index, error }),
+                _ => Err(VdError::Unrecoverable { vd: env.vd.name(), member: fault.index, error: fault.error }),
             }
         }
         AttemptError::Lost => Err(env.vd.offline_error()),

@@ -7,7 +7,7 @@ use super::row::{book, member_io, read_strips, repair_copies, require_online, re
 use super::{run, SpanIo};
 use crate::config::BadBlock;
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError, VirtualDrive};
-use drive::{DriveOp, IoBuf, OpKind};
+use drive::{DriveOp, IoBuf};
 use futures::future::join_all;
 use layout::{DataPiece, RowMap};
 use std::sync::atomic::Ordering;
@@ -95,8 +95,8 @@ async fn mirror_read_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut I
                 }
                 return Ok(());
             }
-            Err(error) => {
-                if let Some(give_up) = book(env, AttemptError::Member { index: member, kind: OpKind::Read, error }, &mut avoid) {
+            Err(fault) => {
+                if let Some(give_up) = book(env, AttemptError::Member(fault), &mut avoid) {
                     return Err(give_up);
                 }
                 repair.push((member, offset_bytes));
@@ -140,17 +140,16 @@ async fn mirror_write_piece(env: &Env, row: &Row, piece: &DataPiece, view: &mut 
     }
     let ops: Vec<(usize, DriveOp)> =
         places.iter().zip(bufs).map(|(&(member, offset_bytes), buf)| (member, DriveOp::Write { offset_bytes, buf })).collect();
-    let kinds: Vec<usize> = ops.iter().map(|(member, _)| *member).collect();
     let results = join_all(ops.into_iter().map(|(member, op)| member_io(env, member, op))).await;
     let mut written = 0;
-    for (i, (member, (result, buf))) in kinds.into_iter().zip(results).enumerate() {
+    for (i, (result, buf)) in results.into_iter().enumerate() {
         if i == 0 {
             *view = buf.expect("write returns its buffer");
         }
         match result {
             Ok(()) => written += 1,
-            Err(error) => {
-                env.vd.member_error(member, OpKind::Write, &error);
+            Err(fault) => {
+                env.vd.member_error(&fault);
             }
         }
     }

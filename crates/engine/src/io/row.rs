@@ -2,8 +2,8 @@
 //! built from.
 
 use crate::runtime::{DriveDone, LockKey, Reactor, RowLock};
-use crate::vd::{MemberSet, MemberState, VdError, VirtualDrive};
-use drive::{DriveError, DriveOp, IoBuf, OpKind};
+use crate::vd::{MemberFault, MemberSet, MemberState, VdError, VirtualDrive};
+use drive::{DriveOp, IoBuf, OpKind};
 use futures::future::join_all;
 use layout::{DataPiece, Geometry, RowMap, RowPiece};
 use std::cell::Cell;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub(super) enum AttemptError {
     /// A member failed an operation; book it and retry without it.
-    Member { index: usize, kind: OpKind, error: DriveError },
+    Member(MemberFault),
     /// The row has lost more members than its span tolerates.
     Lost,
     /// Recovering the row needs parity that may be stale (not resynced after an unclean stop).
@@ -145,15 +145,23 @@ pub(super) fn span_members(map: &RowMap) -> Vec<(usize, u64)> {
     data.chain([map.p_place(), map.q_place()].into_iter().flatten()).map(|place| (place.drive, place.drive_offset_bytes)).collect()
 }
 
+/// What [`member_submit`] returns: the drive's [`DriveDone`], with its error as the member's
+/// [`MemberFault`] for the caller to book.
+pub(super) struct MemberDone {
+    pub result: Result<(), MemberFault>,
+    pub buf: Option<IoBuf>,
+    pub bufs: Vec<IoBuf>,
+}
+
 /// Runs one member operation, keeping the member's queue depth and head position current.
 ///
-/// An operation that fails after its drive left the member's place (a rebuild onto a spare
-/// or a re-add began meanwhile: the member's rebuild epoch moved) fails as
-/// [`DriveError::Replaced`], which [`VirtualDrive::member_error`] does not book: the error
-/// belongs to a drive that is gone, and would otherwise fail the one being rebuilt.
-pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> DriveDone {
+/// Its fault carries the member's rebuild epoch from before the submission, so that an error
+/// of a drive that left the member's place meanwhile (a spare or a re-add took it) is not
+/// booked against the drive there now, however late the caller books it.
+pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> MemberDone {
     let member = env.vd.member(index);
     let range = op.range_bytes();
+    let kind = op.kind();
     let is_read = matches!(op, DriveOp::Read { .. } | DriveOp::ReadV { .. });
     member.outstanding.fetch_add(1, Ordering::Relaxed);
     // Before the drive: `start_rebuild` sets the drive, then moves the epoch.
@@ -161,23 +169,21 @@ pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> Drive
     // The copy before the drive, and held until the operation is done (see `vd::copy`).
     let copy = member.copy_target();
     let drive = member.drive();
-    let mut done = match &copy {
+    let done: DriveDone = match &copy {
         Some(copy) => super::copy::tee(env, index, copy, &drive, op).await,
         None => env.reactor.submit(&*drive, op).await,
     };
-    if done.result.is_err() && env.vd.rebuild_epoch(index) != epoch {
-        done.result = Err(DriveError::Replaced);
-    }
     drop(copy);
     member.outstanding.fetch_sub(1, Ordering::Relaxed);
     if let Some((offset_bytes, len_bytes)) = range {
         env.vd.note_member_io(index, offset_bytes, len_bytes, is_read);
     }
-    done
+    let result = done.result.map_err(|error| MemberFault { index, kind, error, epoch });
+    MemberDone { result, buf: done.buf, bufs: done.bufs }
 }
 
 /// [`member_submit`] for a single-buffer operation.
-pub(super) async fn member_io(env: &Env, index: usize, op: DriveOp) -> (Result<(), DriveError>, Option<IoBuf>) {
+pub(super) async fn member_io(env: &Env, index: usize, op: DriveOp) -> (Result<(), MemberFault>, Option<IoBuf>) {
     let done = member_submit(env, index, op).await;
     (done.result, done.buf)
 }
@@ -185,17 +191,16 @@ pub(super) async fn member_io(env: &Env, index: usize, op: DriveOp) -> (Result<(
 /// Runs member operations concurrently. Returns the buffers in order and the first error, for
 /// the caller to book; see [`first_error_booking_writes`] for the others.
 pub(super) async fn run_all(env: &Env, ops: Vec<(usize, DriveOp)>) -> (Vec<Option<IoBuf>>, Option<AttemptError>) {
-    let kinds: Vec<(usize, OpKind)> = ops.iter().map(|(index, op)| (*index, op.kind())).collect();
     let results = join_all(ops.into_iter().map(|(index, op)| member_io(env, index, op))).await;
-    let mut errors = Vec::new();
+    let mut faults = Vec::new();
     let mut bufs = Vec::with_capacity(results.len());
-    for ((index, kind), (result, buf)) in kinds.into_iter().zip(results) {
-        if let Err(error) = result {
-            errors.push((index, kind, error));
+    for (result, buf) in results {
+        if let Err(fault) = result {
+            faults.push(fault);
         }
         bufs.push(buf);
     }
-    (bufs, first_error_booking_writes(env, errors))
+    (bufs, first_error_booking_writes(env, faults))
 }
 
 /// The first of an attempt's member errors, to be booked by the caller; every other member
@@ -204,15 +209,13 @@ pub(super) async fn run_all(env: &Env, ops: Vec<(usize, DriveOp)>) -> (Vec<Optio
 /// RAID6 row that lost a data strip's and P's writes in one attempt would rebuild the strip
 /// from the old P, and write the garbage into Q). A member that failed a read needs no haste:
 /// its data is not used, and the retry meets the error again.
-pub(super) fn first_error_booking_writes(env: &Env, errors: Vec<(usize, OpKind, DriveError)>) -> Option<AttemptError> {
-    let mut errors = errors.into_iter();
-    let (index, kind, error) = errors.next()?;
-    for (other, other_kind, other_error) in errors {
-        if other_kind != OpKind::Read {
-            env.vd.member_error(other, other_kind, &other_error);
-        }
+pub(super) fn first_error_booking_writes(env: &Env, faults: Vec<MemberFault>) -> Option<AttemptError> {
+    let mut faults = faults.into_iter();
+    let first = faults.next()?;
+    for other in faults.filter(|other| other.kind != OpKind::Read) {
+        env.vd.member_error(&other);
     }
-    Some(AttemptError::Member { index, kind, error })
+    Some(AttemptError::Member(first))
 }
 
 pub(super) fn read_op(offset_bytes: u64, len_bytes: usize) -> DriveOp {
@@ -224,9 +227,9 @@ pub(super) fn book(env: &Env, error: AttemptError, avoid: &mut MemberSet) -> Opt
     match error {
         AttemptError::Lost => Some(env.vd.offline_error()),
         AttemptError::Unsynced { row } => Some(VdError::RowNotResynced { vd: env.vd.name(), row }),
-        AttemptError::Member { index, kind, error } => {
-            if !env.vd.member_error(index, kind, &error) {
-                avoid.insert(index);
+        AttemptError::Member(fault) => {
+            if !env.vd.member_error(&fault) {
+                avoid.insert(fault.index);
             }
             (env.vd.state() == crate::VdState::Offline).then(|| env.vd.offline_error())
         }
@@ -241,8 +244,8 @@ pub(super) async fn repair_copies(env: &Env, places: &[(usize, u64)], good: &IoB
             continue;
         }
         let op = DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(good.as_slice()) };
-        if let (Err(error), _) = member_io(env, member, op).await {
-            env.vd.member_error(member, OpKind::Write, &error);
+        if let (Err(fault), _) = member_io(env, member, op).await {
+            env.vd.member_error(&fault);
         } else {
             tracing::info!(vd = %env.vd.name(), member, offset_bytes, "repaired a read error from redundancy");
         }
@@ -269,9 +272,9 @@ pub(super) async fn read_strips(env: &Env, row: u64, places: &[(usize, u64)], ac
     let strip_bytes = env.vd.geometry().strip_size_bytes() as usize;
     let reads = places.iter().map(|&(member, offset_bytes)| (member, read_op(offset_bytes, strip_bytes))).collect();
     let (bufs, error) = run_all(env, reads).await;
-    if let Some(AttemptError::Member { index, kind, error }) = error {
-        env.vd.member_error(index, kind, &error);
-        return Err(VdError::RowMemberIo { vd: env.vd.name(), row, member: index, action, error });
+    if let Some(AttemptError::Member(fault)) = error {
+        env.vd.member_error(&fault);
+        return Err(VdError::RowMemberIo { vd: env.vd.name(), row, member: fault.index, action, error: fault.error });
     }
     Ok(bufs.into_iter().map(|buf| buf.expect("read returns its buffer")).collect())
 }
@@ -283,9 +286,10 @@ pub(super) async fn write_strips(env: &Env, row: u64, writes: Vec<(usize, u64, I
     assert!(places.iter().enumerate().all(|(i, p)| !places[..i].contains(p)), "a row job writes each strip once: {places:?}");
     let ops = writes.into_iter().map(|(member, offset_bytes, buf)| member_io(env, member, DriveOp::Write { offset_bytes, buf }));
     let mut first_error = None;
-    for (&(member, _), (result, _)) in places.iter().zip(join_all(ops).await) {
-        if let Err(error) = result {
-            env.vd.member_error(member, OpKind::Write, &error);
+    for (result, _) in join_all(ops).await {
+        if let Err(fault) = result {
+            env.vd.member_error(&fault);
+            let (member, error) = (fault.index, fault.error);
             first_error.get_or_insert(VdError::RowMemberIo { vd: env.vd.name(), row, member, action, error });
         }
     }
@@ -299,9 +303,9 @@ pub(super) async fn flush(env: &Env) -> Result<(), VdError> {
     let members = in_service(&env.vd);
     let flushes = join_all(members.iter().map(|&member| member_io(env, member, DriveOp::Flush)));
     let (flushed, ()) = futures::future::join(flushes, super::migrate::run_twin(env, super::migrate::twin_flush(env))).await;
-    for (&member, (result, _)) in members.iter().zip(flushed) {
-        if let Err(error) = result {
-            env.vd.member_error(member, OpKind::Flush, &error);
+    for (result, _) in flushed {
+        if let Err(fault) = result {
+            env.vd.member_error(&fault);
         }
     }
     match env.vd.state() {

@@ -14,7 +14,7 @@
 use super::lost::{StripRead, StripState};
 use super::row::{member_io, read_op, Env};
 use crate::vd::{MemberSet, VdError};
-use drive::{DriveOp, IoBuf, OpKind};
+use drive::{DriveOp, IoBuf};
 use futures::future::join_all;
 
 /// A drive-contiguous range of whole strips on one member: the indices of `places` it covers,
@@ -119,16 +119,17 @@ pub(super) async fn write_strips(env: &Env, rows: &[u64], mut writes: Vec<RunWri
             _ => merged.push((member, offset_bytes, buf, vec![row_index])),
         }
     }
-    let carried: Vec<(usize, Vec<usize>)> = merged.iter().map(|(member, _, _, rows)| (*member, rows.clone())).collect();
+    let carried: Vec<Vec<usize>> = merged.iter().map(|(_, _, _, rows)| rows.clone()).collect();
     let ops = merged.into_iter().map(|(member, offset_bytes, buf, _)| member_io(env, member, DriveOp::Write { offset_bytes, buf }));
     let outcomes = join_all(ops).await;
     let mut results: Vec<Result<(), VdError>> = rows.iter().map(|_| Ok(())).collect();
-    for ((member, row_indices), (result, _)) in carried.iter().zip(outcomes) {
-        let Err(error) = result else { continue };
-        env.vd.member_error(*member, OpKind::Write, &error);
+    for (row_indices, (result, _)) in carried.iter().zip(outcomes) {
+        let Err(fault) = result else { continue };
+        env.vd.member_error(&fault);
         for &i in row_indices {
             if results[i].is_ok() {
-                results[i] = Err(VdError::RowMemberIo { vd: env.vd.name(), row: rows[i], member: *member, action, error: error.clone() });
+                let (member, error) = (fault.index, fault.error.clone());
+                results[i] = Err(VdError::RowMemberIo { vd: env.vd.name(), row: rows[i], member, action, error });
             }
         }
     }

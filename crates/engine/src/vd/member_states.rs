@@ -9,7 +9,26 @@ use super::{MemberEvent, MemberSet, MemberState, VdCompletion, VdError, VdState,
 use drive::{Drive, DriveError, OpKind};
 use layout::SpanKind;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
+
+/// A member operation that failed, as the data path books it ([`VirtualDrive::member_error`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MemberFault {
+    pub index: usize,
+    pub kind: OpKind,
+    pub error: DriveError,
+    /// The member's rebuild epoch when the operation was submitted. Taken then, not when the
+    /// error came back: an attempt books its faults once all its operations are done, and a
+    /// spare may have taken the member's place in between.
+    pub epoch: u16,
+}
+
+impl MemberFault {
+    /// A fault found now, not by an operation in flight (a member seen out of service).
+    pub(crate) fn now(vd: &VirtualDrive, index: usize, kind: OpKind, error: DriveError) -> Self {
+        Self { index, kind, error, epoch: vd.rebuild_epoch(index) }
+    }
+}
 
 impl VirtualDrive {
     /// Member failures found by I/O and not yet recorded by the controller.
@@ -97,69 +116,85 @@ impl VirtualDrive {
 
     /// Sets a member's state by hand (administrator, tests). Returns the VD state after.
     pub fn set_member_state(&self, index: usize, state: MemberState) -> VdState {
-        let _guard = self.state_change.lock().expect("state lock poisoned");
+        let guard = self.state_change.lock().expect("state lock poisoned");
+        self.store_member_state(&guard, index, state);
+        drop(guard);
+        self.state()
+    }
+
+    /// Stores a member's state, under the state lock (the guard proves it is held).
+    fn store_member_state(&self, _held: &MutexGuard<'_, ()>, index: usize, state: MemberState) {
         let before = self.members[index].state();
         self.members[index].state.store(state as u8, Ordering::Release);
         if before != state {
             tracing::warn!(vd = %self.name(), member = index, ?before, after = ?state, "member state changed");
         }
-        drop(_guard);
-        self.state()
     }
 
-    /// Books an error a member returned and takes the member out of service when it must be:
-    /// at once for a vanished drive or a failed write (its contents are now stale), after
+    /// Books a member operation's failure and takes the member out of service when it must
+    /// be: at once for a vanished drive or a failed write (its contents are now stale), after
     /// [`MEMBER_READ_ERRORS_MAX`] repaired read errors otherwise. Returns whether it was failed.
-    /// An error of a drive that has left the member's place ([`DriveError::Replaced`]) is not
-    /// booked; it counts as failed, so that the attempt is retried with the member as it is now.
-    pub(crate) fn member_error(&self, index: usize, kind: OpKind, error: &DriveError) -> bool {
-        if *error == DriveError::Replaced {
-            tracing::debug!(vd = %self.name(), member = index, ?kind, "an operation of a drive since replaced failed");
+    ///
+    /// A fault of a drive that has left the member's place (its rebuild epoch moved since the
+    /// operation was submitted: a spare or a re-add took it) is not booked, or it would fail the
+    /// drive being rebuilt there; it counts as failed, so that the attempt is retried with the
+    /// member as it is now. The epoch is compared under the state lock, which `start_rebuild`
+    /// holds while it swaps the drive, so no swap falls between the comparison and the change.
+    pub(crate) fn member_error(&self, fault: &MemberFault) -> bool {
+        let MemberFault { index, kind, ref error, epoch } = *fault;
+        let member = &self.members[index];
+        let guard = self.state_change.lock().expect("state lock poisoned");
+        if self.rebuild_epoch(index) != epoch {
+            tracing::debug!(vd = %self.name(), member = index, ?kind, %error, "an operation of a drive since replaced failed");
             return true;
         }
-        let member = &self.members[index];
         let fail = match (kind, error) {
             (_, DriveError::Gone) => true,
             (OpKind::Read, _) => member.read_errors.fetch_add(1, Ordering::Relaxed) + 1 >= MEMBER_READ_ERRORS_MAX,
             _ => true,
         };
         tracing::warn!(vd = %self.name(), member = index, drive = %member.drive().info().name, ?kind, %error, fail, "member I/O error");
-        if fail && matches!(member.state(), MemberState::Online | MemberState::Rebuilding) {
-            // Whatever was being written when it failed did not reach it.
-            member.missed_writes.store(true, Ordering::Release);
-            // Counted before the state changes, so that no write that skips the member can be
-            // acknowledged before the controller has recorded the failure.
-            let notifier = self.notifier.get();
-            if notifier.is_some() {
-                let mut gate = self.acks.lock().expect("ack gate poisoned");
-                gate.failures_unrecorded += 1;
-                self.set_gated(&gate);
-            }
-            self.set_member_state(index, MemberState::Failed);
-            if let Some(notifier) = notifier {
-                self.report_failure(notifier, index, format!("{kind:?} error: {error}"), false);
-            }
+        if !fail || !matches!(member.state(), MemberState::Online | MemberState::Rebuilding) {
+            return fail;
         }
-        fail
+        // Whatever was being written when it failed did not reach it.
+        member.missed_writes.store(true, Ordering::Release);
+        // Counted before the state changes, so that no write that skips the member can be
+        // acknowledged before the controller has recorded the failure.
+        let notifier = self.notifier.get();
+        if notifier.is_some() {
+            let mut gate = self.acks.lock().expect("ack gate poisoned");
+            gate.failures_unrecorded += 1;
+            self.set_gated(&gate);
+        }
+        self.store_member_state(&guard, index, MemberState::Failed);
+        // Reported once, by the booking that changed the state; unlocked, since a report
+        // without a listener records itself at once.
+        drop(guard);
+        if let Some(notifier) = notifier {
+            self.report_failure(notifier, index, format!("{kind:?} error: {error}"), false);
+        }
+        true
     }
 
     /// Puts `drive` in member `index`'s place and starts writing it (a rebuild onto a spare or
     /// a replacement). The member must be out of service, so no new I/O goes to the old drive.
     /// Operations still on their way to it may end after: one that fails then is not booked
-    /// against the new drive ([`DriveError::Replaced`], `io::row::member_submit`), and a write
-    /// that reached the old drive only is rewritten by the rebuild of its row, which waits for
-    /// the write's row lock.
+    /// against the new drive (its [`MemberFault`] carries the epoch before this one), and a
+    /// write that reached the old drive only is rewritten by the rebuild of its row, which
+    /// waits for the write's row lock.
     pub fn start_rebuild(&self, index: usize, drive: Arc<dyn Drive>) {
         let member = &self.members[index];
+        assert!(
+            drive.info().capacity_bytes >= self.geometry.member_used_bytes(),
+            "v{}: the new drive of member {index} is too small",
+            self.id
+        );
+        let guard = self.state_change.lock().expect("state lock poisoned");
         let state = member.state();
         assert!(
             matches!(state, MemberState::Failed | MemberState::Missing),
             "v{}: member {index} is {state:?}, not out of service",
-            self.id
-        );
-        assert!(
-            drive.info().capacity_bytes >= self.geometry.member_used_bytes(),
-            "v{}: the new drive of member {index} is too small",
             self.id
         );
         member.set_drive(drive);
@@ -167,7 +202,7 @@ impl VirtualDrive {
         member.missed_writes.store(true, Ordering::Release);
         // Before the state: no read may find the member Rebuilding with an earlier rebuild's rows.
         member.rebuilt.begin();
-        self.set_member_state(index, MemberState::Rebuilding);
+        self.store_member_state(&guard, index, MemberState::Rebuilding);
     }
 
     /// The rebuild of member `index` covered every row: it is current and in service.

@@ -24,6 +24,7 @@ pub(crate) use fast_writes::FillTicket;
 pub use io_stats::{ClientIoStats, IoKind, IoKindSnapshot, LATENCY_BUCKET_BOUNDS_NS};
 pub use journal_bypass::JournalBypass;
 pub use member::Member;
+pub(crate) use member_states::MemberFault;
 pub use migration::MigrationTarget;
 pub use request::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdCompletion, VdError, VdRequest};
 pub use requests_in_flight::GatherCounts;

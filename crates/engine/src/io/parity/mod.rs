@@ -11,7 +11,7 @@ use super::{intent, run, SpanIo};
 use crate::config::BadBlock;
 use crate::runtime::LockKey;
 use crate::vd::{CheckMode, CheckOutcome, MemberSet, Mismatch, VdError};
-use drive::{DriveOp, IoBuf, OpKind};
+use drive::{DriveOp, IoBuf};
 use futures::future::join_all;
 use layout::{DataPiece, Role, SpanKind};
 
@@ -236,13 +236,12 @@ async fn replayed_data_only(env: &Env, row: &Row, views: &mut [IoBuf], absent: M
             (member, DriveOp::Write { offset_bytes, buf: IoBuf::from_slice(view.as_slice()) })
         })
         .collect();
-    let places: Vec<usize> = writes.iter().map(|(member, _)| *member).collect();
     // A replay logs nothing: the row stays unsynced (and its region unlogged) until a resync.
     intent::mark_unlogged(env, row.map.row).await.map_err(|_| AttemptError::Lost)?;
     let done = join_all(writes.into_iter().map(|(member, op)| super::row::member_io(env, member, op))).await;
     // A member that fails is booked by the caller and the row tried again without it.
-    let errors = places.into_iter().zip(done).filter_map(|(index, (result, _))| result.err().map(|error| (index, OpKind::Write, error)));
-    super::row::first_error_booking_writes(env, errors.collect()).map_or(Ok(()), Err)
+    let faults = done.into_iter().filter_map(|(result, _)| result.err()).collect();
+    super::row::first_error_booking_writes(env, faults).map_or(Ok(()), Err)
 }
 
 /// Reads columns `[lo, hi)` of every member of the row's span that is available and recovers
@@ -400,7 +399,7 @@ async fn parity_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), Vd
         let op = DriveOp::Read { offset_bytes: strip_offset + piece.offset_in_strip_bytes, buf };
         let (result, buf) = member_io(env, member, op).await;
         *view = buf.expect("read returns its buffer");
-        result.err().map(|error| Some((member, error)))
+        result.err().map(Some)
     });
     let outcomes = join_all(direct).await;
     let mut failed = Vec::new();
@@ -420,13 +419,13 @@ async fn parity_read(env: &Env, row: &Row, views: &mut [IoBuf]) -> Result<(), Vd
     let mut avoid = MemberSet::default();
     let mut repair = Vec::new();
     for (i, error) in &failed {
-        if let Some((member, error)) = error {
-            let kind = OpKind::Read;
-            if let Some(give_up) = book(env, AttemptError::Member { index: *member, kind, error: error.clone() }, &mut avoid) {
+        if let Some(fault) = error {
+            let member = fault.index;
+            if let Some(give_up) = book(env, AttemptError::Member(fault.clone()), &mut avoid) {
                 return Err(give_up);
             }
             let piece = &row.pieces[*i];
-            repair.push((*i, *member, row.data_member(piece.strip_index).1 + piece.offset_in_strip_bytes));
+            repair.push((*i, member, row.data_member(piece.strip_index).1 + piece.offset_in_strip_bytes));
         }
     }
     for (i, _) in &failed {
