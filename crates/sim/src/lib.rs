@@ -341,24 +341,60 @@ impl fmt::Display for Coverage {
 /// Runs seeds `0..runs` with `run`, on as many threads as there are cores; returns the
 /// reports of the runs that passed and the failures (as text), each in no particular order.
 pub fn run_seeds_in_parallel<R: Send, E: std::fmt::Display>(runs: u64, run: impl Fn(u64) -> Result<R, E> + Sync) -> (Vec<R>, Vec<String>) {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    run_seeds_on_threads(runs, cores, run)
+}
+
+/// [`run_seeds_in_parallel`] on `threads` threads: more than the cores for runs that mostly
+/// wait (the threaded engine's). A run that panics is a failure that names its seed, and the
+/// other runs go on.
+pub fn run_seeds_on_threads<R: Send, E: std::fmt::Display>(
+    runs: u64,
+    threads: usize,
+    run: impl Fn(u64) -> Result<R, E> + Sync,
+) -> (Vec<R>, Vec<String>) {
     let next = std::sync::atomic::AtomicU64::new(0);
     let results = std::sync::Mutex::new((Vec::new(), Vec::new()));
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     std::thread::scope(|scope| {
-        for _ in 0..threads {
+        for _ in 0..threads.max(1) {
             scope.spawn(|| loop {
                 let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if seed >= runs {
                     return;
                 }
-                let outcome = run(seed);
-                let mut results = results.lock().expect("results lock");
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed)));
+                let mut results = results.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 match outcome {
-                    Ok(report) => results.0.push(report),
-                    Err(failure) => results.1.push(failure.to_string()),
+                    Ok(Ok(report)) => results.0.push(report),
+                    Ok(Err(failure)) => results.1.push(failure.to_string()),
+                    Err(panic) => results.1.push(format!("seed {seed} panicked: {}", panic_text(&*panic))),
                 }
             });
         }
     });
-    results.into_inner().expect("results lock")
+    results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a panic said, when it said it with text.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    /// A run that panics is a failure naming its seed; the other runs still report.
+    #[test]
+    fn a_panicking_run_is_a_failure_that_names_its_seed() {
+        let (reports, failures) = super::run_seeds_on_threads(8, 3, |seed| match seed {
+            5 => panic!("member 2 is Failed, not Rebuilding"),
+            6 => Err(format!("seed {seed}: wrong data")),
+            _ => Ok(seed),
+        });
+        let mut reports = reports;
+        reports.sort_unstable();
+        assert_eq!(reports, vec![0, 1, 2, 3, 4, 7]);
+        let mut failures = failures;
+        failures.sort();
+        assert_eq!(failures, vec!["seed 5 panicked: member 2 is Failed, not Rebuilding".to_string(), "seed 6: wrong data".to_string()]);
+    }
 }

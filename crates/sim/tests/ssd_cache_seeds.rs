@@ -1,15 +1,17 @@
 //! Thousands of seeded runs of a write-back SSD cache (issue 13) against the reference model:
 //! client writes, reads and flushes, destaging and drains, a cache SSD failing, power cuts
 //! with the dirty lines read back at each restart, and under a redundant VD members failing
-//! and rebuilt, strips gone bad and repaired, resyncs after power cuts
-//! (`sim::run_ssd_cache_seed`). A failure names
+//! and rebuilt, strips gone bad and repaired, resyncs after power cuts, and a RAID1 cache VD's
+//! bitmap and resync (`sim::run_ssd_cache_seed`). A failure names
 //! its seed; `storc-sim --ssd-cache-seed N` replays its steps. `STORC_SIM_SSD_CACHE_RUNS`
 //! changes the count (default 5,000).
 
 #[test]
 fn seeded_write_back_ssd_cache_runs_match_the_model() {
     let runs: u64 = std::env::var("STORC_SIM_SSD_CACHE_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5_000);
-    let (reports, failures) = sim::run_seeds_in_parallel(runs, sim::run_ssd_cache_seed);
+    // The runs wait on the threaded engine's threads more than they compute: twice the cores.
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let (reports, failures) = sim::run_seeds_on_threads(runs, 2 * cores, sim::run_ssd_cache_seed);
     assert!(
         failures.is_empty(),
         "{} of {runs} runs failed; first ones:\n{}",
@@ -22,8 +24,9 @@ fn seeded_write_back_ssd_cache_runs_match_the_model() {
     let ssd_failed = reports.iter().filter(|r| r.ssd_failed).count();
     let (failures, rebuilds, repaired, resyncs) =
         (sum(|r| r.member_failures), sum(|r| r.rebuilds), sum(|r| r.strips_repaired), sum(|r| r.resyncs));
+    let cache_resynced = sum(|r| r.cache_regions_resynced);
     println!(
-        "{runs} seeded write-back SSD cache runs passed: {} writes ({absorbed} kept on the cache VD), {} reads, {} flushes, {cuts} power cuts, {recovered} dirty lines read back, {destaged} lines destaged, {ssd_failed} runs with a cache SSD failed; under redundant VDs {failures} member failures, {rebuilds} rebuilds, {repaired} bad strips repaired, {resyncs} resyncs",
+        "{runs} seeded write-back SSD cache runs passed: {} writes ({absorbed} kept on the cache VD), {} reads, {} flushes, {cuts} power cuts, {recovered} dirty lines read back, {destaged} lines destaged, {ssd_failed} runs with a cache SSD failed; under redundant VDs {failures} member failures, {rebuilds} rebuilds, {repaired} bad strips repaired, {resyncs} resyncs; {cache_resynced} cache VD regions resynced",
         sum(|r| r.writes),
         sum(|r| r.reads),
         sum(|r| r.flushes),
@@ -36,5 +39,6 @@ fn seeded_write_back_ssd_cache_runs_match_the_model() {
             rebuilds > runs / 2 && repaired > runs / 10 && resyncs > runs / 4,
             "the runs stopped rebuilding, repairing or resyncing redundant VDs"
         );
+        assert!(cache_resynced > runs / 10, "the runs stopped cutting power under a RAID1 cache VD with both SSDs");
     }
 }

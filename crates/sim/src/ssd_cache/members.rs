@@ -13,7 +13,7 @@
 //! A power cut comes only while no member is failed or being rebuilt: the rebuild's progress
 //! and a failure live in the controller's metadata, which these runs do not have.
 
-use super::{run_request, Drives, Running, SsdCacheReport, LINE_BYTES};
+use super::{run_request, Drives, Running, SsdCacheReport, LINE_BYTES, ROW_JOB_TIMEOUT};
 use crate::drive::{flush_now, write_now};
 use drive::IoBuf;
 use engine::{CheckMode, CheckOutcome, MemberSet, MemberState, VdError, VdRequest};
@@ -21,12 +21,9 @@ use layout::Level;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore};
 use std::sync::mpsc::{channel, Receiver};
-use std::time::Duration;
 
 /// The most rows one rebuild job covers: a few, so that jobs and client requests interleave.
 const REBUILD_RUN_ROWS_MAX: u64 = 4;
-/// How long a row job may take before the run is declared stuck.
-const ROW_JOB_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The VD's member events so far: at most one member out at a time.
 #[derive(Default)]

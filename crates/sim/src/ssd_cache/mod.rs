@@ -8,14 +8,16 @@
 //! The VD is RAID0, JBOD, RAID1, 5 or 6. A redundant VD's members fail, are rebuilt onto blank
 //! drives, and (RAID6) hold a strip gone bad that a repairing check corrects (`members`); after
 //! a power cut such a VD is resynced whole before anything is read, standing in for the
-//! controller's write-intent bitmap. The cache VD has no such resync: a RAID1 cache VD is cut
-//! only once one of its SSDs has failed (one copy left).
+//! controller's write-intent bitmap. A RAID1 cache VD has a real bitmap ([`cache_vd`]) and the
+//! resync of what it names. Power cuts come only while the VD's members are all in service (a
+//! rebuild's progress lives in the controller's metadata, which these runs do not have).
 //!
 //! The tier runs on the threaded engine's `Router`, which `LocalEngine` does not have, so these
 //! runs use the threaded engine: the workload, faults and power cuts come from the seed, but
 //! the threads (destaging, table writes) interleave as they will, so a seed replays the same
 //! steps without promising the same interleaving.
 
+mod cache_vd;
 mod members;
 
 use crate::drive::VolatileDrive;
@@ -34,6 +36,8 @@ const LINE_BYTES: u64 = 64 * KIB;
 /// and eviction competes with dirty lines.
 const CACHE_SLOTS: u64 = 12;
 const OWNER: MapOwner = MapOwner { controller_id: 0x5eed, generation: 1 };
+/// How long a row job may take before the run is declared stuck.
+const ROW_JOB_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What one run did.
 #[derive(Clone, Debug, Default)]
@@ -58,6 +62,8 @@ pub struct SsdCacheReport {
     pub strips_repaired: u64,
     /// Whole-VD resyncs after power cuts.
     pub resyncs: u64,
+    /// Regions of a RAID1 cache VD resynced after power cuts (its bitmap named them).
+    pub cache_regions_resynced: u64,
 }
 
 /// The drives of a run: the VD's, then the cache VD's, each volatile, behind a fault switch.
@@ -91,7 +97,17 @@ impl Drives {
 struct Running {
     engine: Arc<Engine>,
     vd: Arc<VirtualDrive>,
+    cache_vd: Arc<VirtualDrive>,
     cache: Arc<SsdCache>,
+}
+
+/// How a start finds the drives.
+struct Start {
+    seed: u64,
+    /// The run's first start, over blank drives.
+    first: bool,
+    /// A cache SSD has failed.
+    ssd_failed: bool,
 }
 
 fn new_vd(id: u64, level: Level, members: Vec<Arc<dyn Drive>>) -> Result<Arc<VirtualDrive>, String> {
@@ -99,18 +115,20 @@ fn new_vd(id: u64, level: Level, members: Vec<Arc<dyn Drive>>) -> Result<Arc<Vir
     VirtualDrive::new(id, &format!("v{id}"), layout, members).map(Arc::new).map_err(|e| e.to_string())
 }
 
-/// Starts the engine over the drives: the table read back (after a power cut), installed, put
-/// in service. Returns the dirty lines read back.
-fn start(drives: &Drives, levels: (Level, Level)) -> Result<(Running, u64), String> {
+/// Starts the engine over the drives: the cache VD's bitmap opened, the table read back (after
+/// a power cut, from the first copy where the bitmap says the copies may disagree), installed,
+/// put in service. Returns the dirty lines read back.
+fn start(drives: &Drives, levels: (Level, Level), how: &Start) -> Result<(Running, u64), String> {
     let engine = Arc::new(Engine::start(EngineConfig { shard_count: 1, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
     let vd = new_vd(0, levels.0, drives.members(0..drives.vd_count))?;
     let cache_vd = new_vd(1, levels.1, drives.members(drives.vd_count..drives.faulty.len()))?;
+    cache_vd::open_bitmap(&cache_vd, how.seed, how.first, how.ssd_failed);
     let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions { write_back: true, ..SsdCacheOptions::default() })?;
     let entries = cache.load_map(OWNER)?;
     engine.attach_ssd_cache(&vd, &cache)?;
     let (_, dirty) = cache.install_map(&vd, &entries);
     cache.begin_service(OWNER)?;
-    Ok((Running { engine, vd, cache }, dirty as u64))
+    Ok((Running { engine, vd, cache_vd, cache }, dirty as u64))
 }
 
 /// A power cut: the engine stops (its shards finish what they had started and are joined:
@@ -118,8 +136,8 @@ fn start(drives: &Drives, levels: (Level, Level)) -> Result<(Running, u64), Stri
 /// loses, keeps or tears each write it had not flushed. A destager in the middle of a batch
 /// may outlive its engine, waiting on requests no shard will run; it can do no I/O.
 fn power_cut(running: Running, drives: &Drives, rng: &mut SmallRng) {
-    let Running { engine, vd, cache } = running;
-    drop((vd, cache));
+    let Running { engine, vd, cache_vd, cache } = running;
+    drop((vd, cache_vd, cache));
     assert_eq!(Arc::strong_count(&engine), 1, "the run holds the only reference to its engine");
     drop(engine);
     for drive in &drives.volatile {
@@ -170,7 +188,7 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
         cache_level: cache_level.short_name().into(),
         ..SsdCacheReport::default()
     };
-    let (mut running, _) = start(&drives, (level, cache_level))?;
+    let (mut running, _) = start(&drives, (level, cache_level), &Start { seed, first: true, ssd_failed: false })?;
     let mut model = Model::new(running.vd.capacity_bytes() as usize);
     // The hot part of the VD: most requests go there, so its lines are promoted and rewritten.
     let capacity = running.vd.capacity_bytes();
@@ -204,19 +222,21 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
                 running.cache.flush_vd(&running.vd, Duration::from_secs(20))?;
                 running.cache.end_drain(&running.vd);
             }
-            95..=97 if (cache_level == Level::Raid0 || report.ssd_failed) && members.quiet() => {
+            95..=97 if members.quiet() => {
                 power_cut(running, &drives, &mut rng);
                 model.crash();
                 report.power_cuts += 1;
-                let (restarted, dirty) = start(&drives, (level, cache_level))?;
+                let how = Start { seed, first: false, ssd_failed: report.ssd_failed };
+                let (restarted, dirty) = start(&drives, (level, cache_level), &how)?;
                 running = restarted;
                 report.dirty_recovered += dirty;
                 if redundant {
                     members::resync(&running, &mut report).map_err(|e| format!("after the power cut at step {step}: {e}"))?;
                 }
                 verify_all(&running, &mut model, &format!("after the power cut at step {step}"))?;
+                cache_vd::resync(&running, &mut report).map_err(|e| format!("after the power cut at step {step}: {e}"))?;
             }
-            95.. if cache_level == Level::Raid1 && !report.ssd_failed => {
+            98.. if cache_level == Level::Raid1 && !report.ssd_failed => {
                 drives.faulty[drives.vd_count + rng.gen_range(0..2)].set_failed(true);
                 report.ssd_failed = true;
             }
