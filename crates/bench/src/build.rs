@@ -202,8 +202,9 @@ fn raw_info(spec: &MemberSpec, drive: &Arc<dyn Drive>, engine: &Engine) -> Targe
 }
 
 fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut CreatedFiles) -> Result<Arc<dyn Drive>, String> {
-    // A journal file is allocated up front, as `storc serve --journal` makes one.
-    let preallocate = name == "journal";
+    // A journal file is allocated up front and written O_DSYNC, as `storc serve --journal`
+    // opens one.
+    let journal = name == "journal";
     Ok(match spec {
         MemberSpec::Mem { capacity_bytes, filled } => {
             let drive = MemDrive::named(format!("mem:{capacity_bytes}#{name}"), *capacity_bytes);
@@ -215,7 +216,12 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
         MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::new(emulated, clock.clone())),
         MemberSpec::Files { dir, capacity_bytes } => {
             let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));
-            let config = FileDriveConfig { create_size_bytes: Some(*capacity_bytes), preallocate, ..FileDriveConfig::default() };
+            let config = FileDriveConfig {
+                create_size_bytes: Some(*capacity_bytes),
+                preallocate: journal,
+                durable_writes: journal,
+                ..FileDriveConfig::default()
+            };
             files.paths.push(path.clone());
             Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
         }

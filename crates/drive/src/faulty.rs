@@ -78,6 +78,11 @@ impl Drive for FaultyDrive {
             && self.inner.reads_zero(offset_bytes, len_bytes)
     }
 
+    /// A write the drive lets through is the inner drive's, durable as it is.
+    fn writes_durable(&self) -> bool {
+        self.inner.writes_durable()
+    }
+
     fn close(&self) {
         self.inner.close();
     }

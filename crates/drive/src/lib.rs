@@ -206,6 +206,13 @@ pub trait Drive: Send + Sync {
         false
     }
 
+    /// Whether a write is durable once it completes (a file or device opened `O_DSYNC`), so
+    /// that a flush after it adds nothing. `false` unless the drive says so: a wrapper that does
+    /// not pass the question on keeps its writes flushed, which is never wrong.
+    fn writes_durable(&self) -> bool {
+        false
+    }
+
     /// Lets go of what the drive holds outside this process once nothing more will be
     /// submitted (an RBD image's exclusive lock and watch, which would otherwise outlive a
     /// process that exits without dropping it); later operations fail as on a vanished drive.

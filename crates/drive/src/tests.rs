@@ -74,6 +74,36 @@ fn file_drive_round_trips_through_io_uring_with_o_direct() {
     check_round_trip(&drive, &mut IoCtx::without_ring());
 }
 
+/// A drive opened with `durable_writes` (the journal) has `O_DSYNC` on its descriptor, as the
+/// kernel reports it, and says so to its users; one opened without it has neither.
+#[test]
+fn a_file_drive_for_durable_writes_is_opened_o_dsync() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    for durable_writes in [true, false] {
+        let path = dir.path().join(format!("d{durable_writes}"));
+        let config = FileDriveConfig { create_size_bytes: Some(4 << 20), durable_writes, ..Default::default() };
+        let drive = FileDrive::open(&path, &config).unwrap();
+        assert_eq!(drive.writes_durable(), durable_writes);
+        let flags = open_flags_of(&path).expect("the drive's descriptor is open");
+        assert_eq!(flags & libc::O_DSYNC != 0, durable_writes, "{}: flags {flags:o}", path.display());
+        let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();
+        check_round_trip(&drive, &mut ctx);
+    }
+}
+
+/// The `open(2)` flags of this process's descriptor of `path` (from /proc/self/fdinfo).
+fn open_flags_of(path: &std::path::Path) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
+        if std::fs::read_link(entry.path()).ok().as_deref() != Some(path) {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", entry.file_name().to_str()?)).ok()?;
+        let flags = info.lines().find_map(|line| line.strip_prefix("flags:"))?.trim();
+        return i32::from_str_radix(flags, 8).ok();
+    }
+    None
+}
+
 /// Regression (issue 8): drive files were created 0644, so any local user could read the VDs' data.
 #[test]
 fn a_created_drive_file_is_owner_only() {

@@ -394,6 +394,13 @@ impl JournalPart {
         self.wake_all();
     }
 
+    /// Whether every leg in service makes a write durable when it completes
+    /// ([`Drive::writes_durable`]): then a record is durable once it and those before it are
+    /// written, without a flush.
+    fn legs_write_durably(&self) -> bool {
+        (0..self.legs.len()).filter(|&leg| self.health.leg_in_service(leg)).all(|leg| self.legs[leg].writes_durable())
+    }
+
     fn wake_all(&self) {
         for waiter in self.waiters.borrow_mut().drain(..) {
             let _ = waiter.send(());
@@ -409,6 +416,12 @@ impl JournalPart {
             }
             if self.durable_below.get() > sequence && !self.health.legs_pending() {
                 return Ok(());
+            }
+            if self.written_below.get() > self.durable_below.get() && self.legs_write_durably() {
+                // Written is durable on such legs: no flush to wait for.
+                self.durable_below.set(self.written_below.get());
+                self.wake_all();
+                continue;
             }
             if !self.flushing.get() && self.written_below.get() > self.durable_below.get() {
                 self.flushing.set(true);

@@ -187,4 +187,8 @@ impl drive::Drive for CountingDrive {
     fn reads_zero(&self, offset_bytes: u64, len_bytes: u64) -> bool {
         self.inner.reads_zero(offset_bytes, len_bytes)
     }
+
+    fn writes_durable(&self) -> bool {
+        self.inner.writes_durable()
+    }
 }

@@ -113,7 +113,8 @@ pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, Stri
     }
     let path = Path::new(spec);
     let create_size_bytes = (!path.exists()).then_some(JOURNAL_DEFAULT_BYTES);
-    let config = FileDriveConfig { create_size_bytes, preallocate: true, ..Default::default() };
+    // O_DSYNC: a record is durable when its write completes, with no flush behind it.
+    let config = FileDriveConfig { create_size_bytes, preallocate: true, durable_writes: true, ..Default::default() };
     let drive = FileDrive::open(path, &config).map_err(|e| format!("--journal {spec}: {e}"))?;
     super::data_dir::warn_if_open_to_others(spec, path);
     Ok(engine::controller::JournalOffer { drive: Arc::new(drive), source: spec.to_string(), path: Some(path.to_path_buf()), slot: None })
@@ -129,4 +130,17 @@ pub fn open_journal_legs(specs: &[&str]) -> Result<Vec<engine::controller::Journ
         }
     }
     specs.iter().map(|spec| open_journal(spec)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// `--journal FILE` is written `O_DSYNC`: the journal's records need no flush of their own.
+    #[test]
+    fn a_journal_file_is_opened_for_durable_writes() {
+        let path = std::env::temp_dir().join(format!("storc-journal-dsync-{}.img", std::process::id()));
+        std::fs::File::create(&path).unwrap().set_len(64 << 20).unwrap();
+        let offer = super::open_journal(path.to_str().unwrap());
+        std::fs::remove_file(&path).unwrap();
+        assert!(offer.unwrap().drive.writes_durable(), "the journal file was opened without O_DSYNC");
+    }
 }
