@@ -362,17 +362,27 @@ pub fn run_seeds_on_threads<R: Send, E: std::fmt::Display>(
                 if seed >= runs {
                     return;
                 }
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed)));
+                let outcome = run_caught(seed, &run);
                 let mut results = results.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 match outcome {
-                    Ok(Ok(report)) => results.0.push(report),
-                    Ok(Err(failure)) => results.1.push(failure.to_string()),
-                    Err(panic) => results.1.push(format!("seed {seed} panicked: {}", panic_text(&*panic))),
+                    Ok(report) => results.0.push(report),
+                    Err(failure) => results.1.push(failure),
                 }
             });
         }
     });
     results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs seed `seed` with `run`; a panic is a failure that names the seed, as an error is.
+///
+/// # Errors
+/// What the run returned, as text, or what it panicked with.
+pub fn run_caught<R, E: std::fmt::Display>(seed: u64, run: impl FnOnce(u64) -> Result<R, E>) -> Result<R, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed))) {
+        Ok(outcome) => outcome.map_err(|failure| failure.to_string()),
+        Err(panic) => Err(format!("seed {seed} panicked: {}", panic_text(&*panic))),
+    }
 }
 
 /// What a panic said, when it said it with text.

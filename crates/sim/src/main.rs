@@ -39,7 +39,7 @@ fn main_runs(seeds: &[u64], verbose: bool) -> usize {
     let mut failed = 0;
     let mut coverage = sim::Coverage::new();
     for seed in seeds {
-        match sim::run_seed(*seed) {
+        match sim::run_caught(*seed, sim::run_seed) {
             Ok(report) => {
                 if verbose {
                     println!("{report}");
@@ -62,7 +62,7 @@ fn main_runs(seeds: &[u64], verbose: bool) -> usize {
 fn ssd_cache_runs(seeds: &[u64], verbose: bool) -> usize {
     let mut failed = 0;
     for seed in seeds {
-        match sim::run_ssd_cache_seed(*seed) {
+        match sim::run_caught(*seed, sim::run_ssd_cache_seed) {
             Ok(report) if verbose => println!("{report:#?}"),
             Ok(_) => {}
             Err(failure) => {
