@@ -25,8 +25,9 @@ fn seeded_write_back_ssd_cache_runs_match_the_model() {
     let (failures, rebuilds, repaired, resyncs) =
         (sum(|r| r.member_failures), sum(|r| r.rebuilds), sum(|r| r.strips_repaired), sum(|r| r.resyncs));
     let cache_resynced = sum(|r| r.cache_regions_resynced);
+    let cuts_in_rebuild = sum(|r| r.power_cuts_in_rebuild);
     println!(
-        "{runs} seeded write-back SSD cache runs passed: {} writes ({absorbed} kept on the cache VD), {} reads, {} flushes, {cuts} power cuts, {recovered} dirty lines read back, {destaged} lines destaged, {ssd_failed} runs with a cache SSD failed; under redundant VDs {failures} member failures, {rebuilds} rebuilds, {repaired} bad strips repaired, {resyncs} resyncs; {cache_resynced} cache VD regions resynced",
+        "{runs} seeded write-back SSD cache runs passed: {} writes ({absorbed} kept on the cache VD), {} reads, {} flushes, {cuts} power cuts, {recovered} dirty lines read back, {destaged} lines destaged, {ssd_failed} runs with a cache SSD failed; under redundant VDs {failures} member failures, {rebuilds} rebuilds, {repaired} bad strips repaired, {resyncs} resyncs, {cuts_in_rebuild} power cuts during a RAID1 rebuild; {cache_resynced} cache VD regions resynced",
         sum(|r| r.writes),
         sum(|r| r.reads),
         sum(|r| r.flushes),
@@ -39,6 +40,7 @@ fn seeded_write_back_ssd_cache_runs_match_the_model() {
             rebuilds > runs / 2 && repaired > runs / 10 && resyncs > runs / 4,
             "the runs stopped rebuilding, repairing or resyncing redundant VDs"
         );
+        assert!(cuts_in_rebuild > runs / 50, "the runs stopped cutting power during RAID1 rebuilds");
         assert!(cache_resynced > runs / 10, "the runs stopped cutting power under a RAID1 cache VD with both SSDs");
     }
 }

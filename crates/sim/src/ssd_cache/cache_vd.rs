@@ -6,6 +6,7 @@
 //! failed the cache VD opens none: the one copy left cannot disagree with anything.
 
 use super::{Running, SsdCacheReport, ROW_JOB_TIMEOUT};
+use crate::drive::flush_now;
 use engine::bitmap::control::Opening;
 use engine::{CheckMode, CheckOutcome, VdError, VirtualDrive};
 use std::sync::mpsc::channel;
@@ -23,7 +24,8 @@ pub(super) fn open_bitmap(cache_vd: &VirtualDrive, seed: u64, first: bool, ssd_f
 }
 
 /// Resyncs every region of the cache VD that awaits it, as the controller's resync does: the
-/// region's rows made equal to their first copy, then the region marked synced.
+/// region's rows made equal to their first copy, the region marked synced, and at the end the
+/// SSDs flushed (the resync checkpoint's flush: `members::resync` says why).
 pub(super) fn resync(running: &Running, report: &mut SsdCacheReport) -> Result<(), String> {
     let Some(intent) = running.cache_vd.write_intent() else { return Ok(()) };
     for region in intent.unsynced_regions().ones() {
@@ -40,6 +42,9 @@ pub(super) fn resync(running: &Running, report: &mut SsdCacheReport) -> Result<(
         }
         intent.region_synced(region);
         report.cache_regions_resynced += 1;
+    }
+    for (index, member) in running.cache_vd.members().iter().enumerate() {
+        flush_now(&*member.drive()).map_err(|e| format!("flush of cache SSD {index} after the resync: {e}"))?;
     }
     Ok(())
 }

@@ -10,8 +10,12 @@
 //! - after a power cut, a resync of every row (parity recomputed, copies made equal), as the
 //!   controller's write-intent bitmap would ask for, before anything is read.
 //!
-//! A power cut comes only while no member is failed or being rebuilt: the rebuild's progress
-//! and a failure live in the controller's metadata, which these runs do not have.
+//! A power cut comes while no member is failed or being rebuilt, or, on RAID1, while one is
+//! being rebuilt: the restart begins that rebuild again at row 0 (the controller resumes it at
+//! its last checkpoint, and its bitmap's resync copies the dirty regions before it to the member
+//! being rebuilt; starting over covers both). A parity VD cut while degraded has the write hole
+//! these runs have no journal to close, and a failure not yet replaced lives in the controller's
+//! metadata, which these runs do not have.
 
 use super::{run_request, Drives, Running, SsdCacheReport, LINE_BYTES, ROW_JOB_TIMEOUT};
 use crate::drive::{flush_now, write_now};
@@ -44,9 +48,20 @@ struct Rebuild {
 type RebuildJob = (u64, u64, Receiver<Vec<Result<(), VdError>>>);
 
 impl Members {
-    /// Whether every member is in service with nothing to rebuild: a power cut may come.
-    pub(super) fn quiet(&self) -> bool {
-        self.failed.is_none() && self.rebuild.is_none()
+    /// Whether a power cut may come now (see the module docs).
+    pub(super) fn cut_allowed(&self, level: Level) -> bool {
+        let quiet = self.failed.is_none() && self.rebuild.is_none();
+        quiet || (level == Level::Raid1 && self.rebuild.is_some())
+    }
+
+    /// At a power cut: the member being rebuilt, whose rebuild begins again at row 0 once the
+    /// VD is assembled (the job in flight dies with the engine). Its VD needs no resync of its
+    /// own then, as the rebuild copies every row.
+    pub(super) fn restart_rebuild(&mut self) -> Option<usize> {
+        let rebuild = self.rebuild.as_mut()?;
+        rebuild.next_row = 0;
+        rebuild.in_flight = None;
+        Some(rebuild.member)
     }
 
     /// One member event, as the seed says: a failure, the start of a rebuild, or (RAID6) a
@@ -175,9 +190,16 @@ fn repair_bad_strip(running: &Running, drives: &Drives, rng: &mut SmallRng, repo
 }
 
 /// After a power cut: every row's redundancy made to agree with its data, what the
-/// controller's resync of the bitmap's dirty regions does, before the model checks a read.
+/// controller's resync of the bitmap's dirty regions does, before the model checks a read;
+/// then the members flushed, as the controller's resync checkpoint flushes them before it
+/// forgets the regions (`bitmap::control::checkpoint_resync`). Unflushed, a copy the resync
+/// wrote could be the only one left (its source replaced by a blank drive) and vanish at the
+/// next power cut, taking back what reads had returned since.
 pub(super) fn resync(running: &Running, report: &mut SsdCacheReport) -> Result<(), String> {
     check_every_row(running, CheckMode::Resync)?;
+    for (index, member) in running.vd.members().iter().enumerate() {
+        flush_now(&*member.drive()).map_err(|e| format!("flush of member {index} after the resync: {e}"))?;
+    }
     report.resyncs += 1;
     Ok(())
 }

@@ -9,8 +9,8 @@
 //! drives, and (RAID6) hold a strip gone bad that a repairing check corrects (`members`); after
 //! a power cut such a VD is resynced whole before anything is read, standing in for the
 //! controller's write-intent bitmap. A RAID1 cache VD has a real bitmap ([`cache_vd`]) and the
-//! resync of what it names. Power cuts come only while the VD's members are all in service (a
-//! rebuild's progress lives in the controller's metadata, which these runs do not have).
+//! resync of what it names. Power cuts come while the VD's members are all in service, or
+//! while a RAID1 member is being rebuilt, which begins again after the restart (`members`).
 //!
 //! The tier runs on the threaded engine's `Router`, which `LocalEngine` does not have, so these
 //! runs use the threaded engine: the workload, faults and power cuts come from the seed, but
@@ -62,6 +62,8 @@ pub struct SsdCacheReport {
     pub strips_repaired: u64,
     /// Whole-VD resyncs after power cuts.
     pub resyncs: u64,
+    /// Power cuts under a RAID1 with a member being rebuilt.
+    pub power_cuts_in_rebuild: u64,
     /// Regions of a RAID1 cache VD resynced after power cuts (its bitmap named them).
     pub cache_regions_resynced: u64,
 }
@@ -108,6 +110,9 @@ struct Start {
     first: bool,
     /// A cache SSD has failed.
     ssd_failed: bool,
+    /// A member of the VD being rebuilt (onto the drive in its place now), as the controller's
+    /// metadata would say at assembly: the rebuild begins again.
+    rebuilding: Option<usize>,
 }
 
 fn new_vd(id: u64, level: Level, members: Vec<Arc<dyn Drive>>) -> Result<Arc<VirtualDrive>, String> {
@@ -121,6 +126,10 @@ fn new_vd(id: u64, level: Level, members: Vec<Arc<dyn Drive>>) -> Result<Arc<Vir
 fn start(drives: &Drives, levels: (Level, Level), how: &Start) -> Result<(Running, u64), String> {
     let engine = Arc::new(Engine::start(EngineConfig { shard_count: 1, ..EngineConfig::default() }).map_err(|e| e.to_string())?);
     let vd = new_vd(0, levels.0, drives.members(0..drives.vd_count))?;
+    if let Some(member) = how.rebuilding {
+        vd.set_member_state(member, engine::MemberState::Failed);
+        vd.start_rebuild(member, vd.member(member).drive());
+    }
     let cache_vd = new_vd(1, levels.1, drives.members(drives.vd_count..drives.faulty.len()))?;
     cache_vd::open_bitmap(&cache_vd, how.seed, how.first, how.ssd_failed);
     let cache = engine.ssd_cache(&cache_vd, SsdCacheOptions { write_back: true, ..SsdCacheOptions::default() })?;
@@ -188,7 +197,7 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
         cache_level: cache_level.short_name().into(),
         ..SsdCacheReport::default()
     };
-    let (mut running, _) = start(&drives, (level, cache_level), &Start { seed, first: true, ssd_failed: false })?;
+    let (mut running, _) = start(&drives, (level, cache_level), &Start { seed, first: true, ssd_failed: false, rebuilding: None })?;
     let mut model = Model::new(running.vd.capacity_bytes() as usize);
     // The hot part of the VD: most requests go there, so its lines are promoted and rewritten.
     let capacity = running.vd.capacity_bytes();
@@ -222,15 +231,17 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
                 running.cache.flush_vd(&running.vd, Duration::from_secs(20))?;
                 running.cache.end_drain(&running.vd);
             }
-            95..=97 if members.quiet() => {
+            95..=97 if members.cut_allowed(level) => {
                 power_cut(running, &drives, &mut rng);
                 model.crash();
                 report.power_cuts += 1;
-                let how = Start { seed, first: false, ssd_failed: report.ssd_failed };
+                let rebuilding = members.restart_rebuild();
+                let how = Start { seed, first: false, ssd_failed: report.ssd_failed, rebuilding };
                 let (restarted, dirty) = start(&drives, (level, cache_level), &how)?;
                 running = restarted;
                 report.dirty_recovered += dirty;
-                if redundant {
+                report.power_cuts_in_rebuild += u64::from(rebuilding.is_some());
+                if redundant && rebuilding.is_none() {
                     members::resync(&running, &mut report).map_err(|e| format!("after the power cut at step {step}: {e}"))?;
                 }
                 verify_all(&running, &mut model, &format!("after the power cut at step {step}"))?;
