@@ -5,11 +5,10 @@
 //! are resynced, and the model checks every read before and after the resync. Once an SSD has
 //! failed the cache VD opens none: the one copy left cannot disagree with anything.
 
-use super::{Running, SsdCacheReport, ROW_JOB_TIMEOUT};
-use crate::drive::flush_now;
+use super::members::{check_rows, flush_members};
+use super::{Running, SsdCacheReport};
 use engine::bitmap::control::Opening;
-use engine::{CheckMode, CheckOutcome, VdError, VirtualDrive};
-use std::sync::mpsc::channel;
+use engine::{CheckMode, VirtualDrive};
 
 /// Small regions, so that a power cut leaves some synced and some not.
 const ROWS_PER_REGION: u64 = 2;
@@ -29,22 +28,9 @@ pub(super) fn open_bitmap(cache_vd: &VirtualDrive, seed: u64, first: bool, ssd_f
 pub(super) fn resync(running: &Running, report: &mut SsdCacheReport) -> Result<(), String> {
     let Some(intent) = running.cache_vd.write_intent() else { return Ok(()) };
     for region in intent.unsynced_regions().ones() {
-        let rows = intent.regions.rows_of(region);
-        let (sender, outcome) = channel();
-        let done = Box::new(move |results| {
-            let _ = sender.send(results);
-        });
-        running.engine.check_rows(&running.cache_vd, rows.start, rows.end - rows.start, CheckMode::Resync, done);
-        let results: Vec<Result<CheckOutcome, VdError>> =
-            outcome.recv_timeout(ROW_JOB_TIMEOUT).map_err(|_| format!("the resync of cache VD region {region} never finished"))?;
-        if let Some(error) = results.into_iter().find_map(Result::err) {
-            return Err(format!("the resync of cache VD region {region} failed: {error}"));
-        }
+        check_rows(running, &running.cache_vd, intent.regions.rows_of(region), CheckMode::Resync)?;
         intent.region_synced(region);
         report.cache_regions_resynced += 1;
     }
-    for (index, member) in running.cache_vd.members().iter().enumerate() {
-        flush_now(&*member.drive()).map_err(|e| format!("flush of cache SSD {index} after the resync: {e}"))?;
-    }
-    Ok(())
+    flush_members(&running.cache_vd, "the resync")
 }

@@ -20,11 +20,13 @@
 use super::{run_request, Drives, Running, SsdCacheReport, LINE_BYTES, ROW_JOB_TIMEOUT};
 use crate::drive::{flush_now, write_now};
 use drive::IoBuf;
-use engine::{CheckMode, CheckOutcome, MemberSet, MemberState, VdError, VdRequest};
+use engine::{CheckMode, CheckOutcome, MemberSet, MemberState, VdError, VdRequest, VirtualDrive};
 use layout::Level;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore};
+use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
 
 /// The most rows one rebuild job covers: a few, so that jobs and client requests interleave.
 const REBUILD_RUN_ROWS_MAX: u64 = 4;
@@ -175,7 +177,7 @@ fn repair_bad_strip(running: &Running, drives: &Drives, rng: &mut SmallRng, repo
             run_request(running, VdRequest::Read { offset_bytes: offset, buf: IoBuf::zeroed(LINE_BYTES as usize) })?;
         }
     }
-    let outcomes = check_every_row(running, CheckMode::Repair)?;
+    let outcomes = check_rows(running, &running.vd, 0..running.vd.geometry().row_count(), CheckMode::Repair)?;
     // As the controller's check does once it repaired rows (`controller/check.rs`).
     for member in running.vd.members() {
         flush_now(&*member.drive()).map_err(|e| format!("flush after the repair: {e}"))?;
@@ -196,22 +198,36 @@ fn repair_bad_strip(running: &Running, drives: &Drives, rng: &mut SmallRng, repo
 /// wrote could be the only one left (its source replaced by a blank drive) and vanish at the
 /// next power cut, taking back what reads had returned since.
 pub(super) fn resync(running: &Running, report: &mut SsdCacheReport) -> Result<(), String> {
-    check_every_row(running, CheckMode::Resync)?;
-    for (index, member) in running.vd.members().iter().enumerate() {
-        flush_now(&*member.drive()).map_err(|e| format!("flush of member {index} after the resync: {e}"))?;
-    }
+    check_rows(running, &running.vd, 0..running.vd.geometry().row_count(), CheckMode::Resync)?;
+    flush_members(&running.vd, "the resync")?;
     report.resyncs += 1;
     Ok(())
 }
 
 /// Checks every row of the VD in `mode` and waits; an error names the first row that failed.
-fn check_every_row(running: &Running, mode: CheckMode) -> Result<Vec<CheckOutcome>, String> {
+pub(super) fn check_rows(
+    running: &Running,
+    vd: &Arc<VirtualDrive>,
+    rows: Range<u64>,
+    mode: CheckMode,
+) -> Result<Vec<CheckOutcome>, String> {
     let (sender, outcome) = channel();
     let done = Box::new(move |results| {
         let _ = sender.send(results);
     });
-    running.engine.check_rows(&running.vd, 0, running.vd.geometry().row_count(), mode, done);
+    let first = rows.start;
+    running.engine.check_rows(vd, first, rows.end - first, mode, done);
     let results: Vec<Result<CheckOutcome, VdError>> =
-        outcome.recv_timeout(ROW_JOB_TIMEOUT).map_err(|_| format!("a {mode:?} check never finished"))?;
-    results.into_iter().enumerate().map(|(row, r)| r.map_err(|e| format!("a {mode:?} check of row {row} failed: {e}"))).collect()
+        outcome.recv_timeout(ROW_JOB_TIMEOUT).map_err(|_| format!("a {mode:?} check of {} never finished", vd.name()))?;
+    let named =
+        |(i, r): (usize, Result<_, _>)| r.map_err(|e| format!("a {mode:?} check of {} row {} failed: {e}", vd.name(), first + i as u64));
+    results.into_iter().enumerate().map(named).collect()
+}
+
+/// Flushes every member of `vd` (after `what`), as the controller's resync checkpoint does.
+pub(super) fn flush_members(vd: &VirtualDrive, what: &str) -> Result<(), String> {
+    for (index, member) in vd.members().iter().enumerate() {
+        flush_now(&*member.drive()).map_err(|e| format!("flush of {} member {index} after {what}: {e}", vd.name()))?;
+    }
+    Ok(())
 }
