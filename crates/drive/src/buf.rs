@@ -6,6 +6,7 @@
 //! together when they return. The allocation is freed when the last view is dropped, so a buffer
 //! handed to the kernel stays valid until its completion returns the view.
 
+use crate::heap_cache;
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -148,10 +149,27 @@ impl Drop for PoolShared {
     }
 }
 
-/// Zeroed memory for `layout`, from malloc or a new mapping.
+/// Heap memory for `layout` whose bytes are undefined: a block this thread freed earlier
+/// (`heap_cache`), or a new one from malloc.
+fn allocate_uninit(layout: Layout) -> NonNull<u8> {
+    assert!(layout.size() > 0 && layout.align() <= BUF_ALIGN_BYTES);
+    if let Some(ptr) = heap_cache::take(layout) {
+        return ptr;
+    }
+    // SAFETY: layout has non-zero size.
+    let raw = unsafe { alloc::alloc(layout) };
+    NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout))
+}
+
+/// Zeroed memory for `layout`, from malloc (or this thread's freed blocks) or a new mapping.
 fn allocate_zeroed(layout: Layout, memory: Memory) -> NonNull<u8> {
     assert!(layout.size() > 0 && layout.align() <= BUF_ALIGN_BYTES);
     if memory == Memory::Heap {
+        if let Some(ptr) = heap_cache::take(layout) {
+            // SAFETY: the block holds layout.size() bytes that nothing else uses.
+            unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, layout.size()) };
+            return ptr;
+        }
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         return NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
@@ -175,6 +193,9 @@ fn allocate_zeroed(layout: Layout, memory: Memory) -> NonNull<u8> {
 /// only once.
 unsafe fn free(ptr: NonNull<u8>, layout: Layout, memory: Memory) {
     if memory == Memory::Heap {
+        if heap_cache::give_back(ptr, layout) {
+            return;
+        }
         // SAFETY: by the contract, ptr was malloc'd with this layout and is freed once.
         unsafe { alloc::dealloc(ptr.as_ptr(), layout) };
         return;
@@ -226,9 +247,7 @@ impl IoBuf {
         assert!(parts_bytes <= len_bytes, "{parts_bytes} bytes of parts do not fit in a {len_bytes}-byte buffer");
         let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES);
         let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("buffer size overflows");
-        // SAFETY: layout has non-zero size.
-        let raw = unsafe { alloc::alloc(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        let ptr = allocate_uninit(layout);
         let mut at = 0;
         for part in parts {
             // SAFETY: `at + part.len() <= parts_bytes <= size`, so the copy stays inside the

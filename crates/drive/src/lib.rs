@@ -27,6 +27,7 @@ mod ctx;
 mod emulated;
 mod faulty;
 mod file;
+pub mod heap_cache;
 mod mem;
 mod port;
 mod rbd;
