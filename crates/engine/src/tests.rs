@@ -92,7 +92,7 @@ fn a_read_error_is_repaired_from_parity_and_the_member_stays_online() {
     let data = pattern(192 * KIB as usize, 4);
     write(&mut engine, &rig.vd, 0, &data);
     let start = MEMBER_RESERVED_BYTES;
-    rig.drives[1].update_faults(|f| f.read_error_ranges = vec![start..start + 4 * KIB]);
+    rig.drives[1].update_faults(|f| f.read_error_ranges = std::iter::once(start..start + 4 * KIB).collect());
     assert_same(&read(&mut engine, &rig.vd, 0, data.len()).unwrap(), &data, "RAID5 repaired");
     assert_eq!(rig.vd.member(1).state(), MemberState::Online);
     assert_eq!(rig.vd.member(1).read_error_count(), 1);
@@ -111,7 +111,7 @@ fn a_failed_write_takes_the_member_out_and_the_data_stays_recoverable() {
         };
         let rig = rig(level, count, 16);
         let mut engine = LocalEngine::new(CompletionOrder::Fifo);
-        rig.drives[1].update_faults(|f| f.write_error_ranges = vec![0..u64::MAX]);
+        rig.drives[1].update_faults(|f| f.write_error_ranges = std::iter::once(0..u64::MAX).collect());
         let data = pattern(100 * KIB as usize, 5);
         write(&mut engine, &rig.vd, 4 * KIB, &data);
         assert_eq!(rig.vd.member(1).state(), MemberState::Failed, "{level}");
@@ -136,7 +136,7 @@ fn mirror_reads_prefer_the_idle_copy() {
     let mut engine = LocalEngine::new(CompletionOrder::Fifo);
     write(&mut engine, &rig.vd, 0, &pattern(64 * KIB as usize, 6));
     rig.vd.member(0).outstanding.store(5, Ordering::Relaxed);
-    rig.drives[0].update_faults(|f| f.read_error_ranges = vec![0..u64::MAX]);
+    rig.drives[0].update_faults(|f| f.read_error_ranges = std::iter::once(0..u64::MAX).collect());
     // Copy 0 is busy, so the read goes to copy 1 and never meets copy 0's error.
     read(&mut engine, &rig.vd, 0, 4096).unwrap();
     assert_eq!(rig.vd.member(0).read_error_count(), 0);

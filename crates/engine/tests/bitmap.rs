@@ -102,12 +102,14 @@ fn a_member_that_comes_back_is_resynced_only_where_it_missed_writes() {
     }
 }
 
+/// What [`raid5_stopped_uncleanly`] leaves: the engine, the drives, the controller id, the
+/// region starts and the VD's geometry.
+type StoppedRaid5 = (Arc<Engine>, Vec<Arc<dyn Drive>>, ControllerId, Vec<u64>, layout::Geometry);
+
 /// A RAID5 of four drives whose controller writes `chunks(starts)` (at VD byte offsets, given
 /// the region starts) and is then dropped without `shutdown`: an unclean stop. Returns the
 /// engine, the drives, the controller id, the region starts and the VD's geometry.
-fn raid5_stopped_uncleanly(
-    chunks: impl Fn(&[u64]) -> Vec<(u64, Vec<u8>)>,
-) -> (Arc<Engine>, Vec<Arc<dyn Drive>>, ControllerId, Vec<u64>, layout::Geometry) {
+fn raid5_stopped_uncleanly(chunks: impl Fn(&[u64]) -> Vec<(u64, Vec<u8>)>) -> StoppedRaid5 {
     let engine = engine();
     let drives = mem_drives(4, DRIVE_BYTES);
     let first = open(&engine, &drives, None);

@@ -349,7 +349,11 @@ fn a_failing_target_leaves_and_a_failing_source_hands_over_to_the_target() {
     engine.write_at(&vd, 0, &model).unwrap();
 
     controller.start_copyback(1, 4).unwrap();
-    target.set_faults(Faults { write_error_ranges: vec![0..DRIVE_BYTES], latency: Some(SLOW_TARGET), ..Faults::default() });
+    target.set_faults(Faults {
+        write_error_ranges: std::iter::once(0..DRIVE_BYTES).collect(),
+        latency: Some(SLOW_TARGET),
+        ..Faults::default()
+    });
     write_while(&engine, &vd, &mut model, 4, || false);
     wait_for_state(&controller, 4, DriveState::UnconfiguredBad);
     wait_until_no_copy(&controller);

@@ -14,6 +14,9 @@ use std::sync::Arc;
 
 const STRIP_BYTES: u64 = 8 * KIB;
 const DRIVES: usize = 5;
+
+/// Whether a write succeeded, once it completed.
+type Outcome = Rc<RefCell<Option<bool>>>;
 const ROWS: u64 = 4;
 
 /// Write errors over a random range of a member's data area.
@@ -46,7 +49,7 @@ fn writes_that_fail_on_two_members_read_back_from_the_rest() {
         }
         write_errors(&mut rng, &drives[second]);
         // A few writes at once that do not overlap (overlapping ones may land in either order).
-        let mut writes: Vec<(u64, Vec<u8>, Rc<RefCell<Option<bool>>>)> = Vec::new();
+        let mut writes: Vec<(u64, Vec<u8>, Outcome)> = Vec::new();
         for _ in 0..rng.gen_range(1..6) {
             let len = rng.gen_range(1..=(2 * 3 * STRIP_BYTES / 512)) * 512;
             let offset = rng.gen_range(0..=(capacity - len) / 512) * 512;

@@ -161,7 +161,7 @@ fn a_failed_fast_write_is_booked_by_the_normal_path() {
         // The same write takes the Fast Path while the member takes it.
         rig.write(0, &block(4)).unwrap();
         assert_eq!(rig.vd.fast_path_writes(), 1, "{level}: the write qualifies");
-        rig.drives[0].update_faults(|f| f.write_error_ranges = vec![0..u64::MAX]);
+        rig.drives[0].update_faults(|f| f.write_error_ranges = std::iter::once(0..u64::MAX).collect());
         let error = rig.write(0, &block(5)).expect_err("a write its member refused fails");
         assert!(!error.to_string().is_empty());
         assert_ne!(rig.vd.member(0).state(), MemberState::Online, "{level}: the member was booked and taken out");

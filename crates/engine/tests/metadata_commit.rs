@@ -250,7 +250,7 @@ fn mirror_with_a_failing_member(engine: &Arc<Engine>) -> (Arc<Controller>, Arc<F
     let drives: Vec<Arc<dyn Drive>> = vec![failing.clone(), survivor.clone()];
     let controller = open(engine, &drives, &CrashPoint::never(), None);
     controller.create_vd(spec(Level::Raid1, &[0, 1], "mirror")).unwrap();
-    failing.set_faults(Faults { write_error_ranges: vec![METADATA_AREA_BYTES..DRIVE_BYTES], ..Faults::default() });
+    failing.set_faults(Faults { write_error_ranges: std::iter::once(METADATA_AREA_BYTES..DRIVE_BYTES).collect(), ..Faults::default() });
     (controller, failing, survivor, survivor_mem)
 }
 

@@ -104,7 +104,7 @@ fn a_failing_target_stops_the_migration_and_never_a_client_write() {
     writer.wait_for(20);
     rig.vd.start_migration(Arc::clone(&target) as Arc<dyn Drive>);
     assert!(migrate_rows(&rig, 0, 4).iter().all(Result::is_ok));
-    target.update_faults(|faults| faults.write_error_ranges = vec![0..u64::MAX]);
+    target.update_faults(|faults| faults.write_error_ranges = std::iter::once(0..u64::MAX).collect());
     writer.wait_for(50);
     let results = migrate_rows(&rig, 4, 4);
     assert!(results.iter().all(|r| matches!(r, Err(VdError::MigrationEnded { .. }))), "{results:?}");

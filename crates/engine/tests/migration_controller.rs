@@ -170,7 +170,7 @@ fn a_target_that_fails_ends_the_migration_and_the_vd_stays_where_it_was() {
     let writer = Writer::start(&engine, &vd, 64 * KIB, 5);
     controller.start_migration(0, 3).unwrap();
     writer.wait_for(20);
-    target.set_faults(Faults { write_error_ranges: vec![0..u64::MAX], ..Faults::default() });
+    target.set_faults(Faults { write_error_ranges: std::iter::once(0..u64::MAX).collect(), ..Faults::default() });
     wait_for(&controller, "the end of the migration", || controller.migrations().is_empty());
     writer.wait_for(20);
     let image = writer.finish();

@@ -202,7 +202,7 @@ fn lost_data_becomes_a_bad_block_that_survives_a_restart_until_written() {
     let mut model = pattern(vd.capacity_bytes() as usize, 5);
     engine.write_at(&vd, 0, &model).unwrap();
     let bad_start = 16 * MIB + 8192;
-    flaky.set_faults(Faults { read_error_ranges: vec![bad_start..bad_start + 512], ..Faults::default() });
+    flaky.set_faults(Faults { read_error_ranges: std::iter::once(bad_start..bad_start + 512).collect(), ..Faults::default() });
     let expected = lost_chunks(&vd, bad_start, [1, 2]);
 
     controller.set_drive(1, DriveCommand::Offline).unwrap();
@@ -335,7 +335,7 @@ fn an_offline_vd_comes_back_with_set_online_force() {
     model.resize(8 << 20, 0);
     model.extend(pattern(1 << 20, 22));
     // The next write fails on slot 1 as well: beyond RAID5's tolerance, and not acknowledged.
-    full.set_faults(Faults { write_error_ranges: vec![0..DRIVE_BYTES], ..Faults::default() });
+    full.set_faults(Faults { write_error_ranges: std::iter::once(0..DRIVE_BYTES).collect(), ..Faults::default() });
     assert!(engine.write_at(&vd, 16 << 20, &pattern(1 << 20, 23)).is_err());
     assert_eq!(vd.state(), VdState::Offline);
     full.set_faults(Faults::default()); // space freed
