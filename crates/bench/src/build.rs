@@ -21,6 +21,8 @@ use std::sync::Arc;
 pub(crate) struct CreatedFiles {
     paths: Vec<PathBuf>,
     to_close: Vec<Arc<dyn Drive>>,
+    /// Locks on the kept files of `file:...,filled` drives, released when dropped.
+    locks: Vec<std::fs::File>,
 }
 
 impl Drop for CreatedFiles {
@@ -214,16 +216,22 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
             Arc::new(drive)
         }
         MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::new(emulated, clock.clone())),
-        MemberSpec::Files { dir, capacity_bytes } => {
-            let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));
+        MemberSpec::Files { dir, capacity_bytes, filled } => {
+            let path = match filled {
+                true => kept_filled_file(dir, name, *capacity_bytes, files)?,
+                false => {
+                    let path = dir.join(format!("storc-bench-{}-{name}.img", std::process::id()));
+                    files.paths.push(path.clone());
+                    path
+                }
+            };
             let config = FileDriveConfig {
                 create_size_bytes: Some(*capacity_bytes),
-                preallocate: journal,
+                preallocate: journal || *filled,
                 durable_writes: journal,
                 ..FileDriveConfig::default()
             };
-            files.paths.push(path.clone());
-            Arc::new(FileDrive::open(&path, &config).map_err(|e| e.to_string())?)
+            Arc::new(FileDrive::open(&path, &config).map_err(|e| format!("{}: {e}", path.display()))?)
         }
         MemberSpec::Rbd(rbd) => {
             let drive: Arc<dyn Drive> = Arc::new(RbdDrive::open(&rbd_member(rbd, name))?);
@@ -231,6 +239,37 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
             drive
         }
     })
+}
+
+/// The path of drive `name`'s kept file in `dir` (`file:DIR:SIZE,filled`), locked for this run
+/// (the lock goes into `files`). A file that is not whole (a run stopped while writing it) is
+/// removed, so that the drive writes it again.
+fn kept_filled_file(dir: &std::path::Path, name: &str, capacity_bytes: u64, files: &mut CreatedFiles) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::io::AsRawFd;
+    let path = dir.join(format!("storc-bench-filled-{name}-{capacity_bytes}.img"));
+    let lock_path = path.with_extension("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is involved.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!("{} is in use by another storc bench (its lock {} is held)", path.display(), lock_path.display()));
+    }
+    files.locks.push(lock);
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.len() == capacity_bytes && meta.blocks() * 512 >= capacity_bytes => {}
+        Ok(_) => std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    if !path.exists() {
+        eprintln!("{}: writing every block once (kept for later runs)", path.display());
+    }
+    Ok(path)
 }
 
 /// The image of a target's drive `name`: the spec's own for a `raw:` target, else the spec's

@@ -28,7 +28,11 @@ TARGET is one of:
                                                 written first, so that reads copy memory)
             hdd:7200|10k|15k:SIZE[,OPTION...]   emulated hard disk, real clock
             ssd:sata|sas|nvme:SIZE[,OPTION...]  emulated SSD, real clock
-            file:DIR:SIZE                       sparse files made in DIR, removed at exit
+            file:DIR:SIZE[,filled]              sparse files made in DIR, removed at exit
+                                                (filled: every block written once, as a drive
+                                                is preconditioned, so that reads find data and
+                                                writes allocate nothing; kept in DIR as
+                                                storc-bench-filled-NAME-BYTES.img for later runs)
             rbd:POOL/IMAGE[?conf=PATH&id=USER]  existing RBD images of a Ceph cluster: a vd:'s
                                                 members are IMAGE-0 ... IMAGE-(COUNT-1) (a set's
                                                 IMAGE-DISK.MEMBER, a journal IMAGE-journal);
@@ -91,6 +95,11 @@ pub enum MemberSpec {
     Files {
         dir: PathBuf,
         capacity_bytes: u64,
+        /// Every block written before the first run and the files kept for the next
+        /// (`,filled`): a sparse file reads holes as zeros without touching the disk (a RAID5
+        /// read-modify-write then reads nothing) and allocates blocks at every first write,
+        /// which a drive does neither of.
+        filled: bool,
     },
     /// Existing RBD images: this one (`raw:`), or named after it per member.
     Rbd(RbdSpec),
@@ -221,15 +230,20 @@ fn parse_cache_vd(text: &str) -> Result<VdSpec, String> {
     Ok(spec)
 }
 
+/// `SIZE` or `SIZE,filled` of a `kind:` drive: the size's text and whether it is filled.
+fn filled_option<'a>(kind: &str, text: &'a str) -> Result<(&'a str, bool), String> {
+    match text.split_once(',') {
+        None => Ok((text, false)),
+        Some((capacity, "filled")) => Ok((capacity, true)),
+        Some((_, option)) => Err(format!("{kind}: unknown option {option:?}; allowed: filled")),
+    }
+}
+
 fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
     let size = |text: &str| drive::parse_size_bytes(text).map_err(|e| format!("drive size: {e}"));
     match segments {
         ["mem", capacity] => {
-            let (capacity, filled) = match capacity.split_once(',') {
-                None => (*capacity, false),
-                Some((capacity, "filled")) => (capacity, true),
-                Some((_, option)) => return Err(format!("mem: unknown option {option:?}; allowed: filled")),
-            };
+            let (capacity, filled) = filled_option("mem", capacity)?;
             Ok(MemberSpec::Mem { capacity_bytes: size(capacity)?, filled })
         }
         ["hdd" | "ssd", ..] => EmulatedDriveSpec::parse(&segments.join(":")).map(MemberSpec::Emulated),
@@ -239,7 +253,8 @@ fn parse_member(segments: &[&str]) -> Result<MemberSpec, String> {
             if !dir.is_dir() {
                 return Err(format!("file drives: {} is not a directory", dir.display()));
             }
-            Ok(MemberSpec::Files { dir, capacity_bytes: size(capacity)? })
+            let (capacity, filled) = filled_option("file", capacity)?;
+            Ok(MemberSpec::Files { dir, capacity_bytes: size(capacity)?, filled })
         }
         _ => Err(format!(
             "unknown drive {:?}; allowed: mem:SIZE, hdd:CLASS:SIZE, ssd:CLASS:SIZE, file:DIR:SIZE, {RBD_FORM}",
@@ -275,7 +290,9 @@ pub(crate) fn member_spec_text(member: &MemberSpec) -> String {
             format!("mem:{}{}", size_text(*capacity_bytes), if *filled { ",filled" } else { "" })
         }
         MemberSpec::Emulated(emulated) => emulated.to_string(),
-        MemberSpec::Files { dir, capacity_bytes } => format!("file:{}:{}", dir.display(), size_text(*capacity_bytes)),
+        MemberSpec::Files { dir, capacity_bytes, filled } => {
+            format!("file:{}:{}{}", dir.display(), size_text(*capacity_bytes), if *filled { ",filled" } else { "" })
+        }
         MemberSpec::Rbd(rbd) => rbd.to_string(),
     }
 }
@@ -329,7 +346,10 @@ mod tests {
         assert_eq!((spec.strip_size_bytes, spec.drives_per_span), (128 * 1024, Some(4)));
         let spec = vd("vd:r1:2xssd:nvme:1TiB,qd=4");
         assert!(matches!(spec.drive, MemberSpec::Emulated(EmulatedDriveSpec { queue_depth: Some(4), .. })));
-        assert_eq!(vd("vd:r6:6xfile:/tmp:2GiB").drive, MemberSpec::Files { dir: "/tmp".into(), capacity_bytes: 2 << 30 });
+        assert_eq!(vd("vd:r6:6xfile:/tmp:2GiB").drive, MemberSpec::Files { dir: "/tmp".into(), capacity_bytes: 2 << 30, filled: false });
+        let filled = vd("vd:r5:8xfile:/tmp:2GiB,filled:wb:journal=file:/tmp:1GiB");
+        assert_eq!(filled.drive, MemberSpec::Files { dir: "/tmp".into(), capacity_bytes: 2 << 30, filled: true });
+        assert_eq!(vd(&TargetSpec::Vd(filled.clone()).text()), filled);
         let spec = vd("vd:r10:8xhdd:15k:32GiB,nowritecache:wb:journal=ssd:sata:1GiB:cachecade=r1:2xssd:sas:2GiB:strip=256");
         let cache = spec.ssd_cache.as_ref().expect("a cache VD");
         assert_eq!((cache.level, cache.drive_count, cache.strip_size_bytes), (Level::Raid1, 2, 256 * 1024));
@@ -391,6 +411,7 @@ mod tests {
         check("nbd://host:99999/x", "port");
         check("raw:tape:1GiB", "unknown drive \"tape:1GiB\"");
         check("raw:mem:1GiB,full", "unknown option \"full\"; allowed: filled");
+        check("raw:file:/tmp:1GiB,full", "file: unknown option \"full\"; allowed: filled");
         check("set:0:raw:mem:1GiB", "allowed: 1 to 32");
         check("set:many:raw:mem:1GiB", "disk count \"many\"");
         check("set:2:/dev/null", "each disk of a set is a vd:... or a raw:...");

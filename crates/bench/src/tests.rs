@@ -397,3 +397,27 @@ fn a_set_spreads_workers_over_its_disks_and_verifies_each_disk() {
         }
     }
 }
+
+#[test]
+fn filled_file_drives_are_written_whole_once_kept_and_locked_while_in_use() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::env::temp_dir().join(format!("storc-bench-filled-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = TargetSpec::parse(&format!("vd:r5:3xfile:{}:8MiB,filled", dir.display())).unwrap();
+    let kept = |member: usize| dir.join(format!("storc-bench-filled-{member}-{}.img", 8 << 20));
+    let target = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).unwrap();
+    for member in 0..3 {
+        let meta = std::fs::metadata(kept(member)).unwrap();
+        assert!(meta.blocks() * 512 >= 8 << 20, "member {member}'s file has every block: {} blocks", meta.blocks());
+    }
+    let second = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).err().expect("a second run on the same files is refused");
+    assert!(second.contains("in use by another storc bench"), "{second}");
+    drop(target);
+    assert!((0..3).all(|member| kept(member).exists()), "the files stay after the run");
+    // A file left half written (a run stopped while writing it) is written again.
+    std::fs::OpenOptions::new().write(true).open(kept(1)).unwrap().set_len(1 << 20).unwrap();
+    let again = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).unwrap();
+    drop(again);
+    assert_eq!(std::fs::metadata(kept(1)).unwrap().blocks() * 512, 8 << 20, "the cut file was written whole again");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
