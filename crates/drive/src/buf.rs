@@ -224,7 +224,7 @@ pub struct IoBuf {
 impl IoBuf {
     /// A zero-filled buffer of `len_bytes`.
     pub fn zeroed(len_bytes: usize) -> IoBuf {
-        let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES);
+        let size = heap_cache::allocation_bytes(len_bytes);
         let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("buffer size overflows");
         let ptr = allocate_zeroed(layout, Memory::Heap);
         IoBuf { allocation: Arc::new(Allocation { ptr, layout, memory: Memory::Heap, pool: None }), start_bytes: 0, len_bytes }
@@ -245,7 +245,7 @@ impl IoBuf {
     pub fn from_parts(parts: &[&[u8]], len_bytes: usize) -> IoBuf {
         let parts_bytes: usize = parts.iter().map(|part| part.len()).sum();
         assert!(parts_bytes <= len_bytes, "{parts_bytes} bytes of parts do not fit in a {len_bytes}-byte buffer");
-        let size = len_bytes.max(1).next_multiple_of(BUF_ALIGN_BYTES);
+        let size = heap_cache::allocation_bytes(len_bytes);
         let layout = Layout::from_size_align(size, BUF_ALIGN_BYTES).expect("buffer size overflows");
         let ptr = allocate_uninit(layout);
         let mut at = 0;
