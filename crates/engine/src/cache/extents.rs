@@ -50,6 +50,11 @@ pub struct Displaced {
 pub struct DirtyMap {
     extents: BTreeMap<u64, Extent>,
     bytes: u64,
+    /// Set when an extent is marked stuck, cleared by [`DirtyMap::unstick_all`]: every tick
+    /// unsticks, and a walk over every extent of a full cache (tens of thousands, a cache miss
+    /// each) was 6 % of the shards' time under 4 KiB random WB writes, for nothing, since
+    /// extents are stuck only while a VD fails its destages.
+    maybe_stuck: bool,
 }
 
 impl DirtyMap {
@@ -155,6 +160,7 @@ impl DirtyMap {
     pub fn mark_stuck(&mut self, offset: u64, id: u64) {
         if let Some(extent) = self.extents.get_mut(&offset).filter(|e| e.id == id) {
             extent.stuck = true;
+            self.maybe_stuck = true;
         }
     }
 
@@ -174,6 +180,10 @@ impl DirtyMap {
 
     /// Makes every stuck extent a candidate again; returns whether there was one.
     pub fn unstick_all(&mut self) -> bool {
+        if !std::mem::take(&mut self.maybe_stuck) {
+            debug_assert!(self.extents.values().all(|e| !e.stuck), "an extent is stuck but the map says none may be");
+            return false;
+        }
         let mut any = false;
         for extent in self.extents.values_mut().filter(|e| e.stuck) {
             extent.stuck = false;
