@@ -4,6 +4,9 @@
 //! byte reads back right, with each other member taken out too; reads of the lost bytes fail;
 //! a write over them makes them good again.
 
+mod common;
+
+use common::random_bytes;
 use drive::{Drive, DriveOp, FaultyDrive, IoBuf, IoCtx, MemDrive};
 use engine::config::BadBlock;
 use engine::vd::{BadBlockChange, BAD_BLOCKS_MAX};
@@ -12,8 +15,6 @@ use engine::{
 };
 use engine::{Engine, EngineConfig};
 use layout::{Level, SpanKind, KIB, MIB};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -28,11 +29,6 @@ struct Rig {
     drives: Vec<Arc<FaultyDrive>>,
     engine: LocalEngine,
     model: Vec<u8>,
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.gen()).collect()
 }
 
 fn rig(level: Level, drive_count: usize, drives_per_span: Option<usize>) -> Rig {

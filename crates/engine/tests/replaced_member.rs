@@ -2,11 +2,12 @@
 //! way or not yet booked: their errors belong to the drive that left and must never fail the
 //! spare being rebuilt. Each test then rebuilds the spare and reads every byte from it alone.
 
+mod common;
+
+use common::random_bytes;
 use drive::{Drive, DriveError, DriveOp, FaultyDrive, IoBuf, IoCtx, MemDrive};
 use engine::{Engine, EngineConfig, MemberSet, MemberState, VdError, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES};
 use layout::{Level, KIB, MIB};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -79,11 +80,6 @@ impl Drive for HeldDrive {
             None => self.inner.submit(ctx, token, op),
         }
     }
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.gen()).collect()
 }
 
 /// A RAID1 of `members`, written whole with random bytes; returns the VD and what it holds.

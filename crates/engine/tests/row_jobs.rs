@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::random_bytes;
 use common::CountingDrive;
 use drive::{Drive, DriveOp, FaultyDrive, IoBuf, IoCtx, MemDrive};
 use engine::{
@@ -13,8 +14,6 @@ use engine::{
     VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES,
 };
 use layout::{Level, Role, RowMap, KIB, MIB};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
 const MEMBER_BYTES: u64 = MEMBER_RESERVED_BYTES + MIB;
@@ -40,11 +39,6 @@ fn rig(level: Level, drive_count: usize, drives_per_span: Option<usize>) -> Rig 
     let done = engine.run(&vd, VdRequest::Write { offset_bytes: 0, buf: IoBuf::from_slice(&model) });
     assert_eq!(done.result, Ok(()), "{level}: the whole-VD write");
     Rig { vd, drives, engine, model }
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    (0..len).map(|_| rng.gen()).collect()
 }
 
 /// Writes straight to a member, bypassing the engine: a replaced drive, a silent corruption.

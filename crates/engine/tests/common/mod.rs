@@ -34,6 +34,13 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect()
 }
 
+/// `len` random bytes, the same for the same seed.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.gen()).collect()
+}
+
 /// `count` memory drives of `bytes` each.
 pub fn mem_drives(count: usize, bytes: u64) -> Vec<Arc<dyn drive::Drive>> {
     (0..count).map(|_| Arc::new(drive::MemDrive::new(bytes)) as Arc<dyn drive::Drive>).collect()
