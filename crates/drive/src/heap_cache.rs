@@ -17,8 +17,9 @@
 //! row images of a few pages more or less share blocks.
 //!
 //! Written here rather than taken from a general allocator crate: the blocks are the engine's
-//! own aligned I/O buffers, whose sizes repeat exactly, and one `Vec` per page count is all
-//! the bookkeeping that needs.
+//! own aligned I/O buffers, whose sizes repeat, and one `Vec` per class is all the bookkeeping
+//! that needs. mimalloc as the process's global allocator, tried instead, took RAID5 4 KiB WT
+//! writes on memory drives from 210k IOPS to 48k-91k.
 
 use std::alloc::{self, Layout};
 use std::cell::RefCell;

@@ -89,12 +89,12 @@ pub(crate) fn start_ticker(shards: Vec<(Sender<ShardMsg>, Arc<ShardWaker>)>) -> 
     Ok((stop_tx, thread))
 }
 
-/// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
 /// Bytes of freed scratch buffers a shard keeps for reuse (`drive::heap_cache`): a few
 /// hundred of the row images, parity strips and cache copies a burst of writes makes, so that
 /// most allocations skip malloc's aligned path.
 const HEAP_CACHE_IDLE_BYTES_MAX: usize = 16 << 20;
 
+/// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
 fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
     drive::heap_cache::enable(HEAP_CACHE_IDLE_BYTES_MAX);
     let waker = ctx.waker();
