@@ -179,9 +179,7 @@ fn repair_bad_strip(running: &Running, drives: &Drives, rng: &mut SmallRng, repo
     }
     let outcomes = check_rows(running, &running.vd, 0..running.vd.geometry().row_count(), CheckMode::Repair)?;
     // As the controller's check does once it repaired rows (`controller/check.rs`).
-    for member in running.vd.members() {
-        flush_now(&*member.drive()).map_err(|e| format!("flush after the repair: {e}"))?;
-    }
+    flush_members(&running.vd, "the repair")?;
     let outcome = &outcomes[row as usize];
     if outcome.is_consistent() || !outcome.repaired {
         return Err(format!("a repairing check left the bad strip of member {member} in row {row} as it was: {outcome:?}"));
