@@ -29,6 +29,11 @@ pub struct FileDriveConfig {
     /// record must be durable before it is acknowledged: a separate flush is a second trip
     /// through the ring, and io_uring runs a flush (fsync) on a worker thread.
     pub durable_writes: bool,
+    /// Claim the drive for this process alone, as md claims its members: a regular file by an
+    /// exclusive `flock`, a block device by `O_EXCL` (which the kernel refuses while the device
+    /// is mounted, an md or LVM member, or so claimed by another process). A controller's
+    /// drives must not be assembled by a second one.
+    pub exclusive: bool,
 }
 
 /// Whether the drive bypasses the page cache.
@@ -63,11 +68,16 @@ impl FileDrive {
             }
         }
         let sync_flag = if config.durable_writes { libc::O_DSYNC } else { 0 };
-        let open = |flags| OpenOptions::new().read(true).write(true).custom_flags(flags | sync_flag).open(path);
-        let (file, direct_io) = open_direct_or_buffered(open, config.direct_io).map_err(|e| {
-            tracing::debug!(path = %path.display(), "direct I/O refused");
-            context(e)
+        let block_device = std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_block_device());
+        let exclusive_flag = if config.exclusive && block_device { libc::O_EXCL } else { 0 };
+        let open = |flags| OpenOptions::new().read(true).write(true).custom_flags(flags | sync_flag | exclusive_flag).open(path);
+        let (file, direct_io) = claim::retrying_while_busy(|| open_direct_or_buffered(open, config.direct_io)).map_err(|e| {
+            tracing::debug!(path = %path.display(), "open refused");
+            context(claim::name_busy(e))
         })?;
+        if config.exclusive && !block_device {
+            claim::lock_file(&file).map_err(context)?;
+        }
         if config.direct_io == DirectIo::Auto && !direct_io {
             tracing::warn!(path = %path.display(), "O_DIRECT with 512-byte alignment is not supported here; using buffered I/O");
         }
@@ -100,6 +110,69 @@ impl FileDrive {
         };
         let result = result.map_err(|e| DriveError::Io(e.raw_os_error().unwrap_or(libc::EIO)));
         ctx.complete(Completion::of(token, result, op));
+    }
+}
+
+/// Claiming a drive for one process (`FileDriveConfig::exclusive`).
+mod claim {
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    /// How long a claim waits for a holder to let go before it is refused. A process killed
+    /// with requests in flight keeps its files open after it is reaped, until the kernel has
+    /// torn its io_uring down (asynchronously, once those requests completed): a daemon
+    /// restarted at once after a kill -9 would otherwise find its own drives still held.
+    const HOLDER_EXIT_WAIT: Duration = Duration::from_secs(5);
+    const RETRY_INTERVAL: Duration = Duration::from_millis(20);
+
+    /// `attempt` again while it fails with EBUSY (a block device's `O_EXCL` claim held
+    /// elsewhere), for up to [`HOLDER_EXIT_WAIT`].
+    pub(super) fn retrying_while_busy<T>(mut attempt: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+        let started = Instant::now();
+        loop {
+            match attempt() {
+                Err(error) if error.raw_os_error() == Some(libc::EBUSY) && started.elapsed() < HOLDER_EXIT_WAIT => {
+                    std::thread::sleep(RETRY_INTERVAL);
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// EBUSY from an exclusive open, said as what it means.
+    pub(super) fn name_busy(error: io::Error) -> io::Error {
+        if error.raw_os_error() != Some(libc::EBUSY) {
+            return error;
+        }
+        io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            "in use: mounted, a member of md or LVM, or claimed by another storc serve (opened O_EXCL); a drive belongs to one controller",
+        )
+    }
+
+    /// An exclusive `flock` on `file`, waiting up to [`HOLDER_EXIT_WAIT`] for a holder to let
+    /// go; it lasts as long as the file is open.
+    pub(super) fn lock_file(file: &File) -> io::Result<()> {
+        let started = Instant::now();
+        loop {
+            // SAFETY: flock on a descriptor `file` owns for the whole call; no memory involved.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(());
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::WouldBlock {
+                return Err(error);
+            }
+            if started.elapsed() >= HOLDER_EXIT_WAIT {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    "in use by another process, which holds an exclusive lock on it (another storc serve?); a drive belongs to one controller",
+                ));
+            }
+            std::thread::sleep(RETRY_INTERVAL);
+        }
     }
 }
 

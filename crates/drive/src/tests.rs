@@ -116,6 +116,55 @@ fn a_created_drive_file_is_owner_only() {
     assert_eq!(mode, file::CREATE_MODE, "{} was created {mode:04o}, not owner-only", path.display());
 }
 
+/// A controller's drive file is claimed for its process: a second exclusive open is refused
+/// once the holder has not let go within the wait, with an error that says so; an open that
+/// claims nothing (the benchmark's) still works; the claim ends when the holder closes.
+#[test]
+fn an_exclusive_drive_file_is_refused_to_a_second_claim_until_its_holder_closes_it() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("d0");
+    let exclusive = FileDriveConfig { create_size_bytes: Some(1 << 20), exclusive: true, ..Default::default() };
+    let holder = FileDrive::open(&path, &exclusive).unwrap();
+    let started = std::time::Instant::now();
+    let refused = FileDrive::open(&path, &exclusive).err().expect("a second claim while the first holds the file");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ResourceBusy, "{refused}");
+    assert!(
+        refused.to_string().contains("in use by another process") && refused.to_string().contains("a drive belongs to one controller"),
+        "{refused}"
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_secs(4), "refused without waiting for a holder that may be exiting");
+    FileDrive::open(&path, &FileDriveConfig::default()).expect("an open that claims nothing");
+    drop(holder);
+    FileDrive::open(&path, &exclusive).expect("the claim ended with its holder");
+}
+
+/// A block device (a loop device over a file) is claimed with O_EXCL: the second claim gets
+/// the kernel's EBUSY, said as what it means.
+#[test]
+fn an_exclusive_block_device_is_refused_to_a_second_claim() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let backing = dir.path().join("backing");
+    std::fs::File::create(&backing).unwrap().set_len(8 << 20).unwrap();
+    let attach = std::process::Command::new("losetup").args(["--find", "--show"]).arg(&backing).output().expect("run losetup");
+    assert!(attach.status.success(), "losetup: {}", String::from_utf8_lossy(&attach.stderr));
+    let device = std::path::PathBuf::from(String::from_utf8(attach.stdout).unwrap().trim());
+    struct Detach(std::path::PathBuf);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup").arg("-d").arg(&self.0).status();
+        }
+    }
+    let _detach = Detach(device.clone());
+    let exclusive = FileDriveConfig { exclusive: true, ..Default::default() };
+    let holder = FileDrive::open(&device, &exclusive).unwrap();
+    assert_eq!(holder.info().kind, DriveKind::BlockDevice);
+    let refused = FileDrive::open(&device, &exclusive).err().expect("a second O_EXCL claim");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ResourceBusy, "{refused}");
+    assert!(refused.to_string().contains("opened O_EXCL"), "{refused}");
+    drop(holder);
+    FileDrive::open(&device, &exclusive).expect("the claim ended with its holder");
+}
+
 #[test]
 fn a_filesystem_that_refuses_o_direct_gets_buffered_io_unless_direct_is_required() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
