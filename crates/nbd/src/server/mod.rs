@@ -314,7 +314,12 @@ impl Server {
     /// Listens on TCP with STARTTLS offered (`TlsMode::On`) or required (`TlsMode::Require`),
     /// or without TLS (`None`).
     pub fn serve_tcp_with(&self, address: impl ToSocketAddrs, tls: Option<TlsServer>) -> io::Result<ServerHandle> {
-        let listener = TcpListener::bind(address)?;
+        self.serve_tcp_listener(TcpListener::bind(address)?, tls)
+    }
+
+    /// [`Server::serve_tcp_with`] on a listener the caller bound (a daemon binds its ports
+    /// before it opens anything else, so that a port in use stops it with nothing touched).
+    pub fn serve_tcp_listener(&self, listener: TcpListener, tls: Option<TlsServer>) -> io::Result<ServerHandle> {
         let local = listener.local_addr()?;
         let state = ListenerState { tls, ..ListenerState::default() };
         self.spawn_listener(Listener::Tcp(listener), ListenAddress::Tcp(local), state)

@@ -173,7 +173,7 @@ pub fn open_target(spec: &str, size_bytes: u64, data_dir: &Path) -> Result<(Offe
             data_dir.display()
         ));
     }
-    let config = FileDriveConfig { create_size_bytes: (!exists).then_some(size_bytes), ..FileDriveConfig::default() };
+    let config = FileDriveConfig { create_size_bytes: (!exists).then_some(size_bytes), exclusive: true, ..FileDriveConfig::default() };
     let drive: Arc<dyn Drive> = Arc::new(FileDrive::open(path, &config).map_err(|e| format!("target={spec}: {e}"))?);
     if exists {
         refuse_unless_empty(&drive, spec, "file")?;

@@ -124,20 +124,33 @@ impl ApiListen {
         names
     }
 
-    /// Binds the listener and returns the server to run next to the Unix socket's; it stops on
-    /// `shutdown`, as the other does.
+    /// Binds the listening socket: at start, before any drive is opened, so that an address in
+    /// use stops the daemon with nothing touched.
     ///
     /// # Errors
     /// The address cannot be bound.
-    pub async fn bind(
+    pub fn bind(&self) -> Result<std::net::TcpListener, String> {
+        let address = self.address;
+        let listener = std::net::TcpListener::bind(address).map_err(|e| format!("API on {address}: {e}"))?;
+        listener.set_nonblocking(true).map_err(|e| format!("API on {address}: {e}"))?;
+        Ok(listener)
+    }
+
+    /// Returns the server of `listener` (from [`ApiListen::bind`]) to run next to the Unix
+    /// socket's; it stops on `shutdown`, as the other does.
+    ///
+    /// # Errors
+    /// The listener cannot be handed to the runtime.
+    pub fn serve(
         &self,
+        listener: std::net::TcpListener,
         router: axum::Router,
         metrics_any_user: bool,
         token: Arc<ApiToken>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Pin<Box<dyn Future<Output = io::Result<()>> + Send>>, String> {
         let address = self.address;
-        let tcp = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("API on {address}: {e}"))?;
+        let tcp = tokio::net::TcpListener::from_std(listener).map_err(|e| format!("API on {address}: {e}"))?;
         let bound = tcp.local_addr().map_err(|e| format!("API on {address}: {e}"))?;
         let facts = ListenerFacts { bound: Some(bound), names: self.host_names(), https: self.https(), network_open: self.network_open };
         let service = tcp_router(router, &facts, metrics_any_user, token);

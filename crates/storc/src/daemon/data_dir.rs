@@ -102,7 +102,7 @@ fn tighten(path: &Path, mode: u32, what: &str, allowed_bits: u32) -> Result<(), 
 fn is_owned_file_name(name: &str) -> bool {
     let drive_index = name.strip_prefix("drive-").and_then(|rest| rest.strip_suffix(".img"));
     let is_drive = drive_index.is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()));
-    let named = ["controller.id", super::api_token::TOKEN_FILE_NAME, super::added_drives::FILE_NAME];
+    let named = ["controller.id", super::api_token::TOKEN_FILE_NAME, super::added_drives::FILE_NAME, LOCK_FILE_NAME];
     is_drive || named.contains(&name) || name.ends_with(".log")
 }
 
@@ -121,6 +121,51 @@ fn tighten_owned_files(dir: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The file whose lock says which `storc serve` runs on a data directory.
+pub const LOCK_FILE_NAME: &str = "serve.lock";
+
+/// Takes the data directory for this process: an exclusive `flock` on `serve.lock` (owner-only),
+/// held until the process exits, with its pid written in it. Taken before any drive is opened:
+/// a second daemon on the same directory would otherwise assemble the same drives, replay the
+/// journal the first one is writing, start its own resync and, on its way out, write a clean
+/// stop into the metadata under the first one's feet (a later crash of the first would then
+/// skip its resync). The kernel drops the lock when the process dies, kill -9 included.
+///
+/// # Errors
+/// Another process holds the lock (its pid named), or the file cannot be opened.
+pub fn lock(dir: &Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek};
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK_FILE_NAME);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(FILE_MODE)
+        .open(&path)
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::WouldBlock {
+            return Err(format!("cannot lock {}: {error}", path.display()));
+        }
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        let holder = holder.trim().parse::<u32>().map_or_else(|_| "another process".to_string(), |pid| format!("pid {pid}"));
+        return Err(format!(
+            "--data-dir {} is in use by another storc serve ({holder} holds {}); one controller per data directory: \
+             stop that one first, or give another --data-dir",
+            dir.display(),
+            path.display()
+        ));
+    }
+    file.set_len(0).and_then(|()| file.rewind()).map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    writeln!(file, "{}", std::process::id()).map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    Ok(file)
 }
 
 /// Writes `contents` to a file created owner-only.
@@ -169,11 +214,26 @@ mod tests {
 
     #[test]
     fn owned_file_names() {
-        for name in ["drive-0.img", "drive-17.img", "controller.id", "api.token", "added-drives", "storc.log"] {
+        for name in ["drive-0.img", "drive-17.img", "controller.id", "api.token", "added-drives", "storc.log", "serve.lock"] {
             assert!(is_owned_file_name(name), "{name} is storc's");
         }
         for name in ["drive-.img", "drive-x.img", "drive-0.img.bak", "image.raw", "nbd.sock", "controller.id~"] {
             assert!(!is_owned_file_name(name), "{name} is not storc's");
         }
+    }
+
+    #[test]
+    fn a_data_directory_is_taken_by_one_process_at_a_time_and_freed_when_its_lock_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock(dir.path()).unwrap();
+        let written = std::fs::read_to_string(dir.path().join(LOCK_FILE_NAME)).unwrap();
+        assert_eq!(written, format!("{}\n", std::process::id()), "the holder's pid is in the lock file");
+        // flock belongs to the open file: a second open, even in this process, is another holder.
+        let refused = lock(dir.path()).unwrap_err();
+        let expected =
+            format!("is in use by another storc serve (pid {} holds {}", std::process::id(), dir.path().join(LOCK_FILE_NAME).display());
+        assert!(refused.contains(&expected), "{refused}");
+        drop(held);
+        lock(dir.path()).expect("the lock is free once its holder closed it");
     }
 }

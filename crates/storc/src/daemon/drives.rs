@@ -15,11 +15,31 @@ pub const DEFAULT_DRIVE_BYTES: u64 = 8 << 30;
 /// with `timeout=DURATION` in its query if wanted), `rbd:POOL/IMAGE[?conf=PATH&id=USER&timeout=SECONDS]` (an
 /// existing RBD image), or a path to an existing file or block device.
 pub fn open_spec(spec: &str) -> Result<OfferedDrive, String> {
-    open_drive(spec).map(|(offered, _)| offered)
+    open_drive(spec).map(|(offered, _)| offered).map_err(|failure| failure.message)
+}
+
+/// Why a drive did not open.
+struct OpenFailure {
+    message: String,
+    /// Another process holds it (`FileDriveConfig::exclusive`): refused at every start, never
+    /// left out as a dead disk, since another controller runs on it.
+    claimed: bool,
+}
+
+impl From<String> for OpenFailure {
+    fn from(message: String) -> OpenFailure {
+        OpenFailure { message, claimed: false }
+    }
+}
+
+impl From<std::io::Error> for OpenFailure {
+    fn from(error: std::io::Error) -> OpenFailure {
+        OpenFailure { message: error.to_string(), claimed: error.kind() == std::io::ErrorKind::ResourceBusy }
+    }
 }
 
 /// As [`open_spec`], and the NBD member itself when it is one (its link is watched).
-fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), String> {
+fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), OpenFailure> {
     if MemberSpec::is_nbd(spec) {
         let parsed = MemberSpec::parse(spec).map_err(|e| format!("--drive {e}"))?;
         let member = Arc::new(NbdDrive::open(&parsed)?);
@@ -38,11 +58,11 @@ fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), Strin
     } else {
         let path = Path::new(spec);
         if !path.exists() {
-            return Err(format!(
+            return Err(OpenFailure::from(format!(
                 "--drive {spec}: no such file or device; allowed: an existing file or block device, mem:SIZE, hdd:7200|10k|15k:SIZE, ssd:sata|sas|nvme:SIZE, nbd://HOST[:PORT]/EXPORT or {RBD_FORM} (create a file with: truncate -s 8G {spec})"
-            ));
+            )));
         }
-        let drive = FileDrive::open(path, &FileDriveConfig::default()).map_err(|e| e.to_string())?;
+        let drive = FileDrive::open(path, &FileDriveConfig { exclusive: true, ..FileDriveConfig::default() })?;
         super::data_dir::warn_if_open_to_others(spec, path);
         Arc::new(drive)
     };
@@ -55,7 +75,8 @@ pub type Opened = (Vec<OfferedDrive>, Vec<(Severity, String)>);
 /// Opens every `--drive` argument. On a first start any failure is an error (a typo, most
 /// likely); later a drive that cannot be opened (an NBD server that does not answer too) is
 /// reported and left out, so that its slot comes up missing and the VDs serve degraded, as a
-/// controller with a dead disk does. Also returns the NBD members, whose links the daemon watches.
+/// controller with a dead disk does; but a drive another process holds is refused at every start
+/// (another controller runs on it). Also returns the NBD members, whose links the daemon watches.
 pub fn open_specs(specs: &[String], first_start: bool) -> Result<(Opened, Vec<Arc<NbdDrive>>), String> {
     let mut opened = (Vec::new(), Vec::new());
     let mut links = Vec::new();
@@ -65,8 +86,8 @@ pub fn open_specs(specs: &[String], first_start: bool) -> Result<(Opened, Vec<Ar
                 opened.0.push(drive);
                 links.extend(link);
             }
-            Err(error) if !first_start && !is_bad_spec(spec) => opened.1.push(left_out(&error)),
-            Err(error) => return Err(error),
+            Err(failure) if !first_start && !failure.claimed && !is_bad_spec(spec) => opened.1.push(left_out(&failure.message)),
+            Err(failure) => return Err(failure.message),
         }
     }
     Ok((opened, links))
@@ -88,10 +109,12 @@ pub fn open_default(data_dir: &Path, first_start: bool) -> Result<Opened, String
     for i in 0..DEFAULT_DRIVE_COUNT {
         let path: PathBuf = data_dir.join(format!("drive-{i}.img"));
         let create_size_bytes = first_start.then_some(DEFAULT_DRIVE_BYTES);
-        let config = FileDriveConfig { create_size_bytes, ..Default::default() };
+        let config = FileDriveConfig { create_size_bytes, exclusive: true, ..Default::default() };
         match FileDrive::open(&path, &config) {
             Ok(drive) => opened.0.push(OfferedDrive { drive: Arc::new(drive), source: path.display().to_string() }),
-            Err(error) if !first_start => opened.1.push(left_out(&format!("drive {}: {error}", path.display()))),
+            Err(error) if !first_start && error.kind() != std::io::ErrorKind::ResourceBusy => {
+                opened.1.push(left_out(&format!("drive {}: {error}", path.display())))
+            }
             Err(error) => return Err(error.to_string()),
         }
     }
@@ -114,7 +137,7 @@ pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, Stri
     let path = Path::new(spec);
     let create_size_bytes = (!path.exists()).then_some(JOURNAL_DEFAULT_BYTES);
     // O_DSYNC: a record is durable when its write completes, with no flush behind it.
-    let config = FileDriveConfig { create_size_bytes, preallocate: true, durable_writes: true, ..Default::default() };
+    let config = FileDriveConfig { create_size_bytes, preallocate: true, durable_writes: true, exclusive: true, ..Default::default() };
     let drive = FileDrive::open(path, &config).map_err(|e| format!("--journal {spec}: {e}"))?;
     super::data_dir::warn_if_open_to_others(spec, path);
     Ok(engine::controller::JournalOffer { drive: Arc::new(drive), source: spec.to_string(), path: Some(path.to_path_buf()), slot: None })

@@ -104,6 +104,20 @@ struct TcpListen {
     api: Option<api_listen::ApiListen>,
 }
 
+/// The TCP listening sockets, bound at start (see [`run`]).
+struct BoundListeners {
+    nbd: Option<std::net::TcpListener>,
+    api: Option<std::net::TcpListener>,
+}
+
+impl BoundListeners {
+    fn bind(listen: &TcpListen) -> Result<BoundListeners, String> {
+        let nbd =
+            listen.nbd.map(|address| std::net::TcpListener::bind(address).map_err(|e| format!("NBD on {address}: {e}"))).transpose()?;
+        Ok(BoundListeners { nbd, api: listen.api.as_ref().map(api_listen::ApiListen::bind).transpose()? })
+    }
+}
+
 /// `--nbd-listen none`: the NBD server on the Unix socket only.
 const NBD_LISTEN_OFF: &str = "none";
 
@@ -117,6 +131,10 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     let group = args.socket_group.as_deref().map(data_dir::SocketGroup::resolve).transpose()?;
     data_dir::prepare(&args.data_dir, group.as_ref())?;
+    // Held until the process exits. Before any drive is opened, as are the TCP ports: a start
+    // that cannot run must not have assembled, replayed or resynced anything first.
+    let _data_dir_lock = data_dir::lock(&args.data_dir)?;
+    let bound = BoundListeners::bind(&listen)?;
     let token = Arc::new(api_token::ApiToken::load_or_create(&args.data_dir)?);
     let default_layout = args.drives.is_empty();
     let id_file = args.data_dir.join("controller.id");
@@ -164,7 +182,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let link_watch =
         links::LinkWatch::start(Arc::clone(&controller), links).map_err(|e| format!("cannot start the NBD link watcher: {e}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let outcome = runtime.block_on(serve(args, &listen, group.as_ref(), Arc::clone(&controller), token, Arc::clone(&added)));
+    let outcome = runtime.block_on(serve(args, &listen, bound, group.as_ref(), Arc::clone(&controller), token, Arc::clone(&added)));
     // No re-add may start while the controller shuts down.
     link_watch.stop();
     controller.shutdown();
@@ -235,6 +253,7 @@ fn fresh_socket_path(path: &Path) -> Result<(), String> {
 async fn serve(
     args: &Args,
     listen: &TcpListen,
+    bound: BoundListeners,
     group: Option<&data_dir::SocketGroup>,
     controller: Arc<Controller>,
     token: Arc<api_token::ApiToken>,
@@ -271,9 +290,9 @@ async fn serve(
     controller.on_vds_changed(Box::new(move || api::refresh_exports(&for_callback)));
     let mut nbd_unix = server.serve_unix(&nbd_socket).map_err(|e| format!("NBD socket {}: {e}", nbd_socket.display()))?;
     data_dir::restrict_socket(&nbd_socket, group)?;
-    let mut nbd_tcp = listen
+    let mut nbd_tcp = bound
         .nbd
-        .map(|address| server.serve_tcp_with(address, listen.nbd_tls.clone()).map_err(|e| format!("NBD on {address}: {e}")))
+        .map(|listener| server.serve_tcp_listener(listener, listen.nbd_tls.clone()).map_err(|e| format!("NBD over TCP: {e}")))
         .transpose()?;
     let unix_listener = tokio::net::UnixListener::bind(&api_socket).map_err(|e| format!("API socket {}: {e}", api_socket.display()))?;
     data_dir::restrict_socket(&api_socket, group)?;
@@ -281,12 +300,12 @@ async fn serve(
     print_banner(&state, &absolute, listen, &args.tls);
     let shutdown = shutdown_signal();
     let unix_api = axum::serve(unix_listener, router.clone()).with_graceful_shutdown(shutdown);
-    let result = match &listen.api {
-        Some(api) => {
-            let tcp_api = api.bind(router, args.metrics_any_user, token, shutdown_signal()).await?;
+    let result = match (&listen.api, bound.api) {
+        (Some(api), Some(listener)) => {
+            let tcp_api = api.serve(listener, router, args.metrics_any_user, token, shutdown_signal())?;
             tokio::try_join!(unix_api, tcp_api).map(|_| ())
         }
-        None => unix_api.await,
+        _ => unix_api.await,
     };
     // In-flight NBD requests complete before the listeners go; then the controller flushes.
     nbd_unix.shutdown();

@@ -133,8 +133,23 @@ impl Daemon {
         Daemon::start_with(scratch, drives, &DaemonOptions { extra_args, ..DaemonOptions::default() })
     }
 
-    /// `start` with listeners, umask and further flags chosen by `options`.
+    /// `start` with listeners, umask and further flags chosen by `options`. A port picked free
+    /// that someone else took before the daemon bound it (another test's client, whose local
+    /// port the kernel picks from the same range) is picked again: the daemon binds its ports
+    /// before it opens any drive, so a start refused for that touched nothing.
     pub fn start_with(scratch: &Scratch, drives: &[String], options: &DaemonOptions) -> Daemon {
+        let mut attempt = 1;
+        loop {
+            match Daemon::try_start(scratch, drives, options) {
+                Ok(daemon) => return daemon,
+                Err(log_tail) if log_tail.contains("Address already in use") && attempt < PORT_ATTEMPTS => attempt += 1,
+                Err(log_tail) => panic!("storc serve exited before its API answered\n{log_tail}"),
+            }
+        }
+    }
+
+    /// One start: the daemon once its API answers, or the tail of its log if it exited first.
+    fn try_start(scratch: &Scratch, drives: &[String], options: &DaemonOptions) -> Result<Daemon, String> {
         let data_dir = scratch.data_dir();
         let log_path = scratch.next_log_path();
         let nbd_address = options.nbd_tcp.then(|| format!("127.0.0.1:{}", free_tcp_port()));
@@ -161,9 +176,9 @@ impl Daemon {
         let spawned_at = Instant::now();
         let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
         let mut daemon = Daemon { child: Some(child), data_dir, log_path, nbd_address, api_tcp_address, startup: Duration::ZERO };
-        daemon.wait_for_api(spawned_at);
+        daemon.wait_for_api(spawned_at)?;
         daemon.startup = spawned_at.elapsed();
-        daemon
+        Ok(daemon)
     }
 
     pub fn pid(&self) -> u32 {
@@ -191,16 +206,18 @@ impl Daemon {
         std::fs::read_to_string(&self.log_path).unwrap_or_else(|e| panic!("cannot read {}: {e}", self.log_path.display()))
     }
 
-    fn wait_for_api(&mut self, spawned_at: Instant) {
+    /// Waits until the API answers; the tail of the log if the daemon exited first.
+    fn wait_for_api(&mut self, spawned_at: Instant) -> Result<(), String> {
         let socket = self.api_socket();
         loop {
             if let Ok(reply) = http(&socket, "GET", "/api/v1/controller", None) {
                 assert_eq!(reply.status, 200, "GET /api/v1/controller answered {}: {}", reply.status, reply.body);
-                return;
+                return Ok(());
             }
             let child = self.child.as_mut().expect("a running daemon");
             if let Some(status) = child.try_wait().expect("daemon status") {
-                panic!("storc serve exited with {status} before its API answered\n{}", self.log_tail());
+                self.child = None;
+                return Err(format!("exit status: {status}\n{}", self.log_tail()));
             }
             assert!(
                 spawned_at.elapsed() < DAEMON_START_TIMEOUT,
@@ -342,6 +359,9 @@ pub fn create_vd_body(level: &str, drives: &[u32], name: &str) -> CreateVd {
         assign_vds: Vec::new(),
     }
 }
+
+/// Starts of a daemon whose picked port was taken meanwhile, at most (see `Daemon::start_with`).
+const PORT_ATTEMPTS: u32 = 5;
 
 /// A port nothing listens on now; the daemon binds it a moment later.
 fn free_tcp_port() -> u16 {
@@ -580,11 +600,16 @@ pub fn text_of(output: &std::process::Output) -> String {
 /// (1: storc's own refusal; 2: clap's, for a value it does not know): what it printed, or a
 /// failure if it runs on.
 pub fn serve_refused(scratch: &Scratch, args: &[&str], expected_code: i32) -> String {
+    let args: Vec<&str> = ["--drive", "mem:64MiB"].into_iter().chain(args.iter().copied()).collect();
+    serve_refused_on(&scratch.data_dir(), &args, expected_code)
+}
+
+/// [`serve_refused`] on `data_dir`, with `args` alone.
+pub fn serve_refused_on(data_dir: &Path, args: &[&str], expected_code: i32) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_storc"))
         .arg("serve")
         .arg("--data-dir")
-        .arg(scratch.data_dir())
-        .args(["--drive", "mem:64MiB"])
+        .arg(data_dir)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
