@@ -81,3 +81,15 @@ fn the_drives_of_a_running_controller_are_refused_to_a_second_one() {
     assert!(daemon.cli(&["/c0/v0", "show"]).contains("Optl"), "the first daemon's VD is no longer optimal");
     daemon.stop();
 }
+
+/// A member given again as the journal (or twice as a member) is refused by name before
+/// anything is created: a journal laid out on a member erases the VD data on it.
+#[test]
+fn a_drive_given_again_as_the_journal_is_refused_before_anything_is_created() {
+    let scratch = Scratch::new("one-controller-twice");
+    let drive = scratch.sparse_file("d0.img", 64 << 20).display().to_string();
+    let data_dir = scratch.join("data");
+    let text = serve_refused_on(&data_dir, &["--drive", &drive, "--journal", &drive, "--nbd-listen", "none"], 1);
+    assert!(text.contains(&format!("storc: --drive {drive} and --journal {drive} are the same file or device")), "{text}");
+    assert!(!data_dir.exists(), "a refused start created {}", data_dir.display());
+}

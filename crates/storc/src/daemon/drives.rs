@@ -155,8 +155,50 @@ pub fn open_journal_legs(specs: &[&str]) -> Result<Vec<engine::controller::Journ
     specs.iter().map(|spec| open_journal(spec)).collect()
 }
 
+/// Refuses two `--drive` or `--journal` paths that name one file or block device (as the same
+/// path, through a link, or as two device nodes of one device), flag and path both named:
+/// opened twice, the second would wait for the first's claim and then be refused as if another
+/// controller held it, and before drives were claimed a journal laid out on a member erased it.
+pub fn check_distinct(drives: &[String], journals: &[String]) -> Result<(), String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let named = drives.iter().map(|spec| ("--drive", spec)).chain(journals.iter().map(|spec| ("--journal", spec)));
+    let mut seen: Vec<((u64, u64), &str, &String)> = Vec::new();
+    for (flag, spec) in named {
+        let is_path = !MemberSpec::is_nbd(spec) && !["mem:", "hdd:", "ssd:", "rbd:"].iter().any(|prefix| spec.starts_with(prefix));
+        // A path that does not exist yet (a journal file to create) is nothing else.
+        let Some(metadata) = is_path.then(|| std::fs::metadata(spec).ok()).flatten() else { continue };
+        let identity = if metadata.file_type().is_block_device() { (u64::MAX, metadata.rdev()) } else { (metadata.dev(), metadata.ino()) };
+        if let Some((_, first_flag, first_spec)) = seen.iter().find(|(seen_identity, _, _)| *seen_identity == identity) {
+            return Err(format!(
+                "{first_flag} {first_spec} and {flag} {spec} are the same file or device: every drive and journal needs one of its own"
+            ));
+        }
+        seen.push((identity, flag, spec));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    /// Two flags that name one file, by the same path or another, are refused by name.
+    #[test]
+    fn a_file_given_twice_as_drive_or_journal_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.img"), dir.path().join("b.img"));
+        std::fs::File::create(&a).unwrap().set_len(1 << 20).unwrap();
+        std::fs::File::create(&b).unwrap().set_len(1 << 20).unwrap();
+        let link = dir.path().join("link.img");
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        let text = |path: &std::path::Path| path.display().to_string();
+        let new_journal = text(&dir.path().join("journal.img"));
+        assert_eq!(super::check_distinct(&[text(&a), text(&b), "mem:1GiB".into()], &[new_journal]), Ok(()));
+        let error = super::check_distinct(&[text(&a), text(&b)], &[text(&link)]).unwrap_err();
+        let expected = format!("--drive {} and --journal {} are the same file or device", text(&a), text(&link));
+        assert!(error.starts_with(&expected), "{error}");
+        let error = super::check_distinct(&[text(&b), text(&a), text(&b)], &[]).unwrap_err();
+        assert!(error.starts_with(&format!("--drive {} and --drive {} are the same", text(&b), text(&b))), "{error}");
+    }
+
     /// `--journal FILE` is written `O_DSYNC`: the journal's records need no flush of their own.
     #[test]
     fn a_journal_file_is_opened_for_durable_writes() {

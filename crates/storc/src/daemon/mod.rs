@@ -130,6 +130,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             .into());
     }
     let group = args.socket_group.as_deref().map(data_dir::SocketGroup::resolve).transpose()?;
+    drives::check_distinct(&args.drives, &args.journal)?;
     data_dir::prepare(&args.data_dir, group.as_ref())?;
     // Held until the process exits. Before any drive is opened, as are the TCP ports: a start
     // that cannot run must not have assembled, replayed or resynced anything first.
