@@ -92,4 +92,12 @@ fn a_drive_given_again_as_the_journal_is_refused_before_anything_is_created() {
     let text = serve_refused_on(&data_dir, &["--drive", &drive, "--journal", &drive, "--nbd-listen", "none"], 1);
     assert!(text.contains(&format!("storc: --drive {drive} and --journal {drive} are the same file or device")), "{text}");
     assert!(!data_dir.exists(), "a refused start created {}", data_dir.display());
+    // At run time too, by name and at once (not after waiting for the daemon's own claim).
+    let daemon = Daemon::start(&scratch, std::slice::from_ref(&drive));
+    let started = std::time::Instant::now();
+    let (status, text) = daemon.cli_output(&["/c0", "set", &format!("journal={drive}")]);
+    assert_ne!(status, 0, "{text}");
+    assert!(text.contains(&format!("the drive {drive} and journal={drive} are the same file or device")), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(4), "refused only after {:?}", started.elapsed());
+    daemon.stop();
 }

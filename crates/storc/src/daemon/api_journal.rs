@@ -59,7 +59,18 @@ pub(super) async fn attach_journal(State(state): State<Shared>, ApiJson(body): A
     if specs.len() > 2 || specs.iter().any(|spec| spec.is_empty()) {
         return Err(bad(format!("journal={}: one device, or two separated by a comma (a mirrored pair)", body.source)));
     }
-    let offers = super::drives::open_journal_legs(&specs).map_err(|e| bad(e.replace("--journal", "journal=")))?;
+    // A slot's drive is claimed by this process: opened again as the journal, it would wait
+    // for its own claim and then be refused as another controller's.
+    let members: Vec<String> = state.controller.slots().into_iter().map(|slot| slot.source).collect();
+    let journals: Vec<String> = specs.iter().map(|spec| spec.to_string()).collect();
+    super::drives::check_distinct(&members, &journals)
+        .map_err(|e| bad(e.replace("--journal ", "journal=").replace("--drive ", "the drive ")))?;
+    // Opening may create and fill a journal file, or wait for a claim: not on the runtime's thread.
+    let offers = blocking(move || {
+        let specs: Vec<&str> = journals.iter().map(String::as_str).collect();
+        super::drives::open_journal_legs(&specs).map_err(|e| engine::controller::ControlError::BadInput(e.replace("--journal", "journal=")))
+    })
+    .await?;
     let controller = Arc::clone(&state.controller);
     blocking(move || controller.attach_journal(offers)).await?;
     ok(blocking(move || Ok(journal_view(&state))).await?)
