@@ -101,3 +101,24 @@ fn a_drive_given_again_as_the_journal_is_refused_before_anything_is_created() {
     assert!(started.elapsed() < std::time::Duration::from_secs(4), "refused only after {:?}", started.elapsed());
     daemon.stop();
 }
+
+/// Regression: a bad --cache-size, --read-ahead, --journal count or spec was found only after
+/// the embedded default's eight drive files and the API token had been created.
+#[test]
+fn bad_flags_are_refused_before_anything_is_created() {
+    let scratch = Scratch::new("one-controller-flags");
+    let data_dir = scratch.join("data");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--cache-size", "bogus"], "storc: --cache-size bogus: "),
+        (&["--read-ahead", "1GiB"], "storc: --read-ahead 1GiB: from 4KiB up to a sixteenth of --cache-size"),
+        (&["--journal", "a", "--journal", "b", "--journal", "c"], "storc: --journal is given 3 times"),
+        (&["--journal", "ssd:bogus"], "storc: --journal ssd:bogus: emulated drive"),
+        (&["--drive", "hdd:99k:1GiB"], "storc: --drive hdd:99k:1GiB: emulated drive \"hdd:99k:1GiB\": unknown hdd speed"),
+    ];
+    for (args, expected) in cases {
+        let args: Vec<&str> = args.iter().copied().chain(["--nbd-listen", "none"]).collect();
+        let text = serve_refused_on(&data_dir, &args, 1);
+        assert!(text.contains(expected), "{args:?}:\n{text}");
+        assert!(!data_dir.exists(), "{args:?}: a refused start created {}", data_dir.display());
+    }
+}

@@ -38,6 +38,25 @@ impl From<std::io::Error> for OpenFailure {
     }
 }
 
+/// Checks the syntax of a `--drive` or `--journal` spec (`flag`) without opening anything, so
+/// that a start refused for a typo creates nothing: a path is only a path here (whether it
+/// exists is for the open to say; later, a missing member is a dead disk).
+pub fn check_syntax(flag: &str, spec: &str) -> Result<(), String> {
+    if MemberSpec::is_nbd(spec) {
+        return MemberSpec::parse(spec).map(drop).map_err(|e| format!("{flag} {e}"));
+    }
+    if let Some(rbd) = spec.strip_prefix("rbd:") {
+        return RbdSpec::parse(rbd).map(drop).map_err(|e| format!("{flag} {e}"));
+    }
+    if let Some(size) = spec.strip_prefix("mem:") {
+        return drive::parse_size_bytes(size).map(drop).map_err(|e| format!("{flag} {spec}: {e}"));
+    }
+    if spec.starts_with("hdd:") || spec.starts_with("ssd:") {
+        return EmulatedDriveSpec::parse(spec).map(drop).map_err(|e| format!("{flag} {spec}: {e}"));
+    }
+    Ok(())
+}
+
 /// As [`open_spec`], and the NBD member itself when it is one (its link is watched).
 fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), OpenFailure> {
     if MemberSpec::is_nbd(spec) {

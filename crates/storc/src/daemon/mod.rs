@@ -129,6 +129,18 @@ pub fn run(args: &Args) -> Result<(), String> {
                     (the Unix socket stays owner-only)"
             .into());
     }
+    // Every flag is checked before anything is created: bad input changes nothing.
+    let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
+    let cache_bytes = drive::parse_size_bytes(&args.cache_size).map_err(|e| format!("--cache-size {}: {e}", args.cache_size))?;
+    let read_ahead_bytes = drive::parse_size_bytes(&args.read_ahead).map_err(|e| format!("--read-ahead {}: {e}", args.read_ahead))?;
+    if read_ahead_bytes < 4096 || read_ahead_bytes > cache_bytes / 16 {
+        return Err(format!("--read-ahead {}: from 4KiB up to a sixteenth of --cache-size", args.read_ahead));
+    }
+    if args.journal.len() > 2 {
+        return Err(format!("--journal is given {} times: give one device, or two for a mirrored pair", args.journal.len()));
+    }
+    args.drives.iter().try_for_each(|spec| drives::check_syntax("--drive", spec))?;
+    args.journal.iter().try_for_each(|spec| drives::check_syntax("--journal", spec))?;
     let group = args.socket_group.as_deref().map(data_dir::SocketGroup::resolve).transpose()?;
     drives::check_distinct(&args.drives, &args.journal)?;
     data_dir::prepare(&args.data_dir, group.as_ref())?;
@@ -155,15 +167,6 @@ pub fn run(args: &Args) -> Result<(), String> {
     startup_events.extend(more_events);
     links.extend(more_links);
     let added = Arc::new(added_drives::AddedDrives::new(&args.data_dir, added_specs));
-    let shard_count = args.shards.unwrap_or_else(|| EngineConfig::default().shard_count);
-    let cache_bytes = drive::parse_size_bytes(&args.cache_size).map_err(|e| format!("--cache-size {}: {e}", args.cache_size))?;
-    let read_ahead_bytes = drive::parse_size_bytes(&args.read_ahead).map_err(|e| format!("--read-ahead {}: {e}", args.read_ahead))?;
-    if read_ahead_bytes < 4096 || read_ahead_bytes > cache_bytes / 16 {
-        return Err(format!("--read-ahead {}: from 4KiB up to a sixteenth of --cache-size", args.read_ahead));
-    }
-    if args.journal.len() > 2 {
-        return Err(format!("--journal is given {} times: give one device, or two for a mirrored pair", args.journal.len()));
-    }
     let specs: Vec<&str> = args.journal.iter().map(String::as_str).collect();
     let journal = drives::open_journal_legs(&specs)?;
     // Closed after the controller's shutdown: an RBD image keeps its lock and watch until then.
