@@ -25,6 +25,13 @@ pub(crate) struct CreatedFiles {
     locks: Vec<std::fs::File>,
 }
 
+impl CreatedFiles {
+    /// Keeps `lock` (a file whose `flock` this run holds) until the target is dropped.
+    pub(crate) fn hold(&mut self, lock: std::fs::File) {
+        self.locks.push(lock);
+    }
+}
+
 impl Drop for CreatedFiles {
     fn drop(&mut self) {
         for drive in &self.to_close {

@@ -188,6 +188,10 @@ fn open_nbd(uri: &NbdUri, text: &str) -> Result<OpenTarget, String> {
 
 fn open_path(path: &Path, options: OpenOptions) -> Result<OpenTarget, String> {
     let file = FileDrive::open(path, &FileDriveConfig::default()).map_err(|e| format!("--target {}: {e}", path.display()))?;
+    let mut held = CreatedFiles::default();
+    if file.info().kind == DriveKind::File {
+        held.hold(shared_claim(path)?);
+    }
     let drive: Arc<dyn Drive> = Arc::new(file);
     let engine = start_engine(options)?;
     let drive_info = drive.info();
@@ -202,7 +206,25 @@ fn open_path(path: &Path, options: OpenOptions) -> Result<OpenTarget, String> {
         engine_shards: Some(engine.shard_count()),
         ..TargetInfo::default()
     };
-    Ok(OpenTarget { info, backend: Backend::Raw { engine, drive }, _created_files: CreatedFiles::default() })
+    Ok(OpenTarget { info, backend: Backend::Raw { engine, drive }, _created_files: held })
+}
+
+/// A shared `flock` on a file target, held for the run: refused while a running `storc serve`
+/// holds the file as a drive (its exclusive claim, `FileDriveConfig::exclusive`), whose data
+/// the benchmark would write over, and keeping a daemon from claiming it meanwhile. A block
+/// device's writes need `--overwrite-device` instead (`storc bench`).
+fn shared_claim(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).map_err(|e| format!("--target {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor `file` owns; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "--target {}: a running storc serve holds this file as one of its drives (an exclusive lock on it); \
+             benchmark a copy, or stop that controller first",
+            path.display()
+        ));
+    }
+    Ok(file)
 }
 
 fn io_mode(direct_io: bool) -> &'static str {
@@ -216,6 +238,24 @@ fn io_mode(direct_io: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file a controller holds as its drive is not benchmarked (its data would be written
+    /// over), and a file being benchmarked cannot be claimed by a controller meanwhile.
+    #[test]
+    fn a_file_held_as_a_controllers_drive_is_refused_as_a_target_and_the_other_way_round() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("member.img");
+        std::fs::File::create(&path).unwrap().set_len(4 << 20).unwrap();
+        let spec = TargetSpec::Path(path.clone());
+        let claimed = FileDrive::open(&path, &FileDriveConfig { exclusive: true, ..FileDriveConfig::default() }).unwrap();
+        let refused = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).err().expect("a controller's drive as the target");
+        assert!(refused.contains("a running storc serve holds this file as one of its drives"), "{refused}");
+        drop(claimed);
+        let target = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).expect("the file once no controller holds it");
+        let error = FileDrive::open(&path, &FileDriveConfig { exclusive: true, ..FileDriveConfig::default() }).err();
+        assert!(error.is_some_and(|e| e.kind() == std::io::ErrorKind::ResourceBusy), "claimed while a benchmark runs on it");
+        drop(target);
+    }
 
     #[test]
     fn an_impossible_vd_reports_the_layout_rule() {
