@@ -253,7 +253,6 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
 /// removed, so that the drive writes it again.
 fn kept_filled_file(dir: &std::path::Path, name: &str, capacity_bytes: u64, files: &mut CreatedFiles) -> Result<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
-    use std::os::unix::io::AsRawFd;
     let path = dir.join(format!("storc-bench-filled-{name}-{capacity_bytes}.img"));
     let lock_path = path.with_extension("lock");
     let lock = std::fs::OpenOptions::new()
@@ -262,9 +261,12 @@ fn kept_filled_file(dir: &std::path::Path, name: &str, capacity_bytes: u64, file
         .write(true)
         .open(&lock_path)
         .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    // SAFETY: flock on a descriptor this function owns; no memory is involved.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(format!("{} is in use by another storc bench (its lock {} is held)", path.display(), lock_path.display()));
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(format!("{} is in use by another storc bench (its lock {} is held)", path.display(), lock_path.display()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(format!("{}: {e}", lock_path.display())),
     }
     files.locks.push(lock);
     match std::fs::metadata(&path) {

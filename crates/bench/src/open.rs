@@ -214,17 +214,16 @@ fn open_path(path: &Path, options: OpenOptions) -> Result<OpenTarget, String> {
 /// the benchmark would write over, and keeping a daemon from claiming it meanwhile. A block
 /// device's writes need `--overwrite-device` instead (`storc bench`).
 fn shared_claim(path: &Path) -> Result<std::fs::File, String> {
-    use std::os::fd::AsRawFd;
     let file = std::fs::File::open(path).map_err(|e| format!("--target {}: {e}", path.display()))?;
-    // SAFETY: flock on a descriptor `file` owns; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
-        return Err(format!(
+    match file.try_lock_shared() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
             "--target {}: a running storc serve holds this file as one of its drives (an exclusive lock on it); \
              benchmark a copy, or stop that controller first",
             path.display()
-        ));
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("--target {}: {e}", path.display())),
     }
-    Ok(file)
 }
 
 fn io_mode(direct_io: bool) -> &'static str {

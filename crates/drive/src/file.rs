@@ -71,7 +71,11 @@ impl FileDrive {
         let block_device = std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_block_device());
         let exclusive_flag = if config.exclusive && block_device { libc::O_EXCL } else { 0 };
         let open = |flags| OpenOptions::new().read(true).write(true).custom_flags(flags | sync_flag | exclusive_flag).open(path);
-        let (file, direct_io) = claim::retrying_while_busy(|| open_direct_or_buffered(open, config.direct_io)).map_err(|e| {
+        let opened = match exclusive_flag {
+            0 => open_direct_or_buffered(open, config.direct_io),
+            _ => claim::retrying_while_busy(|| open_direct_or_buffered(open, config.direct_io)),
+        };
+        let (file, direct_io) = opened.map_err(|e| {
             tracing::debug!(path = %path.display(), "open refused");
             context(claim::name_busy(e))
         })?;
@@ -117,7 +121,6 @@ impl FileDrive {
 mod claim {
     use std::fs::File;
     use std::io;
-    use std::os::fd::AsRawFd;
     use std::time::{Duration, Instant};
 
     /// How long a claim waits for a holder to let go before it is refused. A process killed
@@ -152,26 +155,22 @@ mod claim {
         )
     }
 
-    /// An exclusive `flock` on `file`, waiting up to [`HOLDER_EXIT_WAIT`] for a holder to let
-    /// go; it lasts as long as the file is open.
+    /// An exclusive `flock` on `file` (std's `File::try_lock`), waiting up to
+    /// [`HOLDER_EXIT_WAIT`] for a holder to let go; it lasts as long as the file is open.
     pub(super) fn lock_file(file: &File) -> io::Result<()> {
         let started = Instant::now();
         loop {
-            // SAFETY: flock on a descriptor `file` owns for the whole call; no memory involved.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(());
+            match file.try_lock() {
+                Ok(()) => return Ok(()),
+                Err(std::fs::TryLockError::Error(error)) => return Err(error),
+                Err(std::fs::TryLockError::WouldBlock) if started.elapsed() >= HOLDER_EXIT_WAIT => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ResourceBusy,
+                        "in use by another process, which holds an exclusive lock on it (another storc serve?); a drive belongs to one controller",
+                    ));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => std::thread::sleep(RETRY_INTERVAL),
             }
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::WouldBlock {
-                return Err(error);
-            }
-            if started.elapsed() >= HOLDER_EXIT_WAIT {
-                return Err(io::Error::new(
-                    io::ErrorKind::ResourceBusy,
-                    "in use by another process, which holds an exclusive lock on it (another storc serve?); a drive belongs to one controller",
-                ));
-            }
-            std::thread::sleep(RETRY_INTERVAL);
         }
     }
 }

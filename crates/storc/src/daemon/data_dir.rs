@@ -137,7 +137,6 @@ pub const LOCK_FILE_NAME: &str = "serve.lock";
 /// Another process holds the lock (its pid named), or the file cannot be opened.
 pub fn lock(dir: &Path) -> Result<std::fs::File, String> {
     use std::io::{Read, Seek};
-    use std::os::fd::AsRawFd;
     let path = dir.join(LOCK_FILE_NAME);
     let mut file = OpenOptions::new()
         .read(true)
@@ -147,21 +146,20 @@ pub fn lock(dir: &Path) -> Result<std::fs::File, String> {
         .mode(FILE_MODE)
         .open(&path)
         .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
-    // SAFETY: flock on a descriptor this function owns; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::WouldBlock {
-            return Err(format!("cannot lock {}: {error}", path.display()));
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::Error(error)) => return Err(format!("cannot lock {}: {error}", path.display())),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim().parse::<u32>().map_or_else(|_| "another process".to_string(), |pid| format!("pid {pid}"));
+            return Err(format!(
+                "--data-dir {} is in use by another storc serve ({holder} holds {}); one controller per data directory: \
+                 stop that one first, or give another --data-dir",
+                dir.display(),
+                path.display()
+            ));
         }
-        let mut holder = String::new();
-        let _ = file.read_to_string(&mut holder);
-        let holder = holder.trim().parse::<u32>().map_or_else(|_| "another process".to_string(), |pid| format!("pid {pid}"));
-        return Err(format!(
-            "--data-dir {} is in use by another storc serve ({holder} holds {}); one controller per data directory: \
-             stop that one first, or give another --data-dir",
-            dir.display(),
-            path.display()
-        ));
     }
     file.set_len(0).and_then(|()| file.rewind()).map_err(|error| format!("cannot write {}: {error}", path.display()))?;
     writeln!(file, "{}", std::process::id()).map_err(|error| format!("cannot write {}: {error}", path.display()))?;

@@ -38,6 +38,12 @@ impl From<std::io::Error> for OpenFailure {
     }
 }
 
+/// Whether a `--drive` or `--journal` spec names a file or block device (not RAM, an emulated
+/// drive, an RBD image or an NBD export).
+fn is_path_spec(spec: &str) -> bool {
+    !MemberSpec::is_nbd(spec) && !["mem:", "hdd:", "ssd:", "rbd:"].iter().any(|prefix| spec.starts_with(prefix))
+}
+
 /// Checks the syntax of a `--drive` or `--journal` spec (`flag`) without opening anything, so
 /// that a start refused for a typo creates nothing: a path is only a path here (whether it
 /// exists is for the open to say; later, a missing member is a dead disk).
@@ -148,8 +154,7 @@ pub const JOURNAL_DEFAULT_BYTES: u64 = 1 << 30;
 /// image, or a path to a file (created sparse at [`JOURNAL_DEFAULT_BYTES`] if missing) or a
 /// block device.
 pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, String> {
-    let not_a_path = ["mem:", "hdd:", "ssd:", "rbd:"].iter().any(|prefix| spec.starts_with(prefix));
-    if not_a_path {
+    if !is_path_spec(spec) {
         let offered = open_spec(spec).map_err(|e| e.replacen("--drive", "--journal", 1))?;
         return Ok(engine::controller::JournalOffer { drive: offered.drive, source: spec.to_string(), path: None, slot: None });
     }
@@ -183,9 +188,8 @@ pub fn check_distinct(drives: &[String], journals: &[String]) -> Result<(), Stri
     let named = drives.iter().map(|spec| ("--drive", spec)).chain(journals.iter().map(|spec| ("--journal", spec)));
     let mut seen: Vec<((u64, u64), &str, &String)> = Vec::new();
     for (flag, spec) in named {
-        let is_path = !MemberSpec::is_nbd(spec) && !["mem:", "hdd:", "ssd:", "rbd:"].iter().any(|prefix| spec.starts_with(prefix));
         // A path that does not exist yet (a journal file to create) is nothing else.
-        let Some(metadata) = is_path.then(|| std::fs::metadata(spec).ok()).flatten() else { continue };
+        let Some(metadata) = is_path_spec(spec).then(|| std::fs::metadata(spec).ok()).flatten() else { continue };
         let identity = if metadata.file_type().is_block_device() { (u64::MAX, metadata.rdev()) } else { (metadata.dev(), metadata.ino()) };
         if let Some((_, first_flag, first_spec)) = seen.iter().find(|(seen_identity, _, _)| *seen_identity == identity) {
             return Err(format!(
