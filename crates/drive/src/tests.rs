@@ -142,27 +142,16 @@ fn an_exclusive_drive_file_is_refused_to_a_second_claim_until_its_holder_closes_
 /// the kernel's EBUSY, said as what it means.
 #[test]
 fn an_exclusive_block_device_is_refused_to_a_second_claim() {
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let backing = dir.path().join("backing");
-    std::fs::File::create(&backing).unwrap().set_len(8 << 20).unwrap();
-    let attach = std::process::Command::new("losetup").args(["--find", "--show"]).arg(&backing).output().expect("run losetup");
-    assert!(attach.status.success(), "losetup: {}", String::from_utf8_lossy(&attach.stderr));
-    let device = std::path::PathBuf::from(String::from_utf8(attach.stdout).unwrap().trim());
-    struct Detach(std::path::PathBuf);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("losetup").arg("-d").arg(&self.0).status();
-        }
-    }
-    let _detach = Detach(device.clone());
+    let loop_device = crate::testing::LoopDevice::attach(8 << 20);
+    let device = loop_device.path();
     let exclusive = FileDriveConfig { exclusive: true, ..Default::default() };
-    let holder = FileDrive::open(&device, &exclusive).unwrap();
+    let holder = FileDrive::open(device, &exclusive).unwrap();
     assert_eq!(holder.info().kind, DriveKind::BlockDevice);
-    let refused = FileDrive::open(&device, &exclusive).err().expect("a second O_EXCL claim");
+    let refused = FileDrive::open(device, &exclusive).err().expect("a second O_EXCL claim");
     assert_eq!(refused.kind(), std::io::ErrorKind::ResourceBusy, "{refused}");
     assert!(refused.to_string().contains("opened O_EXCL"), "{refused}");
     drop(holder);
-    FileDrive::open(&device, &exclusive).expect("the claim ended with its holder");
+    FileDrive::open(device, &exclusive).expect("the claim ended with its holder");
 }
 
 #[test]

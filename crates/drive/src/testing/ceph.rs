@@ -1,6 +1,6 @@
-//! A real single-node Ceph cluster for tests of RBD drives, here and in other crates (never a
-//! mock): `../shared/tools/ceph-single-node` (beside the workspace) brings one up in a few
-//! seconds with a memory-backed OSD, and takes it down when the last test holding it is done.
+//! A real single-node Ceph cluster for tests of RBD drives: `../shared/tools/ceph-single-node`
+//! (beside the workspace) brings one up in a few seconds with a memory-backed OSD, and takes it
+//! down when the last test holding it is done.
 //!
 //! The tests drive it with Ceph's own CLIs (`rbd`, `ceph`: Debian's `ceph-common`), as an
 //! administrator would: to make images, to remove one under a running VD, to delete a pool.
