@@ -15,6 +15,7 @@ use drive::{Drive, DriveKind, FileDrive, FileDriveConfig};
 use engine::Engine;
 use nbd::NbdUri;
 use std::collections::HashMap;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +24,11 @@ use std::sync::{Arc, Mutex};
 pub struct OpenOptions {
     /// Engine shards for VD and file targets (default: one per core).
     pub shards: Option<usize>,
+    /// The run writes. A block device is then claimed with `O_EXCL`, as a controller claims
+    /// its drives: the kernel refuses it while the device is mounted, a member of md or LVM, or
+    /// a running `storc serve`'s drive, whose data the run would write over. A run that only
+    /// reads opens it shared, so a mounted disk can still be measured.
+    pub writes: bool,
 }
 
 /// An opened target: hands each worker its own [`Target`] (its own NBD connections, its own
@@ -187,7 +193,16 @@ fn open_nbd(uri: &NbdUri, text: &str) -> Result<OpenTarget, String> {
 }
 
 fn open_path(path: &Path, options: OpenOptions) -> Result<OpenTarget, String> {
-    let file = FileDrive::open(path, &FileDriveConfig::default()).map_err(|e| format!("--target {}: {e}", path.display()))?;
+    let block_device = std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_block_device());
+    let config = FileDriveConfig { exclusive: block_device && options.writes, ..FileDriveConfig::default() };
+    let file = FileDrive::open(path, &config).map_err(|e| match e.kind() {
+        std::io::ErrorKind::ResourceBusy => format!(
+            "--target {}: the run writes, and the device is in use (mounted, a member of md or LVM, or a running storc serve's \
+             drive: the kernel refused O_EXCL); benchmark it with read patterns only, or free it first",
+            path.display()
+        ),
+        _ => format!("--target {}: {e}", path.display()),
+    })?;
     let mut held = CreatedFiles::default();
     if file.info().kind == DriveKind::File {
         held.hold(shared_claim(path)?);
@@ -212,7 +227,8 @@ fn open_path(path: &Path, options: OpenOptions) -> Result<OpenTarget, String> {
 /// A shared `flock` on a file target, held for the run: refused while a running `storc serve`
 /// holds the file as a drive (its exclusive claim, `FileDriveConfig::exclusive`), whose data
 /// the benchmark would write over, and keeping a daemon from claiming it meanwhile. A block
-/// device's writes need `--overwrite-device` instead (`storc bench`).
+/// device is claimed with `O_EXCL` when the run writes ([`OpenOptions::writes`]), and its
+/// writes need `--overwrite-device` too (`storc bench`).
 fn shared_claim(path: &Path) -> Result<std::fs::File, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("--target {}: {e}", path.display()))?;
     match file.try_lock_shared() {
@@ -247,13 +263,35 @@ mod tests {
         std::fs::File::create(&path).unwrap().set_len(4 << 20).unwrap();
         let spec = TargetSpec::Path(path.clone());
         let claimed = FileDrive::open(&path, &FileDriveConfig { exclusive: true, ..FileDriveConfig::default() }).unwrap();
-        let refused = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).err().expect("a controller's drive as the target");
+        let refused =
+            OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: true }).err().expect("a controller's drive as the target");
         assert!(refused.contains("a running storc serve holds this file as one of its drives"), "{refused}");
         drop(claimed);
-        let target = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).expect("the file once no controller holds it");
+        let target = OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: true }).expect("the file once no controller holds it");
         let error = FileDrive::open(&path, &FileDriveConfig { exclusive: true, ..FileDriveConfig::default() }).err();
         assert!(error.is_some_and(|e| e.kind() == std::io::ErrorKind::ResourceBusy), "claimed while a benchmark runs on it");
         drop(target);
+    }
+
+    /// A block device is claimed (`O_EXCL`) by a run that writes, so one that a controller
+    /// holds (or that is mounted) is refused to it, and a controller cannot claim it while the
+    /// run goes on; a run that only reads opens it shared.
+    #[test]
+    fn a_block_device_in_use_is_refused_to_a_run_that_writes_and_opened_to_one_that_reads() {
+        let loop_device = drive::testing::LoopDevice::attach(8 << 20);
+        let spec = TargetSpec::Path(loop_device.path().to_path_buf());
+        let claim = FileDriveConfig { exclusive: true, ..FileDriveConfig::default() };
+        let controller = FileDrive::open(loop_device.path(), &claim).unwrap();
+        let refused = OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: true }).err().expect("a writing run on a held device");
+        assert!(refused.contains("the run writes, and the device is in use"), "{refused}");
+        let reading = OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: false }).expect("a reading run beside the holder");
+        drop(reading);
+        drop(controller);
+        let writing =
+            OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: true }).expect("a writing run once the device is free");
+        let error = FileDrive::open(loop_device.path(), &claim).err();
+        assert!(error.is_some_and(|e| e.kind() == std::io::ErrorKind::ResourceBusy), "claimed while a run writes to it");
+        drop(writing);
     }
 
     #[test]

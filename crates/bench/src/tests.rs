@@ -366,7 +366,7 @@ fn read_back(target: &dyn Target, offset_bytes: u64, len: usize) -> Vec<u8> {
 #[test]
 fn a_set_spreads_workers_over_its_disks_and_verifies_each_disk() {
     for text in ["set:4:raw:mem:16MiB", "set:4:vd:jbod:1xmem:16MiB"] {
-        let target = OpenTarget::open(&TargetSpec::parse(text).unwrap(), OpenOptions { shards: Some(2) }).unwrap();
+        let target = OpenTarget::open(&TargetSpec::parse(text).unwrap(), OpenOptions { shards: Some(2), writes: true }).unwrap();
         assert_eq!(target.disk_count(), 4, "{text}");
         assert_eq!(target.capacity_bytes(), 4 * target.disk_capacity_bytes(), "{text}");
         assert_eq!(target.info().disk_count, Some(4));
@@ -405,12 +405,13 @@ fn filled_file_drives_are_written_whole_once_kept_and_locked_while_in_use() {
     std::fs::create_dir_all(&dir).unwrap();
     let spec = TargetSpec::parse(&format!("vd:r5:3xfile:{}:8MiB,filled", dir.display())).unwrap();
     let kept = |member: usize| dir.join(format!("storc-bench-filled-{member}-{}.img", 8 << 20));
-    let target = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).unwrap();
+    let target = OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: true }).unwrap();
     for member in 0..3 {
         let meta = std::fs::metadata(kept(member)).unwrap();
         assert!(meta.blocks() * 512 >= 8 << 20, "member {member}'s file has every block: {} blocks", meta.blocks());
     }
-    let second = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).err().expect("a second run on the same files is refused");
+    let second =
+        OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: true }).err().expect("a second run on the same files is refused");
     assert!(second.contains("in use by another storc bench"), "{second}");
     drop(target);
     assert!((0..3).all(|member| kept(member).exists()), "the files stay after the run");
@@ -419,7 +420,7 @@ fn filled_file_drives_are_written_whole_once_kept_and_locked_while_in_use() {
     let whole_born = born(0);
     // A file left half written (a run stopped while writing it) is written again.
     std::fs::OpenOptions::new().write(true).open(kept(1)).unwrap().set_len(1 << 20).unwrap();
-    let again = OpenTarget::open(&spec, OpenOptions { shards: Some(1) }).unwrap();
+    let again = OpenTarget::open(&spec, OpenOptions { shards: Some(1), writes: true }).unwrap();
     drop(again);
     assert!(std::fs::metadata(kept(1)).unwrap().blocks() * 512 >= 8 << 20, "the cut file was written whole again");
     assert_eq!(born(0), whole_born, "a whole kept file is used again, not made anew");

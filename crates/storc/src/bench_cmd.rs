@@ -12,6 +12,7 @@ use bench::results::{Machine, PatternResult, Point, Results, Settings, RESULTS_S
 use bench::runner::{Observer, RunSettings, Runner, DURATION_DEFAULT, QUICK_DURATION, QUICK_RAMP, RAMP_DEFAULT};
 use bench::workload::Pace;
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -367,16 +368,17 @@ fn measure(patterns: &[&'static Pattern], suite: Option<&str>, args: &MeasureArg
     settings.sweep.distribution = args.distribution.clone();
     settings.pace = args.rate.map_or(Pace::Closed, |rate_iops| Pace::Open { rate_iops });
     let spec = TargetSpec::parse(&args.target)?;
-    let target = OpenTarget::open(&spec, OpenOptions { shards: args.shards })?;
-    if target.info().kind == "block-device" && !args.overwrite_device {
-        if let Some(writer) = patterns.iter().find(|p| p.points(&settings.sweep).iter().any(|pt| pt.groups.iter().any(|g| g.spec.writes())))
-        {
+    let writer = patterns.iter().find(|p| p.points(&settings.sweep).iter().any(|pt| pt.groups.iter().any(|g| g.spec.writes())));
+    if let (Some(writer), TargetSpec::Path(path)) = (writer, &spec) {
+        let block_device = std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_block_device());
+        if block_device && !args.overwrite_device {
             return Err(format!(
                 "--target {}: pattern {} writes, which destroys the device's data; add --overwrite-device if that is what you want",
                 args.target, writer.name
             ));
         }
     }
+    let target = OpenTarget::open(&spec, OpenOptions { shards: args.shards, writes: writer.is_some() })?;
     let total_points = suite_points(patterns, &settings.sweep);
     let machine = Machine::detect();
     println!("storc bench {}: {}", suite.map_or_else(|| patterns[0].name.to_string(), |s| format!("suite {s}")), target.info().description);
