@@ -124,6 +124,12 @@ impl Header {
     }
 }
 
+/// Where the slots lie on a member: every byte [`block_offset_bytes`] can name.
+pub fn slots_range_bytes() -> std::ops::Range<u64> {
+    let start = BITMAP_AREA_OFFSET_BYTES + HEADER_BYTES;
+    start..start + SLOT_COUNT as u64 * SLOT_BYTES
+}
+
 /// Where slot `slot`'s bit block `block` lives on a member.
 pub fn block_offset_bytes(slot: usize, block: usize) -> u64 {
     assert!(slot < SLOT_COUNT && (block as u64) < SLOT_BYTES / BLOCK_BYTES as u64, "slot {slot} block {block}");

@@ -100,6 +100,8 @@ fn place(vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Option<(u64, u
     if pieces.next().is_some() {
         return None;
     }
+    // One row, one piece: the piece is the whole request, so one member operation serves it.
+    assert_eq!(piece.len_bytes, len_bytes, "a request in one strip is one piece");
     // Every member is online (checked before): each copy can be read.
     let (member, drive_offset_bytes) = choose_copy(vd, &map, &piece, MemberSet::default())?;
     Some((row.row, member, drive_offset_bytes))
@@ -124,10 +126,13 @@ impl FastIo {
     /// The member operation, with the client's buffer.
     fn take_op(&mut self) -> DriveOp {
         let (offset_bytes, buf) = (self.drive_offset_bytes, self.buf.take().expect("the buffer is with the request"));
-        match self.write {
+        let op = match self.write {
             true => DriveOp::Write { offset_bytes, buf },
             false => DriveOp::Read { offset_bytes, buf },
-        }
+        };
+        // No row lock or hop checks it later: a placement past the strip or the area is caught here.
+        self.vd.assert_in_data_area(self.member, &op);
+        op
     }
 }
 

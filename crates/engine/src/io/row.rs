@@ -159,6 +159,7 @@ pub(super) struct MemberDone {
 /// of a drive that left the member's place meanwhile (a spare or a re-add took it) is not
 /// booked against the drive there now, however late the caller books it.
 pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> MemberDone {
+    env.vd.assert_in_data_area(index, &op);
     let member = env.vd.member(index);
     let range = op.range_bytes();
     let kind = op.kind();

@@ -296,6 +296,26 @@ impl VirtualDrive {
         self.replaying.load(Ordering::Acquire)
     }
 
+    /// Asserts that a shard's operation `op` on a member stays where a shard may go: the VD's
+    /// data area (past the metadata every member carries at its start, short of the layout's
+    /// end), or the write-intent bitmap's slots (`bitmap::ondisk`), the one part of the
+    /// reserved area a shard writes. An operation anywhere else is a layout or placement bug
+    /// that would overwrite the controller's configuration or return bytes the VD does not
+    /// own, so it stops the process rather than reach the drive.
+    pub(crate) fn assert_in_data_area(&self, index: usize, op: &drive::DriveOp) {
+        let Some((offset_bytes, len_bytes)) = op.range_bytes() else { return };
+        let end_bytes = offset_bytes + len_bytes;
+        let data = self.geometry.data_offset_bytes()..self.geometry.member_used_bytes();
+        let bitmap_slots = crate::bitmap::ondisk::slots_range_bytes();
+        let inside = |area: &std::ops::Range<u64>| area.start <= offset_bytes && end_bytes <= area.end;
+        assert!(
+            inside(&data) || inside(&bitmap_slots),
+            "VD {}: member {index} operation over {len_bytes} bytes at {offset_bytes} outside its data area {data:?} \
+             and the bitmap's slots {bitmap_slots:?}",
+            self.id
+        );
+    }
+
     /// A member operation over `len_bytes` at `offset_bytes` completed: where the member's head
     /// is now and, for a read of a copy (the only levels that choose where to read), the stream
     /// it continues.
@@ -432,5 +452,40 @@ impl VirtualDrive {
             return Err(VdError::OutOfRange { vd: self.name(), offset_bytes, len_bytes, capacity_bytes });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drive::{DriveOp, IoBuf, MemDrive};
+    use layout::{Level, KIB, MIB};
+
+    /// A shard's member operations may touch the data area and the bitmap's slots, nothing
+    /// else of the drive: not the configuration copies, not the bitmap's header, not past
+    /// the layout's end.
+    #[test]
+    fn member_operations_outside_the_data_area_and_the_bitmap_slots_are_stopped() {
+        let layout = VdLayout { level: Level::Raid5, strip_size_bytes: 64 * KIB, drives_per_span: None, member_size_bytes: None };
+        let drives = (0..3).map(|_| Arc::new(MemDrive::new(MEMBER_RESERVED_BYTES + 8 * MIB)) as Arc<dyn Drive>).collect();
+        let vd = VirtualDrive::new(0, "v", layout, drives).unwrap();
+        let (start, end) = (vd.geometry().data_offset_bytes(), vd.geometry().member_used_bytes());
+        let write = |offset_bytes: u64, len_bytes: usize| DriveOp::Write { offset_bytes, buf: IoBuf::zeroed(len_bytes) };
+        let slots = crate::bitmap::ondisk::slots_range_bytes();
+        for allowed in [write(start, 4096), write(end - 4096, 4096), write(slots.start, 4096), write(slots.end - 4096, 4096)] {
+            vd.assert_in_data_area(1, &allowed);
+        }
+        vd.assert_in_data_area(1, &DriveOp::Flush);
+        let stopped = [
+            write(0, 4096),                  // the configuration's first copy
+            write(slots.start - 4096, 4096), // the bitmap's header
+            write(start - 4096, 8192),       // straddling the data area's start
+            write(end - 4096, 8192),         // past the layout's end
+        ];
+        for op in stopped {
+            let range = op.range_bytes();
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| vd.assert_in_data_area(1, &op)));
+            assert!(caught.is_err(), "an operation over {range:?} got through");
+        }
     }
 }
