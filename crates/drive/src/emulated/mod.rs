@@ -22,7 +22,7 @@
 //!   `poll_due(ctx)`, which completes into `ctx` everything due by then; `ctx.poll` returns it.
 //!
 //! # Models
-//! Hard disks (`hdd.rs`, `geometry.rs`): seek curve through the datasheet's track-to-track,
+//! Hard disks (`hdd/`, `geometry.rs`): seek curve through the datasheet's track-to-track,
 //! average and full-stroke times; rotational latency from the platter angle at each instant;
 //! media rate falling linearly from the outer to the inner zone over the emulated capacity;
 //! command overhead; read look-ahead and write-back cache (switchable); queue reordering by
