@@ -96,8 +96,21 @@ fn read_requests<D: BlockDevice>(device: &Arc<D>, session: &mut Session, replies
         if request.command == Command::Disc {
             return Ok(()); // In-flight replies are still sent before the socket closes.
         }
+        // The read that brought this header may have brought the next request too: then this
+        // reply joins the cork and goes out with the next one's, in one `sendmsg`, where the
+        // check above (made before that read) would have sent it alone.
+        if next_header_buffered(&session.reader, &request) {
+            replies.open_cork();
+        }
         handle_request(device, session, replies, request)?;
     }
+}
+
+/// Whether the reader's buffer holds, past `request`'s payload, the next request's header: the
+/// reader will not block before it has served both.
+fn next_header_buffered(reader: &BufReader<DeadlineSocket>, request: &Request) -> bool {
+    let payload_bytes = if request.command == Command::Write { request.len_bytes as usize } else { 0 };
+    reader.buffer().len() >= payload_bytes.saturating_add(proto::REQUEST_HEADER_BYTES)
 }
 
 fn check_client_taking_replies(session: &Session) -> Result<(), ConnectionError> {
