@@ -19,9 +19,9 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
     let limit = cache.limit_bytes.get();
     // Pinned data cannot be destaged: the watermarks look at the rest.
     let destageable = cache.bytes.get().saturating_sub(cache.pinned_bytes.get());
-    if destageable > limit / 2 {
+    if destageable > limit / 4 * 3 {
         cache.draining.set(true);
-    } else if destageable <= limit / 4 {
+    } else if destageable <= limit / 2 {
         cache.draining.set(false);
     }
     let urgent = cache.draining.get() || cache.forced.get() > 0;

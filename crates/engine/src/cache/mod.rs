@@ -24,9 +24,9 @@
 //! - **writes of sequential streams** past a cutoff go around the journal to the members
 //!   ([`bypass`]) when nothing the journal could replay names their bytes.
 //!
-//! Destaging starts above the high watermark (half the shard's share of the cache) and goes on
-//! down to the low one (a quarter), takes any extent older than [`AGE_LIMIT`], and runs at
-//! once for WT writes and flushes that wait for it. Runs merge contiguous extents up to
+//! Destaging starts above the high watermark (three quarters of the shard's share of the
+//! cache) and goes on down to the low one (a half), takes any extent older than [`AGE_LIMIT`],
+//! and runs at once for WT writes and flushes that wait for it. Runs merge contiguous extents up to
 //! [`RUN_BYTES_MAX`], so a row filled by small writes goes out as one full-stripe write; on
 //! parity levels, a run inside one row takes the row's other idle extents along, written as one
 //! scattered row write (`io::serve_scattered`).
@@ -59,8 +59,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Dirty data older than this is destaged even below the watermarks.
-pub const AGE_LIMIT: Duration = Duration::from_secs(1);
+/// Dirty data older than this is destaged even below the watermarks: MegaRAID's default cache
+/// flush interval. Destaging competes with the journal's writes for the disks, so a shorter
+/// one ends a burst the cache could have absorbed (a 1 s limit halved the admission rate of
+/// 4 KiB random writes one second into a burst).
+pub const AGE_LIMIT: Duration = Duration::from_secs(4);
 /// A destage run's largest member write (several rows of most layouts).
 pub const RUN_BYTES_MAX: u64 = 1 << 20;
 /// Destage runs in flight per shard at most, when writers wait for room or the cache is above

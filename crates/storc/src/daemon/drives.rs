@@ -146,12 +146,14 @@ pub fn open_default(data_dir: &Path, first_start: bool) -> Result<Opened, String
     Ok(opened)
 }
 
-/// A journal file `--journal PATH` creates when it does not exist (allocated, owner-only): as
-/// large as the default cache, which it protects.
-pub const JOURNAL_DEFAULT_BYTES: u64 = 1 << 30;
+/// A journal file `--journal PATH` creates when it does not exist (allocated, owner-only):
+/// twice the default cache, which it protects. Its data records get 7/8 of it (row images the
+/// rest), and write-back absorbs writes only while their records fit, so a journal the size of
+/// the cache would cap dirty data below what the cache holds.
+pub const JOURNAL_DEFAULT_BYTES: u64 = 2 << 30;
 
 /// Opens a journal device: `ssd:sata|sas|nvme:SIZE` (or any emulated or `mem:` spec), an RBD
-/// image, or a path to a file (created sparse at [`JOURNAL_DEFAULT_BYTES`] if missing) or a
+/// image, or a path to a file (created, zero-filled, at [`JOURNAL_DEFAULT_BYTES`] if missing) or a
 /// block device.
 pub fn open_journal(spec: &str) -> Result<engine::controller::JournalOffer, String> {
     if !is_path_spec(spec) {

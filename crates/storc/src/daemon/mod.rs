@@ -80,7 +80,7 @@ pub struct Args {
     /// Engine shards (default: one per core).
     #[arg(long)]
     shards: Option<usize>,
-    /// The cache's journal (its battery): a file (created at 1 GiB, zero-filled, if missing), a block
+    /// The cache's journal (its battery): a file (created at 2 GiB, zero-filled, if missing: twice the default cache), a block
     /// device, or an emulated SSD (ssd:sata|sas|nvme:SIZE). Given twice: a mirrored pair, which
     /// goes on with one leg when the other fails. Without one, WB VDs run WT.
     #[arg(long)]
