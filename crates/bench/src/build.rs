@@ -86,6 +86,7 @@ fn build_vd(spec: &VdSpec, engine: &Arc<Engine>, disk: Option<usize>, files: &mu
     let (vd, drives) = new_vd(spec, id, &name, "", disk, files).map_err(|e| format!("--target vd:{}: {e}", spec.level))?;
     vd.set_write_policy(spec.write_policy);
     vd.set_read_policies(spec.read_policy, spec.io_policy);
+    vd.set_seq_cutoff(spec.seq_cutoff);
     if let Some(cache_spec) = &spec.ssd_cache {
         attach_ssd_cache(&vd, cache_spec, engine, disk, files).map_err(|e| format!("cachecade: {e}"))?;
     }

@@ -2,7 +2,7 @@
 //! normalised for reports. Pure: opening a target is [`crate::open`]'s job.
 
 use drive::{EmulatedDriveSpec, RbdSpec, RBD_FORM};
-use engine::config::{IoPolicy, ReadPolicy, WritePolicy};
+use engine::config::{IoPolicy, ReadPolicy, SeqCutoff, WritePolicy};
 use layout::Level;
 use nbd::NbdUri;
 use std::path::PathBuf;
@@ -20,7 +20,7 @@ TARGET is one of:
   set:N:TARGET                      N disks, each a vd:... or raw:... TARGET, on one engine; a
                                     pattern's workers take the disks as IOMeter's do (8 workers
                                     on 16 disks: two each, every disk at the pattern's QD)
-  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:journal=DRIVE][:cachecade=LEVEL:COUNTxDRIVE[:wt|wb]]
+  vd:LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:POLICY...][:seqcutoff=C][:journal=DRIVE][:cachecade=...]
                                     a virtual drive built in this process, no daemon:
     LEVEL   r0 r1 r1e r5 r6 r10 r50 r60 jbod
     COUNT   member drives
@@ -39,9 +39,12 @@ TARGET is one of:
                                                 raw: drives IMAGE itself (set: IMAGE-rawDISK)
     strip   strip size in KiB (default 64); span: drives per span for r10/r50/r60
     POLICY  wt|wb|awb (write, default wt), nora|ra|adra (read-ahead), direct|cached (IO)
+    seqcutoff  from which stream length writes of a row or more go around the journal to the
+            members: default (4MiB without parity, off with it), off, or a size in MiB
     journal the cache's journal (WB needs one; last, as it may hold colons): a DRIVE as above
     cachecade  an SSD cache in front of the VD: a cache VD built of its own drives (last of
-            all; its LEVEL r0, r1 or r10), caching write-through (wt, default) or write-back (wb)
+            all; LEVEL:COUNTxDRIVE[:strip=KIB][:span=N], its LEVEL r0, r1 or r10), caching
+            write-through (wt, default) or write-back (wb)
   e.g. vd:r5:8xhdd:15k:600GiB:strip=64   vd:r10:4xmem:1GiB   vd:r6:6xfile:/var/tmp:2GiB
        vd:r5:8xhdd:15k:600GiB:wb:journal=ssd:sata:8GiB
        vd:r10:8xhdd:15k:32GiB,nowritecache:cachecade=r0:3xssd:sas:2GiB:wb
@@ -81,6 +84,8 @@ pub struct VdSpec {
     pub journal: Option<MemberSpec>,
     /// The SSD cache's cache VD (`cachecade=`), built of its own drives.
     pub ssd_cache: Option<Box<VdSpec>>,
+    /// From which stream length large writes go around the journal (`seqcutoff=`).
+    pub seq_cutoff: SeqCutoff,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -182,6 +187,7 @@ fn parse_vd(rest: &str) -> Result<VdSpec, String> {
     let mut strip_kib = STRIP_KIB_DEFAULT;
     let mut drives_per_span = None;
     let (mut write_policy, mut read_policy, mut io_policy) = (WritePolicy::WriteThrough, ReadPolicy::NoReadAhead, IoPolicy::Direct);
+    let mut seq_cutoff = SeqCutoff::LevelDefault;
     // Options come after the drive, in any order.
     while let Some(&last) = segments.last() {
         if let Some(policy) = WritePolicy::ALL.into_iter().find(|p| p.short_name() == last) {
@@ -190,6 +196,8 @@ fn parse_vd(rest: &str) -> Result<VdSpec, String> {
             read_policy = policy;
         } else if let Some(policy) = IoPolicy::ALL.into_iter().find(|p| p.short_name() == last) {
             io_policy = policy;
+        } else if let Some(("seqcutoff", value)) = last.split_once('=') {
+            seq_cutoff = SeqCutoff::parse(value)?;
         } else if let Some((key @ ("strip" | "span"), value)) = last.split_once('=') {
             let number: u64 = value.parse().map_err(|_| format!("{key}={value:?} is not a number"))?;
             match key {
@@ -213,6 +221,7 @@ fn parse_vd(rest: &str) -> Result<VdSpec, String> {
         io_policy,
         journal,
         ssd_cache,
+        seq_cutoff,
     })
 }
 
@@ -223,7 +232,8 @@ fn parse_cache_vd(text: &str) -> Result<VdSpec, String> {
     if !matches!(spec.level, Level::Raid0 | Level::Raid1 | Level::Raid10) {
         return Err(format!("cachecade: a cache VD is r0, r1 or r10, not {}", spec.level.short_name()));
     }
-    let other_policies = spec.read_policy != ReadPolicy::NoReadAhead || spec.io_policy != IoPolicy::Direct;
+    let other_policies =
+        spec.read_policy != ReadPolicy::NoReadAhead || spec.io_policy != IoPolicy::Direct || spec.seq_cutoff != SeqCutoff::LevelDefault;
     if spec.journal.is_some() || spec.ssd_cache.is_some() || other_policies {
         return Err("cachecade: a cache VD takes LEVEL:COUNTxDRIVE[:strip=KIB][:span=N][:wt|wb] only".into());
     }
@@ -309,10 +319,14 @@ fn vd_spec_text(spec: &VdSpec) -> String {
     let member = member_spec_text(&spec.drive);
     let span = spec.drives_per_span.map(|n| format!(":span={n}")).unwrap_or_default();
     let policies = format!(":{}:{}:{}", spec.write_policy.short_name(), spec.read_policy.short_name(), spec.io_policy.short_name());
+    let cutoff = match spec.seq_cutoff {
+        SeqCutoff::LevelDefault => String::new(),
+        cutoff => format!(":seqcutoff={}", cutoff.text()),
+    };
     let journal = spec.journal.as_ref().map(|j| format!(":journal={}", member_spec_text(j))).unwrap_or_default();
     let cache = spec.ssd_cache.as_ref().map(|c| format!(":cachecade={}", vd_spec_text(c))).unwrap_or_default();
     let level = spec.level.short_name();
-    format!("{level}:{}x{member}:strip={}{span}{policies}{journal}{cache}", spec.drive_count, spec.strip_size_bytes / 1024)
+    format!("{level}:{}x{member}:strip={}{span}{policies}{cutoff}{journal}{cache}", spec.drive_count, spec.strip_size_bytes / 1024)
 }
 
 #[cfg(test)]
@@ -341,6 +355,11 @@ mod tests {
         assert_eq!(spec.journal, Some(MemberSpec::Emulated(EmulatedDriveSpec::new(EmulatedClass::SsdSata, 8 << 30))));
         assert_eq!(spec.strip_size_bytes, 32 * 1024);
         assert_eq!(vd("vd:r0:2xmem:1GiB:awb:cached").io_policy, IoPolicy::Cached);
+        let cutoff = vd("vd:r5:8xfile:/tmp:2GiB,filled:wb:seqcutoff=4MiB:journal=file:/tmp:2GiB");
+        assert_eq!((cutoff.seq_cutoff, cutoff.write_policy), (SeqCutoff::Mib(4), WritePolicy::WriteBack));
+        assert!(vd_spec_text(&cutoff).contains(":wb:nora:direct:seqcutoff=4MiB:journal=file:"), "{}", vd_spec_text(&cutoff));
+        assert_eq!(vd("vd:r1:2xmem:1GiB:seqcutoff=off").seq_cutoff, SeqCutoff::Never);
+        assert_eq!(vd("vd:r1:2xmem:1GiB").seq_cutoff, SeqCutoff::LevelDefault);
         let spec = vd("vd:r50:8xmem:1GiB:strip=128:span=4");
         assert_eq!(spec.drive, MemberSpec::Mem { capacity_bytes: 1 << 30, filled: false });
         assert_eq!((spec.strip_size_bytes, spec.drives_per_span), (128 * 1024, Some(4)));
@@ -406,6 +425,7 @@ mod tests {
         check("vd:r5:8xtape:1GiB", "unknown drive \"tape:1GiB\"");
         check("vd:r5:8xhdd:12k:1GiB", "unknown hdd speed");
         check("vd:r5:8xmem:1GiB:strip=big", "strip=\"big\"");
+        check("vd:r5:8xmem:1GiB:seqcutoff=512KiB", "allowed: default");
         check("vd:r5:8xfile:/no/such/dir:1GiB", "is not a directory");
         check("/no/such/device", "no such file or device");
         check("nbd://host:99999/x", "port");

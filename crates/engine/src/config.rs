@@ -103,6 +103,65 @@ pub enum IoPolicy {
     Cached,
 }
 
+/// From which length a sequential stream's large writes go around the journal, straight to the
+/// members (`vd::journal_bypass`; bcache's `sequential_cutoff`). Set per VD
+/// (`/cx/vx set seqcutoff=`) and kept in the configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SeqCutoff {
+    /// The level's default: 4 MiB without parity, never with it (`vd::journal_bypass` says
+    /// why).
+    #[default]
+    LevelDefault,
+    /// Every write goes through the journal.
+    Never,
+    /// A stream of this many MiB (1 to [`SeqCutoff::MIB_MAX`]).
+    Mib(u16),
+}
+
+impl SeqCutoff {
+    /// The largest cutoff, in MiB (the on-disk field is 16 bits; its top value means never).
+    pub const MIB_MAX: u16 = u16::MAX - 1;
+    /// What the CLI and the API accept.
+    pub const ALLOWED: &'static str =
+        "default (the level's: 4MiB without parity, off with it), off, or a size in whole MiB from 1MiB to 65534MiB (e.g. 4MiB, 1GiB)";
+
+    /// Parses `default`, `off` or a size in whole MiB (`4MiB`, `1GiB`).
+    ///
+    /// # Errors
+    /// What is wrong with `text`, and what is allowed.
+    pub fn parse(text: &str) -> Result<SeqCutoff, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "default" => return Ok(SeqCutoff::LevelDefault),
+            "off" | "never" => return Ok(SeqCutoff::Never),
+            _ => {}
+        }
+        let bytes = drive::parse_size_bytes(text).map_err(|e| format!("seqcutoff: {e}; allowed: {}", SeqCutoff::ALLOWED))?;
+        let mib = bytes.is_multiple_of(1 << 20).then_some(bytes >> 20).filter(|mib| (1..=u64::from(SeqCutoff::MIB_MAX)).contains(mib));
+        match mib {
+            Some(mib) => Ok(SeqCutoff::Mib(mib as u16)),
+            None => Err(format!("seqcutoff={text:?} is not allowed; allowed: {}", SeqCutoff::ALLOWED)),
+        }
+    }
+
+    /// The cutoff in bytes on a VD of `level`; 0: never.
+    pub fn bytes_for(self, level: Level) -> u64 {
+        match self {
+            SeqCutoff::LevelDefault => crate::vd::journal_bypass::default_cutoff_bytes(level.span_kind()),
+            SeqCutoff::Never => 0,
+            SeqCutoff::Mib(mib) => u64::from(mib) << 20,
+        }
+    }
+
+    /// The CLI's words: `default`, `off`, `4MiB`.
+    pub fn text(self) -> String {
+        match self {
+            SeqCutoff::LevelDefault => "default".into(),
+            SeqCutoff::Never => "off".into(),
+            SeqCutoff::Mib(mib) => format!("{mib}MiB"),
+        }
+    }
+}
+
 impl WritePolicy {
     pub const ALL: [WritePolicy; 3] = [WritePolicy::WriteThrough, WritePolicy::WriteBack, WritePolicy::AlwaysWriteBack];
     /// The CLI's word (`wt`, `wb`, `awb`).
@@ -314,6 +373,8 @@ pub struct VdRecord {
     pub cache_write_back: bool,
     /// The cache VD that caches this one (`set ssdcaching=on`), if any.
     pub ssd_cache_vd_id: Option<u32>,
+    /// From which length its sequential streams' large writes go around the journal.
+    pub seq_cutoff: SeqCutoff,
 }
 
 /// A VD byte range whose data is lost (MegaRAID's puncture, md's bad-block log).
@@ -335,4 +396,35 @@ pub struct ControllerConfig {
     pub vds: Vec<VdRecord>,
     pub hot_spares: Vec<HotSpareRecord>,
     pub settings: ControllerSettings,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seq_cutoff_is_default_off_or_whole_mib_and_anything_else_is_refused_by_name() {
+        assert_eq!(SeqCutoff::parse("default"), Ok(SeqCutoff::LevelDefault));
+        assert_eq!(SeqCutoff::parse("OFF"), Ok(SeqCutoff::Never));
+        assert_eq!(SeqCutoff::parse("4MiB"), Ok(SeqCutoff::Mib(4)));
+        assert_eq!(SeqCutoff::parse("1G"), Ok(SeqCutoff::Mib(1024)));
+        assert_eq!(SeqCutoff::parse("65534MiB"), Ok(SeqCutoff::Mib(SeqCutoff::MIB_MAX)));
+        for bad in ["0", "512KiB", "1536KiB", "65535MiB", "64GiB", "fast", ""] {
+            let error = SeqCutoff::parse(bad).expect_err(bad);
+            assert!(error.contains("allowed: default"), "{bad}: {error}");
+        }
+        for cutoff in [SeqCutoff::LevelDefault, SeqCutoff::Never, SeqCutoff::Mib(16)] {
+            assert_eq!(SeqCutoff::parse(&cutoff.text()), Ok(cutoff), "the CLI's words read back");
+        }
+    }
+
+    #[test]
+    fn the_level_default_goes_around_the_journal_only_without_parity() {
+        assert_eq!(SeqCutoff::LevelDefault.bytes_for(Level::Raid1), 4 << 20);
+        assert_eq!(SeqCutoff::LevelDefault.bytes_for(Level::Raid0), 4 << 20);
+        assert_eq!(SeqCutoff::LevelDefault.bytes_for(Level::Raid5), 0);
+        assert_eq!(SeqCutoff::LevelDefault.bytes_for(Level::Raid60), 0);
+        assert_eq!(SeqCutoff::Mib(8).bytes_for(Level::Raid6), 8 << 20);
+        assert_eq!(SeqCutoff::Never.bytes_for(Level::Raid10), 0);
+    }
 }

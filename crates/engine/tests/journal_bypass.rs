@@ -3,7 +3,8 @@
 //! stream passed the cutoff, while the small random writes before it stay in the journal; after
 //! a crash the replay of those records undoes none of the stream's writes. A degraded VD, or a
 //! cutoff of 0, keeps every write in the journal. By default it is on for levels without parity
-//! only.
+//! only; `seqcutoff=` (`VdChanges::seq_cutoff`) sets it per VD, and the VD's record keeps it
+//! across a restart.
 //!
 //! (The crash semantics proper, with drives that drop or tear unflushed writes and images and
 //! records that could be replayed over a write gone around, are the simulator's: its runs with
@@ -13,8 +14,8 @@ mod common;
 
 use common::{check, engine, mem_drives, pattern, scatter, spec};
 use drive::{Drive, MemDrive};
-use engine::config::{ControllerId, WritePolicy};
-use engine::controller::{Controller, ControllerOptions, DriveCommand, JournalOffer, OfferedDrive};
+use engine::config::{ControllerId, SeqCutoff, WritePolicy};
+use engine::controller::{Controller, ControllerOptions, DriveCommand, JournalOffer, OfferedDrive, VdChanges};
 use engine::{Engine, VirtualDrive};
 use layout::{Level, MIB};
 use std::sync::Arc;
@@ -54,7 +55,8 @@ fn a_stream_goes_around_the_journal_and_a_crash_replays_nothing_over_it() {
         let engine = engine();
         let controller = open(&engine, &drives, None, &journal);
         let vd = wb_raid5(&controller);
-        vd.journal_bypass().set_cutoff_bytes(engine::vd::journal_bypass::DEFAULT_CUTOFF_BYTES);
+        set_seq_cutoff(&controller, SeqCutoff::Mib(4));
+        assert_eq!(vd.journal_bypass().cutoff_bytes(), 4 * MIB, "set live");
         // Journaled: small random writes over the first half, then a stream over all of it.
         scatter(&engine, &vd, &mut image[..SPAN_BYTES / 2], 1, 200);
         let journal_before = controller.journal_view().used_bytes;
@@ -71,9 +73,15 @@ fn a_stream_goes_around_the_journal_and_a_crash_replays_nothing_over_it() {
     };
     let engine = engine();
     let controller = open(&engine, &drives, Some(id), &journal);
-    let (_, vd) = controller.vd(0).unwrap();
+    let (record, vd) = controller.vd(0).unwrap();
     check(&engine, &vd, &image, "after the crash and the replay");
+    assert_eq!(record.seq_cutoff, SeqCutoff::Mib(4), "kept in the VD's record");
+    assert_eq!(vd.journal_bypass().cutoff_bytes(), 4 * MIB, "applied at assembly");
     controller.shutdown();
+}
+
+fn set_seq_cutoff(controller: &Controller, cutoff: SeqCutoff) {
+    controller.set_vd(0, VdChanges { seq_cutoff: Some(cutoff), ..VdChanges::default() }).unwrap();
 }
 
 #[test]
@@ -111,5 +119,18 @@ fn levels_without_parity_go_around_by_default() {
     let (_, bytes) = vd.journal_bypass().bypassed();
     assert!(bytes >= 24 * MIB, "a 32 MiB stream past its first 4 MiB goes around: {bytes} bytes did");
     check(&engine, &vd, &image, "RAID10 after the stream");
+    // `seqcutoff=off` keeps a mirror's streams in the journal, across a restart too.
+    set_seq_cutoff(&controller, SeqCutoff::Never);
+    let id = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+    let controller = open(&engine, &drives, Some(id), &journal);
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!((record.seq_cutoff, vd.journal_bypass().cutoff_bytes()), (SeqCutoff::Never, 0));
+    stream(&engine, &vd, &mut image, 0..SPAN_BYTES, 11);
+    assert_eq!(vd.journal_bypass().bypassed(), (0, 0), "off: nothing goes around");
+    check(&engine, &vd, &image, "RAID10 with the cutoff off");
+    set_seq_cutoff(&controller, SeqCutoff::LevelDefault);
+    assert_eq!(vd.journal_bypass().cutoff_bytes(), engine::vd::journal_bypass::DEFAULT_CUTOFF_BYTES, "back to the level's");
     controller.shutdown();
 }

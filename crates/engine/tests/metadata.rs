@@ -5,7 +5,7 @@
 use drive::{Drive, DriveError, DriveOp, Faults, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, IoCtx, MemDrive};
 use engine::config::{
     BadBlock, CcMode, CcSchedule, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord,
-    IoPolicy, PatrolSettings, ReadPolicy, VdRecord, WritePolicy,
+    IoPolicy, PatrolSettings, ReadPolicy, SeqCutoff, VdRecord, WritePolicy,
 };
 use engine::metadata::{
     self, assemble, decode, encode, Assembly, ConfigGroup, MetadataError, OtherCopy, ReadOutcome, Superblock, COPY_AREA_BYTES,
@@ -62,6 +62,7 @@ fn full_config(controller: u128, generation: u64) -> ControllerConfig {
             cache_vd: index % 5 == 2,
             cache_write_back: index % 10 == 7,
             ssd_cache_vd_id: (index % 4 == 1).then_some(index as u32 + 100),
+            seq_cutoff: [SeqCutoff::LevelDefault, SeqCutoff::Never, SeqCutoff::Mib(1), SeqCutoff::Mib(SeqCutoff::MIB_MAX)][index % 4],
         });
     }
     let hot_spares = vec![
@@ -131,6 +132,7 @@ fn small_config(controller: u128, generation: u64) -> ControllerConfig {
         cache_vd: false,
         cache_write_back: false,
         ssd_cache_vd_id: None,
+        seq_cutoff: SeqCutoff::LevelDefault,
     };
     let hot_spares = vec![HotSpareRecord { slot: 3, dedicated_drive_groups: vec![0] }];
     ControllerConfig {
@@ -352,7 +354,7 @@ fn encoding_matches_the_documented_bytes() {
     let bytes = encode(&sb, 1).unwrap();
     let mut header = Vec::new();
     header.extend_from_slice(b"STORCMD\0");
-    header.extend_from_slice(&12u32.to_le_bytes()); // format_version
+    header.extend_from_slice(&13u32.to_le_bytes()); // format_version
     header.extend_from_slice(&0u32.to_le_bytes()); // flags
     header.extend_from_slice(&0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10u128.to_le_bytes());
     header.extend_from_slice(&102u128.to_le_bytes()); // drive_id
@@ -387,7 +389,7 @@ fn encoding_matches_the_documented_bytes() {
     payload.extend_from_slice(&3u32.to_le_bytes()); // drives_per_span
     payload.extend_from_slice(&(64u64 << 10).to_le_bytes()); // strip_size_bytes
     payload.extend_from_slice(&3u32.to_le_bytes()); // member_count
-    payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, vd_flags (no BGI pending, no cache VD), reserved
+    payload.extend_from_slice(&[3, 0, 0, 0]); // name_len, vd_flags (no BGI pending, no cache VD), seq_cutoff_mib (the level's)
     payload.extend_from_slice(&[b"vd0".as_slice(), &[0; 29]].concat());
     payload.extend_from_slice(&(1u64 << 30).to_le_bytes()); // member_size_bytes
     payload.extend_from_slice(&0u32.to_le_bytes()); // bad_block_count
@@ -419,8 +421,8 @@ fn header_corruption_is_detected_precisely() {
     use MetadataError::*;
     check_decode("bad magic", |b| b[3] = b'X', |_| BadMagic { found: *b"STOXCMD\0" });
     check_decode("zeroed header", |b| b[..4096].fill(0), |_| BadMagic { found: [0; 8] });
-    check_decode("unknown version", |b| set_u32(b, 8, 13), |_| UnknownVersion { found: 13, supported: 12 });
-    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 12 });
+    check_decode("unknown version", |b| set_u32(b, 8, 14), |_| UnknownVersion { found: 14, supported: 13 });
+    check_decode("version 0", |b| set_u32(b, 8, 0), |_| UnknownVersion { found: 0, supported: 13 });
     for offset in [12, 16, 31, 32, 48, 52, 56, 64, 72, 76, 80, 88, 1000, 4091, 4092, 4095] {
         check_decode(&format!("header byte {offset} flipped"), |b| b[offset] ^= 0x10, header_checksum_error);
     }
@@ -476,7 +478,8 @@ fn bad_records_in_a_well_sealed_payload_are_detected_precisely() {
     check_decode("io policy 255", sealed(VD0 + 11, 255), unknown(vd0(), "io_policy", 255, "1 (direct), 2 (cached)"));
     let reserved = |record: String, field, offset_bytes| move |_: &[u8]| ReservedNotZero { record, field, offset_bytes };
     check_decode("drive reserved", sealed(DRIVE_RECORDS + 7, 1), reserved("drive record 0".into(), "reserved", 7));
-    check_decode("vd reserved", sealed(VD0 + 30, 1), reserved(vd0(), "reserved", 30));
+    // seq_cutoff_mib (VD0 + 30) takes any value; a version-12 record's reserved bytes there
+    // are checked by `version_12_metadata_knows_no_seq_cutoff`.
     check_decode("drive reserved tail", sealed(DRIVE_RECORDS + 45, 1), reserved("drive record 0".into(), "reserved", 45));
     // Version 10 holds `ssd_cache_vd_id` in the VD record's last 4 bytes; before, they are reserved.
     let mut v9 = encode(&superblock(small_config(9, 3), 1), 0).unwrap();
@@ -545,7 +548,7 @@ fn error_messages_name_the_field_and_what_was_expected() {
         assert_eq!(message, expected, "{case}");
     };
     check("magic", |b| b[..8].copy_from_slice(b"EFI PART"), "no storc metadata: magic is b\"EFI PART\", expected b\"STORCMD\\0\"");
-    check("version", |b| set_u32(b, 8, 13), "metadata format version 13 is unknown; this storc reads versions 1 to 12");
+    check("version", |b| set_u32(b, 8, 14), "metadata format version 14 is unknown; this storc reads versions 1 to 13");
     check(
         "level",
         |b| (b[VD0 + 8] = 0, reseal(b)).1,
@@ -1098,4 +1101,28 @@ fn version_10_metadata_knows_no_write_back_cache_vd() {
     let known = "bit 0 (background initialization pending), bit 1 (cache VD)".to_string();
     let expected = MetadataError::UnknownCode { record: "vd record 0 (vd 7)".into(), field: "vd_flags", code: 6, known };
     assert_eq!(decode(&v10).err(), Some(expected));
+}
+
+/// Version 13 put a VD's sequential cutoff (`seqcutoff=`) in the VD record's bytes 30-31,
+/// reserved before: 0 is the level's default, 0xFFFF never, anything else MiB. A version-12
+/// record with them set was never written and is refused; one without reads as the default.
+#[test]
+fn version_12_metadata_knows_no_seq_cutoff() {
+    let mut config = small_config(0x9c, 5);
+    for (cutoff, code) in [(SeqCutoff::LevelDefault, 0u16), (SeqCutoff::Never, 0xFFFF), (SeqCutoff::Mib(16), 16)] {
+        config.vds[0].seq_cutoff = cutoff;
+        let sb = superblock(config.clone(), 0);
+        let bytes = encode(&sb, 0).unwrap();
+        assert_eq!(bytes[VD0 + 30..VD0 + 32], code.to_le_bytes(), "seq_cutoff_mib of {cutoff:?}");
+        assert_eq!(decode(&bytes), Ok(sb));
+    }
+    let mut v12 = encode(&superblock(config.clone(), 0), 0).unwrap();
+    set_u32(&mut v12, 8, 12);
+    reseal(&mut v12);
+    let expected = MetadataError::ReservedNotZero { record: "vd record 0 (vd 7)".into(), field: "reserved", offset_bytes: 30 };
+    assert_eq!(decode(&v12).err(), Some(expected));
+    v12[VD0 + 30..VD0 + 32].fill(0);
+    reseal(&mut v12);
+    config.vds[0].seq_cutoff = SeqCutoff::LevelDefault;
+    assert_eq!(decode(&v12), Ok(superblock(config, 0)));
 }

@@ -297,6 +297,10 @@ pub struct VdView {
     /// daemon started (pieces and bytes), and the stream length from which they do (0: never).
     #[serde(default)]
     pub journal_bypass_cutoff_bytes: u64,
+    /// The VD's `seqcutoff` setting behind that length: "default" (its level's), "off", or a
+    /// size such as "4MiB".
+    #[serde(default)]
+    pub seq_cutoff: String,
     #[serde(default)]
     pub journal_bypassed_writes: u64,
     #[serde(default)]
@@ -435,6 +439,10 @@ pub struct SetVd {
     /// SSD caching: "on" (by the only cache VD), "off", or "vN" (by cache VD N).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssd_caching: Option<String>,
+    /// From which length a sequential stream's writes go around the journal: "default",
+    /// "off", or a size in whole MiB ("4MiB").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_cutoff: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

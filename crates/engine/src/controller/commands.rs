@@ -63,6 +63,7 @@ impl Controller {
             cache_vd: false,
             cache_write_back: false,
             ssd_cache_vd_id: None,
+            seq_cutoff: SeqCutoff::LevelDefault,
         };
         let opening = bgi::opening_for(&vd);
         let (cache_vd, cache_write_back) = (cache.is_some(), cache == Some(true));
@@ -211,6 +212,7 @@ impl Controller {
         record.write_policy = changes.write_policy.unwrap_or(record.write_policy);
         record.read_policy = changes.read_policy.unwrap_or(record.read_policy);
         record.io_policy = changes.io_policy.unwrap_or(record.io_policy);
+        record.seq_cutoff = changes.seq_cutoff.unwrap_or(record.seq_cutoff);
         let renamed = name.is_some();
         if let Some(name) = name {
             record.name = name;
@@ -224,6 +226,7 @@ impl Controller {
         let persisted = self.persist(&mut state);
         state.vds[&vd_id].set_write_policy(record.write_policy);
         state.vds[&vd_id].set_read_policies(record.read_policy, record.io_policy);
+        state.vds[&vd_id].set_seq_cutoff(record.seq_cutoff);
         drop(state);
         if record.write_policy == WritePolicy::WriteBack && !self.journal_usable() {
             self.log(Severity::Warning, format!("v{vd_id} is WB and runs as WT: the journal is not usable (a bad battery)"));
@@ -231,10 +234,11 @@ impl Controller {
         self.log(
             Severity::Info,
             format!(
-                "v{vd_id}: policies {} {} {}, name {:?}",
+                "v{vd_id}: policies {} {} {}, seqcutoff {}, name {:?}",
                 record.write_policy.short_name(),
                 record.read_policy.short_name(),
                 record.io_policy.short_name(),
+                record.seq_cutoff.text(),
                 record.name
             ),
         );

@@ -8,8 +8,8 @@
 //! writing metadata blocks.
 
 use crate::config::{
-    ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, VdRecord,
-    WritePolicy, VD_NAME_BYTES_MAX,
+    ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, DriveState, HotSpareRecord, IoPolicy, ReadPolicy, SeqCutoff,
+    VdRecord, WritePolicy, VD_NAME_BYTES_MAX,
 };
 use crate::metadata::{self, Superblock};
 
@@ -307,6 +307,7 @@ impl Controller {
         vd.set_notifier(self.member_events.clone());
         vd.set_write_policy(record.write_policy);
         vd.set_read_policies(record.read_policy, record.io_policy);
+        vd.set_seq_cutoff(record.seq_cutoff);
         self.open_write_intent(state.config.controller_id, record.vd_id, &vd, crate::bitmap::control::Opening::Assembled);
         vd.bad_blocks().load(&record.bad_blocks);
         vd.bad_blocks().set_notifier(self.bad_block_events.clone());

@@ -60,6 +60,7 @@ mod tests {
             cache_vd: false,
             cache_write_back: false,
             ssd_cache_vd_id: None,
+            seq_cutoff: crate::config::SeqCutoff::LevelDefault,
         };
         let mut drives: Vec<DriveRecord> = (0..3)
             .map(|slot| DriveRecord {

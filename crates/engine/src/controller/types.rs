@@ -97,6 +97,8 @@ pub struct VdChanges {
     pub read_policy: Option<ReadPolicy>,
     pub io_policy: Option<IoPolicy>,
     pub name: Option<String>,
+    /// `seqcutoff=`: from which length a sequential stream goes around the journal.
+    pub seq_cutoff: Option<SeqCutoff>,
 }
 
 /// What `/c0 set` changes; `None` keeps the current value.

@@ -8,7 +8,7 @@
 use super::{MetadataError, Superblock, BLOCK_BYTES, COPY_COUNT, PAYLOAD_BYTES_MAX, PAYLOAD_BYTES_MAX_V3};
 use crate::config::{
     BadBlock, CcMode, CcSchedule, ControllerConfig, ControllerId, ControllerSettings, DriveId, DriveRecord, HotSpareRecord, PatrolSettings,
-    VdRecord, VD_NAME_BYTES_MAX,
+    SeqCutoff, VdRecord, VD_NAME_BYTES_MAX,
 };
 
 pub const MAGIC: [u8; 8] = *b"STORCMD\0";
@@ -26,7 +26,8 @@ pub const MAGIC: [u8; 8] = *b"STORCMD\0";
 /// drive state `Jrnl` (a slot's drive holding the journal). Version 10 adds SSD caching: the VD
 /// flag of a cache VD, and the cache VD that caches a VD. Version 11 adds the VD flag of a
 /// write-back cache VD. Version 12 adds the drive state `Mgrt` (a drive receiving a whole VD).
-pub const FORMAT_VERSION: u32 = 12;
+/// Version 13 adds a VD's sequential cutoff (`seqcutoff=`).
+pub const FORMAT_VERSION: u32 = 13;
 /// The first version with the drive states `Cpybck` and `UBad`.
 const FORMAT_VERSION_COPYBACK_UBAD: u32 = 3;
 /// The first version with copyback, bad-block lists and the write-intent bitmap area.
@@ -47,6 +48,8 @@ const FORMAT_VERSION_SSD_CACHE: u32 = 10;
 const FORMAT_VERSION_SSD_CACHE_WRITE_BACK: u32 = 11;
 /// The first version with the drive state `Mgrt`.
 const FORMAT_VERSION_MIGRATION: u32 = 12;
+/// The first version with a VD's sequential cutoff.
+const FORMAT_VERSION_SEQ_CUTOFF: u32 = 13;
 /// The oldest format version this code reads.
 pub const FORMAT_VERSION_OLDEST: u32 = 1;
 pub const HEADER_BYTES: usize = 4096;
@@ -194,6 +197,7 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
         | if vd.cache_vd { vd_record::FLAG_CACHE_VD } else { 0 }
         | if vd.cache_vd && vd.cache_write_back { vd_record::FLAG_CACHE_WRITE_BACK } else { 0 };
     put(&mut fixed, vd_record::VD_FLAGS, &[flags]);
+    put(&mut fixed, vd_record::SEQ_CUTOFF_MIB, &seq_cutoff_code(vd.seq_cutoff).to_le_bytes());
     let cache_vd_id = vd.ssd_cache_vd_id.unwrap_or(vd_record::NO_SSD_CACHE);
     put(&mut fixed, vd_record::SSD_CACHE_VD_ID, &cache_vd_id.to_le_bytes());
     fixed[vd_record::NAME.offset..][..name.len()].copy_from_slice(name);
@@ -206,6 +210,14 @@ fn encode_vd(vd: &VdRecord, out: &mut Vec<u8>) {
         put(&mut entry, bad_block::OFFSET_BYTES, &range.offset_bytes.to_le_bytes());
         put(&mut entry, bad_block::LEN_BYTES, &range.len_bytes.to_le_bytes());
         out.extend_from_slice(&entry);
+    }
+}
+
+fn seq_cutoff_code(cutoff: SeqCutoff) -> u16 {
+    match cutoff {
+        SeqCutoff::LevelDefault => 0,
+        SeqCutoff::Never => vd_record::SEQ_CUTOFF_NEVER,
+        SeqCutoff::Mib(mib) => mib,
     }
 }
 

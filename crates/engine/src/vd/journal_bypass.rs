@@ -17,7 +17,8 @@
 //! restart without one member would then refuse the reads of that whole region (older,
 //! acknowledged data in it included) until a resync, as md without a journal does: the write
 //! hole the journal closes. So there the cutoff starts at 0 (never) and must be set on purpose
-//! ([`JournalBypass::set_cutoff_bytes`]); the simulator runs parity levels with it on.
+//! (`/cx/vx set seqcutoff=4MiB`: [`crate::config::SeqCutoff`], kept in the VD's record); the
+//! simulator runs parity levels with it on.
 //!
 //! The stream table here is a heuristic (a race can only send a write one way or the other);
 //! nothing that makes the bypass safe depends on it.
@@ -28,6 +29,15 @@ use std::sync::Mutex;
 /// A stream's length, in bytes written in a row, from which its large writes go around the
 /// journal (bcache's default sequential cutoff): the default of levels without parity.
 pub const DEFAULT_CUTOFF_BYTES: u64 = 4 << 20;
+/// The cutoff of a VD whose spans are `kind` unless it sets its own (`SeqCutoff`): on
+/// without parity, off with it (module docs).
+pub fn default_cutoff_bytes(kind: layout::SpanKind) -> u64 {
+    match kind {
+        layout::SpanKind::Parity | layout::SpanKind::DoubleParity => 0,
+        _ => DEFAULT_CUTOFF_BYTES,
+    }
+}
+
 /// Write streams tracked per VD.
 const STREAMS_TRACKED: usize = 16;
 /// A write continues a stream if it starts within this many of its own lengths of the
@@ -63,15 +73,8 @@ impl Default for JournalBypass {
 }
 
 impl JournalBypass {
-    /// The default of a VD whose spans are `kind`: on without parity, off with it (module docs).
-    pub fn for_span_kind(kind: layout::SpanKind) -> JournalBypass {
-        match kind {
-            layout::SpanKind::Parity | layout::SpanKind::DoubleParity => JournalBypass::with_cutoff_bytes(0),
-            _ => JournalBypass::default(),
-        }
-    }
-
-    fn with_cutoff_bytes(cutoff_bytes: u64) -> JournalBypass {
+    /// A VD's, with the cutoff of `bytes` (0: never).
+    pub fn with_cutoff_bytes(cutoff_bytes: u64) -> JournalBypass {
         JournalBypass {
             streams: Mutex::new(StreamTable::default()),
             cutoff_bytes: AtomicU64::new(cutoff_bytes),

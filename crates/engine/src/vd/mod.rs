@@ -268,7 +268,7 @@ impl VirtualDrive {
             fast_path_reads: AtomicU64::new(0),
             fast_writes: fast_writes::FastWrites::default(),
             ssd_cache: crate::ssd_cache::Attachment::default(),
-            journal_bypass: JournalBypass::for_span_kind(geometry.span_kind()),
+            journal_bypass: JournalBypass::with_cutoff_bytes(journal_bypass::default_cutoff_bytes(geometry.span_kind())),
             client_io: io_stats::ClientIoStats::default(),
             migration: RwLock::new(None),
             migrating: AtomicBool::new(false),
@@ -279,6 +279,12 @@ impl VirtualDrive {
     /// Which of its writes go around the journal: the stream table, the cutoff, the counts.
     pub fn journal_bypass(&self) -> &JournalBypass {
         &self.journal_bypass
+    }
+
+    /// From which length its sequential streams' large writes go around the journal (the
+    /// controller sets it from the VD's record; the level's default until then).
+    pub fn set_seq_cutoff(&self, cutoff: crate::config::SeqCutoff) {
+        self.journal_bypass.set_cutoff_bytes(cutoff.bytes_for(self.geometry.level()));
     }
 
     /// Notes a client write for [`JournalBypass`]: whether it may go around the journal.

@@ -390,7 +390,8 @@ fn parse_range(item: &str, noun: &str) -> Result<(u32, u32), String> {
 }
 
 fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
-    const ALLOWED: &str = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME, ssdcaching=on|off|vN";
+    const ALLOWED: &str =
+        "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME, ssdcaching=on|off|vN, seqcutoff=default|off|SIZE";
     if tokens.is_empty() {
         return usage(format!("set needs one or more of: {ALLOWED}"));
     }
@@ -405,6 +406,10 @@ fn parse_set_vd(tokens: &[String]) -> Result<SetVd, UsageError> {
             "iopolicy" => set_once(&mut changes.io_policy, Choice::io_policy().parse(value)?, "iopolicy=", token)?,
             "name" => set_once(&mut changes.name, parse_vd_name(value)?, "name=", token)?,
             "ssdcaching" => set_once(&mut changes.ssd_caching, parse_ssd_caching(value)?, "ssdcaching=", token)?,
+            "seqcutoff" => {
+                let cutoff = engine::config::SeqCutoff::parse(value).or_else(usage)?;
+                set_once(&mut changes.seq_cutoff, cutoff.text(), "seqcutoff=", token)?
+            }
             _ => return usage(format!("set: unknown property \"{key}\"; allowed: {ALLOWED}")),
         }
     }

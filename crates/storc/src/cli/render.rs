@@ -512,12 +512,16 @@ fn policy_name(write_back: bool) -> &'static str {
 }
 
 /// Writes of sequential streams that went to the members around the journal (WB, or WT with a
-/// journal; see `cache::bypass`).
+/// journal; see `cache::bypass`), and the `seqcutoff` setting that decides it.
 fn journal_bypass_text(vd: &VdView) -> String {
+    let setting = match vd.seq_cutoff.as_str() {
+        "" | "default" => "seqcutoff=default: the level's".to_string(),
+        setting => format!("seqcutoff={setting}"),
+    };
     match vd.journal_bypass_cutoff_bytes {
-        0 => "Off".into(),
+        0 => format!("Off ({setting})"),
         cutoff => format!(
-            "streams from {} on: {} writes ({}) went around the journal to the members",
+            "streams from {} on ({setting}): {} writes ({}) went around the journal to the members",
             human_size(cutoff),
             vd.journal_bypassed_writes,
             human_size(vd.journal_bypassed_bytes)

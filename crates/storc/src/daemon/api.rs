@@ -194,6 +194,7 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         gathered_rows: vd.gathered().rows,
         gathered_joins: vd.gathered().joins,
         journal_bypass_cutoff_bytes: vd.journal_bypass().cutoff_bytes(),
+        seq_cutoff: record.seq_cutoff.text(),
         journal_bypassed_writes: vd.journal_bypass().bypassed().0,
         journal_bypassed_bytes: vd.journal_bypass().bypassed().1,
         cache_vd: record.cache_vd,

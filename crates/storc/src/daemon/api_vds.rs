@@ -7,7 +7,7 @@ use crate::api_types::*;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use engine::config::{IoPolicy, ReadPolicy, WritePolicy};
+use engine::config::{IoPolicy, ReadPolicy, SeqCutoff, WritePolicy};
 use engine::controller::{CreateVdSpec, VdChanges};
 use layout::Level;
 use std::sync::Arc;
@@ -93,9 +93,14 @@ pub(super) async fn set_vd(State(state): State<Shared>, Path(id): Path<u32>, Api
         read_policy: read_policy(body.read_policy.as_deref())?,
         io_policy: io_policy(body.io_policy.as_deref())?,
         name: body.name.clone(),
+        seq_cutoff: body.seq_cutoff.as_deref().map(SeqCutoff::parse).transpose().map_err(bad)?,
     };
     let caching = body.ssd_caching.as_deref().map(super::api_ssd_cache::ssd_caching).transpose()?;
-    let policies_or_name = body.write_policy.is_some() || body.read_policy.is_some() || body.io_policy.is_some() || body.name.is_some();
+    let policies_or_name = body.write_policy.is_some()
+        || body.read_policy.is_some()
+        || body.io_policy.is_some()
+        || body.name.is_some()
+        || body.seq_cutoff.is_some();
     let controller = Arc::clone(&state.controller);
     blocking(move || {
         // Caching first: it has more reasons to refuse, and a refusal then changes nothing.

@@ -289,7 +289,9 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
             0
         }
         _ => {
-            check_zero(fixed, vd_record::RESERVED, record)?;
+            if version < FORMAT_VERSION_SEQ_CUTOFF {
+                check_zero(fixed, vd_record::RESERVED_V12, record)?;
+            }
             let flags = get::<1>(fixed, vd_record::VD_FLAGS)[0];
             let (known_flags, known) = match version {
                 ..FORMAT_VERSION_SSD_CACHE => (vd_record::FLAGS_KNOWN_V9, "bit 0 (background initialization pending)"),
@@ -312,6 +314,14 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
     let name = decode_name(fixed, record)?;
     let member_count = get_u32(fixed, vd_record::MEMBER_COUNT);
     let member_slots = reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
+    let seq_cutoff = match version {
+        ..FORMAT_VERSION_SEQ_CUTOFF => SeqCutoff::LevelDefault,
+        _ => match u16::from_le_bytes(get::<2>(fixed, vd_record::SEQ_CUTOFF_MIB)) {
+            0 => SeqCutoff::LevelDefault,
+            vd_record::SEQ_CUTOFF_NEVER => SeqCutoff::Never,
+            mib => SeqCutoff::Mib(mib),
+        },
+    };
     let ssd_cache_vd_id = match version {
         ..FORMAT_VERSION_BITMAP => None,
         FORMAT_VERSION_BITMAP..FORMAT_VERSION_SSD_CACHE => {
@@ -345,6 +355,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
         cache_vd: flags & vd_record::FLAG_CACHE_VD != 0,
         cache_write_back: flags & vd_record::FLAG_CACHE_VD != 0 && flags & vd_record::FLAG_CACHE_WRITE_BACK != 0,
         ssd_cache_vd_id,
+        seq_cutoff,
     })
 }
 

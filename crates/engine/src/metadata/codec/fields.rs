@@ -190,7 +190,13 @@ pub(crate) mod vd_record {
     pub const NAME_LEN: Field = Field::new("name_len", 28, 1);
     /// Version 6: flags, in the first byte versions 1 to 5 kept reserved.
     pub const VD_FLAGS: Field = Field::new("vd_flags", 29, 1);
-    pub const RESERVED: Field = Field::new("reserved", 30, 2);
+    /// Version 13: the sequential cutoff, in the bytes versions 6 to 12 kept reserved.
+    pub const SEQ_CUTOFF_MIB: Field = Field::new("seq_cutoff_mib", 30, 2);
+    /// Versions 6 to 12: bytes 30 and 31 are reserved.
+    pub const RESERVED_V12: Field = Field::new("reserved", 30, 2);
+    /// `seq_cutoff_mib` of a VD whose writes all go through the journal (`SeqCutoff::Never`);
+    /// 0 is the level's default, other values MiB.
+    pub const SEQ_CUTOFF_NEVER: u16 = u16::MAX;
     /// Versions 1 to 5: bytes 29 to 31 are reserved.
     pub const RESERVED_V5: Field = Field::new("reserved", 29, 3);
     pub const NAME: Field = Field::new("name", 32, VD_NAME_BYTES_MAX);
@@ -214,7 +220,7 @@ pub(crate) mod vd_record {
         MEMBER_COUNT,
         NAME_LEN,
         VD_FLAGS,
-        RESERVED,
+        SEQ_CUTOFF_MIB,
         NAME,
         MEMBER_SIZE_BYTES,
         BAD_BLOCK_COUNT,

@@ -24,7 +24,7 @@ pub(crate) const OBJECT_COMMANDS: [ObjectCommands; 7] = [
     ObjectCommands {
         path: "/c0/vN",
         what: "virtual drive N",
-        commands: "show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=|ssdcaching=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
+        commands: "show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=|ssdcaching=|seqcutoff=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
     },
     ObjectCommands {
         path: "/c0/sall",

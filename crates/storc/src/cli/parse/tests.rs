@@ -108,7 +108,8 @@ fn vd_delete_and_set() {
     check("/c0/v2 set wrcache=wx", "usage: unknown write policy \"wx\"; allowed: wt, wb, awb");
     check("/c0/v2 set rdcache=always", "usage: unknown read policy \"always\"; allowed: nora, ra, adra");
     check("/c0/v2 set iopolicy=fast", "usage: unknown IO policy \"fast\"; allowed: direct, cached");
-    let allowed = "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME, ssdcaching=on|off|vN";
+    let allowed =
+        "wrcache=wt|wb|awb, rdcache=nora|ra|adra, iopolicy=direct|cached, name=NAME, ssdcaching=on|off|vN, seqcutoff=default|off|SIZE";
     check("/c0/v2 set", &format!("usage: set needs one or more of: {allowed}"));
     check("/c0/v2 set wb", &format!("usage: set: \"wb\" is not KEY=VALUE; allowed: {allowed}"));
     check("/c0/v2 set pdcache=on", &format!("usage: set: unknown property \"pdcache\"; allowed: {allowed}"));
@@ -117,6 +118,13 @@ fn vd_delete_and_set() {
     check("/c0/v2 set ssdcaching=OFF", off);
     check("/c0/v2 set ssdcaching=v3", &off.replace("off", "v3"));
     check("/c0/v2 set ssdcaching=yes", "usage: ssdcaching=\"yes\" is not allowed; allowed: on, off, or vN (the cache VD to cache by)");
+    let cutoff = r#"PATCH /api/v1/vds/2 {"write_policy":null,"read_policy":null,"io_policy":null,"name":null,"seq_cutoff":"4MiB"}"#;
+    check("/c0/v2 set seqcutoff=4M", cutoff);
+    check("/c0/v2 set seqcutoff=Off", &cutoff.replace("4MiB", "off"));
+    check("/c0/v2 set seqcutoff=default", &cutoff.replace("4MiB", "default"));
+    let allowed_cutoff = "allowed: default (the level's: 4MiB without parity, off with it), off, or a size in whole MiB from 1MiB to 65534MiB (e.g. 4MiB, 1GiB)";
+    check("/c0/v2 set seqcutoff=100KiB", &format!("usage: seqcutoff=\"100KiB\" is not allowed; {allowed_cutoff}"));
+    check("/c0/v2 set seqcutoff=soon", &format!("usage: seqcutoff: size \"soon\" does not start with a number; {allowed_cutoff}"));
 }
 
 #[test]
@@ -209,7 +217,7 @@ fn show_badblocks_needs_one_vd() {
     );
     check(
         "/c0/v2 show badblock",
-        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=|ssdcaching=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
+        "usage: unknown command \"/c0/v2 show badblock\"; allowed after /c0/v2: show, show all, show badblocks, show cc, show bgi, show init, del [force], delete preservedcache, set wrcache=|rdcache=|iopolicy=|name=|ssdcaching=|seqcutoff=, start cc [repair|report], stop|pause|resume cc, stop|pause|resume bgi, start init [full] [force]",
     );
     let args: Vec<String> = ["/c0/v2", "show", "badblocks", "J"].map(String::from).to_vec();
     assert!(parse(&args).unwrap().json_output);

@@ -42,6 +42,7 @@ pub fn sample_vd() -> VdView {
         gathered_rows: 0,
         gathered_joins: 0,
         journal_bypass_cutoff_bytes: 4 << 20,
+        seq_cutoff: "4MiB".into(),
         journal_bypassed_writes: 0,
         journal_bypassed_bytes: 0,
         cache_vd: false,

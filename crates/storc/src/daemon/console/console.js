@@ -413,10 +413,10 @@
   function wireVdActions() {
     $('vd-apply-policies').addEventListener('click', () => act(`policies of v${$('vd-select').value}`, () => {
       const body = {};
-      for (const [field, id] of [['write_policy', 'vd-write-policy'], ['read_policy', 'vd-read-policy'], ['io_policy', 'vd-io-policy']]) {
-        if ($(id).value) body[field] = $(id).value;
+      for (const [field, id] of [['write_policy', 'vd-write-policy'], ['read_policy', 'vd-read-policy'], ['io_policy', 'vd-io-policy'], ['seq_cutoff', 'vd-seq-cutoff']]) {
+        if ($(id).value.trim()) body[field] = $(id).value.trim();
       }
-      if (!Object.keys(body).length) throw new Error('choose a write, read or IO policy to change');
+      if (!Object.keys(body).length) throw new Error('choose a write, read or IO policy or a sequential cutoff to change');
       return api('PATCH', `/api/v1/vds/${vdOrThrow()}`, body);
     }));
     for (const button of document.querySelectorAll('[data-cc]')) {
