@@ -104,6 +104,32 @@ fn a_degraded_vd_and_a_cutoff_of_zero_keep_every_write_in_the_journal() {
 }
 
 #[test]
+fn a_vd_created_with_a_cutoff_has_it_from_its_first_write_and_keeps_it() {
+    let drives = mem_drives(5, DRIVE_BYTES);
+    let journal: Arc<dyn Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));
+    let engine = engine();
+    let controller = open(&engine, &drives, None, &journal);
+    let mut vd_spec = spec(Level::Raid6, &[0, 1, 2, 3, 4], "stream");
+    vd_spec.write_policy = WritePolicy::WriteBack;
+    vd_spec.seq_cutoff = SeqCutoff::Mib(2);
+    controller.create_vd(vd_spec).unwrap();
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!((record.seq_cutoff, vd.journal_bypass().cutoff_bytes()), (SeqCutoff::Mib(2), 2 * MIB));
+    let mut image = vec![0u8; SPAN_BYTES];
+    stream(&engine, &vd, &mut image, 0..SPAN_BYTES, 13);
+    assert!(vd.journal_bypass().bypassed().1 >= 16 * MIB, "a RAID6 created with seqcutoff=2MiB sends its stream around");
+    check(&engine, &vd, &image, "RAID6 after the stream");
+    let id = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+    let controller = open(&engine, &drives, Some(id), &journal);
+    let (record, vd) = controller.vd(0).unwrap();
+    assert_eq!((record.seq_cutoff, vd.journal_bypass().cutoff_bytes()), (SeqCutoff::Mib(2), 2 * MIB), "kept");
+    check(&engine, &vd, &image, "RAID6 after a restart");
+    controller.shutdown();
+}
+
+#[test]
 fn levels_without_parity_go_around_by_default() {
     let drives = mem_drives(4, DRIVE_BYTES);
     let journal: Arc<dyn Drive> = Arc::new(MemDrive::new(JOURNAL_BYTES));

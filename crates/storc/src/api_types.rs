@@ -427,6 +427,10 @@ pub struct CreateVd {
     /// With `cachecade`: VDs it caches from the start (`assignvds=0,1`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assign_vds: Vec<u32>,
+    /// From which length a sequential stream's writes go around the journal: "default" (the
+    /// level's), "off", or a size in whole MiB ("4MiB").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_cutoff: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -46,6 +46,7 @@ impl Controller {
             .map_err(|e| ControlError::BadInput(format!("{e}: slots {}", slot_list(&spec.slots))))?;
         vd.set_write_policy(spec.write_policy);
         vd.set_read_policies(spec.read_policy, spec.io_policy);
+        vd.set_seq_cutoff(spec.seq_cutoff);
         let record = VdRecord {
             vd_id,
             drive_group: vd_id,
@@ -63,7 +64,7 @@ impl Controller {
             cache_vd: false,
             cache_write_back: false,
             ssd_cache_vd_id: None,
-            seq_cutoff: SeqCutoff::LevelDefault,
+            seq_cutoff: spec.seq_cutoff,
         };
         let opening = bgi::opening_for(&vd);
         let (cache_vd, cache_write_back) = (cache.is_some(), cache == Some(true));

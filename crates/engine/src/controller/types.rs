@@ -88,6 +88,8 @@ pub struct CreateVdSpec {
     pub write_policy: WritePolicy,
     pub read_policy: ReadPolicy,
     pub io_policy: IoPolicy,
+    /// `seqcutoff=`: from which length a sequential stream goes around the journal.
+    pub seq_cutoff: SeqCutoff,
 }
 
 /// What `set` changes on a VD; `None` keeps the current value.

@@ -26,6 +26,7 @@ pub fn spec(level: Level, slots: &[u32], name: &str) -> CreateVdSpec {
         write_policy: WritePolicy::WriteThrough,
         read_policy: ReadPolicy::NoReadAhead,
         io_policy: IoPolicy::Direct,
+        seq_cutoff: engine::config::SeqCutoff::LevelDefault,
     }
 }
 

@@ -66,11 +66,15 @@ pub(super) async fn create_vd(State(state): State<Shared>, ApiJson(body): ApiJso
         write_policy: write_policy(body.write_policy.as_deref())?.unwrap_or(WritePolicy::WriteThrough),
         read_policy: read_policy(body.read_policy.as_deref())?.unwrap_or(ReadPolicy::NoReadAhead),
         io_policy: io_policy(body.io_policy.as_deref())?.unwrap_or(IoPolicy::Direct),
+        seq_cutoff: body.seq_cutoff.as_deref().map(SeqCutoff::parse).transpose().map_err(bad)?.unwrap_or_default(),
     };
     let controller = Arc::clone(&state.controller);
     let (cachecade, assign_vds) = (body.cachecade, body.assign_vds.clone());
     if !cachecade && !assign_vds.is_empty() {
         return Err(bad("assignvds= is for a cache VD (add vd cachecade ...)".to_string()));
+    }
+    if cachecade && body.seq_cutoff.is_some() {
+        return Err(bad("seqcutoff= is for a VD behind the journal; a cache VD (add vd cachecade ...) takes none".to_string()));
     }
     // A cache VD's wt|wb is its caching's (write-back keeps writes on it, CacheCade's WB); its
     // own writes go through to its SSDs.

@@ -220,6 +220,7 @@ fn create_default_layout(controller: &Controller) -> Result<(), String> {
         write_policy: WritePolicy::WriteThrough,
         read_policy: ReadPolicy::NoReadAhead,
         io_policy: IoPolicy::Direct,
+        seq_cutoff: engine::config::SeqCutoff::LevelDefault,
     };
     controller.create_vd(spec).map_err(|e| e.to_string())?;
     controller.add_hot_spare(7, Vec::new()).map_err(|e| e.to_string())

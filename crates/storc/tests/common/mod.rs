@@ -357,6 +357,7 @@ pub fn create_vd_body(level: &str, drives: &[u32], name: &str) -> CreateVd {
         io_policy: None,
         cachecade: false,
         assign_vds: Vec::new(),
+        seq_cutoff: None,
     }
 }
 

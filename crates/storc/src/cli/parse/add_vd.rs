@@ -18,10 +18,12 @@ struct VdSpec {
     io_policy: Option<String>,
     cachecade: bool,
     assign_vds: Option<Vec<u32>>,
+    seq_cutoff: Option<String>,
 }
 
 pub(super) const ADD_VD_ALLOWED: &str = "a level (r0, r1, r1e, r5, r6, r10, r50, r60, jbod or type=raid5), drives=LIST, \
-     strip=KiB, name=NAME, pdperarray=N, wt|wb|awb, nora|ra|adra, direct|cached, cachecade, assignvds=LIST";
+     strip=KiB, name=NAME, pdperarray=N, wt|wb|awb, nora|ra|adra, direct|cached, seqcutoff=default|off|SIZE, cachecade, \
+     assignvds=LIST";
 
 pub(super) fn parse_add_vd(tokens: &[String]) -> Result<CreateVd, UsageError> {
     let mut spec = VdSpec::default();
@@ -64,6 +66,10 @@ impl VdSpec {
             "name" => set_once(&mut self.name, parse_vd_name(value)?, "name=", token),
             "pdperarray" => set_once(&mut self.pdperarray, parse_pdperarray(value)?, "pdperarray=", token),
             "assignvds" => set_once(&mut self.assign_vds, parse_number_list("assignvds", value, "VD")?, "assignvds=", token),
+            "seqcutoff" => {
+                let cutoff = engine::config::SeqCutoff::parse(value).or_else(usage)?;
+                set_once(&mut self.seq_cutoff, cutoff.text(), "seqcutoff=", token)
+            }
             _ => usage(format!("unknown option \"{token}\" for add vd; allowed: {ADD_VD_ALLOWED}")),
         }
     }
@@ -82,6 +88,9 @@ impl VdSpec {
         if !self.cachecade && self.assign_vds.is_some() {
             return usage("assignvds= is for a cache VD: add vd cachecade r0|r1|r10 drives=LIST assignvds=LIST");
         }
+        if self.cachecade && self.seq_cutoff.is_some() {
+            return usage("seqcutoff= is for a VD behind the journal; a cache VD (add vd cachecade) takes none");
+        }
         Ok(CreateVd {
             cachecade: self.cachecade,
             assign_vds: self.assign_vds.unwrap_or_default(),
@@ -93,6 +102,7 @@ impl VdSpec {
             write_policy: self.write_policy,
             read_policy: self.read_policy,
             io_policy: self.io_policy,
+            seq_cutoff: self.seq_cutoff,
         })
     }
 }

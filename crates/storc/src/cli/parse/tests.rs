@@ -48,6 +48,10 @@ fn add_vd_takes_tokens_in_any_order() {
         "/c0 add vd jbod drives=9",
         r#"POST /api/v1/vds {"level":"jbod","drives":[9],"strip_kib":null,"name":null,"pdperarray":null,"write_policy":null,"read_policy":null,"io_policy":null}"#,
     );
+    check(
+        "/c0 add vd r6 drives=0-5 wb seqcutoff=8M",
+        r#"POST /api/v1/vds {"level":"r6","drives":[0,1,2,3,4,5],"strip_kib":null,"name":null,"pdperarray":null,"write_policy":"wb","read_policy":null,"io_policy":null,"seq_cutoff":"8MiB"}"#,
+    );
 }
 
 #[test]
@@ -73,6 +77,7 @@ fn add_vd_errors_name_the_token_and_what_is_allowed() {
     check("/c0 add vd r5 drives=0-3 drives=4-6", "usage: \"drives=4-6\": drives= given twice; give it once");
     check("/c0 add vd drives=0-3", "usage: add vd needs a RAID level; allowed: r0, r1, r1e, r5, r6, r10, r50, r60, jbod");
     check("/c0 add vd r5", "usage: add vd needs drives=LIST, e.g. drives=0-3,5");
+    check("/c0 add vd r5 drives=0-3 seqcutoff=1KiB", "usage: seqcutoff=\"1KiB\" is not allowed; allowed: default (the level's: 4MiB without parity, off with it), off, or a size in whole MiB from 1MiB to 65534MiB (e.g. 4MiB, 1GiB)");
     check("/c0 add vd r5 drives=0-3 size=10gb", &format!("usage: unknown option \"size=10gb\" for add vd; allowed: {ADD_VD_ALLOWED}"));
     check("/c0 add vd r5 drives=0-3 fast", &format!("usage: unknown option \"fast\" for add vd; allowed: {ADD_VD_ALLOWED}"));
     check("/c0 add vd r5 drives=0-3 pdperarray=x", "usage: pdperarray=x: \"x\" is not a number of drives per span");
@@ -137,6 +142,10 @@ fn add_vd_cachecade_makes_a_cache_vd_of_r0_r1_or_r10() {
     check(
         "/c0 add vd r1 drives=8-9 assignvds=0",
         "usage: assignvds= is for a cache VD: add vd cachecade r0|r1|r10 drives=LIST assignvds=LIST",
+    );
+    check(
+        "/c0 add vd cachecade r1 drives=8-9 seqcutoff=4MiB",
+        "usage: seqcutoff= is for a VD behind the journal; a cache VD (add vd cachecade) takes none",
     );
 }
 
