@@ -319,7 +319,9 @@ fn an_osd_that_stops_answering_fails_operations_after_the_timeout() {
     let waited = started.elapsed();
     signal("-CONT");
     assert_eq!(stalled, Err(DriveError::Io(libc::ETIMEDOUT)), "after {waited:?}");
-    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(20), "failed after {waited:?}");
+    // librados times the operation on its own clock from its own start: in one CI run it
+    // failed 3 ms short of 2 s of ours. What matters is that it waited, then gave up.
+    assert!(waited >= Duration::from_millis(1800) && waited < Duration::from_secs(20), "failed after {waited:?}");
     let deadline = Instant::now() + Duration::from_secs(60);
     while write(&drive, ctx, 4096, pattern(4096, 3)) != Ok(()) {
         assert!(Instant::now() < deadline, "the drive does not work again once the OSD answers");
