@@ -132,7 +132,7 @@ impl SeqCutoff {
     pub fn parse(text: &str) -> Result<SeqCutoff, String> {
         match text.trim().to_ascii_lowercase().as_str() {
             "default" => return Ok(SeqCutoff::LevelDefault),
-            "off" | "never" => return Ok(SeqCutoff::Never),
+            "off" => return Ok(SeqCutoff::Never),
             _ => {}
         }
         let bytes = drive::parse_size_bytes(text).map_err(|e| format!("seqcutoff: {e}; allowed: {}", SeqCutoff::ALLOWED))?;

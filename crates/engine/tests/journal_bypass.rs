@@ -80,6 +80,14 @@ fn a_stream_goes_around_the_journal_and_a_crash_replays_nothing_over_it() {
     controller.shutdown();
 }
 
+/// A clean stop and a new controller over the same drives and journal.
+fn restart(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], controller: Arc<Controller>, journal: &Arc<dyn Drive>) -> Arc<Controller> {
+    let id = controller.config().controller_id;
+    controller.shutdown();
+    drop(controller);
+    open(engine, drives, Some(id), journal)
+}
+
 fn set_seq_cutoff(controller: &Controller, cutoff: SeqCutoff) {
     controller.set_vd(0, VdChanges { seq_cutoff: Some(cutoff), ..VdChanges::default() }).unwrap();
 }
@@ -119,10 +127,7 @@ fn a_vd_created_with_a_cutoff_has_it_from_its_first_write_and_keeps_it() {
     stream(&engine, &vd, &mut image, 0..SPAN_BYTES, 13);
     assert!(vd.journal_bypass().bypassed().1 >= 16 * MIB, "a RAID6 created with seqcutoff=2MiB sends its stream around");
     check(&engine, &vd, &image, "RAID6 after the stream");
-    let id = controller.config().controller_id;
-    controller.shutdown();
-    drop(controller);
-    let controller = open(&engine, &drives, Some(id), &journal);
+    let controller = restart(&engine, &drives, controller, &journal);
     let (record, vd) = controller.vd(0).unwrap();
     assert_eq!((record.seq_cutoff, vd.journal_bypass().cutoff_bytes()), (SeqCutoff::Mib(2), 2 * MIB), "kept");
     check(&engine, &vd, &image, "RAID6 after a restart");
@@ -147,10 +152,7 @@ fn levels_without_parity_go_around_by_default() {
     check(&engine, &vd, &image, "RAID10 after the stream");
     // `seqcutoff=off` keeps a mirror's streams in the journal, across a restart too.
     set_seq_cutoff(&controller, SeqCutoff::Never);
-    let id = controller.config().controller_id;
-    controller.shutdown();
-    drop(controller);
-    let controller = open(&engine, &drives, Some(id), &journal);
+    let controller = restart(&engine, &drives, controller, &journal);
     let (record, vd) = controller.vd(0).unwrap();
     assert_eq!((record.seq_cutoff, vd.journal_bypass().cutoff_bytes()), (SeqCutoff::Never, 0));
     stream(&engine, &vd, &mut image, 0..SPAN_BYTES, 11);

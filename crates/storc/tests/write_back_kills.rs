@@ -48,6 +48,16 @@ struct Tally {
     fua_or_flushed: u64,
 }
 
+/// Kills to run: `STORC_WB_KILLS`, or what CI runs.
+fn kills_from_env() -> u32 {
+    std::env::var("STORC_WB_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS_DEFAULT)
+}
+
+/// `count` sparse member files `d0.img`, `d1.img`, ... of `DRIVE_BYTES` in `scratch`.
+fn member_files(scratch: &Scratch, count: u32) -> Vec<String> {
+    (0..count).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect()
+}
+
 fn contents(block: u64, version: u64) -> Vec<u8> {
     block_contents(block, version, BLOCK_BYTES)
 }
@@ -63,6 +73,24 @@ fn client(daemon: &Daemon, export: &str) -> Client {
     Client::connect(&uri, &ClientConfig { structured_replies: true }).unwrap_or_else(|e| panic!("NBD connect to {export}: {e}"))
 }
 
+/// Whether `block` holds its acknowledged version or the one in flight at the kill (`bytes`
+/// read back); its model then holds what it found.
+fn block_survived(block: u64, bytes: &[u8], state: &mut BlockModel, kill: u32) -> bool {
+    let allowed = [Some(state.acknowledged), state.in_flight];
+    match allowed.iter().flatten().find(|v| bytes == contents(block, **v)) {
+        Some(&found) => {
+            *state = BlockModel { acknowledged: found, in_flight: None };
+            true
+        }
+        None => {
+            let header = (u64::from_le_bytes(bytes[..8].try_into().unwrap()), u64::from_le_bytes(bytes[8..16].try_into().unwrap()));
+            eprintln!("kill {kill}: block {block} holds none of versions {allowed:?}; its header says (block, version) = {header:?}");
+            *state = BlockModel { acknowledged: header.1, in_flight: None };
+            false
+        }
+    }
+}
+
 /// Reads every block: each must hold its acknowledged version or the one in flight at the kill.
 /// Returns the blocks whose acknowledged write was lost.
 fn verify(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
@@ -72,16 +100,7 @@ fn verify(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
         let block = block as u64;
         let data =
             nbd.read(block_offset_bytes(block), BLOCK_BYTES as u32).unwrap_or_else(|e| panic!("kill {kill}: read of block {block}: {e}"));
-        let allowed = [Some(state.acknowledged), state.in_flight];
-        match allowed.iter().flatten().find(|v| data == contents(block, **v)) {
-            Some(&found) => *state = BlockModel { acknowledged: found, in_flight: None },
-            None => {
-                let header = (u64::from_le_bytes(data[..8].try_into().unwrap()), u64::from_le_bytes(data[8..16].try_into().unwrap()));
-                eprintln!("kill {kill}: block {block} holds none of versions {allowed:?}; its header says (block, version) = {header:?}");
-                lost += 1;
-                *state = BlockModel { acknowledged: header.1, in_flight: None };
-            }
-        }
+        lost += u64::from(!block_survived(block, &data, state, kill));
     }
     lost
 }
@@ -150,11 +169,10 @@ fn set_write_back(daemon: &Daemon) {
 
 #[test]
 fn kill_9_of_a_write_back_vd_with_a_journal_never_loses_an_acknowledged_write() {
-    let kills: u32 = std::env::var("STORC_WB_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS_DEFAULT);
+    let kills: u32 = kills_from_env();
     let seed: u64 = std::env::var("STORC_WB_KILLS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0xB0B);
     let scratch = Scratch::new("wb-kills");
-    let drives: Vec<String> =
-        (0..DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let drives = member_files(&scratch, DRIVE_COUNT);
     let journal = scratch.join("journal.img").display().to_string();
     let args = ["--journal", journal.as_str(), "--cache-size", "64MiB"];
     let daemon = Daemon::start_with_args(&scratch, &drives, &args);
@@ -202,8 +220,7 @@ fn kill_9_of_a_write_back_vd_with_a_journal_never_loses_an_acknowledged_write() 
 #[test]
 fn a_mirrored_journal_survives_the_loss_of_one_leg_and_a_kill_9() {
     let scratch = Scratch::new("wb-mirror");
-    let drives: Vec<String> =
-        (0..DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let drives = member_files(&scratch, DRIVE_COUNT);
     let legs = [scratch.sparse_file("ja.img", 64 * MIB), scratch.sparse_file("jb.img", 64 * MIB)];
     let (ja, jb) = (legs[0].display().to_string(), legs[1].display().to_string());
     let args = ["--journal", ja.as_str(), "--journal", jb.as_str(), "--cache-size", "64MiB"];
@@ -269,8 +286,7 @@ fn a_mirrored_journal_survives_the_loss_of_one_leg_and_a_kill_9() {
 #[test]
 fn a_slot_drive_journal_is_replayed_after_a_kill_9_without_a_journal_option() {
     let scratch = Scratch::new("wb-slot-journal");
-    let drives: Vec<String> =
-        (0..=DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let drives = member_files(&scratch, DRIVE_COUNT + 1);
     let args = ["--cache-size", "64MiB"];
     let daemon = Daemon::start_with_args(&scratch, &drives, &args);
     daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
@@ -313,10 +329,9 @@ fn a_slot_drive_journal_is_replayed_after_a_kill_9_without_a_journal_option() {
 /// cache SSD goes offline amid the writes, and a last kill -9 loses nothing either.
 #[test]
 fn kill_9_with_a_write_back_ssd_cache_never_loses_an_acknowledged_write() {
-    let kills: u32 = std::env::var("STORC_WB_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS_DEFAULT) / 2;
+    let kills: u32 = kills_from_env() / 2;
     let scratch = Scratch::new("ssd-wb-kills");
-    let drives: Vec<String> =
-        (0..DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let drives = member_files(&scratch, DRIVE_COUNT);
     let daemon = Daemon::start(&scratch, &drives);
     daemon.create_vd("r5", &[0, 1, 2], "wb");
     daemon.cli(&["/c0", "add", "vd", "cachecade", "r1", "drives=3-4", "wb", "name=ssd", "assignvds=0"]);
@@ -441,16 +456,7 @@ fn verify_stream(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
     for first in (0..STREAM_BLOCKS).step_by(STREAM_WRITE_BLOCKS as usize) {
         let data = nbd.read(first * BLOCK_BYTES as u64, MIB as u32).unwrap_or_else(|e| panic!("kill {kill}: read at block {first}: {e}"));
         for (block, bytes) in (first..).zip(data.chunks(BLOCK_BYTES)) {
-            let state = &mut model[block as usize];
-            let allowed = [Some(state.acknowledged), state.in_flight];
-            match allowed.iter().flatten().find(|v| bytes == contents(block, **v)) {
-                Some(&found) => *state = BlockModel { acknowledged: found, in_flight: None },
-                None => {
-                    eprintln!("kill {kill}: stream block {block} holds none of versions {allowed:?}");
-                    lost += 1;
-                    *state = BlockModel { acknowledged: u64::from_le_bytes(bytes[8..16].try_into().unwrap()), in_flight: None };
-                }
-            }
+            lost += u64::from(!block_survived(block, bytes, &mut model[block as usize], kill));
         }
     }
     lost
@@ -458,10 +464,9 @@ fn verify_stream(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
 
 #[test]
 fn kill_9_amid_a_stream_that_goes_around_the_journal_never_loses_an_acknowledged_write() {
-    let kills: u32 = std::env::var("STORC_WB_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS_DEFAULT) / 2;
+    let kills: u32 = kills_from_env() / 2;
     let scratch = Scratch::new("wb-stream-kills");
-    let drives: Vec<String> =
-        (0..DRIVE_COUNT).map(|i| scratch.sparse_file(&format!("d{i}.img"), DRIVE_BYTES).display().to_string()).collect();
+    let drives = member_files(&scratch, DRIVE_COUNT);
     let journal = scratch.join("journal.img").display().to_string();
     // A small cache: the random writes' data is destaged within a run, while their records
     // stay live in the journal: the case a stream written around must not be replayed over.

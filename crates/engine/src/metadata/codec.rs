@@ -221,6 +221,15 @@ fn seq_cutoff_code(cutoff: SeqCutoff) -> u16 {
     }
 }
 
+/// What [`seq_cutoff_code`] wrote: every value means something.
+fn seq_cutoff_of_code(code: u16) -> SeqCutoff {
+    match code {
+        0 => SeqCutoff::LevelDefault,
+        vd_record::SEQ_CUTOFF_NEVER => SeqCutoff::Never,
+        mib => SeqCutoff::Mib(mib),
+    }
+}
+
 fn encode_hot_spare(spare: &HotSpareRecord, out: &mut Vec<u8>) {
     let mut fixed = [0u8; hot_spare_record::BYTES];
     put(&mut fixed, hot_spare_record::SLOT, &spare.slot.to_le_bytes());

@@ -74,7 +74,7 @@ impl Default for JournalBypass {
 
 impl JournalBypass {
     /// A VD's, with the cutoff of `bytes` (0: never).
-    pub fn with_cutoff_bytes(cutoff_bytes: u64) -> JournalBypass {
+    pub(crate) fn with_cutoff_bytes(cutoff_bytes: u64) -> JournalBypass {
         JournalBypass {
             streams: Mutex::new(StreamTable::default()),
             cutoff_bytes: AtomicU64::new(cutoff_bytes),

@@ -316,11 +316,7 @@ fn decode_vd(reader: &mut Reader, index: u32, count: u32, version: u32, drives: 
     let member_slots = reader.take_u32_list(member_count, || format!("member slots of vd record {index} (vd {vd_id})"))?;
     let seq_cutoff = match version {
         ..FORMAT_VERSION_SEQ_CUTOFF => SeqCutoff::LevelDefault,
-        _ => match u16::from_le_bytes(get::<2>(fixed, vd_record::SEQ_CUTOFF_MIB)) {
-            0 => SeqCutoff::LevelDefault,
-            vd_record::SEQ_CUTOFF_NEVER => SeqCutoff::Never,
-            mib => SeqCutoff::Mib(mib),
-        },
+        _ => seq_cutoff_of_code(u16::from_le_bytes(get::<2>(fixed, vd_record::SEQ_CUTOFF_MIB))),
     };
     let ssd_cache_vd_id = match version {
         ..FORMAT_VERSION_BITMAP => None,
