@@ -231,6 +231,7 @@ impl Sim {
         self.bgi_at_crash();
         let members = self.drives.iter().map(|d| Arc::clone(&d.faulty) as Arc<dyn drive::Drive>).collect();
         self.bypassed_before += self.vd.journal_bypass().bypassed().0;
+        self.completed_rows_before += self.vd.journal_bypass().completed_rows();
         let vd = VirtualDrive::new(self.config.seed, "sim", self.layout, members).expect("the layout held before");
         for (member, recorded) in recorded.iter().enumerate() {
             match *recorded {

@@ -92,6 +92,9 @@ pub struct RunReport {
     pub read_ahead_bytes: u64,
     /// Write pieces that went around the journal (`cache::bypass`), over all the run's VDs.
     pub journal_bypassed_writes: u64,
+    /// Rows written whole around the journal from a stream's write and the cached rest of the
+    /// row (`cache::bypass::complete_row`).
+    pub journal_completed_rows: u64,
     /// Bytes of WB writes' whole rows that went to the journal as row images, not cached.
     pub write_back_imaged_bytes: u64,
     /// Destage runs that wrote a parity row's scattered extents as one row write.
@@ -204,6 +207,7 @@ pub fn run(config: RunConfig) -> Result<RunReport, RunFailure> {
             journal_leg_replayed: sim.journal.as_ref().is_some_and(|j| j.replayed_after_leg_failed),
             images_replayed_degraded: sim.journal.as_ref().is_some_and(|j| j.images_replayed_degraded),
             journal_bypassed_writes: sim.bypassed_before + sim.vd.journal_bypass().bypassed().0,
+            journal_completed_rows: sim.completed_rows_before + sim.vd.journal_bypass().completed_rows(),
             write_back_imaged_bytes: sim.write_back_imaged_before + sim.engine.cache_stats().imaged.write_back_bytes,
             scattered_destages: sim.scattered_destages_before + sim.engine.cache_stats().destage.scattered_runs,
             crashes: sim.crashes,
@@ -258,6 +262,8 @@ pub struct LevelCoverage {
     pub read_ahead: usize,
     /// Runs where writes went around the journal.
     pub journal_bypassed: usize,
+    /// Runs where a stream's write completed a cached row around the journal.
+    pub rows_completed: usize,
     /// Runs where WB writes' whole rows went to the journal as row images, not cached.
     pub write_back_imaged: usize,
     /// Runs where the destager wrote a parity row's scattered extents as one row write.
@@ -291,6 +297,7 @@ impl Coverage {
         level.clean_hits += usize::from(report.clean_hits > 0);
         level.read_ahead += usize::from(report.read_ahead_bytes > 0);
         level.journal_bypassed += usize::from(report.journal_bypassed_writes > 0);
+        level.rows_completed += usize::from(report.journal_completed_rows > 0);
         level.write_back_imaged += usize::from(report.write_back_imaged_bytes > 0);
         level.scattered += usize::from(report.scattered_destages > 0);
     }
@@ -304,12 +311,12 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead  bypassed  wb-imaged  scattered"
+            "level    runs  rebuilt  re-added  read-in-rbld  copied  checked  bgi  bgi-crashed  crashed  tore-writes  crashed-in-rebuild  resync-repaired  journal-replayed  journal-detached  leg-replayed  images-degraded  clean-hits  read-ahead  bypassed  completed  wb-imaged  scattered"
         )?;
         for (level, c) in layout::Level::ALL.iter().zip(&self.levels) {
             writeln!(
                 f,
-                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11} {:>9} {:>10} {:>10}",
+                "{:<7} {:>5} {:>8} {:>9} {:>13} {:>7} {:>8} {:>4} {:>12} {:>8} {:>12} {:>19} {:>16} {:>17} {:>17} {:>13} {:>16} {:>11} {:>11} {:>9} {:>10} {:>10} {:>10}",
                 level.to_string(),
                 c.runs,
                 c.rebuilt,
@@ -330,6 +337,7 @@ impl fmt::Display for Coverage {
                 c.clean_hits,
                 c.read_ahead,
                 c.journal_bypassed,
+                c.rows_completed,
                 c.write_back_imaged,
                 c.scattered
             )?;

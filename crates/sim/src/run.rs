@@ -86,10 +86,13 @@ pub(crate) struct Sim {
     pub bgi_report: crate::bgi::BgiReport,
     /// The cache's journal, if the run has one.
     pub journal: Option<crate::cache::SimJournal>,
-    /// Where the last write submitted ended: the next write of a stream starts there.
+    /// Where the stream's last write ended: its next write starts there, whatever random
+    /// writes came in between (so that its writes complete the rows its previous ones left).
     pub last_write_end: u64,
     /// Writes that went around the journal on VD objects of earlier engines (before restarts).
     pub bypassed_before: u64,
+    /// Rows completed around the journal (`cache::bypass::complete_row`), likewise.
+    pub completed_rows_before: u64,
     /// Bytes of WB writes' whole rows that took the imaged path, in the engines before this one.
     pub write_back_imaged_before: u64,
     /// Destage runs that went as one scattered row write, in the engines before this one.
@@ -159,6 +162,7 @@ impl Sim {
             journal: None,
             last_write_end: 0,
             bypassed_before: 0,
+            completed_rows_before: 0,
             write_back_imaged_before: 0,
             scattered_destages_before: 0,
         }
@@ -264,7 +268,8 @@ impl Sim {
         }
         for _ in 0..8 {
             let write = self.rng.gen_bool(0.55);
-            let range = match write && self.config.journal_bypass && self.rng.gen_bool(0.4) {
+            let stream = write && self.config.journal_bypass && self.rng.gen_bool(0.4);
+            let range = match stream {
                 true => self.stream_range(),
                 false => self.random_range(),
             };
@@ -276,6 +281,9 @@ impl Sim {
                 self.overlaps_in_flight(&range, true)
             };
             if !conflict {
+                if write && stream {
+                    self.last_write_end = range.end;
+                }
                 return if write { self.submit_write(range) } else { self.submit_read(range) };
             }
         }
@@ -296,7 +304,6 @@ impl Sim {
         self.rng.fill(&mut data[..]);
         let id = self.model.submit_write(range.start, &data);
         self.writes += 1;
-        self.last_write_end = range.end;
         self.submit(Op::Write(range.clone(), id), VdRequest::Write { offset_bytes: range.start, buf: IoBuf::from_slice(&data) });
     }
 

@@ -305,6 +305,10 @@ pub struct VdView {
     pub journal_bypassed_writes: u64,
     #[serde(default)]
     pub journal_bypassed_bytes: u64,
+    /// Of those writes, the ones that took the cached rest of their row along, the row going
+    /// to the members whole (`cache::bypass::complete_row`).
+    #[serde(default)]
+    pub journal_completed_rows: u64,
     /// A cache VD (SSD caching): it caches other VDs and is not exported.
     #[serde(default)]
     pub cache_vd: bool,

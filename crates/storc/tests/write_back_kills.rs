@@ -400,8 +400,12 @@ fn kill_9_with_a_write_back_ssd_cache_never_loses_an_acknowledged_write() {
 /// The stream test's region: 16 KiB blocks, one after the other from the VD's start.
 const STREAM_REGION_BYTES: u64 = 24 * MIB;
 const STREAM_BLOCKS: u64 = STREAM_REGION_BYTES / BLOCK_BYTES as u64;
-/// Blocks of one stream write (1 MiB: four whole rows of the RAID5 of five, 64 KiB strips).
-const STREAM_WRITE_BLOCKS: u64 = MIB / BLOCK_BYTES as u64;
+/// Blocks of one stream write: 1 MiB and 80 KiB, four whole rows of the RAID5 of five (64 KiB
+/// strips) and some, so that most writes end inside a row that the next one completes
+/// (`cache::bypass::complete_row`) and the others hold whole rows only.
+const STREAM_WRITE_BLOCKS: u64 = (MIB + (80 << 10)) / BLOCK_BYTES as u64;
+/// Blocks the verification reads at once.
+const VERIFY_BLOCKS: u64 = MIB / BLOCK_BYTES as u64;
 
 /// One write of `blocks` consecutive blocks from `first`, each block its own contents at
 /// `version`: in flight, then acknowledged.
@@ -437,8 +441,8 @@ fn stream_until_stopped(
         let written = match rng.below(2) {
             0 => write_blocks(&mut nbd, &model, rng.below(STREAM_BLOCKS), 1, version),
             _ => {
-                let first = cursor;
-                cursor = (cursor + STREAM_WRITE_BLOCKS) % STREAM_BLOCKS;
+                let first = if cursor + STREAM_WRITE_BLOCKS <= STREAM_BLOCKS { cursor } else { 0 };
+                cursor = first + STREAM_WRITE_BLOCKS;
                 write_blocks(&mut nbd, &model, first, STREAM_WRITE_BLOCKS, version)
             }
         };
@@ -453,7 +457,7 @@ fn stream_until_stopped(
 fn verify_stream(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
     let mut nbd = client(daemon, "wb");
     let mut lost = 0;
-    for first in (0..STREAM_BLOCKS).step_by(STREAM_WRITE_BLOCKS as usize) {
+    for first in (0..STREAM_BLOCKS).step_by(VERIFY_BLOCKS as usize) {
         let data = nbd.read(first * BLOCK_BYTES as u64, MIB as u32).unwrap_or_else(|e| panic!("kill {kill}: read at block {first}: {e}"));
         for (block, bytes) in (first..).zip(data.chunks(BLOCK_BYTES)) {
             lost += u64::from(!block_survived(block, bytes, &mut model[block as usize], kill));
@@ -486,7 +490,7 @@ fn kill_9_amid_a_stream_that_goes_around_the_journal_never_loses_an_acknowledged
     let model = Arc::new(Mutex::new(vec![BlockModel::default(); STREAM_BLOCKS as usize]));
     let next_version = Arc::new(Mutex::new(0));
     let mut rng = Rng(0x5EC);
-    let (mut lost_total, mut bypassed_bytes) = (0, 0);
+    let (mut lost_total, mut bypassed_bytes, mut completed_rows) = (0, 0, 0);
     for kill in 0..=kills {
         let daemon = Daemon::start_with_args(&scratch, &drives, &args);
         let shown = daemon.cli(&["/c0/v0", "show", "all"]);
@@ -505,12 +509,17 @@ fn kill_9_amid_a_stream_that_goes_around_the_journal_never_loses_an_acknowledged
         };
         std::thread::sleep(Duration::from_millis(200 + rng.below(1800)));
         bypassed_bytes += daemon.vd_named("wb").journal_bypassed_bytes;
+        completed_rows += daemon.vd_named("wb").journal_completed_rows;
         daemon.kill9();
         stop.store(true, Ordering::SeqCst);
         writer.join().expect("writer");
     }
     let writes = *next_version.lock().unwrap();
-    println!("{kills} kill -9 amid a stream going around the journal: {writes} writes, {} MiB of them around the journal, {lost_total} blocks lost", bypassed_bytes / MIB);
+    println!(
+        "{kills} kill -9 amid a stream going around the journal: {writes} writes, {} MiB of them around the journal, {completed_rows} rows completed from the cache, {lost_total} blocks lost",
+        bypassed_bytes / MIB
+    );
     assert_eq!(lost_total, 0, "acknowledged writes lost");
     assert!(bypassed_bytes > 0, "the stream never went around the journal");
+    assert!(completed_rows > 0, "no stream write completed a row the cache held");
 }

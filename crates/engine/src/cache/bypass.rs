@@ -30,6 +30,7 @@
 //! Partial rows (a stream's first and last) are logged as row images as usual, so that a crash
 //! can never tear data the write does not own.
 
+use super::destage::{finish_run, Run};
 use super::ShardCache;
 use crate::io;
 use crate::runtime::Reactor;
@@ -55,13 +56,23 @@ pub(crate) struct LoggedRows {
 struct Newest {
     data_below: u64,
     image_below: u64,
+    /// The VD bytes of the row that the data records a replay could read may name: a bound
+    /// (from the first to the last byte noted since the tail last passed them all).
+    data_span_bytes: (u64, u64),
 }
 
 impl LoggedRows {
-    /// A data record `sequence` names VD bytes `range` (rows of `row_bytes`).
-    pub(crate) fn note_data(&mut self, vd_instance: u64, range: Range<u64>, row_bytes: u64, sequence: u64) {
+    /// A data record `sequence` names VD bytes `range` (rows of `row_bytes`); replay reads
+    /// records from `data_tail` on.
+    pub(crate) fn note_data(&mut self, vd_instance: u64, range: Range<u64>, row_bytes: u64, sequence: u64, data_tail: u64) {
         for row in rows_of(&range, row_bytes) {
+            let (start, end) = (range.start.max(row * row_bytes), range.end.min((row + 1) * row_bytes));
             let newest = self.rows.entry((vd_instance, row)).or_default();
+            newest.data_span_bytes = match newest.data_below > data_tail {
+                true => (newest.data_span_bytes.0.min(start), newest.data_span_bytes.1.max(end)),
+                // The records noted before are all behind the tail: replay never reads them.
+                false => (start, end),
+            };
             newest.data_below = newest.data_below.max(sequence + 1);
         }
     }
@@ -75,6 +86,18 @@ impl LoggedRows {
     /// Whether a data record at or past `data_tail` names a row of `range`.
     fn data_live(&self, vd_instance: u64, range: &Range<u64>, row_bytes: u64, data_tail: u64) -> bool {
         rows_of(range, row_bytes).any(|row| self.rows.get(&(vd_instance, row)).is_some_and(|n| n.data_below > data_tail))
+    }
+
+    /// Whether a data record at or past `data_tail` may name a byte of `range`: finer than
+    /// [`LoggedRows::data_live`], for a write that must not be undone by a record of its own
+    /// row's other bytes (`complete_row`).
+    fn data_named(&self, vd_instance: u64, range: &Range<u64>, row_bytes: u64, data_tail: u64) -> bool {
+        rows_of(range, row_bytes).any(|row| {
+            self.rows.get(&(vd_instance, row)).is_some_and(|n| {
+                let (start, end) = n.data_span_bytes;
+                n.data_below > data_tail && start < range.end && range.start < end
+            })
+        })
     }
 
     /// Whether an image at or past `image_tail` names `row`.
@@ -177,7 +200,8 @@ impl ShardCache {
     /// Data record `sequence` holds `len_bytes` of `vd` at `offset_bytes` ([`bypass`]).
     pub(super) fn note_logged_data(&self, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64, sequence: u64) {
         let range = offset_bytes..offset_bytes + len_bytes;
-        self.logged_rows.borrow_mut().note_data(vd.instance_id(), range, vd.geometry().row_data_bytes(), sequence);
+        let data_tail = self.journal().map_or(0, |j| j.durable_tail_sequence());
+        self.logged_rows.borrow_mut().note_data(vd.instance_id(), range, vd.geometry().row_data_bytes(), sequence, data_tail);
     }
 
     /// Row image record `sequence` names `row` of `vd` ([`bypass`]).
@@ -267,6 +291,64 @@ pub(super) fn nothing_to_replay_over(cache: &ShardCache, vd: &VirtualDrive, rang
     !cache.logged_rows.borrow().data_live(vd.instance_id(), range, vd.geometry().row_data_bytes(), data_tail)
 }
 
+/// Whether a write of `range` (a part of one row of a parity VD) may go around the journal
+/// as part of its whole row ([`complete_row`]): as [`allowed`], except that data records may
+/// name the row's other bytes (the dirty extents written with it hold their newest data, and
+/// a replay of those records writes that same data again), never its own.
+pub(super) fn may_complete_row(cache: &ShardCache, vd: &VirtualDrive, range: &Range<u64>) -> bool {
+    if !vd.unavailable().is_empty() || vd.is_replaying() {
+        return false;
+    }
+    let data_tail = cache.journal().map_or(u64::MAX, |j| j.durable_tail_sequence());
+    !cache.logged_rows.borrow().data_named(vd.instance_id(), range, vd.geometry().row_data_bytes(), data_tail)
+}
+
+/// Writes `buf` (a part of one row at `offset_bytes`) with `run` (the row's other bytes, dirty
+/// in the cache) to the members as one whole row around the journal, and acknowledges it once
+/// that is durable, as [`write_around`] does.
+///
+/// A stream's write that does not end on a row boundary leaves the start of a row in the cache
+/// (its record acknowledges it at once); the stream's next write brings the rest. Waiting
+/// under the row lock for that next write instead (`io::gather`) made each write's
+/// acknowledgement wait for the next write's arrival and a member flush: a chain that halved a
+/// 1 MiB stream at QD 4. Here neither waits for the other, and the row still goes out once,
+/// as a full stripe without an image; the cost is the first part's record in the journal.
+///
+/// A crash may tear the row. Replay then writes the cached part again from its records (no
+/// record names this write's bytes: [`may_complete_row`]), and the row, written unlogged, is
+/// resynced, as any row written around the journal.
+pub(super) async fn complete_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, run: Run) -> VdCompletion {
+    let cache = Rc::clone(reactor.cache());
+    let row_bytes = vd.geometry().row_data_bytes();
+    let row_start_bytes = offset_bytes / row_bytes * row_bytes;
+    let row = {
+        let mut parts: Vec<(u64, &[u8])> = run.extents().iter().map(|(o, e)| (*o, e.bytes())).collect();
+        parts.push((offset_bytes, buf.as_slice()));
+        parts.sort_by_key(|&(o, _)| o);
+        let contiguous = parts.windows(2).all(|w| w[0].0 + w[0].1.len() as u64 == w[1].0);
+        let len_bytes: u64 = parts.iter().map(|(_, p)| p.len() as u64).sum();
+        assert!(
+            parts[0].0 == row_start_bytes && contiguous && len_bytes == row_bytes,
+            "a completed row is its extents and the write, back to back"
+        );
+        let slices: Vec<&[u8]> = parts.iter().map(|&(_, p)| p).collect();
+        IoBuf::from_parts(&slices, row_bytes as usize)
+    };
+    let len_bytes = buf.len() as u64;
+    vd.journal_bypass().note_bypassed(len_bytes);
+    vd.journal_bypass().note_completed_row();
+    let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), offset_bytes..offset_bytes + len_bytes);
+    let completion = io::serve_around_journal(Rc::clone(&reactor), Arc::clone(&vd), row_start_bytes, row).await;
+    cache.clean.borrow_mut().end_direct_write(direct);
+    let results = vec![completion.result.clone(); run.extents().len()];
+    finish_run(&reactor, &run, &results, false);
+    let mut result = completion.result;
+    if result.is_ok() {
+        result = members_durable(&reactor, &vd).await;
+    }
+    VdCompletion { result, buf: Some(buf) }
+}
+
 /// Writes `buf` at `offset_bytes` straight to the members: rows it covers whole go without an
 /// image (unlogged in the bitmap), the others as any row write.
 pub(super) async fn write_around(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf) -> VdCompletion {
@@ -291,7 +373,7 @@ mod tests {
     #[test]
     fn a_record_names_the_rows_it_touches_until_the_tail_passes_it() {
         let mut logged = LoggedRows::default();
-        logged.note_data(1, ROW - 4096..ROW + 4096, ROW, 7);
+        logged.note_data(1, ROW - 4096..ROW + 4096, ROW, 7, 0);
         assert!(logged.data_live(1, &(0..4096), ROW, 7), "row 0 is named by record 7");
         assert!(logged.data_live(1, &(ROW..2 * ROW), ROW, 7), "row 1 too");
         assert!(!logged.data_live(1, &(2 * ROW..3 * ROW), ROW, 0), "row 2 is not");
@@ -303,7 +385,7 @@ mod tests {
     fn images_and_records_are_told_apart_and_forgotten_separately() {
         let mut logged = LoggedRows::default();
         logged.note_image(1, 3, 0);
-        logged.note_data(1, 3 * ROW..3 * ROW + 512, ROW, 5);
+        logged.note_data(1, 3 * ROW..3 * ROW + 512, ROW, 5, 0);
         assert!(logged.image_live(1, 3, 0) && !logged.image_live(1, 3, 1));
         logged.forget_images();
         assert!(!logged.image_live(1, 3, 0));
@@ -316,7 +398,7 @@ mod tests {
     fn pruning_keeps_what_a_replay_could_still_read() {
         let mut logged = LoggedRows::default();
         for row in 0..PRUNE_ABOVE_ENTRIES as u64 + 10 {
-            logged.note_data(1, row * ROW..row * ROW + 512, ROW, row);
+            logged.note_data(1, row * ROW..row * ROW + 512, ROW, row, 0);
         }
         logged.prune(Some(100), None);
         assert_eq!(logged.rows.len(), PRUNE_ABOVE_ENTRIES + 10 - 100);

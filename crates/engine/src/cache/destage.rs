@@ -45,7 +45,7 @@ pub(crate) fn pump(reactor: &Rc<Reactor>) {
 /// A destage run: its VD, where it starts, the extents it writes from there (contiguous, in
 /// order), and on parity levels, when those lie inside one row, the row's other idle extents
 /// (`siblings`, in order), written with them as one scattered row write.
-struct Run {
+pub(super) struct Run {
     vd: Arc<VirtualDrive>,
     offset_bytes: u64,
     extents: Vec<(u64, Extent)>,
@@ -56,6 +56,36 @@ impl Run {
     fn all(&self) -> impl Iterator<Item = &(u64, Extent)> {
         self.extents.iter().chain(&self.siblings)
     }
+
+    /// Its extents, with their VD offsets (contiguous, in order).
+    pub(super) fn extents(&self) -> &[(u64, Extent)] {
+        &self.extents
+    }
+}
+
+/// The run of `vd`'s dirty extents that, with a write of `range` (inside one row of a parity
+/// VD, not all of it), makes the row whole: the row's other bytes, all dirty, contiguous and
+/// idle, none overlapping `range` (`cache::bypass::complete_row`). Marked busy and counted
+/// in flight as any run, in the same step as its writer queues for the row's lock.
+pub(super) fn take_completing_run(cache: &ShardCache, vd: &VirtualDrive, range: &Range<u64>) -> Option<Run> {
+    let row_bytes = row_bytes(vd);
+    let row = range.start / row_bytes * row_bytes..(range.start / row_bytes + 1) * row_bytes;
+    assert!(range.end <= row.end && *range != row, "a completing write is a part of one row");
+    let mut vds = cache.vds.borrow_mut();
+    let entry = vds.get_mut(&vd.instance_id())?;
+    let extents: Vec<(u64, Extent)> = entry.dirty.overlapping(row.clone()).map(|(o, e)| (o, e.clone())).collect();
+    let (first, last) = (extents.first()?, extents.last()?);
+    let (start, end) = (first.0, last.0 + last.1.len_bytes);
+    let contiguous = extents.windows(2).all(|w| w[0].0 + w[0].1.len_bytes == w[1].0);
+    let idle = extents.iter().all(|(o, e)| !e.stuck && !is_busy(entry, *o, e));
+    let completes = (start == row.start && end == range.start && range.end == row.end)
+        || (start == range.end && end == row.end && range.start == row.start);
+    if !(contiguous && idle && completes) {
+        return None;
+    }
+    entry.busy.push(start..end);
+    cache.runs_in_flight.set(cache.runs_in_flight.get() + 1);
+    Some(Run { vd: Arc::clone(&entry.vd), offset_bytes: start, extents, siblings: Vec::new() })
 }
 
 /// Most extents one scattered row write takes: bounds its row image's entries (each extent of
@@ -224,6 +254,13 @@ async fn destage_run(reactor: Rc<Reactor>, run: Run) {
     assert!(run.extents.windows(2).all(|w| w[0].0 + w[0].1.len_bytes == w[1].0), "a run's extents are contiguous, in order");
     assert!(run.siblings.windows(2).all(|w| w[0].0 + w[0].1.len_bytes <= w[1].0), "a run's siblings are disjoint, in order");
     let (results, scattered) = write_run(&reactor, &run).await;
+    finish_run(&reactor, &run, &results, scattered);
+}
+
+/// A run's member writes are done (`results`: one per extent, the run's then its siblings'):
+/// what it wrote leaves the cache (the extents that are still the ones it took), what failed
+/// is stuck, and the run no longer counts in flight.
+pub(super) fn finish_run(reactor: &Rc<Reactor>, run: &Run, results: &[Result<(), VdError>], scattered: bool) {
     assert_eq!(results.len(), run.extents.len() + run.siblings.len(), "a result per extent");
     let cache = Rc::clone(reactor.cache());
     let journal = cache.journal();
@@ -233,7 +270,7 @@ async fn destage_run(reactor: Rc<Reactor>, run: Run) {
         if let Some(entry) = vds.get_mut(&vd.instance_id()) {
             let starts: Vec<u64> = std::iter::once(run.offset_bytes).chain(run.siblings.iter().map(|(o, _)| *o)).collect();
             entry.busy.retain(|r| !starts.contains(&r.start));
-            for ((offset, extent), result) in run.all().zip(&results) {
+            for ((offset, extent), result) in run.all().zip(results) {
                 match result {
                     Ok(()) => {
                         if let Some(removed) = entry.dirty.remove_if(*offset, extent.id) {
@@ -272,7 +309,7 @@ async fn destage_run(reactor: Rc<Reactor>, run: Run) {
     }
     cache.runs_in_flight.set(cache.runs_in_flight.get() - 1);
     cache.wake_all();
-    pump(&reactor);
+    pump(reactor);
 }
 
 /// Puts a run on the members: with its siblings as one scattered row write where the row takes

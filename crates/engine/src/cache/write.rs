@@ -3,7 +3,7 @@
 //! make what the journal does not hold reach the members.
 
 use super::extents::{DirtyMap, Extent};
-use super::{bypass, pump, ShardCache, VdCache};
+use super::{bypass, destage, pump, ShardCache, VdCache};
 use crate::config::WritePolicy;
 use crate::io;
 use crate::journal::part::{JournalPart, WriteData};
@@ -39,7 +39,7 @@ fn mode_for(vd: &VirtualDrive, journal: Option<&JournalPart>) -> Mode {
 
 pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, mut buf: IoBuf, bypass: bool) -> VdCompletion {
     let cache = Rc::clone(reactor.cache());
-    let cuts = whole_row_cuts(&cache, &vd, offset_bytes, buf.len() as u64);
+    let cuts = whole_row_cuts(&cache, &vd, offset_bytes, buf.len() as u64, bypass);
     // Writes are admitted in the order they arrived, so that overlapping writes land in that
     // order even when one has to wait for room. The pieces of a write cut in rows take their
     // tickets one after another now, so they are admitted in the write's own turn.
@@ -71,14 +71,16 @@ pub(super) async fn write(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_by
 /// Where a WB write of `len_bytes` at `offset_bytes` is cut so that its whole rows go the
 /// imaged path while its partial first and last rows are cached (and join the next and the
 /// previous write's pieces there into whole rows): none unless it holds a whole row and a
-/// partial one, on a parity VD whose row writes are imaged.
+/// partial one, on a parity VD whose row writes are imaged. A stream's write (`bypass`) is
+/// also cut where it crosses a row without holding one whole, so that each piece may complete
+/// the row the stream's other write left in the cache (`bypass::complete_row`).
 ///
 /// Cached, a whole row goes to the journal twice (the data record, then the destage's row
 /// image, which repeats the data beside the parity) and is copied three more times on the way;
 /// imaged, the journal takes its data and parity once, as md's raid5-cache takes a full
 /// stripe's (data at the write, parity at the flush). The price is the acknowledgement: after
 /// the members' full-stripe writes, not after the journal's.
-fn whole_row_cuts(cache: &ShardCache, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Vec<u64> {
+fn whole_row_cuts(cache: &ShardCache, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64, bypass: bool) -> Vec<u64> {
     if !rows_imaged(cache, vd) || mode_for(vd, cache.journal().as_deref()) != Mode::Back {
         return Vec::new();
     }
@@ -86,7 +88,8 @@ fn whole_row_cuts(cache: &ShardCache, vd: &VirtualDrive, offset_bytes: u64, len_
     let end_bytes = offset_bytes + len_bytes;
     let (first_whole, past_whole) = (offset_bytes.next_multiple_of(row_bytes), end_bytes / row_bytes * row_bytes);
     if first_whole >= past_whole {
-        return Vec::new();
+        let crosses = first_whole > offset_bytes && first_whole < end_bytes;
+        return if bypass && crosses { vec![first_whole] } else { Vec::new() };
     }
     [first_whole, past_whole].into_iter().filter(|&cut| cut > offset_bytes && cut < end_bytes).collect()
 }
@@ -126,9 +129,20 @@ async fn write_admitted(
             return completion;
         }
         let range = offset_bytes..offset_bytes + len_bytes;
+        // Under WB a stream's piece that fills part of a row is cached (its record
+        // acknowledges it at once), unless it completes a row the stream's other write left in
+        // the cache: then both go around the journal as one whole row (`bypass::complete_row`).
+        let part_of_row = bypass && mode == Mode::Back && journal.is_some() && is_part_of_one_row(&cache, &vd, &range);
+        if part_of_row && bypass::may_complete_row(&cache, &vd, &range) {
+            if let Some(run) = destage::take_completing_run(&cache, &vd, &range) {
+                // It queues for the row's lock before the next write's turn.
+                cache.admission.next(&cache);
+                return bypass::complete_row(reactor, vd, offset_bytes, buf, run).await;
+            }
+        }
         // Under WB a stream set to go around the journal (its cutoff set on purpose) does so
         // before it would go the imaged path; WT keeps the imaged path first (it needs no flush).
-        let around = bypass && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range);
+        let around = bypass && !part_of_row && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range);
         let imaged = match mode {
             Mode::Through => journal.is_some() && !cache.has_dirty(&vd),
             Mode::Back => is_whole_rows(&vd, &range) && !around,
@@ -219,6 +233,14 @@ fn imaged_path_open(cache: &ShardCache, vd: &VirtualDrive, range: &std::ops::Ran
 fn rows_imaged(cache: &ShardCache, vd: &VirtualDrive) -> bool {
     let parity = matches!(vd.geometry().span_kind(), layout::SpanKind::Parity | layout::SpanKind::DoubleParity);
     parity && cache.images().is_some()
+}
+
+/// Whether `range` is a part of one row of `vd`, not all of it, on a parity VD whose WB writes
+/// are cut at row boundaries ([`whole_row_cuts`]): the first or last piece of such a write.
+fn is_part_of_one_row(cache: &ShardCache, vd: &VirtualDrive, range: &std::ops::Range<u64>) -> bool {
+    let row_bytes = vd.geometry().row_data_bytes();
+    let one_row = range.start / row_bytes == (range.end - 1) / row_bytes;
+    rows_imaged(cache, vd) && one_row && !is_whole_rows(vd, range)
 }
 
 /// Whether `range` is whole rows of `vd` (a WB write's piece that goes the imaged path).

@@ -58,6 +58,7 @@ pub struct JournalBypass {
     cutoff_bytes: AtomicU64,
     writes: AtomicU64,
     bytes: AtomicU64,
+    completed_rows: AtomicU64,
 }
 
 #[derive(Default)]
@@ -80,6 +81,7 @@ impl JournalBypass {
             cutoff_bytes: AtomicU64::new(cutoff_bytes),
             writes: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            completed_rows: AtomicU64::new(0),
         }
     }
 
@@ -124,6 +126,17 @@ impl JournalBypass {
     pub(crate) fn note_bypassed(&self, len_bytes: u64) {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len_bytes, Ordering::Relaxed);
+    }
+
+    /// A write piece went around the journal with the cached rest of its row
+    /// (`cache::bypass::complete_row`).
+    pub(crate) fn note_completed_row(&self) {
+        self.completed_rows.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Rows written whole around the journal from a write and the cached rest of the row.
+    pub fn completed_rows(&self) -> u64 {
+        self.completed_rows.load(Ordering::Relaxed)
     }
 
     /// Write pieces that went around the journal, and their bytes.

@@ -521,10 +521,11 @@ fn journal_bypass_text(vd: &VdView) -> String {
     match vd.journal_bypass_cutoff_bytes {
         0 => format!("Off ({setting})"),
         cutoff => format!(
-            "streams from {} on ({setting}): {} writes ({}) went around the journal to the members",
+            "streams from {} on ({setting}): {} writes ({}) went around the journal to the members, {} of them with the cached rest of their row",
             human_size(cutoff),
             vd.journal_bypassed_writes,
-            human_size(vd.journal_bypassed_bytes)
+            human_size(vd.journal_bypassed_bytes),
+            vd.journal_completed_rows
         ),
     }
 }

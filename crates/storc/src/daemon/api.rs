@@ -197,6 +197,7 @@ pub fn vd_view(state: &AppState, record: &VdRecord, vd: &VirtualDrive) -> VdView
         seq_cutoff: record.seq_cutoff.text(),
         journal_bypassed_writes: vd.journal_bypass().bypassed().0,
         journal_bypassed_bytes: vd.journal_bypass().bypassed().1,
+        journal_completed_rows: vd.journal_bypass().completed_rows(),
         cache_vd: record.cache_vd,
         ssd_cache: state.controller.ssd_cache_view(record.vd_id).map(super::api_ssd_cache::ssd_cache_info),
     }

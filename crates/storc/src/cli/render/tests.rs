@@ -45,6 +45,7 @@ pub fn sample_vd() -> VdView {
         seq_cutoff: "4MiB".into(),
         journal_bypassed_writes: 0,
         journal_bypassed_bytes: 0,
+        journal_completed_rows: 0,
         cache_vd: false,
         ssd_cache: None,
     }

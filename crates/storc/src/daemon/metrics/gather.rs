@@ -139,7 +139,7 @@ fn vd_families(state: &AppState, vds: &[VdSeen]) -> Vec<Family> {
 }
 
 /// A VD's families that take one value each, in the order [`vd_gauges`] gives them.
-const VD_GAUGES: [(&str, Kind, &str); 12] = [
+const VD_GAUGES: [(&str, Kind, &str); 13] = [
     ("storc_vd_size_bytes", Kind::Gauge, "The VD's capacity."),
     ("storc_vd_strip_size_bytes", Kind::Gauge, "The VD's strip size."),
     ("storc_vd_consistent", Kind::Gauge, "1 when no background initialization or resync is owed (its parity or copies agree)."),
@@ -152,9 +152,14 @@ const VD_GAUGES: [(&str, Kind, &str); 12] = [
     ("storc_vd_fast_path_writes", Kind::Counter, "Writes the Fast Path served (RAID0 and JBOD)."),
     ("storc_vd_journal_bypass_writes", Kind::Counter, "Write pieces of sequential streams that went to the members around the journal."),
     ("storc_vd_journal_bypass_bytes", Kind::Counter, "Bytes of sequential streams that went to the members around the journal."),
+    (
+        "storc_vd_journal_bypass_completed_rows",
+        Kind::Counter,
+        "Stream writes around the journal that took the cached rest of their row along, as one whole row.",
+    ),
 ];
 
-fn vd_gauges(state: &AppState, seen: &VdSeen) -> [u64; 12] {
+fn vd_gauges(state: &AppState, seen: &VdSeen) -> [u64; 13] {
     let view = &seen.view;
     let bad_block_bytes = seen.record.bad_blocks.iter().map(|b| b.len_bytes).sum();
     let connections = if seen.record.cache_vd { 0 } else { state.nbd.connections_to(&view.name) as u64 };
@@ -171,6 +176,7 @@ fn vd_gauges(state: &AppState, seen: &VdSeen) -> [u64; 12] {
         view.fast_path_writes,
         view.journal_bypassed_writes,
         view.journal_bypassed_bytes,
+        view.journal_completed_rows,
     ]
 }
 
