@@ -35,6 +35,7 @@
 use super::destage::{finish_run, Run};
 use super::ShardCache;
 use crate::io;
+use crate::journal::part::JournalPart;
 use crate::runtime::Reactor;
 use crate::vd::{VdCompletion, VdError, VdRequest, VirtualDrive};
 use drive::IoBuf;
@@ -199,10 +200,10 @@ pub(crate) async fn around_durable(reactor: &Rc<Reactor>, vd: &Arc<VirtualDrive>
 }
 
 impl ShardCache {
-    /// Data record `sequence` holds `len_bytes` of `vd` at `offset_bytes` ([`bypass`]).
-    pub(super) fn note_logged_data(&self, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64, sequence: u64) {
+    /// Data record `sequence` of `journal` holds `len_bytes` of `vd` at `offset_bytes` ([`bypass`]).
+    pub(super) fn note_logged_data(&self, journal: &JournalPart, vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64, sequence: u64) {
         let range = offset_bytes..offset_bytes + len_bytes;
-        let data_tail = self.journal().map_or(0, |j| j.durable_tail_sequence());
+        let data_tail = journal.durable_tail_sequence();
         self.logged_rows.borrow_mut().note_data(vd.instance_id(), range, vd.geometry().row_data_bytes(), sequence, data_tail);
     }
 
@@ -321,9 +322,9 @@ pub(super) fn may_complete_row(cache: &ShardCache, vd: &VirtualDrive, range: &Ra
 ///
 /// A crash may tear the row. Replay then writes the cached part again from its records (no
 /// record names this write's bytes: [`may_complete_row`]), and the row, written unlogged, is
-/// resynced, as any row written around the journal.
+/// resynced, as any row written around the journal. It counts as one write of the whole row
+/// around the journal; the cached extents leave the cache once it is durable.
 pub(super) async fn complete_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, offset_bytes: u64, buf: IoBuf, run: Run) -> VdCompletion {
-    let cache = Rc::clone(reactor.cache());
     let row_bytes = vd.geometry().row_data_bytes();
     let row_start_bytes = offset_bytes / row_bytes * row_bytes;
     let row = {
@@ -339,18 +340,9 @@ pub(super) async fn complete_row(reactor: Rc<Reactor>, vd: Arc<VirtualDrive>, of
         let slices: Vec<&[u8]> = parts.iter().map(|&(_, p)| p).collect();
         IoBuf::from_parts(&slices, row_bytes as usize)
     };
-    let len_bytes = buf.len() as u64;
-    vd.journal_bypass().note_bypassed(len_bytes);
     vd.journal_bypass().note_completed_row();
-    let direct = cache.clean.borrow_mut().begin_direct_write(vd.instance_id(), offset_bytes..offset_bytes + len_bytes);
-    let completion = io::serve_around_journal(Rc::clone(&reactor), Arc::clone(&vd), row_start_bytes, row).await;
-    cache.clean.borrow_mut().end_direct_write(direct);
-    let results = vec![completion.result.clone(); run.extents().len()];
-    finish_run(&reactor, &run, &results, false);
-    let mut result = completion.result;
-    if result.is_ok() {
-        result = members_durable(&reactor, &vd).await;
-    }
+    let result = write_around(Rc::clone(&reactor), vd, row_start_bytes, row).await.result;
+    finish_run(&reactor, &run, &vec![result.clone(); run.extents().len()], false);
     VdCompletion { result, buf: Some(buf) }
 }
 

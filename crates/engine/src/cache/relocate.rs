@@ -48,7 +48,7 @@ pub(super) fn relocate_tail(reactor: &Rc<Reactor>) {
             Some(old) => {
                 // The extent holds its new record; the writer's hold and the old ones end.
                 journal.hold(sequence);
-                cache.note_logged_data(&vd, offset, len_bytes, sequence);
+                cache.note_logged_data(&journal, &vd, offset, len_bytes, sequence);
                 old.into_iter().for_each(|s| journal.release(s));
             }
             None => tracing::debug!("{}: pinned extent at {offset} left before it was logged again", vd.name()),

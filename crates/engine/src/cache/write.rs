@@ -312,7 +312,7 @@ fn insert(
         cache.next_id.set(id + 1);
         if let (Some(sequence), Some(journal)) = (sequence, &journal) {
             journal.hold(sequence);
-            cache.note_logged_data(vd, offset_bytes + at as u64, len as u64, sequence);
+            cache.note_logged_data(journal, vd, offset_bytes + at as u64, len as u64, sequence);
         }
         let extent = Extent {
             len_bytes: len as u64,
