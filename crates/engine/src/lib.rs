@@ -172,6 +172,9 @@ struct ShardHandle {
 pub(crate) struct ShardLink {
     inbox: Sender<ShardMsg>,
     waker: Arc<ShardWaker>,
+    /// The shard's thread has ended (the engine stopped): a message sent now would never be
+    /// served, so it is dropped with its completion.
+    stopped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ShardLink {
@@ -180,9 +183,16 @@ impl ShardLink {
         if shard::is_current(&self.waker) {
             return shard::send_own(msg);
         }
+        if self.is_stopped() {
+            return drop(msg);
+        }
         if self.inbox.send(msg).is_ok() {
             self.waker.wake();
         }
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

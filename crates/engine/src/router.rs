@@ -33,6 +33,12 @@ impl Router {
         Router { links }
     }
 
+    /// The engine has stopped: its shards take no more requests (a request sent now is
+    /// dropped with its completion, never called).
+    pub(crate) fn stopped(&self) -> bool {
+        self.links.iter().any(|link| link.is_stopped())
+    }
+
     /// The shard that owns `row` of `vd`: rows are dealt to shards in strides, each VD's
     /// starting at a shard of its own, so that many VDs' first rows (where every file system
     /// keeps its hottest blocks, where every benchmark starts) do not all land on one shard.

@@ -8,22 +8,44 @@ use drive::{Completion, IoCtx, IoCtxConfig, ShardWaker};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 pub(crate) fn start_shard(index: usize, config: EngineConfig) -> std::io::Result<ShardHandle> {
     let (inbox_tx, inbox_rx) = crossbeam_channel::bounded(config.inbox_depth);
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let stopped = Arc::new(AtomicBool::new(false));
+    let shard_stopped = Arc::clone(&stopped);
     let thread = std::thread::Builder::new().name(format!("storc-shard-{index}")).spawn(move || {
         let ctx = match IoCtx::new(IoCtxConfig { ring_entries: config.ring_entries }) {
             Ok(ctx) => ctx,
             Err(error) => return ready_tx.send(Err(error)).expect("starter waits"),
         };
-        shard_main(index, config, ctx, inbox_rx, ready_tx);
+        let _stop_taking = StopTaking { stopped: &shard_stopped, inbox: &inbox_rx };
+        shard_main(index, config, ctx, &inbox_rx, ready_tx);
     })?;
     let (waker, clean_lines) = ready_rx.recv().expect("shard reports whether it started")?;
     let waker_addr = Arc::as_ptr(&waker) as usize;
-    Ok(ShardHandle { link: Arc::new(ShardLink { inbox: inbox_tx, waker }), waker_addr, clean_lines, thread: Some(thread) })
+    Ok(ShardHandle { link: Arc::new(ShardLink { inbox: inbox_tx, waker, stopped }), waker_addr, clean_lines, thread: Some(thread) })
+}
+
+/// A stopped shard (returned or panicked) takes no more messages: senders see `stopped` and
+/// drop theirs, and what came before they saw it is dropped here. A message left in the inbox would live as long as
+/// the channel, which every holder of a `Router` keeps open (an SSD cache's destager among
+/// them), its completion never called nor dropped. (A sender that looked just before the flag
+/// was set may still leave one: so no thread outside the engine may wait on a completion
+/// without also watching `Router::stopped`.)
+struct StopTaking<'a> {
+    stopped: &'a AtomicBool,
+    inbox: &'a Receiver<ShardMsg>,
+}
+
+impl Drop for StopTaking<'_> {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.inbox.try_iter().for_each(drop);
+    }
 }
 
 thread_local! {
@@ -95,7 +117,7 @@ pub(crate) fn start_ticker(shards: Vec<(Sender<ShardMsg>, Arc<ShardWaker>)>) -> 
 const HEAP_CACHE_IDLE_BYTES_MAX: usize = 16 << 20;
 
 /// A shard's loop: take messages, run tasks, sleep in the ring when there is nothing to do.
-fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: Receiver<ShardMsg>, ready: ReadyTx) {
+fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: &Receiver<ShardMsg>, ready: ReadyTx) {
     drive::heap_cache::enable(HEAP_CACHE_IDLE_BYTES_MAX);
     let waker = ctx.waker();
     CURRENT_SHARD.with(|current| current.set(Arc::as_ptr(&waker) as usize));

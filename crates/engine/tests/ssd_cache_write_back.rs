@@ -185,3 +185,24 @@ fn setting_a_raid0_cache_vd_member_offline_takes_its_dirty_vd_offline_at_once() 
     assert_eq!(db.state(), VdState::Optimal);
     controller.shutdown();
 }
+
+#[test]
+fn a_destager_whose_vd_fails_its_writes_retries_at_a_polling_pace() {
+    let engine = engine();
+    let (faulty, drives) = faulty_drives(4);
+    let (controller, db, mut image) = cached_db(&engine, &drives, Level::Raid1);
+    scatter(&engine, &db, &mut image, 51, 100);
+    assert!(dirty_lines(&controller, 0) > 0);
+    faulty[0].set_failed(true);
+    faulty[1].set_failed(true);
+    // Idle for a second, the destager tries every dirty line, and every try fails.
+    wait_until("destages failing", &controller, || stats(&controller, 1).destage_retries > 0);
+    let before = stats(&controller, 1).destage_retries;
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let retries_per_s = stats(&controller, 1).destage_retries - before;
+    // A batch of 8 lines per 10 ms poll at most; one that does not wait after a failed batch
+    // retries as fast as the failures come back (25,760 a second in a debug build here).
+    assert!(retries_per_s <= 1_000, "{retries_per_s} failed destages in a second");
+    assert!(dirty_lines(&controller, 0) > 0, "lines whose destage failed stay dirty");
+    controller.shutdown();
+}

@@ -15,6 +15,7 @@ use crate::{Done, VdRequest, VirtualDrive};
 use drive::IoBuf;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,29 +26,35 @@ const POLL: Duration = Duration::from_millis(10);
 /// No write through the cache for this long: everything dirty is destaged.
 const IDLE_BEFORE_DRAIN: Duration = Duration::from_secs(1);
 
-/// Starts the destager of a write-back cache; it ends when the cache is dropped.
-pub(super) fn spawn(cache: &Arc<SsdCache>) {
+/// Starts the destager of a write-back cache; it ends when the cache is dropped or its engine
+/// stops.
+pub(super) fn spawn(cache: &Arc<SsdCache>) -> std::thread::JoinHandle<()> {
     let weak = Arc::downgrade(cache);
     let name = format!("storc-destage-{}", cache.cache_vd.name());
     std::thread::Builder::new()
         .name(name)
         .spawn(move || run(&weak))
-        .expect("a destager thread starts (the process is out of threads otherwise)");
+        .expect("a destager thread starts (the process is out of threads otherwise)")
 }
 
 fn run(cache: &Weak<SsdCache>) {
     loop {
         let Some(cache) = cache.upgrade() else { return };
-        let worked = cache.destage_round();
+        if cache.router.stopped() {
+            return;
+        }
+        let destaged = cache.destage_round();
         drop(cache);
-        if !worked {
+        if !destaged {
             std::thread::sleep(POLL);
         }
     }
 }
 
 impl SsdCache {
-    /// One batch, if there is work by the rules above; whether there was.
+    /// One batch, if there is work by the rules above; whether it destaged a line. A batch
+    /// whose lines all failed (a VD offline, the engine stopped) counts as none: the next
+    /// round waits a [`POLL`], or the destager would spin on them.
     fn destage_round(self: &Arc<Self>) -> bool {
         let draining = self.draining.lock().expect("ssd cache draining lock").iter().next().copied();
         let since_write_ms = self.millis_since_created().saturating_sub(self.last_write_ms.load(Ordering::Relaxed));
@@ -67,8 +74,13 @@ impl SsdCache {
         if batch.is_empty() {
             return false;
         }
-        self.run_batch(batch);
-        true
+        self.run_batch(batch) > 0
+    }
+
+    /// Whether the destager's thread has ended (a write-through cache has none): once the
+    /// engine has stopped, it must, whoever still holds the cache.
+    pub fn destager_ended(&self) -> bool {
+        self.destager.lock().expect("ssd cache destager lock").as_ref().is_none_or(std::thread::JoinHandle::is_finished)
     }
 
     /// Notes a client write, for the idle rule.
@@ -80,7 +92,8 @@ impl SsdCache {
         self.created.elapsed().as_millis() as u64
     }
 
-    fn run_batch(self: &Arc<Self>, batch: Vec<Destage>) {
+    /// Destages `batch`; returns how many of its lines are clean now.
+    fn run_batch(self: &Arc<Self>, batch: Vec<Destage>) -> usize {
         let (tx, rx) = std::sync::mpsc::channel::<(usize, bool)>();
         let mut vds: BTreeMap<u64, Arc<VirtualDrive>> = BTreeMap::new();
         for (index, destage) in batch.iter().enumerate() {
@@ -103,7 +116,7 @@ impl SsdCache {
         }
         drop(tx);
         let mut ok = vec![false; batch.len()];
-        for (index, result) in rx {
+        while let Some((index, result)) = self.recv_unless_stopped(&rx) {
             ok[index] = result;
         }
         // A VD that fails its flush may not have the lines: they stay dirty.
@@ -112,14 +125,18 @@ impl SsdCache {
                 batch.iter().zip(ok.iter_mut()).filter(|(d, _)| d.key.0 == instance).for_each(|(_, ok)| *ok = false);
             }
         }
+        let mut destaged = 0;
         {
             let mut lines = self.lines();
             for (destage, ok) in batch.into_iter().zip(ok) {
-                let counter = if lines.end_destage(destage, ok) { &self.counters.lines_destaged } else { &self.counters.destage_retries };
+                let clean = lines.end_destage(destage, ok);
+                destaged += usize::from(clean);
+                let counter = if clean { &self.counters.lines_destaged } else { &self.counters.destage_retries };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.kick_table();
+        destaged
     }
 
     /// Reads a line from its slot and writes it to its VD; `done(ok)` when both ended.
@@ -144,9 +161,22 @@ impl SsdCache {
     fn wait(&self, submit: impl FnOnce(Done)) -> Result<(), String> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         submit(Box::new(move |completion| drop(tx.send(completion.result))));
-        match rx.recv() {
-            Ok(result) => result.map_err(|error| error.to_string()),
-            Err(_) => Err("the engine stopped".into()),
+        match self.recv_unless_stopped(&rx) {
+            Some(result) => result.map_err(|error| error.to_string()),
+            None => Err("the engine stopped".into()),
+        }
+    }
+
+    /// The next completion on `rx`; `None` once every sender is gone, or once the engine has
+    /// stopped (a request it dropped may never call nor drop its completion: see
+    /// `shard::StopTaking`), so that no destager outlives its engine waiting.
+    fn recv_unless_stopped<T>(&self, rx: &Receiver<T>) -> Option<T> {
+        loop {
+            match rx.recv_timeout(POLL) {
+                Ok(value) => return Some(value),
+                Err(RecvTimeoutError::Timeout) if !self.router.stopped() => {}
+                Err(_) => return None,
+            }
         }
     }
 

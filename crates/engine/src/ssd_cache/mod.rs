@@ -157,6 +157,9 @@ pub struct SsdCache {
     /// then a write-back cache writes through (nothing could find its dirty lines after a
     /// crash).
     in_service: AtomicBool,
+    /// The destager's thread (a write-back cache's): it ends when the cache is dropped or the
+    /// engine stops.
+    destager: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// A sequential stream: where its next request starts, how long it has run.
@@ -239,9 +242,10 @@ impl Engine {
             last_write_ms: AtomicU64::new(0),
             destage_active: AtomicBool::new(false),
             in_service: AtomicBool::new(false),
+            destager: Mutex::new(None),
         });
         if options.write_back {
-            destage::spawn(&cache);
+            *cache.destager.lock().expect("ssd cache destager lock") = Some(destage::spawn(&cache));
         }
         Ok(cache)
     }

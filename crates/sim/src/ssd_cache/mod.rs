@@ -29,7 +29,7 @@ use layout::{Level, KIB, MIB};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const LINE_BYTES: u64 = 64 * KIB;
 /// The cache VD's slots: few, so that the watermarks (a quarter, an eighth) are crossed often
@@ -38,6 +38,8 @@ const CACHE_SLOTS: u64 = 12;
 const OWNER: MapOwner = MapOwner { controller_id: 0x5eed, generation: 1 };
 /// How long a row job may take before the run is declared stuck.
 const ROW_JOB_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a destager may take to notice that its engine stopped (it looks every 10 ms).
+const DESTAGER_END_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one run did.
 #[derive(Clone, Debug, Default)]
@@ -142,16 +144,26 @@ fn start(drives: &Drives, levels: (Level, Level), how: &Start) -> Result<(Runnin
 
 /// A power cut: the engine stops (its shards finish what they had started and are joined:
 /// every drive I/O goes through them, so nothing reaches a drive after this), then every drive
-/// loses, keeps or tears each write it had not flushed. A destager in the middle of a batch
-/// may outlive its engine, waiting on requests no shard will run; it can do no I/O.
-fn power_cut(running: Running, drives: &Drives, rng: &mut SmallRng) {
+/// loses, keeps or tears each write it had not flushed. The cache's destager, maybe in the
+/// middle of a batch whose requests no shard will run, must end with its engine: a destager
+/// that outlived it once spun on its failed lines for the rest of the process.
+fn power_cut(running: Running, drives: &Drives, rng: &mut SmallRng) -> Result<(), String> {
     let Running { engine, vd, cache_vd, cache } = running;
-    drop((vd, cache_vd, cache));
+    drop((vd, cache_vd));
     assert_eq!(Arc::strong_count(&engine), 1, "the run holds the only reference to its engine");
     drop(engine);
+    let deadline = Instant::now() + DESTAGER_END_TIMEOUT;
+    while !cache.destager_ended() {
+        if Instant::now() > deadline {
+            return Err(format!("the cache's destager still runs {DESTAGER_END_TIMEOUT:?} after its engine stopped"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(cache);
     for drive in &drives.volatile {
         drive.crash(rng);
     }
+    Ok(())
 }
 
 fn run_request(running: &Running, request: VdRequest) -> Result<Option<IoBuf>, String> {
@@ -232,7 +244,7 @@ fn run(seed: u64) -> Result<SsdCacheReport, String> {
                 running.cache.end_drain(&running.vd);
             }
             95..=97 if members.cut_allowed(level) => {
-                power_cut(running, &drives, &mut rng);
+                power_cut(running, &drives, &mut rng)?;
                 model.crash();
                 report.power_cuts += 1;
                 let rebuilding = members.restart_rebuild();
