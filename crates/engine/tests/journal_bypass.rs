@@ -39,11 +39,26 @@ fn wb_raid5(controller: &Controller) -> Arc<VirtualDrive> {
 
 /// 1 MiB writes one after the other over `range` of the VD, recorded in `image`.
 fn stream(engine: &Engine, vd: &Arc<VirtualDrive>, image: &mut [u8], range: std::ops::Range<usize>, seed: u8) {
-    for offset in range.step_by(MIB as usize) {
-        let data = pattern(MIB as usize, seed.wrapping_add((offset / MIB as usize) as u8));
+    stream_of(engine, vd, image, range, MIB as usize, seed);
+}
+
+/// Writes of `write_bytes` one after the other from `range.start`, as many as fit in `range`,
+/// recorded in `image`; returns how many.
+fn stream_of(
+    engine: &Engine,
+    vd: &Arc<VirtualDrive>,
+    image: &mut [u8],
+    range: std::ops::Range<usize>,
+    write_bytes: usize,
+    seed: u8,
+) -> usize {
+    let offsets: Vec<usize> = (range.start..range.end).step_by(write_bytes).filter(|o| o + write_bytes <= range.end).collect();
+    for (index, &offset) in offsets.iter().enumerate() {
+        let data = pattern(write_bytes, seed.wrapping_add(index as u8));
         engine.write_at(vd, offset as u64, &data).unwrap();
-        image[offset..offset + MIB as usize].copy_from_slice(&data);
+        image[offset..offset + write_bytes].copy_from_slice(&data);
     }
+    offsets.len()
 }
 
 #[test]
@@ -182,18 +197,12 @@ fn a_stream_completes_the_rows_its_previous_writes_left_in_the_cache() {
         set_seq_cutoff(&controller, SeqCutoff::Mib(1));
         // Cached first: small writes over rows the stream writes later.
         scatter(&engine, &vd, &mut image[..SPAN_BYTES / 2], 2, 64);
-        let mut writes = 0;
-        for (index, offset) in (0..SPAN_BYTES - WRITE_BYTES).step_by(WRITE_BYTES).enumerate() {
-            let data = pattern(WRITE_BYTES, 40 + index as u8);
-            engine.write_at(&vd, offset as u64, &data).unwrap();
-            image[offset..offset + WRITE_BYTES].copy_from_slice(&data);
-            writes += 1;
-        }
+        let writes = stream_of(&engine, &vd, &mut image, 0..SPAN_BYTES, WRITE_BYTES, 40);
         let completed = vd.journal_bypass().completed_rows();
         println!("{writes} stream writes completed {completed} rows the cache held");
         // Most writes end inside a row the next completes (16 of 29 when measured), unless a
         // small write lies in the next write's part of that row.
-        assert!(completed >= writes / 3, "only {completed} of {writes} writes completed a cached row");
+        assert!(completed >= writes as u64 / 3, "only {completed} of {writes} writes completed a cached row");
         check(&engine, &vd, &image, "after the stream");
         controller.config().controller_id
         // Dropped without a shutdown: the records still live are replayed at the restart.
