@@ -7,7 +7,7 @@ use crate::open::{Backend, OpenOptions};
 use crate::results::{DriveDescription, Policies, TargetInfo};
 use crate::target::{RawDriveTarget, Target, VdTarget};
 use crate::target_spec::{member_spec_text, member_text, MemberSpec, TargetSpec, VdSpec};
-use drive::{Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RbdDrive, RbdSpec, RealClock};
+use drive::{Backing, Drive, DriveKind, EmulatedDrive, FileDrive, FileDriveConfig, MemDrive, RbdDrive, RbdSpec, RealClock};
 use engine::config::WritePolicy;
 use engine::ssd_cache::{MapOwner, SsdCacheOptions};
 use engine::{Engine, EngineConfig, VdLayout, VirtualDrive};
@@ -217,13 +217,14 @@ fn make_drive(spec: &MemberSpec, name: &str, clock: &Arc<RealClock>, files: &mut
     let journal = name == "journal";
     Ok(match spec {
         MemberSpec::Mem { capacity_bytes, filled } => {
-            let drive = MemDrive::named(format!("mem:{capacity_bytes}#{name}"), *capacity_bytes);
+            let drive = MemDrive::open(format!("mem:{capacity_bytes}#{name}"), *capacity_bytes, Backing::Dense)
+                .map_err(|e| format!("memory drive {name}: {e}"))?;
             if *filled {
                 drive.fill();
             }
             Arc::new(drive)
         }
-        MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::new(emulated, clock.clone())),
+        MemberSpec::Emulated(emulated) => Arc::new(EmulatedDrive::open(emulated, clock.clone()).map_err(|e| format!("{emulated}: {e}"))?),
         MemberSpec::Files { dir, capacity_bytes, filled } => {
             let path = match filled {
                 true => kept_filled_file(dir, name, *capacity_bytes, files)?,

@@ -41,7 +41,7 @@ pub use ctx::{IoCtx, IoCtxConfig};
 pub use emulated::{Clock, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, RealClock, VirtualClock};
 pub use faulty::{Faults, FaultyDrive};
 pub use file::{DirectIo, FileDrive, FileDriveConfig};
-pub use mem::MemDrive;
+pub use mem::{Backing, MemDrive};
 pub use port::CompletionPort;
 pub use rbd::{RbdDrive, RbdSpec, RBD_FORM};
 pub use waker::ShardWaker;

@@ -41,7 +41,7 @@ pub use clock::{Clock, RealClock, VirtualClock};
 pub use spec::{EmulatedClass, EmulatedDriveSpec};
 
 use crate::ctx::DueSource;
-use crate::{check_op_range, Completion, Drive, DriveInfo, DriveKind, DriveOp, IoCtx, MemDrive, OpKind, Token};
+use crate::{check_op_range, Backing, Completion, Drive, DriveInfo, DriveKind, DriveOp, IoCtx, MemDrive, OpKind, Token};
 use hdd::{HddConfig, HddModel};
 use spec::Profile;
 use ssd::SsdModel;
@@ -109,13 +109,19 @@ struct Held {
 }
 
 impl EmulatedDrive {
+    /// As [`EmulatedDrive::open`]; panics where the machine cannot map the store (tests).
     pub fn new(spec: &EmulatedDriveSpec, clock: Arc<dyn Clock>) -> EmulatedDrive {
+        EmulatedDrive::open(spec, clock).expect("an emulated drive's store")
+    }
+
+    /// A drive as `spec` says, or why the machine cannot hold its store.
+    pub fn open(spec: &EmulatedDriveSpec, clock: Arc<dyn Clock>) -> std::io::Result<EmulatedDrive> {
         let name = spec.to_string();
-        let store = MemDrive::named(name.clone(), spec.capacity_bytes);
+        let store = MemDrive::open(name.clone(), spec.capacity_bytes, Backing::Sparse)?;
         let solid_state = matches!(spec.class.profile(), Profile::Ssd(_));
         let info = DriveInfo { name, kind: DriveKind::Emulated, capacity_bytes: spec.capacity_bytes, direct_io: true, solid_state };
         let state = State { model: build_model(spec), next_command_id: 0, held: HashMap::new(), owner_ctx: None };
-        EmulatedDrive { info, class: spec.class, store, timing: Arc::new(Timing { clock, state: Mutex::new(state) }) }
+        Ok(EmulatedDrive { info, class: spec.class, store, timing: Arc::new(Timing { clock, state: Mutex::new(state) }) })
     }
 
     /// The datasheet model this drive behaves like.

@@ -1,6 +1,8 @@
 //! Turning `--drive SPEC` arguments, or the embedded default, into drives.
 
-use drive::{Drive, EmulatedDrive, EmulatedDriveSpec, FileDrive, FileDriveConfig, MemDrive, RbdDrive, RbdSpec, RealClock, RBD_FORM};
+use drive::{
+    Backing, Drive, EmulatedDrive, EmulatedDriveSpec, FileDrive, FileDriveConfig, MemDrive, RbdDrive, RbdSpec, RealClock, RBD_FORM,
+};
 use engine::controller::{OfferedDrive, Severity};
 use nbd::member::{MemberSpec, NbdDrive};
 use std::path::{Path, PathBuf};
@@ -76,10 +78,10 @@ fn open_drive(spec: &str) -> Result<(OfferedDrive, Option<Arc<NbdDrive>>), OpenF
         Arc::new(RbdDrive::open(&parsed).map_err(|e| format!("--drive {e}"))?)
     } else if let Some(size) = spec.strip_prefix("mem:") {
         let capacity = drive::parse_size_bytes(size).map_err(|e| format!("--drive {spec}: {e}"))?;
-        Arc::new(MemDrive::named(spec.to_string(), capacity))
+        Arc::new(MemDrive::open(spec.to_string(), capacity, Backing::Dense).map_err(|e| format!("--drive {spec}: {e}"))?)
     } else if spec.starts_with("hdd:") || spec.starts_with("ssd:") {
         let parsed = EmulatedDriveSpec::parse(spec).map_err(|e| format!("--drive {spec}: {e}"))?;
-        Arc::new(EmulatedDrive::new(&parsed, Arc::new(RealClock::new())))
+        Arc::new(EmulatedDrive::open(&parsed, Arc::new(RealClock::new())).map_err(|e| format!("--drive {spec}: {e}"))?)
     } else {
         let path = Path::new(spec);
         if !path.exists() {
