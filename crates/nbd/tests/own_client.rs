@@ -616,6 +616,36 @@ fn shutdown_waits_for_in_flight_requests() {
     assert!(UnixStream::connect(socket_path(&handle)).is_err(), "still listening after shutdown");
 }
 
+/// Stopping does not go through the socket's address: a server whose socket file was removed,
+/// and another server bound at the same path since, stops at once, on Unix sockets and on TCP,
+/// and leaves the other's socket file in place.
+#[test]
+fn a_server_stops_when_its_socket_file_is_gone() {
+    let dir = TempDir::new("stop-without-file");
+    let device = Arc::new(MemDevice::new(MIB));
+    let server = Server::new(vec![Export::new("vd0", Arc::clone(&device))]).unwrap();
+    let unix = server.serve_unix(dir.join("nbd.sock")).unwrap();
+    let tcp = server.serve_tcp("127.0.0.1:0").unwrap();
+    std::fs::remove_file(dir.join("nbd.sock")).unwrap();
+    let newcomer = server.serve_unix(dir.join("nbd.sock")).unwrap();
+    let stopping = thread::spawn(move || {
+        let (mut unix, mut tcp) = (unix, tcp);
+        unix.shutdown();
+        tcp.shutdown();
+        tcp
+    });
+    assert!(wait_until(TIMEOUT, || stopping.is_finished()), "shutdown hangs once the socket file is gone");
+    let tcp = stopping.join().unwrap();
+    let address = match tcp.address() {
+        nbd::ListenAddress::Tcp(address) => *address,
+        other => panic!("a TCP listener has address {other:?}"),
+    };
+    assert!(std::net::TcpStream::connect(address).is_err(), "still listening on TCP after shutdown");
+    let mut client = connect(&newcomer, true);
+    assert_eq!(client.read(0, 512).unwrap(), vec![0; 512], "the newcomer's socket file was left alone");
+    client.disconnect().unwrap();
+}
+
 // ---- The client against a third-party server ---------------------------------------------------
 
 #[test]

@@ -5,8 +5,10 @@ use super::{connection, ListenAddress, ListenerState, Shared};
 use crate::socket::Socket;
 use crate::uri::NbdUri;
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::{Shutdown, TcpListener};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -18,6 +20,14 @@ pub(super) enum Listener {
 }
 
 impl Listener {
+    /// A second descriptor of the listening socket, for [`ServerHandle::stop_listening`].
+    fn waker(&self) -> io::Result<OwnedFd> {
+        Ok(match self {
+            Listener::Tcp(listener) => OwnedFd::from(listener.try_clone()?),
+            Listener::Unix(listener) => OwnedFd::from(listener.try_clone()?),
+        })
+    }
+
     fn accept(&self) -> io::Result<Socket> {
         match self {
             Listener::Tcp(listener) => {
@@ -36,9 +46,14 @@ pub(super) fn spawn(shared: &Arc<Shared>, listener: Listener, address: ListenAdd
     let state = Arc::new(state);
     shared.listeners.lock().expect("listeners lock poisoned").push(Arc::downgrade(&state));
     let (accept_shared, accept_state) = (Arc::clone(shared), Arc::clone(&state));
+    let waker = listener.waker()?;
+    let socket_file = match &address {
+        ListenAddress::Unix(path) => Some(FileId::of(path)?),
+        ListenAddress::Tcp(_) => None,
+    };
     let accept_thread =
         thread::Builder::new().name("nbd-accept".into()).spawn(move || accept_loop(listener, accept_shared, accept_state))?;
-    Ok(ServerHandle { address, state, shared: Arc::clone(shared), accept_thread: Some(accept_thread) })
+    Ok(ServerHandle { address, state, shared: Arc::clone(shared), accept_thread: Some(accept_thread), waker, socket_file })
 }
 
 fn accept_loop(listener: Listener, shared: Arc<Shared>, state: Arc<ListenerState>) {
@@ -91,6 +106,21 @@ pub struct ServerHandle {
     state: Arc<ListenerState>,
     shared: Arc<Shared>,
     accept_thread: Option<JoinHandle<()>>,
+    /// The listening socket, shut down to wake the accept thread.
+    waker: OwnedFd,
+    /// A Unix socket's file as bound: removed on stop only if it is still that file.
+    socket_file: Option<FileId>,
+}
+
+/// Which file a path named: device and inode.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileId(u64, u64);
+
+impl FileId {
+    fn of(path: &std::path::Path) -> io::Result<FileId> {
+        let metadata = std::fs::symlink_metadata(path)?;
+        Ok(FileId(metadata.dev(), metadata.ino()))
+    }
 }
 
 impl ServerHandle {
@@ -142,16 +172,22 @@ impl ServerHandle {
             return;
         };
         self.state.stopping.store(true, Ordering::SeqCst);
-        // accept() has no timeout: wake it with a connection it will see is the last.
-        let _ = match &self.address {
-            ListenAddress::Tcp(address) => std::net::TcpStream::connect(wake_address(*address)).map(drop),
-            ListenAddress::Unix(path) => UnixStream::connect(path).map(drop),
-        };
+        // accept() has no timeout. Shutting the listening socket down makes it return at once
+        // (Linux: EINVAL), through the socket itself: a connection to its address would not
+        // arrive if the socket's file was removed, or would reach whoever bound the address
+        // since, and the daemon would never stop.
+        // SAFETY: shutdown on a descriptor this handle owns.
+        if unsafe { libc::shutdown(self.waker.as_raw_fd(), libc::SHUT_RDWR) } != 0 {
+            tracing::error!(error = %io::Error::last_os_error(), "nbd: could not shut the listening socket down to stop accepting");
+        }
         if accept_thread.join().is_err() {
             tracing::error!("nbd: accept thread panicked");
         }
-        if let ListenAddress::Unix(path) = &self.address {
-            let _ = std::fs::remove_file(path);
+        // Another server may have bound the path since ours was removed; its file stays.
+        if let (ListenAddress::Unix(path), Some(bound)) = (&self.address, self.socket_file) {
+            if FileId::of(path).is_ok_and(|now| now == bound) {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 
@@ -175,16 +211,4 @@ impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-/// A listener bound to the unspecified address is woken through loopback.
-fn wake_address(address: SocketAddr) -> SocketAddr {
-    let mut wake = address;
-    if address.ip().is_unspecified() {
-        wake.set_ip(match address {
-            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
-    wake
 }
