@@ -160,7 +160,7 @@ impl MemDrive {
     pub fn open(name: String, capacity_bytes: u64, backing: Backing) -> io::Result<MemDrive> {
         let region = Region::map(capacity_bytes, backing)?;
         let chunk_count = capacity_bytes.div_ceil(CHUNK_BYTES) as usize;
-        // The lock table is the one part of the drive allocated up front (8 bytes per 64 KiB);
+        // The lock table is the one part of the drive allocated up front (a lock per 64 KiB);
         // a capacity the machine cannot hold that for is an error, not an abort.
         let mut chunks = Vec::new();
         chunks.try_reserve_exact(chunk_count).map_err(|_| {
