@@ -2,16 +2,19 @@
 //! that a large drive costs nothing until it is used and reads of untouched areas return
 //! zeros, like a new sparse file.
 //!
-//! A RAM drive (`mem:SIZE`) asks for 2 MiB transparent huge pages: a random 4 KiB write then
-//! costs one TLB entry per 2 MiB instead of a page-table walk through 4 MiB of page tables per
-//! 2 GiB, which is most of what the write's copy costs when it lands cold. An emulated drive's
-//! store is written here and there (metadata at both ends, a benchmark's random writes over
-//! 600 GiB), where a 2 MiB page per scattered write would hold 512 times the memory written;
-//! it keeps 4 KiB pages ([`Backing::Sparse`]).
+//! A RAM drive (`mem:SIZE`, [`Backing::Dense`]) moves to 2 MiB huge pages as it fills: a
+//! random 4 KiB write then costs one TLB entry per 2 MiB instead of a page-table walk through
+//! 4 MiB of page tables per 2 GiB, which was most of what the write's copy cost when it landed
+//! cold. Its pages start at 4 KiB, and each 2 MiB slab is collapsed into a huge page
+//! (`MADV_COLLAPSE`) once every byte of it was written: a huge page on first touch would make
+//! the first write anywhere in a slab zero 2 MiB, and 256 scattered first writes then took
+//! over 100 ms. An emulated drive's store is written here and there (metadata at both ends, a
+//! benchmark's random writes over 600 GiB) and keeps 4 KiB pages ([`Backing::Sparse`]).
 
 use crate::{check_op_range, Completion, Drive, DriveInfo, DriveKind, DriveOp, IoCtx, Token};
 use std::io;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
 /// Locking unit. One strip-sized chunk per lock, so that shards serving neighbouring rows of a
@@ -25,6 +28,12 @@ const PAGES_PER_CHUNK: usize = CHUNK_BYTES as usize / PAGE_BYTES;
 /// A transparent huge page on x86-64 and arm64 with 4 KiB base pages; the mapping is aligned to
 /// it so that every whole 2 MiB of the drive can be one.
 const HUGE_PAGE_BYTES: usize = 2 << 20;
+const CHUNKS_PER_SLAB: usize = HUGE_PAGE_BYTES / CHUNK_BYTES as usize;
+
+/// Linux 6.1's madvise advice that collapses a range into huge pages now, whatever the THP
+/// sysfs setting (other than a range advised `MADV_NOHUGEPAGE`). Older kernels refuse it and
+/// the drive stays on 4 KiB pages.
+const MADV_COLLAPSE: libc::c_int = 25;
 
 /// One chunk's lock over the pages of the chunk ever written, one bit each. Reads of the others
 /// return zeros without touching their memory: a read would map the kernel's zero page, and the
@@ -35,11 +44,13 @@ type Chunk = RwLock<u16>;
 
 const _: () = assert!(PAGES_PER_CHUNK <= u16::BITS as usize, "a chunk's pages fit its page mask");
 const _: () = assert!(HUGE_PAGE_BYTES.is_multiple_of(CHUNK_BYTES as usize), "chunks never straddle a huge page");
+const _: () = assert!(CHUNKS_PER_SLAB <= u8::MAX as usize, "a slab's full chunks fit its counter");
 
 /// How a memory drive's RAM is laid out (the module docs say why there are two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backing {
-    /// 2 MiB huge pages where the kernel grants them: a RAM drive that is meant to be filled.
+    /// 2 MiB huge pages for every slab written in full, where the kernel grants them: a RAM
+    /// drive that is meant to be filled.
     Dense,
     /// 4 KiB pages: a store written sparsely.
     Sparse,
@@ -77,15 +88,20 @@ impl Region {
         let offset = mapping.as_ptr().align_offset(HUGE_PAGE_BYTES);
         // SAFETY: offset < HUGE_PAGE_BYTES, and the mapping has HUGE_PAGE_BYTES spare.
         let base = unsafe { NonNull::new_unchecked(mapping.as_ptr().cast::<u8>().add(offset)) };
-        let advice = match backing {
-            Backing::Dense => libc::MADV_HUGEPAGE,
-            Backing::Sparse => libc::MADV_NOHUGEPAGE,
-        };
-        // Advice only: a kernel without transparent huge pages refuses it, and the drive then
-        // works on 4 KiB pages.
-        // SAFETY: the range lies inside the mapping.
-        unsafe { libc::madvise(base.as_ptr().cast(), data_bytes, advice) };
+        if backing == Backing::Sparse {
+            // Advice only (where THP is `always`, faults would otherwise take huge pages); a
+            // kernel without transparent huge pages refuses it and changes nothing.
+            // SAFETY: the range lies inside the mapping.
+            unsafe { libc::madvise(base.as_ptr().cast(), data_bytes, libc::MADV_NOHUGEPAGE) };
+        }
         Ok(Region { mapping, mapping_bytes, base })
+    }
+
+    /// Asks the kernel to put 2 MiB slab `index` on one huge page; whether it did.
+    fn collapse(&self, index: usize) -> bool {
+        // SAFETY: the slab lies inside the mapping; the kernel moves its bytes to the huge page
+        // without changing them, while other threads go on using them.
+        unsafe { libc::madvise(self.base.as_ptr().add(index * HUGE_PAGE_BYTES).cast(), HUGE_PAGE_BYTES, MADV_COLLAPSE) == 0 }
     }
 
     /// Chunk `index`'s bytes.
@@ -142,6 +158,10 @@ pub struct MemDrive {
     info: DriveInfo,
     chunks: Box<[Chunk]>,
     region: Region,
+    /// Dense drives: per 2 MiB slab, the chunks written in full (every page); empty for sparse.
+    full_chunks_per_slab: Box<[AtomicU8]>,
+    /// Slabs the kernel put on a huge page.
+    huge_slabs: AtomicU64,
 }
 
 impl MemDrive {
@@ -171,8 +191,13 @@ impl MemDrive {
         })?;
         chunks.extend((0..chunk_count).map(|_| RwLock::new(0)));
         let chunks = chunks.into_boxed_slice();
+        let slab_count = match backing {
+            Backing::Dense => chunk_count.div_ceil(CHUNKS_PER_SLAB),
+            Backing::Sparse => 0,
+        };
+        let full_chunks_per_slab = (0..slab_count).map(|_| AtomicU8::new(0)).collect();
         let info = DriveInfo { name, kind: DriveKind::Memory, capacity_bytes, direct_io: true, solid_state: false };
-        Ok(MemDrive { info, chunks, region })
+        Ok(MemDrive { info, chunks, region, full_chunks_per_slab, huge_slabs: AtomicU64::new(0) })
     }
 
     /// Copies between the drive and `bytes` chunk by chunk; `write` picks the direction.
@@ -187,9 +212,15 @@ impl MemDrive {
             let chunk = &self.chunks[chunk_index];
             if write {
                 let mut written_pages = chunk.write().expect("memory drive lock poisoned");
+                let was_full = *written_pages == u16::MAX;
                 // SAFETY: the chunk's write lock is held until the slice's last use.
                 let chunk_bytes = unsafe { std::slice::from_raw_parts_mut(self.region.chunk(chunk_index), CHUNK_BYTES as usize) };
                 write_chunk(chunk_bytes, &mut written_pages, in_chunk, part);
+                let became_full = !was_full && *written_pages == u16::MAX;
+                drop(written_pages);
+                if became_full {
+                    self.note_full_chunk(chunk_index);
+                }
             } else {
                 let written_pages = chunk.read().expect("memory drive lock poisoned");
                 // SAFETY: the chunk's read lock is held until the slice's last use; no writer
@@ -199,6 +230,27 @@ impl MemDrive {
             }
             done += len;
         }
+    }
+
+    /// Counts chunk `index` written in full, once; the chunk that completes its slab has the
+    /// slab put on a huge page (a copy of 2 MiB, about as long as zeroing it on a first touch,
+    /// paid once per slab by the write that fills it).
+    fn note_full_chunk(&self, index: usize) {
+        let slab = index / CHUNKS_PER_SLAB;
+        let Some(full_chunks) = self.full_chunks_per_slab.get(slab) else {
+            return;
+        };
+        let before = full_chunks.fetch_add(1, Ordering::Relaxed) as usize;
+        debug_assert!(before < CHUNKS_PER_SLAB, "a chunk becomes full once");
+        let slab_end_bytes = (slab + 1) as u64 * HUGE_PAGE_BYTES as u64;
+        if before + 1 == CHUNKS_PER_SLAB && slab_end_bytes <= self.info.capacity_bytes && self.region.collapse(slab) {
+            self.huge_slabs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes of the drive the kernel put on huge pages.
+    pub fn huge_page_bytes(&self) -> u64 {
+        self.huge_slabs.load(Ordering::Relaxed) * HUGE_PAGE_BYTES as u64
     }
 
     /// Writes every byte of the drive (a pattern that differs from chunk to chunk), so that
@@ -280,8 +332,8 @@ mod tests {
         assert_eq!(read, written);
     }
 
-    /// The `THPeligible` line of the mapping that holds `address`, from /proc/self/smaps.
-    fn huge_page_eligible(address: usize) -> bool {
+    /// A field of the mapping that holds `address`, from /proc/self/smaps.
+    fn smaps_field(address: usize, field: &str) -> String {
         let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
         let mut inside = false;
         for line in smaps.lines() {
@@ -289,11 +341,20 @@ mod tests {
                 let (start, end) = range.split_once('-').expect("an address range");
                 let (start, end) = (usize::from_str_radix(start, 16).unwrap(), usize::from_str_radix(end, 16).unwrap());
                 inside = (start..end).contains(&address);
-            } else if let Some(value) = line.strip_prefix("THPeligible:").filter(|_| inside) {
-                return value.trim() == "1";
+            } else if let Some(value) = line.strip_prefix(field).filter(|_| inside) {
+                return value.to_string();
             }
         }
         panic!("no mapping holds {address:#x}")
+    }
+
+    fn huge_page_eligible(address: usize) -> bool {
+        smaps_field(address, "THPeligible:").trim() == "1"
+    }
+
+    /// The `AnonHugePages` bytes of the mapping that holds `address`.
+    fn anon_huge_bytes(address: usize) -> u64 {
+        smaps_field(address, "AnonHugePages:").trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() << 10
     }
 
     fn transparent_huge_pages_enabled() -> bool {
@@ -301,16 +362,29 @@ mod tests {
         !setting.is_empty() && !setting.contains("[never]")
     }
 
-    /// A RAM drive asks for huge pages where the kernel offers them, aligned so that each whole
-    /// 2 MiB of the drive can be one; an emulated drive's sparse store does not.
+    /// A RAM drive's slabs move to huge pages once written in full, and not before (a first
+    /// write stays cheap); the data stays as written. An emulated drive's sparse store never
+    /// takes huge pages.
     #[test]
-    fn a_dense_drive_is_laid_out_for_huge_pages_and_a_sparse_one_is_not() {
+    fn a_dense_drive_moves_full_slabs_to_huge_pages_and_a_sparse_one_never_does() {
         let dense = MemDrive::open("dense".into(), 8 << 20, Backing::Dense).unwrap();
         let sparse = MemDrive::open("sparse".into(), 8 << 20, Backing::Sparse).unwrap();
         let dense_base = dense.region.base.as_ptr() as usize;
         assert_eq!(dense_base % HUGE_PAGE_BYTES, 0, "the drive starts on a huge page");
-        assert_eq!(huge_page_eligible(dense_base), transparent_huge_pages_enabled(), "dense: eligible where THP is on");
         assert!(!huge_page_eligible(sparse.region.base.as_ptr() as usize), "sparse: never huge");
+        // Slab 1 all but its last page, then its last page in a second write.
+        let mut data: Vec<u8> = (0..HUGE_PAGE_BYTES).map(|i| (i % 251) as u8).collect();
+        let slab_at = HUGE_PAGE_BYTES as u64;
+        dense.copy(slab_at, &mut data[..HUGE_PAGE_BYTES - PAGE_BYTES], true);
+        assert_eq!(dense.huge_page_bytes(), 0, "a slab written in part stays on small pages");
+        dense.copy(slab_at + (HUGE_PAGE_BYTES - PAGE_BYTES) as u64, &mut data[HUGE_PAGE_BYTES - PAGE_BYTES..], true);
+        if transparent_huge_pages_enabled() {
+            assert_eq!(dense.huge_page_bytes(), HUGE_PAGE_BYTES as u64, "the full slab is on a huge page");
+            assert!(anon_huge_bytes(dense_base) >= HUGE_PAGE_BYTES as u64, "the kernel reports the huge page");
+        }
+        let mut read = vec![0u8; HUGE_PAGE_BYTES];
+        dense.copy(slab_at, &mut read, false);
+        assert!(read == data, "the collapse kept the data");
     }
 
     /// A capacity the machine cannot map is an error the daemon can report, not an abort.

@@ -87,7 +87,10 @@ fn a_verified_run_on_an_in_process_vd_passes_and_writes_json_and_csv() {
     assert!(results["machine"]["cores"].as_u64().unwrap() >= 1);
     let points = results["patterns"][0]["points"].as_array().unwrap();
     assert_eq!(points.len(), 9);
-    assert!(points.iter().all(|p| p["iops"].as_f64().unwrap() > 0.0 && p["verify"]["mismatched_sectors"] == 0));
+    for point in points {
+        assert_eq!(point["verify"]["mismatched_sectors"], 0, "a point read back what it did not write: {point}");
+        assert!(point["iops"].as_f64().unwrap() > 0.0, "a point completed no I/O: {point}");
+    }
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 10);
     let _ = std::fs::remove_dir_all(dir);
 }
