@@ -131,16 +131,16 @@ impl Controller {
         let state = self.state.lock().expect("controller lock");
         let regions = state.vds.get(&vd_id)?.write_intent()?.unsynced_count();
         drop(state);
-        if regions == 0 {
-            return None;
-        }
         let running = self.resyncs.lock().expect("resyncs lock").get(&vd_id).cloned();
-        Some(match running {
+        match running {
+            // A walk that synced its last region is still running until it has said it is done
+            // (the event), so that no one sees it gone before that.
             Some(view) if view.progress.control() == background::Control::Run => {
-                ResyncStatus::InProgress { regions, percent_done: view.progress.percent_done() as u64 }
+                Some(ResyncStatus::InProgress { regions, percent_done: view.progress.percent_done() as u64 })
             }
-            _ => ResyncStatus::Pending { regions },
-        })
+            _ if regions == 0 => None,
+            _ => Some(ResyncStatus::Pending { regions }),
+        }
     }
 
     fn spawn_resync(&self, vd: Arc<VirtualDrive>, vd_id: u32, rate_percent: u8, bgi: bool) {
@@ -166,8 +166,10 @@ impl Controller {
             let started = Instant::now();
             let (finish, rows) = controller.run_resync(&vd, vd_id, &progress, bgi);
             ended.store(true, Ordering::Release);
+            // The walk is shown until its end is logged: a client that waits for it to go
+            // then finds the event.
+            controller.resync_ended(&vd, vd_id, &finish, rows, started.elapsed(), bgi);
             controller.forget_resync(vd_id, &progress, &finish);
-            controller.resync_ended(&vd, vd_id, finish, rows, started.elapsed(), bgi);
         });
         match spawned {
             Ok(thread) => self.keep_thread(thread),
@@ -230,7 +232,7 @@ impl Controller {
         (finish, rows_resynced.load(Ordering::Relaxed))
     }
 
-    fn resync_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, finish: Finish, rows: u64, elapsed: Duration, bgi: bool) {
+    fn resync_ended(&self, vd: &Arc<VirtualDrive>, vd_id: u32, finish: &Finish, rows: u64, elapsed: Duration, bgi: bool) {
         let strip_bytes = vd.geometry().strip_size_bytes();
         let members = vd.members().len() as u64;
         let summary = format!("{rows} row(s), {} MiB read per member", (rows * strip_bytes) >> 20);
