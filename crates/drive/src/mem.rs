@@ -242,8 +242,9 @@ impl MemDrive {
         };
         let before = full_chunks.fetch_add(1, Ordering::Relaxed) as usize;
         debug_assert!(before < CHUNKS_PER_SLAB, "a chunk becomes full once");
-        let slab_end_bytes = (slab + 1) as u64 * HUGE_PAGE_BYTES as u64;
-        if before + 1 == CHUNKS_PER_SLAB && slab_end_bytes <= self.info.capacity_bytes && self.region.collapse(slab) {
+        // A slab past the end of the drive has fewer chunks, or a last chunk never full: it never
+        // gets here.
+        if before + 1 == CHUNKS_PER_SLAB && self.region.collapse(slab) {
             self.huge_slabs.fetch_add(1, Ordering::Relaxed);
         }
     }
