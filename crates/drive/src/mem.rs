@@ -25,9 +25,9 @@ const CHUNK_BYTES: u64 = 64 << 10;
 const PAGE_BYTES: usize = 4096;
 const PAGES_PER_CHUNK: usize = CHUNK_BYTES as usize / PAGE_BYTES;
 
-/// A transparent huge page on x86-64 and arm64 with 4 KiB base pages; the mapping is aligned to
-/// it so that every whole 2 MiB of the drive can be one.
-const HUGE_PAGE_BYTES: usize = 2 << 20;
+// A transparent huge page on x86-64 and arm64 with 4 KiB base pages; the mapping is aligned to
+// it so that every whole 2 MiB of the drive can be one.
+use crate::huge::HUGE_PAGE_BYTES;
 const CHUNKS_PER_SLAB: usize = HUGE_PAGE_BYTES / CHUNK_BYTES as usize;
 
 /// Linux 6.1's madvise advice that collapses a range into huge pages now, whatever the THP
@@ -315,6 +315,7 @@ impl MemDrive {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::huge::smaps::{anon_huge_bytes, huge_page_eligible, transparent_huge_pages_enabled};
 
     #[test]
     fn a_filled_drive_holds_data_everywhere_and_keeps_what_is_written() {
@@ -331,36 +332,6 @@ mod tests {
         let mut read = vec![0u8; PAGE_BYTES];
         drive.copy(CHUNK_BYTES, &mut read, false);
         assert_eq!(read, written);
-    }
-
-    /// A field of the mapping that holds `address`, from /proc/self/smaps.
-    fn smaps_field(address: usize, field: &str) -> String {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
-        let mut inside = false;
-        for line in smaps.lines() {
-            if let Some((range, _)) = line.split_once(' ').filter(|(range, _)| range.contains('-') && !range.ends_with(':')) {
-                let (start, end) = range.split_once('-').expect("an address range");
-                let (start, end) = (usize::from_str_radix(start, 16).unwrap(), usize::from_str_radix(end, 16).unwrap());
-                inside = (start..end).contains(&address);
-            } else if let Some(value) = line.strip_prefix(field).filter(|_| inside) {
-                return value.to_string();
-            }
-        }
-        panic!("no mapping holds {address:#x}")
-    }
-
-    fn huge_page_eligible(address: usize) -> bool {
-        smaps_field(address, "THPeligible:").trim() == "1"
-    }
-
-    /// The `AnonHugePages` bytes of the mapping that holds `address`.
-    fn anon_huge_bytes(address: usize) -> u64 {
-        smaps_field(address, "AnonHugePages:").trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() << 10
-    }
-
-    fn transparent_huge_pages_enabled() -> bool {
-        let setting = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-        !setting.is_empty() && !setting.contains("[never]")
     }
 
     /// A RAM drive's slabs move to huge pages once written in full, and not before (a first

@@ -21,6 +21,7 @@
 //! acknowledged: a hit that takes the mutex after a write's acknowledgement sees the write's
 //! bytes or no line. Fills and direct writes stay the shard's own.
 
+use super::line_memory::{LineMemory, LineSlot};
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -39,7 +40,7 @@ const _: () = assert!(PAGES_PER_LINE <= 16, "a line's valid bits are a u16");
 type Key = (u64, u64);
 
 struct Line {
-    data: Box<[u8]>,
+    slot: LineSlot,
     /// Bit `i`: page `i` holds the VD's data.
     valid: u16,
     /// Read since the clock hand last passed.
@@ -99,15 +100,11 @@ pub struct LineTable {
     lines: HashMap<Key, Line>,
     /// The clock: lines in the order they came in (keys of removed lines are skipped).
     clock: VecDeque<Key>,
-    /// The buffers of evicted lines, for the next lines to come in: a fresh 64 KiB from malloc
-    /// is faulted in and zeroed page by page. Their old bytes are never read (a line's pages
-    /// are valid only once written).
-    spare: Vec<Box<[u8]>>,
+    /// The lines' bytes. A line taken again keeps its old bytes, which are never read: a
+    /// line's pages are valid only once written.
+    memory: LineMemory,
     stats: CleanStats,
 }
-
-/// Evicted lines' buffers kept for reuse at most (4 MiB).
-const SPARE_LINES_MAX: usize = 64;
 
 /// The handle the shard and the engine share (see the module comment).
 pub type SharedLines = Arc<Mutex<LineTable>>;
@@ -166,7 +163,7 @@ impl LineTable {
             let at = (offset % LINE_BYTES) as usize;
             let len = ((LINE_BYTES - offset % LINE_BYTES).min(range.end - offset)) as usize;
             let out_at = (offset - range.start) as usize;
-            out[out_at..out_at + len].copy_from_slice(&line.data[at..at + len]);
+            out[out_at..out_at + len].copy_from_slice(&self.memory.bytes(line.slot)[at..at + len]);
             line.referenced = true;
             offset += len as u64;
         }
@@ -183,14 +180,14 @@ impl LineTable {
                     return;
                 }
                 self.evict_to(room_bytes - LINE_BYTES);
-                let data = self.spare.pop().unwrap_or_else(|| vec![0; LINE_BYTES as usize].into_boxed_slice());
-                self.lines.insert(key, Line { data, valid: 0, referenced: false });
+                let Some(slot) = self.memory.take() else { return };
+                self.lines.insert(key, Line { slot, valid: 0, referenced: false });
                 self.clock.push_back(key);
             }
             let line = self.lines.get_mut(&key).expect("present");
             let at = ((page % PAGES_PER_LINE) * PAGE_BYTES) as usize;
             let from = (page * PAGE_BYTES - offset) as usize;
-            line.data[at..at + PAGE_BYTES as usize].copy_from_slice(&data[from..from + PAGE_BYTES as usize]);
+            self.memory.bytes_mut(line.slot)[at..at + PAGE_BYTES as usize].copy_from_slice(&data[from..from + PAGE_BYTES as usize]);
             line.valid |= 1 << (page % PAGES_PER_LINE);
         }
         self.tidy_clock();
@@ -204,7 +201,8 @@ impl LineTable {
             let start = page_range.start.max(range.start);
             let end = page_range.end.min(range.end);
             let at = (start % LINE_BYTES) as usize;
-            line.data[at..at + (end - start) as usize].copy_from_slice(&data[(start - offset) as usize..(end - offset) as usize]);
+            self.memory.bytes_mut(line.slot)[at..at + (end - start) as usize]
+                .copy_from_slice(&data[(start - offset) as usize..(end - offset) as usize]);
             if start == page_range.start && end == page_range.end {
                 line.valid |= 1 << page;
             }
@@ -216,7 +214,7 @@ impl LineTable {
             let Some(line) = self.lines.get_mut(&(vd, line_index)) else { continue };
             line.valid &= !(1 << page);
             if line.valid == 0 {
-                self.lines.remove(&(vd, line_index));
+                self.remove(&(vd, line_index));
             }
         }
     }
@@ -228,11 +226,16 @@ impl LineTable {
             if line.referenced {
                 line.referenced = false;
                 self.clock.push_back(key);
-            } else if let Some(evicted) = self.lines.remove(&key) {
-                if self.spare.len() < SPARE_LINES_MAX {
-                    self.spare.push(evicted.data);
-                }
+            } else {
+                self.remove(&key);
             }
+        }
+    }
+
+    /// Forgets line `key`, if held, and frees its memory.
+    fn remove(&mut self, key: &Key) {
+        if let Some(line) = self.lines.remove(key) {
+            self.memory.give(line.slot);
         }
     }
 
@@ -304,7 +307,8 @@ impl CleanLines {
     /// Forgets everything of a VD (deleted, or initialized).
     pub fn forget_vd(&mut self, vd: u64) {
         let mut table = self.table();
-        table.lines.retain(|&(v, _), _| v != vd);
+        let keys: Vec<Key> = table.lines.keys().filter(|&&(v, _)| v == vd).copied().collect();
+        keys.iter().for_each(|key| table.remove(key));
         table.tidy_clock();
         drop(table);
         self.fills.iter().filter(|f| f.vd == vd).for_each(|f| f.poisoned.set(true));

@@ -37,6 +37,7 @@ pub(crate) use bypass::{around_durable, note_written_around};
 mod destage;
 pub mod extents;
 mod images;
+mod line_memory;
 mod read;
 mod relocate;
 mod write;
