@@ -30,7 +30,8 @@
 //! Partial rows (a stream's first and last) are logged as row images as usual, so that a crash
 //! can never tear data the write does not own; under WB on a VD with row images they are
 //! cached instead, and a partial row whose rest the cache holds goes around whole with it
-//! ([`complete_row`]).
+//! ([`complete_row`]). Where the stream's neighbouring write is already on its way, a partial
+//! row goes around after all, to be gathered whole with that neighbour (`io::gather`).
 
 use super::destage::{finish_run, Run};
 use super::ShardCache;

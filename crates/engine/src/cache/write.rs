@@ -140,9 +140,15 @@ async fn write_admitted(
                 return bypass::complete_row(reactor, vd, offset_bytes, buf, run).await;
             }
         }
+        // A piece of one row goes around too where the stream's neighbouring write, already on
+        // its way at this queue depth, will make the row whole on the members (`io::gather`):
+        // the row is then written once, whole, where its record would have written the piece a
+        // second time (a 1 MiB stream on 7+1 RAID5 journaled 0.19 bytes per byte that way).
+        let gathers = part_of_row && io::gather::would_gather(&reactor, &vd, &range);
         // Under WB a stream set to go around the journal (its cutoff set on purpose) does so
         // before it would go the imaged path; WT keeps the imaged path first (it needs no flush).
-        let around = bypass && !part_of_row && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range);
+        let around =
+            bypass && (!part_of_row || gathers) && journal.is_some() && mode != Mode::Always && bypass::allowed(&cache, &vd, &range);
         let imaged = match mode {
             Mode::Through => journal.is_some() && !cache.has_dirty(&vd),
             Mode::Back => is_whole_rows(&vd, &range) && !around,

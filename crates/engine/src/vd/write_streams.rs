@@ -34,10 +34,10 @@ pub(crate) fn track(vd: &Arc<VirtualDrive>, offset_bytes: u64, len_bytes: u64, d
 }
 
 /// Writes remembered: at least the queue depth of one stream, so that a write's end is still
-/// known when its tail reaches its shard.
-const REMEMBERED: usize = 16;
+/// known when its tail reaches its shard (seed 003's streaming-write runs at QD 32; with 16, a
+/// tail at that depth found its write forgotten and never waited for the next).
+const REMEMBERED: usize = 64;
 
-#[derive(Default)]
 pub(crate) struct WriteStreams {
     ends: [AtomicU64; REMEMBERED],
     next_end: AtomicUsize,
@@ -48,6 +48,19 @@ pub(crate) struct WriteStreams {
     /// How long a row waited before the stream's next write joined it: a moving average over
     /// about eight joins, doubled after a wait that nothing joined (0: none yet).
     join_wait_ns: AtomicU64,
+}
+
+impl Default for WriteStreams {
+    fn default() -> WriteStreams {
+        WriteStreams {
+            ends: std::array::from_fn(|_| AtomicU64::new(0)),
+            next_end: AtomicUsize::new(0),
+            stream_ends: std::array::from_fn(|_| AtomicU64::new(0)),
+            next_stream_end: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            join_wait_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 impl WriteStreams {
