@@ -452,6 +452,52 @@ fn stream_until_stopped(
     }
 }
 
+/// Stream writes kept in flight by [`stream_pipelined_until_stopped`].
+const PIPELINE_DEPTH: usize = 8;
+
+/// A stream of 1 MiB + 80 KiB writes over the region, wrapping at its end, with
+/// [`PIPELINE_DEPTH`] of them in flight (the region holds twice as many, so writes in
+/// flight never overlap), until `stop` or the daemon is gone. At this depth the next write is
+/// on its way while a row waits for it, so the rows two writes share are gathered whole around
+/// the journal (`io::gather`) instead of their first part being cached.
+fn stream_pipelined_until_stopped(
+    mut nbd: Client,
+    model: Arc<Mutex<Vec<BlockModel>>>,
+    next_version: Arc<Mutex<u64>>,
+    _seed: u64,
+    stop: Arc<AtomicBool>,
+) {
+    const _: () = assert!(PIPELINE_DEPTH as u64 * STREAM_WRITE_BLOCKS * 2 <= STREAM_BLOCKS, "writes in flight never overlap");
+    let mut cursor = 0;
+    let mut in_flight: std::collections::HashMap<u64, (u64, u64)> = std::collections::HashMap::new();
+    loop {
+        while in_flight.len() < PIPELINE_DEPTH && !stop.load(Ordering::SeqCst) {
+            let version = {
+                let mut next = next_version.lock().unwrap();
+                *next += 1;
+                *next
+            };
+            let first = if cursor + STREAM_WRITE_BLOCKS <= STREAM_BLOCKS { cursor } else { 0 };
+            cursor = first + STREAM_WRITE_BLOCKS;
+            let blocks = first as usize..(first + STREAM_WRITE_BLOCKS) as usize;
+            model.lock().unwrap()[blocks].iter_mut().for_each(|b| b.in_flight = Some(version));
+            let data: Vec<u8> = (first..first + STREAM_WRITE_BLOCKS).flat_map(|block| contents(block, version)).collect();
+            let Ok(cookie) = nbd.submit_write(first * BLOCK_BYTES as u64, &data, false) else { return };
+            in_flight.insert(cookie, (first, version));
+        }
+        if in_flight.is_empty() {
+            return;
+        }
+        let Ok(completion) = nbd.wait() else { return };
+        let (first, version) = in_flight.remove(&completion.cookie).expect("a completion of a write in flight");
+        if completion.result.is_err() {
+            return;
+        }
+        let acknowledged = BlockModel { acknowledged: version, in_flight: None };
+        model.lock().unwrap()[first as usize..(first + STREAM_WRITE_BLOCKS) as usize].fill(acknowledged);
+    }
+}
+
 /// Reads the region back: each block must hold its acknowledged version or the one in flight.
 /// Returns the blocks whose acknowledged write was lost.
 fn verify_stream(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
@@ -464,6 +510,55 @@ fn verify_stream(daemon: &Daemon, model: &mut [BlockModel], kill: u32) -> u64 {
         }
     }
     lost
+}
+
+/// What kills amid a stream found: blocks lost, and what the daemons reported before each kill.
+#[derive(Default)]
+struct StreamKills {
+    writes: u64,
+    lost: u64,
+    bypassed_bytes: u64,
+    completed_rows: u64,
+    gathered_rows: u64,
+}
+
+type StreamWriter = fn(Client, Arc<Mutex<Vec<BlockModel>>>, Arc<Mutex<u64>>, u64, Arc<AtomicBool>);
+
+/// `kills` rounds of: start the daemon over `drives` (its VD `wb`, set to send streams from
+/// 1 MiB around the journal), verify the stream's region, run `writer` for 0.2 to 2 s, kill -9;
+/// then a last start and verification.
+fn kill_amid_stream(scratch: &Scratch, drives: &[String], args: &[&str], kills: u32, writer: StreamWriter) -> StreamKills {
+    let model = Arc::new(Mutex::new(vec![BlockModel::default(); STREAM_BLOCKS as usize]));
+    let next_version = Arc::new(Mutex::new(0));
+    let mut rng = Rng(0x5EC);
+    let mut found = StreamKills::default();
+    for kill in 0..=kills {
+        let daemon = Daemon::start_with_args(scratch, drives, args);
+        let shown = daemon.cli(&["/c0/v0", "show", "all"]);
+        assert!(shown.contains("streams from 1.0 MiB on (seqcutoff=1MiB)"), "kill {kill}: the setting is kept: {shown}");
+        found.lost += verify_stream(&daemon, &mut model.lock().unwrap(), kill);
+        if kill == kills {
+            daemon.stop();
+            break;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let writing = {
+            let (nbd, model, next_version, stop) =
+                (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&next_version), Arc::clone(&stop));
+            let seed = rng.next();
+            std::thread::spawn(move || writer(nbd, model, next_version, seed, stop))
+        };
+        std::thread::sleep(Duration::from_millis(200 + rng.below(1800)));
+        let vd = daemon.vd_named("wb");
+        found.bypassed_bytes += vd.journal_bypassed_bytes;
+        found.completed_rows += vd.journal_completed_rows;
+        found.gathered_rows += vd.gathered_rows;
+        daemon.kill9();
+        stop.store(true, Ordering::SeqCst);
+        writing.join().expect("writer");
+    }
+    found.writes = *next_version.lock().unwrap();
+    found
 }
 
 #[test]
@@ -487,39 +582,42 @@ fn kill_9_amid_a_stream_that_goes_around_the_journal_never_loses_an_acknowledged
     assert!(code != 0 && refused.contains("seqcutoff=\"100KiB\" is not allowed; allowed: default"), "{refused}");
     daemon.cli(&["/c0/v0", "set", "seqcutoff=1MiB"]);
     daemon.stop();
-    let model = Arc::new(Mutex::new(vec![BlockModel::default(); STREAM_BLOCKS as usize]));
-    let next_version = Arc::new(Mutex::new(0));
-    let mut rng = Rng(0x5EC);
-    let (mut lost_total, mut bypassed_bytes, mut completed_rows) = (0, 0, 0);
-    for kill in 0..=kills {
-        let daemon = Daemon::start_with_args(&scratch, &drives, &args);
-        let shown = daemon.cli(&["/c0/v0", "show", "all"]);
-        assert!(shown.contains("streams from 1.0 MiB on (seqcutoff=1MiB)"), "kill {kill}: the setting is kept: {shown}");
-        lost_total += verify_stream(&daemon, &mut model.lock().unwrap(), kill);
-        if kill == kills {
-            daemon.stop();
-            break;
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (nbd, model, next_version, stop) =
-                (client(&daemon, "wb"), Arc::clone(&model), Arc::clone(&next_version), Arc::clone(&stop));
-            let seed = rng.next();
-            std::thread::spawn(move || stream_until_stopped(nbd, model, next_version, seed, stop))
-        };
-        std::thread::sleep(Duration::from_millis(200 + rng.below(1800)));
-        bypassed_bytes += daemon.vd_named("wb").journal_bypassed_bytes;
-        completed_rows += daemon.vd_named("wb").journal_completed_rows;
-        daemon.kill9();
-        stop.store(true, Ordering::SeqCst);
-        writer.join().expect("writer");
-    }
-    let writes = *next_version.lock().unwrap();
+    let found = kill_amid_stream(&scratch, &drives, &args, kills, stream_until_stopped);
     println!(
-        "{kills} kill -9 amid a stream going around the journal: {writes} writes, {} MiB of them around the journal, {completed_rows} rows completed from the cache, {lost_total} blocks lost",
-        bypassed_bytes / MIB
+        "{kills} kill -9 amid a stream going around the journal: {} writes, {} MiB of them around the journal, {} rows completed from the cache, {} blocks lost",
+        found.writes,
+        found.bypassed_bytes / MIB,
+        found.completed_rows,
+        found.lost
     );
-    assert_eq!(lost_total, 0, "acknowledged writes lost");
-    assert!(bypassed_bytes > 0, "the stream never went around the journal");
-    assert!(completed_rows > 0, "no stream write completed a row the cache held");
+    assert_eq!(found.lost, 0, "acknowledged writes lost");
+    assert!(found.bypassed_bytes > 0, "the stream never went around the journal");
+    assert!(found.completed_rows > 0, "no stream write completed a row the cache held");
+}
+
+/// The same kills amid a stream kept 8 writes deep, where the rows two writes share are
+/// gathered whole around the journal rather than cached (`cache/write.rs`, `io::gather`).
+#[test]
+fn kill_9_amid_a_stream_8_writes_deep_never_loses_an_acknowledged_write() {
+    let kills: u32 = kills_from_env() / 2;
+    let scratch = Scratch::new("wb-pipelined-kills");
+    let drives = member_files(&scratch, DRIVE_COUNT);
+    let journal = scratch.join("journal.img").display().to_string();
+    let args = ["--journal", journal.as_str(), "--cache-size", "4MiB"];
+    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+    daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
+    set_write_back(&daemon);
+    daemon.cli(&["/c0/v0", "set", "seqcutoff=1MiB"]);
+    daemon.stop();
+    let found = kill_amid_stream(&scratch, &drives, &args, kills, stream_pipelined_until_stopped);
+    println!(
+        "{kills} kill -9 amid a stream 8 writes deep: {} writes, {} MiB around the journal, {} rows gathered, {} completed from the cache, {} blocks lost",
+        found.writes,
+        found.bypassed_bytes / MIB,
+        found.gathered_rows,
+        found.completed_rows,
+        found.lost
+    );
+    assert_eq!(found.lost, 0, "acknowledged writes lost");
+    assert!(found.gathered_rows > 0, "no row two stream writes share was gathered");
 }
