@@ -52,12 +52,35 @@ fn stream_of(
     write_bytes: usize,
     seed: u8,
 ) -> usize {
+    stream_at_depth(engine, vd, image, range, write_bytes, seed, 1)
+}
+
+/// [`stream_of`] by a closed-loop writer that keeps `queue_depth` writes in flight.
+fn stream_at_depth(
+    engine: &Engine,
+    vd: &Arc<VirtualDrive>,
+    image: &mut [u8],
+    range: std::ops::Range<usize>,
+    write_bytes: usize,
+    seed: u8,
+    queue_depth: usize,
+) -> usize {
     let offsets: Vec<usize> = (range.start..range.end).step_by(write_bytes).filter(|o| o + write_bytes <= range.end).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut in_flight = 0;
     for (index, &offset) in offsets.iter().enumerate() {
+        if in_flight == queue_depth {
+            assert_eq!(rx.recv().unwrap(), Ok(()));
+            in_flight -= 1;
+        }
         let data = pattern(write_bytes, seed.wrapping_add(index as u8));
-        engine.write_at(vd, offset as u64, &data).unwrap();
         image[offset..offset + write_bytes].copy_from_slice(&data);
+        let (tx, buf) = (tx.clone(), IoBuf::from_slice(&data));
+        let request = VdRequest::Write { offset_bytes: offset as u64, buf };
+        engine.submit(vd, request, Box::new(move |done: VdCompletion| tx.send(done.result).unwrap()));
+        in_flight += 1;
     }
+    (0..in_flight).for_each(|_| assert_eq!(rx.recv().unwrap(), Ok(())));
     offsets.len()
 }
 
@@ -227,35 +250,6 @@ fn slow_file_drives(dir: &std::path::Path) -> Vec<Arc<dyn Drive>> {
         .collect()
 }
 
-/// A closed-loop writer of `write_bytes` requests one after the other from `range.start`,
-/// keeping `queue_depth` in flight, recorded in `image`; returns how many.
-fn stream_at_depth(
-    engine: &Engine,
-    vd: &Arc<VirtualDrive>,
-    image: &mut [u8],
-    range: std::ops::Range<usize>,
-    write_bytes: usize,
-    queue_depth: usize,
-) -> usize {
-    let offsets: Vec<usize> = (range.start..range.end).step_by(write_bytes).filter(|o| o + write_bytes <= range.end).collect();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let mut in_flight = 0;
-    for (index, &offset) in offsets.iter().enumerate() {
-        if in_flight == queue_depth {
-            assert_eq!(rx.recv().unwrap(), Ok(()));
-            in_flight -= 1;
-        }
-        let data = pattern(write_bytes, index as u8);
-        image[offset..offset + write_bytes].copy_from_slice(&data);
-        let (tx, buf) = (tx.clone(), IoBuf::from_slice(&data));
-        let request = VdRequest::Write { offset_bytes: offset as u64, buf };
-        engine.submit(vd, request, Box::new(move |done: VdCompletion| tx.send(done.result).unwrap()));
-        in_flight += 1;
-    }
-    (0..in_flight).for_each(|_| assert_eq!(rx.recv().unwrap(), Ok(())));
-    offsets.len()
-}
-
 /// A stream at queue depth 8 whose writes end inside rows: the row each write shares with the
 /// next goes around the journal too, gathered whole on the members (`io::gather`), instead of
 /// its first part going to the journal and the cache. Everything reads back, before and after a
@@ -272,7 +266,7 @@ fn a_stream_at_queue_depth_8_gathers_the_rows_its_writes_share_around_the_journa
         let controller = open(&engine, &drives, None, &journal);
         let vd = wb_raid5(&controller);
         set_seq_cutoff(&controller, SeqCutoff::Mib(1));
-        let writes = stream_at_depth(&engine, &vd, &mut image, 0..SPAN_BYTES, WRITE_BYTES, 8);
+        let writes = stream_at_depth(&engine, &vd, &mut image, 0..SPAN_BYTES, WRITE_BYTES, 0, 8);
         let gathered = vd.gathered();
         let (_, around_bytes) = vd.journal_bypass().bypassed();
         println!(

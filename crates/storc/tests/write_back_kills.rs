@@ -407,17 +407,41 @@ const STREAM_WRITE_BLOCKS: u64 = (MIB + (80 << 10)) / BLOCK_BYTES as u64;
 /// Blocks the verification reads at once.
 const VERIFY_BLOCKS: u64 = MIB / BLOCK_BYTES as u64;
 
+/// Marks `blocks` blocks from `first` in flight at `version`, and returns their contents.
+fn begin_write(model: &Mutex<Vec<BlockModel>>, first: u64, blocks: u64, version: u64) -> Vec<u8> {
+    model.lock().unwrap()[first as usize..(first + blocks) as usize].iter_mut().for_each(|b| b.in_flight = Some(version));
+    (first..first + blocks).flat_map(|block| contents(block, version)).collect()
+}
+
+/// The write [`begin_write`] began was acknowledged.
+fn end_write(model: &Mutex<Vec<BlockModel>>, first: u64, blocks: u64, version: u64) {
+    let acknowledged = BlockModel { acknowledged: version, in_flight: None };
+    model.lock().unwrap()[first as usize..(first + blocks) as usize].fill(acknowledged);
+}
+
 /// One write of `blocks` consecutive blocks from `first`, each block its own contents at
 /// `version`: in flight, then acknowledged.
 fn write_blocks(nbd: &mut Client, model: &Mutex<Vec<BlockModel>>, first: u64, blocks: u64, version: u64) -> bool {
-    model.lock().unwrap()[first as usize..(first + blocks) as usize].iter_mut().for_each(|b| b.in_flight = Some(version));
-    let data: Vec<u8> = (first..first + blocks).flat_map(|block| contents(block, version)).collect();
+    let data = begin_write(model, first, blocks, version);
     if nbd.write(first * BLOCK_BYTES as u64, &data, false).is_err() {
         return false;
     }
-    let acknowledged = BlockModel { acknowledged: version, in_flight: None };
-    model.lock().unwrap()[first as usize..(first + blocks) as usize].fill(acknowledged);
+    end_write(model, first, blocks, version);
     true
+}
+
+/// The next version, shared by every writer of a test, so none repeats.
+fn take_version(next_version: &Mutex<u64>) -> u64 {
+    let mut next = next_version.lock().unwrap();
+    *next += 1;
+    *next
+}
+
+/// The first block of the stream's next write after `cursor`, wrapping at the region's end.
+fn next_stream_write(cursor: &mut u64) -> u64 {
+    let first = if *cursor + STREAM_WRITE_BLOCKS <= STREAM_BLOCKS { *cursor } else { 0 };
+    *cursor = first + STREAM_WRITE_BLOCKS;
+    first
 }
 
 /// A stream of 1 MiB writes over the region, wrapping at its end, with a random 16 KiB write
@@ -433,18 +457,10 @@ fn stream_until_stopped(
     let mut rng = Rng(seed | 1);
     let mut cursor = 0;
     while !stop.load(Ordering::SeqCst) {
-        let version = {
-            let mut next = next_version.lock().unwrap();
-            *next += 1;
-            *next
-        };
+        let version = take_version(&next_version);
         let written = match rng.below(2) {
             0 => write_blocks(&mut nbd, &model, rng.below(STREAM_BLOCKS), 1, version),
-            _ => {
-                let first = if cursor + STREAM_WRITE_BLOCKS <= STREAM_BLOCKS { cursor } else { 0 };
-                cursor = first + STREAM_WRITE_BLOCKS;
-                write_blocks(&mut nbd, &model, first, STREAM_WRITE_BLOCKS, version)
-            }
+            _ => write_blocks(&mut nbd, &model, next_stream_write(&mut cursor), STREAM_WRITE_BLOCKS, version),
         };
         if !written {
             return;
@@ -472,16 +488,8 @@ fn stream_pipelined_until_stopped(
     let mut in_flight: std::collections::HashMap<u64, (u64, u64)> = std::collections::HashMap::new();
     loop {
         while in_flight.len() < PIPELINE_DEPTH && !stop.load(Ordering::SeqCst) {
-            let version = {
-                let mut next = next_version.lock().unwrap();
-                *next += 1;
-                *next
-            };
-            let first = if cursor + STREAM_WRITE_BLOCKS <= STREAM_BLOCKS { cursor } else { 0 };
-            cursor = first + STREAM_WRITE_BLOCKS;
-            let blocks = first as usize..(first + STREAM_WRITE_BLOCKS) as usize;
-            model.lock().unwrap()[blocks].iter_mut().for_each(|b| b.in_flight = Some(version));
-            let data: Vec<u8> = (first..first + STREAM_WRITE_BLOCKS).flat_map(|block| contents(block, version)).collect();
+            let (version, first) = (take_version(&next_version), next_stream_write(&mut cursor));
+            let data = begin_write(&model, first, STREAM_WRITE_BLOCKS, version);
             let Ok(cookie) = nbd.submit_write(first * BLOCK_BYTES as u64, &data, false) else { return };
             in_flight.insert(cookie, (first, version));
         }
@@ -493,8 +501,7 @@ fn stream_pipelined_until_stopped(
         if completion.result.is_err() {
             return;
         }
-        let acknowledged = BlockModel { acknowledged: version, in_flight: None };
-        model.lock().unwrap()[first as usize..(first + STREAM_WRITE_BLOCKS) as usize].fill(acknowledged);
+        end_write(&model, first, STREAM_WRITE_BLOCKS, version);
     }
 }
 
@@ -524,16 +531,29 @@ struct StreamKills {
 
 type StreamWriter = fn(Client, Arc<Mutex<Vec<BlockModel>>>, Arc<Mutex<u64>>, u64, Arc<AtomicBool>);
 
-/// `kills` rounds of: start the daemon over `drives` (its VD `wb`, set to send streams from
-/// 1 MiB around the journal), verify the stream's region, run `writer` for 0.2 to 2 s, kill -9;
-/// then a last start and verification.
-fn kill_amid_stream(scratch: &Scratch, drives: &[String], args: &[&str], kills: u32, writer: StreamWriter) -> StreamKills {
+/// A WB RAID5 `wb` of five member files with a journal file, checked by `check_new_vd` once
+/// created, then set to send streams from 1 MiB around the journal; then `kills` rounds of:
+/// start the daemon, verify the stream's region, run `writer` for 0.2 to 2 s, kill -9; then a
+/// last start and verification.
+fn kill_amid_stream(name: &str, kills: u32, writer: StreamWriter, check_new_vd: fn(&Daemon)) -> StreamKills {
+    let scratch = Scratch::new(name);
+    let drives = member_files(&scratch, DRIVE_COUNT);
+    let journal = scratch.join("journal.img").display().to_string();
+    // A small cache: the random writes' data is destaged within a run, while their records
+    // stay live in the journal: the case a stream written around must not be replayed over.
+    let args = ["--journal", journal.as_str(), "--cache-size", "4MiB"];
+    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
+    daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
+    set_write_back(&daemon);
+    check_new_vd(&daemon);
+    daemon.cli(&["/c0/v0", "set", "seqcutoff=1MiB"]);
+    daemon.stop();
     let model = Arc::new(Mutex::new(vec![BlockModel::default(); STREAM_BLOCKS as usize]));
     let next_version = Arc::new(Mutex::new(0));
     let mut rng = Rng(0x5EC);
     let mut found = StreamKills::default();
     for kill in 0..=kills {
-        let daemon = Daemon::start_with_args(scratch, drives, args);
+        let daemon = Daemon::start_with_args(&scratch, &drives, &args);
         let shown = daemon.cli(&["/c0/v0", "show", "all"]);
         assert!(shown.contains("streams from 1.0 MiB on (seqcutoff=1MiB)"), "kill {kill}: the setting is kept: {shown}");
         found.lost += verify_stream(&daemon, &mut model.lock().unwrap(), kill);
@@ -564,25 +584,15 @@ fn kill_amid_stream(scratch: &Scratch, drives: &[String], args: &[&str], kills: 
 #[test]
 fn kill_9_amid_a_stream_that_goes_around_the_journal_never_loses_an_acknowledged_write() {
     let kills: u32 = kills_from_env() / 2;
-    let scratch = Scratch::new("wb-stream-kills");
-    let drives = member_files(&scratch, DRIVE_COUNT);
-    let journal = scratch.join("journal.img").display().to_string();
-    // A small cache: the random writes' data is destaged within a run, while their records
-    // stay live in the journal: the case a stream written around must not be replayed over.
-    let args = ["--journal", journal.as_str(), "--cache-size", "4MiB"];
-    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
-    daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
-    set_write_back(&daemon);
-    let shown = daemon.cli(&["/c0/v0", "show", "all"]);
-    assert!(
-        shown.contains("Journal Bypass = Off (seqcutoff=default: the level's)"),
-        "a parity level keeps streams in the journal: {shown}"
-    );
-    let (code, refused) = daemon.cli_output(&["/c0/v0", "set", "seqcutoff=100KiB"]);
-    assert!(code != 0 && refused.contains("seqcutoff=\"100KiB\" is not allowed; allowed: default"), "{refused}");
-    daemon.cli(&["/c0/v0", "set", "seqcutoff=1MiB"]);
-    daemon.stop();
-    let found = kill_amid_stream(&scratch, &drives, &args, kills, stream_until_stopped);
+    let found = kill_amid_stream("wb-stream-kills", kills, stream_until_stopped, |daemon| {
+        let shown = daemon.cli(&["/c0/v0", "show", "all"]);
+        assert!(
+            shown.contains("Journal Bypass = Off (seqcutoff=default: the level's)"),
+            "a parity level keeps streams in the journal: {shown}"
+        );
+        let (code, refused) = daemon.cli_output(&["/c0/v0", "set", "seqcutoff=100KiB"]);
+        assert!(code != 0 && refused.contains("seqcutoff=\"100KiB\" is not allowed; allowed: default"), "{refused}");
+    });
     println!(
         "{kills} kill -9 amid a stream going around the journal: {} writes, {} MiB of them around the journal, {} rows completed from the cache, {} blocks lost",
         found.writes,
@@ -600,16 +610,7 @@ fn kill_9_amid_a_stream_that_goes_around_the_journal_never_loses_an_acknowledged
 #[test]
 fn kill_9_amid_a_stream_8_writes_deep_never_loses_an_acknowledged_write() {
     let kills: u32 = kills_from_env() / 2;
-    let scratch = Scratch::new("wb-pipelined-kills");
-    let drives = member_files(&scratch, DRIVE_COUNT);
-    let journal = scratch.join("journal.img").display().to_string();
-    let args = ["--journal", journal.as_str(), "--cache-size", "4MiB"];
-    let daemon = Daemon::start_with_args(&scratch, &drives, &args);
-    daemon.create_vd("r5", &(0..DRIVE_COUNT).collect::<Vec<_>>(), "wb");
-    set_write_back(&daemon);
-    daemon.cli(&["/c0/v0", "set", "seqcutoff=1MiB"]);
-    daemon.stop();
-    let found = kill_amid_stream(&scratch, &drives, &args, kills, stream_pipelined_until_stopped);
+    let found = kill_amid_stream("wb-pipelined-kills", kills, stream_pipelined_until_stopped, |_| {});
     println!(
         "{kills} kill -9 amid a stream 8 writes deep: {} writes, {} MiB around the journal, {} rows gathered, {} completed from the cache, {} blocks lost",
         found.writes,
