@@ -22,12 +22,14 @@
 //!
 //! # Design decisions
 //!
-//! **Threads per connection, not an async runtime.** Each connection has a reader thread that
-//! parses requests and submits them to the device without waiting, and a writer thread that
-//! sends replies as completions arrive, in completion order. The device completes from its own
-//! threads (the engine's shards) through a callback that posts to the writer's channel. NBD
-//! connections are few (one or a handful per client, and at most `connections_max`), so two
-//! threads each cost nothing that matters, while blocking std sockets keep the code
+//! **Threads per connection, not an async runtime.** Each connection has reader threads that
+//! take turns parsing requests and submitting them to the device without waiting (one reads
+//! at a time; the turn passes before a reader serves the request that emptied the socket, so
+//! the next request finds a thread already waiting for it), and a writer thread that sends the
+//! replies the completing threads could not send in place. The device completes from its own
+//! threads (the engine's shards) through a callback that sends the reply. NBD connections are
+//! few (one or a handful per client, and at most `connections_max`), so a thread blocked on a
+//! lock or a socket costs nothing that matters, while blocking std sockets keep the code
 //! straight-line, the stack traces readable, and the crate free of a runtime the engine's
 //! thread-per-core design does not want on its data path. Concurrency comes from many requests
 //! in flight per connection, not from many tasks.
@@ -38,9 +40,9 @@
 //! submission until its reply has been written, released on drop, so a client that disconnects
 //! mid-request, a write error, or a device that drops a callback cannot leak one, and a client
 //! that stops reading its replies is dropped after `reply_stall_timeout`. Connections are
-//! bounded in number (each holds [`DESCRIPTORS_PER_CONNECTION`] descriptor and
-//! [`THREADS_PER_CONNECTION`] threads, or [`TLS_DESCRIPTORS_PER_CONNECTION`] and
-//! [`TLS_THREADS_PER_CONNECTION`] with TLS), and a handshake must end within `handshake_timeout`
+//! bounded in number (each holds [`DESCRIPTORS_PER_CONNECTION`] descriptor, or
+//! [`TLS_DESCRIPTORS_PER_CONNECTION`] with TLS, and [`ServerConfig::threads_per_connection`]
+//! threads), and a handshake must end within `handshake_timeout`
 //! however slowly its bytes arrive. So the memory, threads and descriptors a crowd of clients
 //! can make the server hold are known in advance.
 //!
@@ -72,8 +74,8 @@ pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdE
 pub use device::{BlockDevice, Done, IoError, ReadDone};
 pub use server::{
     Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, ServerStats, CONNECTION_THREAD_STACK_BYTES,
-    DESCRIPTORS_PER_CONNECTION, DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, THREADS_PER_CONNECTION, TLS_DESCRIPTORS_PER_CONNECTION,
-    TLS_THREADS_PER_CONNECTION,
+    DESCRIPTORS_PER_CONNECTION, DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, READERS_PER_CONNECTION_MAX,
+    TLS_DESCRIPTORS_PER_CONNECTION,
 };
 pub use tls::{PskKeys, TlsClient, TlsCredentials, TlsMode, TlsServer};
 pub use uri::{NbdUri, UriError, UriTls};

@@ -79,6 +79,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
         },
         in_flight: transmission::InFlight::new(&shared.config, Arc::clone(&registration.state), Arc::clone(&shared.payload_budget)),
         client_gone: Arc::default(),
+        readers: shared.config.readers_per_connection,
     };
     count_connection(shared, &identity, true);
     let outcome = export.device.serve(session);

@@ -1,9 +1,11 @@
-//! The NBD server: exports, listeners, and one reader and one writer thread per connection.
+//! The NBD server: exports, listeners, and per connection reader threads that take turns and
+//! a reply writer thread.
 //!
 //! ```text
-//! accept thread ──spawns──▶ connection thread: handshake, then reads requests ──submit──▶ device
-//!                                   │ (bounded by InFlight)                                 │
-//!                                   └──── spawns writer thread ◀──── replies (channel) ◀── done()
+//! accept thread ──spawns──▶ connection thread: handshake, then its turn at reading requests
+//!                             + readers-1 more (ServerConfig::readers_per_connection): one
+//!                               reads at a time ──submit──▶ device (bounded by InFlight)
+//!                           writer thread ◀──── replies the completing thread could not send ◀── done()
 //! ```
 //!
 //! A reply is sent by the thread that completed it, without blocking, while the writer has
@@ -35,7 +37,7 @@ use std::time::{Duration, Instant};
 use crate::proto;
 use crate::socket::Socket;
 use crate::tls::TlsServer;
-pub use config::{ServerConfig, POLL_BUDGET_MAX};
+pub use config::{ServerConfig, POLL_BUDGET_MAX, READERS_PER_CONNECTION_MAX};
 pub use export::Export;
 use export::{check_exports, ExportIdentity};
 use limits::{LogLimiter, PayloadBudget};
@@ -45,13 +47,9 @@ pub use listener::ServerHandle;
 /// Descriptors one connection holds: its socket, shared by the reader, the writer and the
 /// registry (see `Socket`). What a process must keep free per connection it allows.
 pub const DESCRIPTORS_PER_CONNECTION: usize = 1;
-/// Threads one connection holds in the transmission phase: a reader and a reply writer.
-pub const THREADS_PER_CONNECTION: usize = 2;
 /// Descriptors a connection holds once it runs TLS: its socket and the two ends of the
 /// socketpair between the connection and its TLS relay (see `tls`).
 pub const TLS_DESCRIPTORS_PER_CONNECTION: usize = 3;
-/// Threads a connection holds once it runs TLS: a reader, a reply writer and the TLS relay.
-pub const TLS_THREADS_PER_CONNECTION: usize = 3;
 /// Stack of each connection thread. They parse fixed-size headers, call the device and write
 /// replies, with no recursion, so a fraction of std's 2 MiB default is plenty; it bounds the
 /// address space that idle connections reserve.

@@ -1,0 +1,151 @@
+//! A connection's readers take turns (`ServerConfig::readers_per_connection`): a client that
+//! waits for each reply is served by one reader after another, every byte read back as
+//! written; with one reader, one thread serves everything; and a connection whose client hangs
+//! up ends with all its readers.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::thread::{self, ThreadId};
+use std::time::Duration;
+
+use common::*;
+use nbd::proto::{self, Command, Request};
+use nbd::testing::MemDevice;
+use nbd::{BlockDevice, Client, ClientConfig, Done, Export, ReadDone, Server, ServerConfig, ServerHandle};
+
+const BLOCK_BYTES: usize = 4096;
+const BLOCKS: u64 = 64;
+
+/// A memory device that notes which thread submitted each request.
+struct ThreadNoting {
+    inner: MemDevice,
+    threads: Mutex<Vec<ThreadId>>,
+}
+
+impl ThreadNoting {
+    fn note(&self) {
+        self.threads.lock().unwrap().push(thread::current().id());
+    }
+
+    fn distinct_threads(&self) -> usize {
+        self.threads.lock().unwrap().iter().collect::<HashSet<_>>().len()
+    }
+}
+
+impl BlockDevice for ThreadNoting {
+    type Buf = Vec<u8>;
+
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_size_bytes(&self) -> u32 {
+        self.inner.block_size_bytes()
+    }
+    fn alloc(&self, len_bytes: usize) -> Vec<u8> {
+        self.inner.alloc(len_bytes)
+    }
+    fn flush_is_global(&self) -> bool {
+        self.inner.flush_is_global()
+    }
+    fn supports_trim(&self) -> bool {
+        self.inner.supports_trim()
+    }
+    fn read(&self, offset: u64, buf: Vec<u8>, done: ReadDone<Vec<u8>>) {
+        self.note();
+        self.inner.read(offset, buf, done);
+    }
+    fn write(&self, offset: u64, buf: Vec<u8>, fua: bool, done: Done) {
+        self.note();
+        self.inner.write(offset, buf, fua, done);
+    }
+    fn flush(&self, done: Done) {
+        self.note();
+        self.inner.flush(done);
+    }
+    fn trim(&self, offset: u64, len_bytes: u64, done: Done) {
+        self.note();
+        self.inner.trim(offset, len_bytes, done);
+    }
+    fn write_zeroes(&self, offset: u64, len_bytes: u64, fua: bool, done: Done) {
+        self.note();
+        self.inner.write_zeroes(offset, len_bytes, fua, done);
+    }
+}
+
+/// The tests count the process's threads: they run one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serve(dir: &TempDir, readers: usize) -> (Server, ServerHandle, Arc<ThreadNoting>) {
+    let device = Arc::new(ThreadNoting { inner: MemDevice::new(BLOCKS * BLOCK_BYTES as u64), threads: Mutex::default() });
+    let config = ServerConfig { readers_per_connection: readers, ..ServerConfig::default() };
+    let server = Server::with_config(vec![Export::new("vd0", Arc::clone(&device))], config).unwrap();
+    let handle = server.serve_unix(dir.join("nbd.sock")).unwrap();
+    (server, handle, device)
+}
+
+/// Writes then reads back every block, one request at a time, twice over.
+fn write_and_read_back_one_at_a_time(handle: &ServerHandle) {
+    let mut client = Client::connect(&handle.uri("vd0"), &ClientConfig::default()).unwrap();
+    for pass in 0..2u64 {
+        for block in 0..BLOCKS {
+            let data = random_bytes(BLOCK_BYTES, pass * BLOCKS + block);
+            client.write(block * BLOCK_BYTES as u64, &data, false).unwrap();
+            assert_eq!(client.read(block * BLOCK_BYTES as u64, BLOCK_BYTES as u32).unwrap(), data, "pass {pass} block {block}");
+        }
+    }
+    client.flush().unwrap();
+}
+
+#[test]
+fn a_client_that_waits_for_each_reply_is_served_by_the_readers_in_turn() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = TempDir::new("readers-turns");
+    let (_server, handle, device) = serve(&dir, 4);
+    write_and_read_back_one_at_a_time(&handle);
+    // Each request empties the socket, so its reader hands the socket on before serving it:
+    // the next request is read, and submitted, by another thread.
+    let threads = device.distinct_threads();
+    assert!((2..=4).contains(&threads), "{threads} of the 4 readers served the 257 requests");
+}
+
+#[test]
+fn one_reader_serves_every_request_itself() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = TempDir::new("readers-one");
+    let (_server, handle, device) = serve(&dir, 1);
+    write_and_read_back_one_at_a_time(&handle);
+    assert_eq!(device.distinct_threads(), 1);
+}
+
+#[test]
+fn a_client_that_hangs_up_mid_request_ends_the_connection_and_all_its_readers() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = TempDir::new("readers-hangup");
+    let (server, handle, _device) = serve(&dir, 8);
+    let threads_before = process_thread_count();
+    let mut client = Client::connect(&handle.uri("vd0"), &ClientConfig::default()).unwrap();
+    client.write(0, &random_bytes(BLOCK_BYTES, 1), false).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || process_thread_count() >= threads_before + 9), "8 readers and a writer started");
+    // Half a request header on the client's socket (a duplicate descriptor), then the client
+    // is gone: the reader holding the turn is mid-header, the others wait for it.
+    let request = Request { flags: 0, command: Command::Read, cookie: 9, offset: 0, len_bytes: BLOCK_BYTES as u32 };
+    // SAFETY: dup returns a new descriptor we own (checked below), which the stream closes.
+    let fd = unsafe { libc::dup(client.socket_fd()) };
+    assert!(fd >= 0, "dup: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` is open and owned by nothing else.
+    let mut stream = unsafe { UnixStream::from_raw_fd(fd) };
+    stream.write_all(&proto::encode_request(&request)[..proto::REQUEST_HEADER_BYTES / 2]).unwrap();
+    drop(stream);
+    drop(client);
+    assert!(wait_until(Duration::from_secs(10), || server.stats().connections_open == 0), "the connection ended");
+    assert!(wait_until(Duration::from_secs(10), || process_thread_count() <= threads_before), "its threads are gone");
+}
+
+fn process_thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
