@@ -8,7 +8,8 @@ use std::thread;
 use std::time::Instant;
 
 use super::{
-    handshake, transmission, ConnectionError, ConnectionSlot, Export, ExportIdentity, ListenerState, Shared, CONNECTION_THREAD_STACK_BYTES,
+    handshake, in_flight, transmission, ConnectionError, ConnectionSlot, Export, ExportIdentity, ListenerState, Shared,
+    CONNECTION_THREAD_STACK_BYTES,
 };
 use crate::socket::{DeadlineSocket, Socket};
 use crate::tls::{TlsLink, TlsMode, TlsServer};
@@ -77,7 +78,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
             payload_max_bytes: export.block_sizes().max_bytes,
             transmission_flags: export.transmission_flags(structured_replies),
         },
-        in_flight: transmission::InFlight::new(&shared.config, Arc::clone(&registration.state), Arc::clone(&shared.payload_budget)),
+        in_flight: in_flight::InFlight::new(&shared.config, Arc::clone(&registration.state), Arc::clone(&shared.payload_budget)),
         client_gone: Arc::default(),
         readers: shared.config.readers_per_connection,
     };

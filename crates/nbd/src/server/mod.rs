@@ -19,6 +19,7 @@ mod config;
 mod connection;
 mod export;
 mod handshake;
+mod in_flight;
 mod limits;
 mod listener;
 mod replies;

@@ -9,7 +9,7 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use super::transmission::Credit;
+use super::in_flight::Credit;
 use super::CONNECTION_THREAD_STACK_BYTES;
 use crate::device::IoError;
 use crate::proto;
