@@ -16,11 +16,29 @@ fn ok(output: Output, what: &str) -> String {
     stdout
 }
 
-fn scratch_dir(name: &str) -> PathBuf {
+/// A test's directory, removed when the test passes; kept, with the reports and screenshots in
+/// it, when the test fails.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch_dir(name: &str) -> ScratchDir {
     let dir = std::env::temp_dir().join(format!("storc-bench-report-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    ScratchDir(dir)
 }
 
 /// The charts a quick review-suite run must have (ratings need all six QDs 1..32, which
@@ -132,7 +150,6 @@ fn a_quick_review_run_makes_a_self_contained_report_that_a_browser_renders() {
     assert!(shot.status.success(), "chromium --screenshot failed: {}", String::from_utf8_lossy(&shot.stderr));
     let bytes = std::fs::read(&png).expect("chromium wrote no screenshot");
     assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "the screenshot is not a rendered page");
-    eprintln!("report: {} screenshot: {}", report.display(), png.display());
 }
 
 #[test]
