@@ -64,15 +64,21 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, session: Session) -> Result<
     let turn = Mutex::new(ReadingTurn { session, end: None });
     thread::scope(|scope| {
         // Without the readers that could not be spawned, the others read every request.
-        let reliefs: Vec<_> = (1..readers)
-            .filter_map(|_| {
-                let spawned = thread::Builder::new()
-                    .name("nbd-conn".into())
-                    .stack_size(CONNECTION_THREAD_STACK_BYTES)
-                    .spawn_scoped(scope, || take_turns(&device, &turn, &replies));
-                spawned.inspect_err(|error| tracing::warn!(%error, "nbd: cannot start a request reader")).ok()
-            })
-            .collect();
+        let mut reliefs = Vec::with_capacity(readers.saturating_sub(1));
+        let mut spawn_error = None;
+        for _ in 1..readers {
+            let spawned = thread::Builder::new()
+                .name("nbd-conn".into())
+                .stack_size(CONNECTION_THREAD_STACK_BYTES)
+                .spawn_scoped(scope, || take_turns(&device, &turn, &replies));
+            match spawned {
+                Ok(relief) => reliefs.push(relief),
+                Err(error) => spawn_error = Some(error),
+            }
+        }
+        if let Some(error) = spawn_error {
+            tracing::warn!(%error, started = reliefs.len() + 1, readers, "nbd: a connection runs with fewer request readers");
+        }
         take_turns(&device, &turn, &replies);
         for relief in reliefs {
             if relief.join().is_err() {
