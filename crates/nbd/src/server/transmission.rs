@@ -146,13 +146,13 @@ fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replie
 // ---- Reading requests ------------------------------------------------------------------------
 
 /// Reads and dispatches requests while the next one is already buffered; returns the first
-/// whose successor is not (the reader would block), read but not dispatched, or `None` once
+/// whose successor is not (the reader would block), received but not dispatched, or `None` once
 /// the client is done.
 fn read_requests<D: BlockDevice>(
     device: &Arc<D>,
     session: &mut Session,
     replies: &Replies<D::Buf>,
-) -> Result<Option<ReadRequest<D::Buf>>, ConnectionError> {
+) -> Result<Option<ReceivedRequest<D::Buf>>, ConnectionError> {
     let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
     loop {
         check_client_taking_replies(session)?;
@@ -186,15 +186,15 @@ fn read_requests<D: BlockDevice>(
         if next_header_buffered(&session.reader, &request) {
             replies.open_cork();
         }
-        let Some(read) = handle_request(device, session, replies, request)? else { continue };
+        let Some(received) = handle_request(device, session, replies, request)? else { continue };
         if session.reader.buffer().len() >= proto::REQUEST_HEADER_BYTES {
-            dispatch(device, replies, read);
+            dispatch(device, replies, received);
             continue;
         }
         // The next read may block: what the cork holds goes now, and this request's reply
         // goes in place once the other reader has taken over the socket.
         replies.flush_cork();
-        return Ok(Some(read));
+        return Ok(Some(received));
     }
 }
 
@@ -232,7 +232,7 @@ fn handle_request<D: BlockDevice>(
     session: &mut Session,
     replies: &Replies<D::Buf>,
     request: Request,
-) -> Result<Option<ReadRequest<D::Buf>>, ConnectionError> {
+) -> Result<Option<ReceivedRequest<D::Buf>>, ConnectionError> {
     let is_read = request.command == Command::Read;
     if let Err(rejection) = check_request(&request, &session.limits) {
         let credit = acquire(session, replies, 0);
@@ -253,7 +253,7 @@ fn handle_request<D: BlockDevice>(
     }
     // The wait for credit may have been long: the client may have gone meanwhile.
     check_client_taking_replies(session)?;
-    Ok(Some(read_payload_of(&**device, &mut session.reader, request, credit)?))
+    Ok(Some(receive_payload(&**device, &mut session.reader, request, credit)?))
 }
 
 /// A credit for a request: at once if one is free, else after sending the corked replies,
@@ -292,19 +292,19 @@ fn payload_bytes(request: &Request) -> usize {
 }
 
 /// A checked request, with its credit and, for a WRITE, its payload: ready for the device.
-struct ReadRequest<B> {
+struct ReceivedRequest<B> {
     request: Request,
     credit: Credit,
     payload: Option<B>,
 }
 
 /// Reads a WRITE's payload into a buffer of the device's; other requests carry none.
-fn read_payload_of<D: BlockDevice>(
+fn receive_payload<D: BlockDevice>(
     device: &D,
     reader: &mut BufReader<DeadlineSocket>,
     request: Request,
     credit: Credit,
-) -> io::Result<ReadRequest<D::Buf>> {
+) -> io::Result<ReceivedRequest<D::Buf>> {
     let payload = match request.command {
         Command::Write if request.len_bytes > 0 => {
             let mut buf = alloc(device, request.len_bytes as usize);
@@ -313,12 +313,12 @@ fn read_payload_of<D: BlockDevice>(
         }
         _ => None,
     };
-    Ok(ReadRequest { request, credit, payload })
+    Ok(ReceivedRequest { request, credit, payload })
 }
 
-/// Hands a read request to the device. Returns once it is submitted, not completed.
-fn dispatch<D: BlockDevice>(device: &Arc<D>, replies: &Replies<D::Buf>, read: ReadRequest<D::Buf>) {
-    let ReadRequest { request, credit, payload } = read;
+/// Hands a received request to the device. Returns once it is submitted, not completed.
+fn dispatch<D: BlockDevice>(device: &Arc<D>, replies: &Replies<D::Buf>, received: ReceivedRequest<D::Buf>) {
+    let ReceivedRequest { request, credit, payload } = received;
     let fua = request.has_flag(proto::NBD_CMD_FLAG_FUA);
     let len_bytes = request.len_bytes as usize;
     if len_bytes == 0 && request.command != Command::Flush {
