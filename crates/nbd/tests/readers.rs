@@ -1,7 +1,7 @@
 //! A connection's readers take turns (`ServerConfig::readers_per_connection`): a client that
 //! waits for each reply is served by one reader after another, every byte read back as
 //! written; with one reader, one thread serves everything; and a connection whose client hangs
-//! up ends with all its readers.
+//! up ends with all its readers; a reader count out of bounds is refused.
 
 mod common;
 
@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::*;
 use nbd::proto::{self, Command, Request};
 use nbd::testing::MemDevice;
-use nbd::{BlockDevice, Client, ClientConfig, Done, Export, ReadDone, Server, ServerConfig, ServerHandle};
+use nbd::{BlockDevice, Client, ClientConfig, Done, Export, ReadDone, Server, ServerConfig, ServerHandle, READERS_PER_CONNECTION_MAX};
 
 const BLOCK_BYTES: usize = 4096;
 const BLOCKS: u64 = 64;
@@ -148,4 +148,16 @@ fn a_client_that_hangs_up_mid_request_ends_the_connection_and_all_its_readers() 
 
 fn process_thread_count() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+#[test]
+fn a_reader_count_out_of_range_is_refused_with_the_bounds() {
+    for readers in [0, READERS_PER_CONNECTION_MAX + 1] {
+        let config = ServerConfig { readers_per_connection: readers, ..ServerConfig::default() };
+        let error = Server::with_config(vec![Export::new("vd0", Arc::new(MemDevice::new(4096)))], config).err().unwrap().to_string();
+        assert_eq!(error, format!("readers_per_connection is {readers}; allowed: 1 to {READERS_PER_CONNECTION_MAX}"));
+    }
+    for readers in [1, READERS_PER_CONNECTION_MAX] {
+        assert!(ServerConfig { readers_per_connection: readers, ..ServerConfig::default() }.check().is_ok());
+    }
 }
