@@ -1,10 +1,12 @@
 //! Devices for testing the server alone, and for other crates' tests that need an NBD export
 //! without the engine; and nbdkit as a third-party server for the client and the benchmark.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
 use crate::device::{BlockDevice, Done, IoError, ReadDone};
@@ -27,6 +29,40 @@ pub struct Counters {
     pub flushes: AtomicU64,
     pub trims: AtomicU64,
     pub write_zeroes: AtomicU64,
+    /// The threads that submitted requests (the server's readers, for a device that serves in
+    /// place).
+    submitters: Mutex<Submitters>,
+}
+
+#[derive(Debug, Default)]
+struct Submitters {
+    distinct: HashSet<ThreadId>,
+    last: Option<ThreadId>,
+    /// Requests submitted by another thread than the request before.
+    changes: u64,
+}
+
+impl Counters {
+    /// Counts one request in `counter`, and notes the thread that submitted it.
+    fn count(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+        let thread = thread::current().id();
+        let mut submitters = self.submitters.lock().unwrap();
+        submitters.distinct.insert(thread);
+        if submitters.last.replace(thread).is_some_and(|last| last != thread) {
+            submitters.changes += 1;
+        }
+    }
+
+    /// How many distinct threads submitted requests.
+    pub fn submitting_threads(&self) -> usize {
+        self.submitters.lock().unwrap().distinct.len()
+    }
+
+    /// How many requests a thread submitted right after another thread's.
+    pub fn submitter_changes(&self) -> u64 {
+        self.submitters.lock().unwrap().changes
+    }
 }
 
 impl MemDevice {
@@ -101,7 +137,7 @@ impl BlockDevice for MemDevice {
     }
 
     fn read(&self, offset: u64, mut buf: Vec<u8>, done: ReadDone<Vec<u8>>) {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters.count(&self.counters.reads);
         let result = self.range(offset, buf.len() as u64).map(|range| {
             buf.copy_from_slice(&self.bytes.lock().unwrap()[range]);
             buf
@@ -110,7 +146,7 @@ impl BlockDevice for MemDevice {
     }
 
     fn write(&self, offset: u64, buf: Vec<u8>, fua: bool, done: Done) {
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.count(&self.counters.writes);
         if fua {
             self.counters.fua_writes.fetch_add(1, Ordering::Relaxed);
         }
@@ -121,17 +157,17 @@ impl BlockDevice for MemDevice {
     }
 
     fn flush(&self, done: Done) {
-        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.counters.count(&self.counters.flushes);
         done(Ok(()));
     }
 
     fn trim(&self, offset: u64, len_bytes: u64, done: Done) {
-        self.counters.trims.fetch_add(1, Ordering::Relaxed);
+        self.counters.count(&self.counters.trims);
         done(self.zero(offset, len_bytes));
     }
 
     fn write_zeroes(&self, offset: u64, len_bytes: u64, _fua: bool, done: Done) {
-        self.counters.write_zeroes.fetch_add(1, Ordering::Relaxed);
+        self.counters.count(&self.counters.write_zeroes);
         done(self.zero(offset, len_bytes));
     }
 }
