@@ -14,7 +14,7 @@ mod common;
 
 use common::{check, engine, mem_drives, pattern, scatter, spec};
 use drive::{Drive, FaultyDrive, FileDrive, FileDriveConfig, IoBuf, MemDrive};
-use engine::config::{ControllerId, SeqCutoff, WritePolicy};
+use engine::config::{ControllerId, SeqCutoff, VdRecord, WritePolicy};
 use engine::controller::{Controller, ControllerOptions, DriveCommand, JournalOffer, OfferedDrive, VdChanges};
 use engine::{Engine, VdCompletion, VdRequest, VirtualDrive};
 use layout::{Level, MIB};
@@ -109,16 +109,28 @@ fn a_stream_goes_around_the_journal_and_a_crash_replays_nothing_over_it() {
         controller.config().controller_id
         // Dropped without a shutdown: the random writes' records are replayed at the restart.
     };
-    let engine = engine();
-    let controller = open(&engine, &drives, Some(id), &journal);
-    let (record, vd) = controller.vd(0).unwrap();
-    check(&engine, &vd, &image, "after the crash and the replay");
+    let (controller, record, vd) = reopen_after_crash(&drives, id, &journal, &image);
     assert_eq!(record.seq_cutoff, SeqCutoff::Mib(4), "kept in the VD's record");
     assert_eq!(vd.journal_bypass().cutoff_bytes(), 4 * MIB, "applied at assembly");
     controller.shutdown();
 }
 
 /// A clean stop and a new controller over the same drives and journal.
+/// The controller `id` opened again after a crash (its engine dropped without a shutdown), its
+/// journal replayed, and VD 0 checked against `image`.
+fn reopen_after_crash(
+    drives: &[Arc<dyn Drive>],
+    id: ControllerId,
+    journal: &Arc<dyn Drive>,
+    image: &[u8],
+) -> (Arc<Controller>, VdRecord, Arc<VirtualDrive>) {
+    let engine = engine();
+    let controller = open(&engine, drives, Some(id), journal);
+    let (record, vd) = controller.vd(0).unwrap();
+    check(&engine, &vd, image, "after the crash and the replay");
+    (controller, record, vd)
+}
+
 fn restart(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], controller: Arc<Controller>, journal: &Arc<dyn Drive>) -> Arc<Controller> {
     let id = controller.config().controller_id;
     controller.shutdown();
@@ -230,11 +242,7 @@ fn a_stream_completes_the_rows_its_previous_writes_left_in_the_cache() {
         controller.config().controller_id
         // Dropped without a shutdown: the records still live are replayed at the restart.
     };
-    let engine = engine();
-    let controller = open(&engine, &drives, Some(id), &journal);
-    let (_, vd) = controller.vd(0).unwrap();
-    check(&engine, &vd, &image, "after the crash and the replay");
-    controller.shutdown();
+    reopen_after_crash(&drives, id, &journal, &image).0.shutdown();
 }
 
 /// Five file drives, each operation a millisecond late (as disks are), so that a stream's next
@@ -279,9 +287,5 @@ fn a_stream_at_queue_depth_8_gathers_the_rows_its_writes_share_around_the_journa
         controller.config().controller_id
         // Dropped without a shutdown: whatever records are live are replayed at the restart.
     };
-    let engine = engine();
-    let controller = open(&engine, &drives, Some(id), &journal);
-    let (_, vd) = controller.vd(0).unwrap();
-    check(&engine, &vd, &image, "after the crash and the replay");
-    controller.shutdown();
+    reopen_after_crash(&drives, id, &journal, &image).0.shutdown();
 }
