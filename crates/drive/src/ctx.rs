@@ -26,11 +26,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `user_data` of the eventfd poll; ring slots use their index, which never gets this high.
+mod retry;
 mod timetable;
+use retry::{PendingRetries, RetryState};
 pub(crate) use timetable::DueSource;
 use timetable::{Delayed, WatchedSource};
 
+/// `user_data` of the eventfd poll; ring slots use their index, which never gets this high.
 const WAKER_USER_DATA: u64 = u64::MAX;
 
 /// Longest sleep in the ring while the waker's poll is not queued.
@@ -64,9 +66,18 @@ struct RingSlot {
     /// Buffers of a vectored op and the iovec array the kernel reads (kept alive together).
     bufs: Vec<IoBuf>,
     iovecs: Vec<libc::iovec>,
-    /// For short transfers: what was already done and the op to resubmit for the rest.
+    /// For short transfers: what was already done.
     done_bytes: usize,
-    resubmit: Option<Resubmit>,
+    /// What to submit again for the rest of a short transfer, or after the kernel handed the
+    /// operation back unexecuted.
+    op: SlotOp,
+    retry: RetryState,
+}
+
+#[derive(Clone, Copy)]
+enum SlotOp {
+    ReadWrite(Resubmit),
+    Flush { fd: RawFd },
 }
 
 #[derive(Clone, Copy)]
@@ -109,6 +120,14 @@ pub struct IoCtx {
     /// Errors the next submits return instead of entering the kernel (tests of the paths that
     /// a real kernel takes only under memory pressure or a full completion queue).
     injected_submit_errors: VecDeque<i32>,
+    /// Ring slots the kernel handed back unexecuted, to be submitted again (`retry.rs`).
+    retries: PendingRetries,
+    /// Errnos the next CQEs of reads, writes and flushes carry instead of the kernel's (tests
+    /// of the retry of operations the kernel hands back unexecuted).
+    injected_cqe_errors: VecDeque<i32>,
+    /// When the last warning about retried operations went out, and retries since.
+    retry_warned_at: Option<Instant>,
+    retries_unreported: u64,
 }
 
 impl IoCtx {
@@ -142,6 +161,10 @@ impl IoCtx {
             port: None,
             held_by_port: 0,
             injected_submit_errors: VecDeque::new(),
+            retries: PendingRetries::default(),
+            injected_cqe_errors: VecDeque::new(),
+            retry_warned_at: None,
+            retries_unreported: 0,
         })
     }
 
@@ -221,8 +244,9 @@ impl IoCtx {
         } else {
             opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len).offset(offset_bytes).build()
         };
-        let resubmit = Some(Resubmit { fd, offset_bytes, write });
-        let slot = RingSlot { token, buf: Some(buf), bufs: Vec::new(), iovecs: Vec::new(), done_bytes: 0, resubmit };
+        let op = SlotOp::ReadWrite(Resubmit { fd, offset_bytes, write });
+        let slot =
+            RingSlot { token, buf: Some(buf), bufs: Vec::new(), iovecs: Vec::new(), done_bytes: 0, op, retry: RetryState::default() };
         self.push_entry(entry, slot);
     }
 
@@ -233,14 +257,22 @@ impl IoCtx {
     pub(crate) unsafe fn push_rwv(&mut self, fd: RawFd, token: Token, offset_bytes: u64, mut bufs: Vec<IoBuf>, write: bool) {
         let iovecs: Vec<libc::iovec> = bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
         let entry = vectored_entry(fd, &iovecs, offset_bytes, write);
-        let resubmit = Some(Resubmit { fd, offset_bytes, write });
-        self.push_entry(entry, RingSlot { token, buf: None, bufs, iovecs, done_bytes: 0, resubmit });
+        let op = SlotOp::ReadWrite(Resubmit { fd, offset_bytes, write });
+        self.push_entry(entry, RingSlot { token, buf: None, bufs, iovecs, done_bytes: 0, op, retry: RetryState::default() });
     }
 
     /// Queues an fdatasync of `fd`.
     pub(crate) fn push_flush(&mut self, fd: RawFd, token: Token) {
-        let entry = opcode::Fsync::new(types::Fd(fd)).flags(types::FsyncFlags::DATASYNC).build();
-        self.push_entry(entry, RingSlot { token, buf: None, bufs: Vec::new(), iovecs: Vec::new(), done_bytes: 0, resubmit: None });
+        let slot = RingSlot {
+            token,
+            buf: None,
+            bufs: Vec::new(),
+            iovecs: Vec::new(),
+            done_bytes: 0,
+            op: SlotOp::Flush { fd },
+            retry: RetryState::default(),
+        };
+        self.push_entry(flush_entry(fd), slot);
     }
 
     fn push_entry(&mut self, entry: squeue::Entry, slot: RingSlot) {
@@ -310,6 +342,13 @@ impl IoCtx {
         self.injected_submit_errors.extend(errnos);
     }
 
+    /// Makes the next CQEs of reads, writes and flushes carry these errnos instead of what the
+    /// kernel did, in order (the operation ran, but is taken as handed back with the errno).
+    #[doc(hidden)]
+    pub fn inject_cqe_errors(&mut self, errnos: &[i32]) {
+        self.injected_cqe_errors.extend(errnos);
+    }
+
     /// Operations submitted on this context that have not completed yet (ring and delayed).
     pub fn in_flight(&self) -> usize {
         self.in_ring + self.delayed_completions.len() + self.held_by_sources + self.held_by_port
@@ -326,6 +365,7 @@ impl IoCtx {
             waker.prepare_sleep();
         }
         self.take_from_port();
+        self.resubmit_due_retries();
         let must_wait = wait && self.ready.is_empty();
         self.submit_and_reap(must_wait);
         if let Some(waker) = &port_waker {
@@ -430,6 +470,21 @@ impl IoCtx {
 
     fn ring_completed(&mut self, index: usize, result: i32) {
         let mut slot = self.slots[index].take().expect("CQE for an empty slot");
+        let result = self.injected_cqe_errors.pop_front().map_or(result, |errno| -errno);
+        if result < 0 && retry::is_unexecuted(-result) {
+            if let Some(at) = slot.retry.next_attempt(Instant::now()) {
+                self.note_retry(-result);
+                self.slots[index] = Some(slot);
+                self.retries.schedule(index, at);
+                return;
+            }
+            tracing::error!(
+                errno = -result,
+                attempts = slot.retry.attempts(),
+                "io_uring kept handing an operation back unexecuted for {:?}; it fails",
+                retry::RETRY_WINDOW
+            );
+        }
         let result = match result {
             ..0 => Err(DriveError::Io(-result)),
             transferred_bytes => match self.short_transfer_rest(&mut slot, transferred_bytes as usize) {
@@ -452,7 +507,7 @@ impl IoCtx {
     /// After a read or write transferred `transferred_bytes`: done, the entry that continues
     /// a short transfer, or the error of one that can make no progress.
     fn short_transfer_rest(&mut self, slot: &mut RingSlot, transferred_bytes: usize) -> Transfer {
-        let Some(resubmit) = slot.resubmit else { return Transfer::Done };
+        let SlotOp::ReadWrite(resubmit) = slot.op else { return Transfer::Done };
         let len_bytes: usize = slot.buf.iter().chain(&slot.bufs).map(|b| b.len()).sum();
         slot.done_bytes += transferred_bytes;
         if slot.done_bytes >= len_bytes {
@@ -493,6 +548,10 @@ impl IoCtx {
     }
 }
 
+fn flush_entry(fd: RawFd) -> squeue::Entry {
+    opcode::Fsync::new(types::Fd(fd)).flags(types::FsyncFlags::DATASYNC).build()
+}
+
 /// A readv/writev entry over `iovecs`, which must stay alive until the CQE.
 fn vectored_entry(fd: RawFd, iovecs: &[libc::iovec], offset_bytes: u64, write: bool) -> squeue::Entry {
     let count = u32::try_from(iovecs.len()).expect("iovec count fits u32");
@@ -530,8 +589,9 @@ enum Transfer {
 
 impl Drop for IoCtx {
     fn drop(&mut self) {
-        // Buffers in the ring may still be written by the kernel: wait for every CQE first.
-        while self.in_ring > 0 {
+        // Buffers in the ring may still be written by the kernel: wait for every CQE first
+        // (operations waiting for a retry are not in the kernel).
+        while self.in_ring > self.retries.len() {
             let ring = self.ring.as_mut().expect("in_ring > 0 implies a ring");
             if ring.submit_and_wait(1).is_err() {
                 break;

@@ -379,6 +379,30 @@ fn refused_submits_are_retried_or_fail_their_operation_never_panic() {
     assert!(drain(&mut ctx, 1)[0].result.is_ok());
 }
 
+/// Regression: io_uring completes the work it cannot start a worker thread for with ECANCELED
+/// (a pids cgroup or `ulimit -u` reached), and storc took that for the drive's error: every
+/// member of a RAID5 failed at once. Operations handed back unexecuted (ECANCELED, EAGAIN) are
+/// submitted again after a backoff and succeed; a real error still fails at once.
+#[test]
+fn operations_handed_back_unexecuted_are_retried_and_real_errors_are_not() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let config = FileDriveConfig { create_size_bytes: Some(4 << 20), ..Default::default() };
+    let drive = FileDrive::open(&dir.path().join("d0"), &config).unwrap();
+    let mut ctx = IoCtx::new(IoCtxConfig::default()).unwrap();
+    ctx.inject_cqe_errors(&[libc::ECANCELED, libc::ECANCELED, libc::EAGAIN]);
+    let write = run(&drive, &mut ctx, DriveOp::Write { offset_bytes: 8192, buf: pattern(8192, 7) });
+    assert!(write.result.is_ok(), "{:?}", write.result);
+    ctx.inject_cqe_errors(&[libc::ECANCELED]);
+    assert!(run(&drive, &mut ctx, DriveOp::Flush).result.is_ok(), "a flush handed back is run again");
+    ctx.inject_cqe_errors(&[libc::ECANCELED]);
+    let read = run(&drive, &mut ctx, DriveOp::Read { offset_bytes: 8192, buf: IoBuf::zeroed(8192) });
+    assert_eq!(read.buf.unwrap().as_slice(), pattern(8192, 7).as_slice(), "a read handed back is run again");
+    ctx.inject_cqe_errors(&[libc::EIO]);
+    let failed = run(&drive, &mut ctx, DriveOp::Write { offset_bytes: 0, buf: pattern(4096, 1) });
+    assert_eq!(failed.result, Err(DriveError::Io(libc::EIO)), "a drive's error is not retried");
+    assert_eq!(ctx.in_flight(), 0);
+}
+
 #[test]
 fn errors_say_what_an_administrator_can_do_about_them() {
     assert_eq!(

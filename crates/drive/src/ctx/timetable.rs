@@ -98,10 +98,11 @@ impl IoCtx {
         }
     }
 
-    /// The earliest instant something parked here comes due or a source wants to be asked.
+    /// The earliest instant something parked here comes due, a source wants to be asked, or an
+    /// operation the kernel handed back is to be submitted again.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let sources = self.sources.iter().filter_map(|w| w.next_poll);
-        self.delayed.peek().map(|d| d.due).into_iter().chain(sources).min()
+        self.delayed.peek().map(|d| d.due).into_iter().chain(sources).chain(self.retries.next_due()).min()
     }
 
     /// Asks every source whose time has come for this context's due completions.
