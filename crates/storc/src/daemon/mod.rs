@@ -27,6 +27,7 @@ mod nbd_limits;
 mod nbd_tls;
 mod peer_uid;
 mod tcp_api;
+mod thread_budget;
 
 use engine::config::{ControllerId, IoPolicy, ReadPolicy, WritePolicy};
 use engine::controller::{Controller, ControllerOptions, CreateVdSpec};

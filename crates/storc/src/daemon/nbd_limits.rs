@@ -1,8 +1,11 @@
 //! The NBD server's bounds as `storc serve` flags, and the connection limit the process's
 //! descriptor limit allows (issue 8: 255 idle connections under a 1024-descriptor limit made
-//! accept fail and the management API hang).
+//! accept fail and the management API hang) and its thread limits allow (`thread_budget.rs`:
+//! a connection holds 17 threads by default).
 
 use std::time::Duration;
+
+use super::thread_budget;
 
 /// Descriptors kept free for everything that is not an NBD connection and opens after the
 /// bounds are set: the NBD and API listeners, tokio's epoll and eventfd, the API's clients (the
@@ -10,6 +13,12 @@ use std::time::Duration;
 /// connection only to refuse it. Generous, because running out of these is what made the API
 /// hang; descriptors are cheap.
 pub const DESCRIPTORS_RESERVED_COUNT: u64 = 128;
+
+/// Threads kept free for everything that is not an NBD connection and starts after the bounds
+/// are set: io_uring's workers (io-wq, started on demand for each ring), the management API's
+/// blocking tasks and TLS handshakes. The daemon
+/// itself runs about ten threads when idle; those already run and are counted as in use.
+pub const THREADS_RESERVED_COUNT: u64 = 256;
 
 /// `storc serve` flags for the NBD server's bounds. The defaults are `nbd::ServerConfig`'s
 /// (a test checks that they agree), each explained there.
@@ -62,22 +71,12 @@ impl NbdLimitArgs {
     }
 
     /// The server's configuration, with `connections_max` lowered to what the descriptor limit
-    /// holds (after raising the soft limit to the hard one); prints the effective bounds.
-    /// With `tls`, a connection may hold a TLS relay: more descriptors and threads each.
+    /// (after raising the soft limit to the hard one) and the thread limits hold; prints the
+    /// effective bounds. With `tls`, a connection may hold a TLS relay: more descriptors and
+    /// threads each.
     pub fn server_config(&self, tls: bool) -> Result<nbd::ServerConfig, String> {
-        let descriptors_max = raise_descriptor_limit()?;
-        let descriptors_open = open_descriptor_count()?;
-        let per_connection = PerConnection::new(tls, self.nbd_readers);
-        let connections_fit = connections_within(descriptors_max, descriptors_open, per_connection.descriptors);
-        if connections_fit == 0 {
-            return Err(format!(
-                "the descriptor limit ({descriptors_max}, {descriptors_open} open) leaves no room for NBD connections after the \
-                 {DESCRIPTORS_RESERVED_COUNT} reserved for the API; allowed: a limit of at least {} (ulimit -n)",
-                descriptors_open + DESCRIPTORS_RESERVED_COUNT + per_connection.descriptors as u64
-            ));
-        }
-        let config = nbd::ServerConfig {
-            connections_max: self.nbd_connections_max.min(connections_fit),
+        let mut config = nbd::ServerConfig {
+            connections_max: self.nbd_connections_max,
             payload_in_flight_bytes_max: self.nbd_connection_in_flight_bytes_max as usize,
             payload_in_flight_bytes_total_max: self.nbd_in_flight_bytes_max as usize,
             handshake_timeout: Duration::from_secs(self.nbd_handshake_timeout_secs),
@@ -87,19 +86,25 @@ impl NbdLimitArgs {
             ..nbd::ServerConfig::default()
         };
         config.check().map_err(|e| format!("NBD bounds: {}", flag_names(&e.to_string())))?;
-        self.print(&config, descriptors_max, descriptors_open, per_connection);
+        let per_connection = PerConnection::new(tls, self.nbd_readers);
+        let by_descriptors = descriptor_fit(per_connection)?;
+        let by_threads = thread_fit(per_connection, thread_budget::thread_room())?;
+        let mut lowered_by = None;
+        for fit in [Some(by_descriptors), by_threads].into_iter().flatten() {
+            if fit.connections < config.connections_max {
+                config.connections_max = fit.connections;
+                lowered_by = Some(fit.why);
+            }
+        }
+        if let Some(why) = lowered_by {
+            println!("NBD connections lowered from {} to {}: {why}", self.nbd_connections_max, config.connections_max);
+        }
+        self.print(&config, per_connection);
         Ok(config)
     }
 
-    fn print(&self, config: &nbd::ServerConfig, descriptors_max: u64, descriptors_open: u64, per_connection: PerConnection) {
+    fn print(&self, config: &nbd::ServerConfig, per_connection: PerConnection) {
         let mib = |bytes: usize| bytes >> 20;
-        if config.connections_max < self.nbd_connections_max {
-            println!(
-                "NBD connections lowered from {} to {}: the descriptor limit is {descriptors_max}, {descriptors_open} are open and \
-                 {DESCRIPTORS_RESERVED_COUNT} reserved for the management API",
-                self.nbd_connections_max, config.connections_max
-            );
-        }
         println!(
             "NBD bounds: {} connections ({} descriptor(s) and {} threads each), {} MiB in flight per connection, {} MiB in total, \
              {} MiB idle buffers, handshake {} s, reply stall {} s, poll {} us",
@@ -116,19 +121,76 @@ impl NbdLimitArgs {
     }
 }
 
+/// Connections one limit holds, and what to say if it is the one that lowers the limit.
+struct Fit {
+    connections: usize,
+    why: String,
+}
+
+/// Connections the descriptor limit holds (after raising the soft limit to the hard one);
+/// an error if it holds none.
+fn descriptor_fit(per_connection: PerConnection) -> Result<Fit, String> {
+    let descriptors_max = raise_descriptor_limit()?;
+    let descriptors_open = open_descriptor_count()?;
+    let connections = connections_within(descriptors_max, descriptors_open, per_connection.descriptors);
+    if connections == 0 {
+        return Err(format!(
+            "the descriptor limit ({descriptors_max}, {descriptors_open} open) leaves no room for NBD connections after the \
+             {DESCRIPTORS_RESERVED_COUNT} reserved for the API; allowed: a limit of at least {} (ulimit -n)",
+            descriptors_open + DESCRIPTORS_RESERVED_COUNT + per_connection.descriptors as u64
+        ));
+    }
+    let why = format!(
+        "the descriptor limit is {descriptors_max}, {descriptors_open} are open and {DESCRIPTORS_RESERVED_COUNT} reserved for \
+         the management API"
+    );
+    Ok(Fit { connections, why })
+}
+
+/// Connections the tightest thread limit holds, if any could be read; an error if it holds
+/// none.
+fn thread_fit(per_connection: PerConnection, room: Option<thread_budget::ThreadRoom>) -> Result<Option<Fit>, String> {
+    let Some(room) = room else { return Ok(None) };
+    let threads = per_connection.threads;
+    let connections = connections_within_threads(room.threads, threads);
+    let held = format!("a connection holds {threads} threads ({} of them request readers: --nbd-readers)", per_connection.readers);
+    if connections == 0 {
+        return Err(format!(
+            "{} leaves room for {} more threads, too few for one NBD connection after the {THREADS_RESERVED_COUNT} kept for the \
+             rest of the daemon: {held}; allowed: room for at least {} threads, or fewer --nbd-readers (to make room, {})",
+            room.limit,
+            room.threads,
+            THREADS_RESERVED_COUNT + threads as u64,
+            room.remedy
+        ));
+    }
+    let why = format!(
+        "{held}, and {} leaves room for {} more threads, {THREADS_RESERVED_COUNT} of them kept for the rest of the daemon",
+        room.limit, room.threads
+    );
+    Ok(Some(Fit { connections, why }))
+}
+
 /// What one NBD connection holds at most.
 #[derive(Clone, Copy)]
 struct PerConnection {
     descriptors: usize,
     threads: usize,
+    readers: usize,
 }
 
 impl PerConnection {
     fn new(tls: bool, readers: usize) -> PerConnection {
         let descriptors = if tls { nbd::TLS_DESCRIPTORS_PER_CONNECTION } else { nbd::DESCRIPTORS_PER_CONNECTION };
         let threads = nbd::ServerConfig { readers_per_connection: readers, ..nbd::ServerConfig::default() }.threads_per_connection(tls);
-        PerConnection { descriptors, threads }
+        PerConnection { descriptors, threads, readers }
     }
+}
+
+/// Connections whose threads fit in `room_threads` after those reserved.
+fn connections_within_threads(room_threads: u64, per_connection: usize) -> usize {
+    let free = room_threads.saturating_sub(THREADS_RESERVED_COUNT);
+    usize::try_from(free / per_connection as u64).unwrap_or(usize::MAX)
 }
 
 /// Connections that fit in the descriptors left after those open and those reserved.
@@ -207,6 +269,45 @@ mod tests {
         assert_eq!(connections_within(1024, 40, 1), 1024 - 40 - DESCRIPTORS_RESERVED_COUNT as usize);
         assert_eq!(connections_within(1024, 40, 3), (1024 - 40 - DESCRIPTORS_RESERVED_COUNT as usize) / 3);
         assert_eq!(connections_within(100, 40, 1), 0);
+    }
+
+    #[test]
+    fn connections_fit_in_the_threads_left_after_the_reserve() {
+        let room = |threads: u64| thread_budget::ThreadRoom {
+            threads,
+            limit: "the pids cgroup /t (pids.max 9, 0 in use)".into(),
+            remedy: "raise it",
+        };
+        let per_connection = PerConnection::new(false, 16);
+        assert_eq!(per_connection.threads, 17);
+        let fit = thread_fit(per_connection, Some(room(THREADS_RESERVED_COUNT + 3 * 17 + 16))).unwrap().unwrap();
+        assert_eq!(fit.connections, 3);
+        assert_eq!(
+            fit.why,
+            format!(
+                "a connection holds 17 threads (16 of them request readers: --nbd-readers), and the pids cgroup /t (pids.max 9, 0 in \
+                 use) leaves room for {} more threads, 256 of them kept for the rest of the daemon",
+                THREADS_RESERVED_COUNT + 3 * 17 + 16
+            )
+        );
+        assert!(thread_fit(per_connection, None).unwrap().is_none(), "no limit read: no lowering");
+    }
+
+    #[test]
+    fn too_little_room_for_one_connection_is_refused_with_what_would_do() {
+        let room = thread_budget::ThreadRoom {
+            threads: 270,
+            limit: "the user's process limit (ulimit -u 300, 30 threads of uid 1000 running)".into(),
+            remedy: "raise ulimit -u (LimitNPROC= for a systemd unit)",
+        };
+        let error = thread_fit(PerConnection::new(true, 16), Some(room)).err().unwrap();
+        assert_eq!(
+            error,
+            "the user's process limit (ulimit -u 300, 30 threads of uid 1000 running) leaves room for 270 more threads, too few \
+             for one NBD connection after the 256 kept for the rest of the daemon: a connection holds 18 threads (16 of them \
+             request readers: --nbd-readers); allowed: room for at least 274 threads, or fewer --nbd-readers (to make room, \
+             raise ulimit -u (LimitNPROC= for a systemd unit))"
+        );
     }
 
     #[test]
