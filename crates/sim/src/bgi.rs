@@ -157,6 +157,9 @@ impl Sim {
                     // The regions synced so far are durably so now: a crash no longer undoes
                     // the equal copies their sectors read as.
                     self.settle_floating();
+                    if self.trace {
+                        eprintln!("  bgi: checkpoint; synced regions' sectors settled");
+                    }
                     self.bgi_report.checkpoints += 1;
                 }
                 Err(error) if self.faults.is_empty() => return Err(format!("a BGI checkpoint failed without faults: {error}")),
@@ -178,6 +181,9 @@ impl Sim {
         let row_count = self.rng.gen_range(1..=BGI_RUN_ROWS_MAX).min(rows.end - first_row);
         let outcome: BgiOutcomes = Rc::new(RefCell::new(None));
         let filled = Rc::clone(&outcome);
+        if self.trace {
+            eprintln!("  bgi: rows {first_row}..{}", first_row + row_count);
+        }
         self.engine.check_rows(&self.vd, first_row, row_count, CheckMode::Resync, move |results| *filled.borrow_mut() = Some(results));
         bgi.next_row = first_row + row_count;
         bgi.in_flight = Some((first_row, outcome));
@@ -185,6 +191,9 @@ impl Sim {
 
     fn settle_bgi(&mut self, bgi: &mut Bgi, first_row: u64, results: Vec<Result<CheckOutcome, VdError>>) -> Result<(), String> {
         let intent = self.vd.write_intent().expect("a BGI has a bitmap");
+        if self.trace {
+            eprintln!("  bgi: rows from {first_row} done: {results:?}");
+        }
         for (row, result) in (first_row..).zip(results) {
             match result {
                 Ok(outcome) if outcome.row == row => {}

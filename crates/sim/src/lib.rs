@@ -4,7 +4,8 @@
 //! a workload, its faults and its crashes, and it orders every drive completion (through
 //! [`engine::CompletionOrder`]), so a failing seed replays exactly with `storc-sim --seed N`
 //! (`STORC_SIM_TRACE=1` prints its configuration, each operation's requests in flight and
-//! dirty cache bytes, each fault as it is injected, and the member states before the final
+//! dirty cache bytes, each request as it is submitted and completed, each BGI run and
+//! checkpoint, each fault as it is injected, and the member states before the final
 //! verification).
 //!
 //! A run drives the real engine paths ([`engine::LocalEngine`]) over memory drives with a

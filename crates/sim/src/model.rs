@@ -45,6 +45,11 @@ pub struct Model {
     /// them (the first copy, or another once the first is out of service), and goes on doing
     /// so; a write, or the end of their region's initialization, ends that.
     floating: BTreeMap<u64, Vec<Box<[u8]>>>,
+    /// Calls of [`Model::settle_floating`] so far, and by sector index the one that settled
+    /// each undecided sector: a read submitted before its sector settled may have read a copy
+    /// that the initialization replaced meanwhile.
+    settles: u64,
+    settled_by: BTreeMap<u64, u64>,
 }
 
 impl Model {
@@ -56,23 +61,32 @@ impl Model {
             writes: BTreeMap::new(),
             next_write_id: 0,
             floating: BTreeMap::new(),
+            settles: 0,
+            settled_by: BTreeMap::new(),
         }
     }
 
     /// A VD that reads as `image` (members that held data before it was created), where the
     /// sectors of `floating` may read as any of their values until written or initialized.
     pub fn with_image(image: Vec<u8>, floating: BTreeMap<u64, Vec<Box<[u8]>>>) -> Model {
-        Model { newest: image, open: BTreeMap::new(), writes: BTreeMap::new(), next_write_id: 0, floating }
+        Model { floating, newest: image, ..Model::new(0) }
     }
 
     /// The floating sectors for which `initialized(sector)` holds now: their copies were made
     /// equal, to one of their values, which the next read shows (and fixes).
     pub fn settle_floating(&mut self, initialized: impl Fn(u64) -> bool) {
+        self.settles += 1;
         let settled: Vec<u64> = self.floating.keys().copied().filter(|&number| initialized(number)).collect();
         for number in settled {
             let values = self.floating.remove(&number).expect("listed above");
             self.open.insert(number, SectorHistory { durable: values, since: Vec::new() });
+            self.settled_by.insert(number, self.settles);
         }
+    }
+
+    /// Settles so far: what a read submitted now records for [`Model::check_read_begun`].
+    pub fn settles(&self) -> u64 {
+        self.settles
     }
 
     pub fn capacity_bytes(&self) -> u64 {
@@ -88,6 +102,7 @@ impl Model {
             let at = number as usize * SECTOR;
             // A floating sector held any of its values before this write.
             let before = self.floating.remove(&number).unwrap_or_else(|| vec![self.newest[at..at + SECTOR].into()]);
+            self.settled_by.remove(&number);
             let history = self.open.entry(number).or_insert_with(|| SectorHistory { durable: before, since: Vec::new() });
             history.since.push((id, sector.into()));
             self.newest[at..at + SECTOR].copy_from_slice(sector);
@@ -167,6 +182,13 @@ impl Model {
     /// # Errors
     /// The first sector that holds something the model does not allow, by VD byte.
     pub fn check_read(&mut self, offset_bytes: u64, got: &[u8]) -> Result<(), String> {
+        self.check_read_begun(offset_bytes, got, self.settles)
+    }
+
+    /// [`Model::check_read`] for a read submitted after `settles_before` settles: a sector
+    /// settled since may read as any of its values and is not decided by this read, which may
+    /// have read a copy before the initialization replaced it.
+    pub fn check_read_begun(&mut self, offset_bytes: u64, got: &[u8], settles_before: u64) -> Result<(), String> {
         let first = offset_bytes / SECTOR_BYTES;
         for (index, sector) in got.chunks(SECTOR).enumerate() {
             let number = first + index as u64;
@@ -179,8 +201,12 @@ impl Model {
                 if !history.durable.iter().any(|d| **d == *sector) {
                     return Err(undecided_mismatch(number, sector, history.durable.len()));
                 }
+                if self.settled_by.get(&number).is_some_and(|&settle| settle > settles_before) {
+                    continue;
+                }
                 self.newest[at..at + SECTOR].copy_from_slice(sector);
                 self.open.remove(&number);
+                self.settled_by.remove(&number);
             } else if self.newest[at..at + SECTOR] != *sector {
                 return Err(mismatch(number, sector, &self.newest[at..at + SECTOR]));
             }
@@ -246,5 +272,20 @@ mod tests {
         model.complete_flush(covers);
         model.crash();
         model.check_read(0, &sectors(0, 1)).unwrap();
+    }
+
+    /// Regression (seed 3032006): a read submitted while a mirror's copies still differed, and
+    /// answered from the copy that the initialization replaced, completed after the settle and
+    /// decided the sector; the next read, of the copy now on both members, was called wrong.
+    #[test]
+    fn a_read_begun_before_its_sector_settled_does_not_decide_it() {
+        let floating = BTreeMap::from([(0, vec![sectors(1, 1).into(), sectors(2, 1).into()])]);
+        let mut model = Model::with_image(sectors(1, 2), floating);
+        let begun = model.settles();
+        model.check_read_begun(0, &sectors(2, 1), begun).unwrap();
+        model.settle_floating(|_| true);
+        model.check_read_begun(0, &sectors(2, 1), begun).unwrap();
+        model.check_read(0, &sectors(1, 1)).unwrap();
+        assert!(model.check_read(0, &sectors(2, 1)).is_err(), "decided by the first read begun after the settle");
     }
 }

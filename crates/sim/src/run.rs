@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 /// A request in flight and what the model needs when it completes.
 pub(crate) enum Op {
-    /// A read, and the rows of it that could rightly be refused when it was submitted.
-    Read(Range<u64>, Vec<u64>),
+    /// A read, the rows of it that could rightly be refused when it was submitted, and the
+    /// model's settles before it was submitted ([`Model::settles`]).
+    Read(Range<u64>, Vec<u64>, u64),
     Write(Range<u64>, WriteId),
     Flush(FlushCovers),
 }
@@ -97,6 +98,8 @@ pub(crate) struct Sim {
     pub write_back_imaged_before: u64,
     /// Destage runs that went as one scattered row write, in the engines before this one.
     pub scattered_destages_before: u64,
+    /// `STORC_SIM_TRACE` is set: print the run as it goes.
+    pub trace: bool,
 }
 
 impl Sim {
@@ -165,12 +168,13 @@ impl Sim {
             completed_rows_before: 0,
             write_back_imaged_before: 0,
             scattered_destages_before: 0,
+            trace: std::env::var_os("STORC_SIM_TRACE").is_some(),
         }
     }
 
     pub fn workload(&mut self) -> Result<(), String> {
         self.start_cache()?;
-        let trace = std::env::var_os("STORC_SIM_TRACE").is_some();
+        let trace = self.trace;
         if trace {
             eprintln!("{:?}", self.config);
         }
@@ -257,7 +261,7 @@ impl Sim {
     fn overlaps_in_flight(&self, range: &Range<u64>, writes: bool) -> bool {
         self.in_flight.iter().flatten().any(|op| match op {
             Op::Write(r, _) => r.start < range.end && range.start < r.end,
-            Op::Read(r, _) => !writes && r.start < range.end && range.start < r.end,
+            Op::Read(r, ..) => !writes && r.start < range.end && range.start < r.end,
             Op::Flush(_) => false,
         })
     }
@@ -274,7 +278,7 @@ impl Sim {
                 false => self.random_range(),
             };
             // A write may overlap writes in flight but not reads; a read overlaps no write.
-            let reads_only = |op: &Op| matches!(op, Op::Read(r, _) if r.start < range.end && range.start < r.end);
+            let reads_only = |op: &Op| matches!(op, Op::Read(r, ..) if r.start < range.end && range.start < r.end);
             let conflict = if write {
                 self.in_flight.iter().flatten().any(reads_only) || self.touches_unsynced(&range)
             } else {
@@ -311,7 +315,8 @@ impl Sim {
         self.reads += 1;
         let request = VdRequest::Read { offset_bytes: range.start, buf: IoBuf::zeroed((range.end - range.start) as usize) };
         let refusable = self.refusable_rows(&range);
-        self.submit(Op::Read(range, refusable), request);
+        let settles = self.model.settles();
+        self.submit(Op::Read(range, refusable, settles), request);
     }
 
     pub fn submit_flush(&mut self) {
@@ -321,6 +326,9 @@ impl Sim {
 
     fn submit(&mut self, op: Op, request: VdRequest) {
         let id = self.in_flight.len();
+        if self.trace {
+            eprintln!("  submit #{id}: {}", describe(&op));
+        }
         self.in_flight.push(Some(op));
         let outcomes = Rc::clone(&self.outcomes);
         self.engine.submit(&self.vd, request, move |completion| outcomes.borrow_mut().push((id, completion)));
@@ -332,18 +340,17 @@ impl Sim {
         let finished: Vec<(usize, VdCompletion)> = self.outcomes.borrow_mut().drain(..).collect();
         for (id, completion) in finished {
             let op = self.in_flight[id].take().expect("completed once");
+            if self.trace {
+                eprintln!("  done #{id}: {} {:?}", describe(&op), completion.result.as_ref().map(|_| ()));
+            }
             self.check(op, completion)?;
         }
         Ok(())
     }
 
     fn check(&mut self, op: Op, completion: VdCompletion) -> Result<(), String> {
-        let what = match &op {
-            Op::Read(r, _) => format!("read {}+{}", r.start, r.end - r.start),
-            Op::Write(r, _) => format!("write {}+{}", r.start, r.end - r.start),
-            Op::Flush(_) => "flush".to_string(),
-        };
-        if let (Op::Read(range, refusable_at_submit), Err(VdError::RowNotResynced { row, .. })) = (&op, &completion.result) {
+        let what = describe(&op);
+        if let (Op::Read(range, refusable_at_submit, _), Err(VdError::RowNotResynced { row, .. })) = (&op, &completion.result) {
             // Right if it was right when the read began or is now: the engine decides in
             // between, and a rebuild and resync may have ended meanwhile.
             return match self.refusal_is_correct(*row, None) || refusable_at_submit.contains(row) {
@@ -359,9 +366,9 @@ impl Sim {
             return Err(format!("{what} failed with faults within tolerance (at risk {:?}, members {states:?}): {error}", self.at_risk));
         }
         match op {
-            Op::Read(range, _) => {
+            Op::Read(range, _, settles_before) => {
                 let got = completion.buf.expect("a read returns its buffer");
-                self.model.check_read(range.start, got.as_slice()).map_err(|diff| format!("{what}: {diff}"))
+                self.model.check_read_begun(range.start, got.as_slice(), settles_before).map_err(|diff| format!("{what}: {diff}"))
             }
             Op::Write(_, id) => {
                 self.model.complete_write(id);
@@ -439,5 +446,14 @@ impl std::fmt::Display for ReadProblem {
             ReadProblem::Refused => write!(f, "refused (row not resynced) though it needs no stale parity"),
             ReadProblem::Other(problem) => write!(f, "{problem}"),
         }
+    }
+}
+
+/// A request as the trace and the failure messages name it: `read 4096+512`.
+fn describe(op: &Op) -> String {
+    match op {
+        Op::Read(r, ..) => format!("read {}+{}", r.start, r.end - r.start),
+        Op::Write(r, _) => format!("write {}+{}", r.start, r.end - r.start),
+        Op::Flush(_) => "flush".to_string(),
     }
 }
