@@ -398,15 +398,20 @@ fn zero_members(vd: &VirtualDrive, run: &InitRun) -> Result<(), String> {
     let geometry = vd.geometry();
     let (start_bytes, end_bytes) = (geometry.data_offset_bytes(), geometry.member_used_bytes());
     let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
-        let writers: Vec<_> = vd
-            .members()
-            .iter()
-            .map(|member| {
-                let drive = member.drive();
-                scope.spawn(move || zero_range(&*drive, start_bytes, end_bytes, &run.bytes_done))
-            })
-            .collect();
-        writers.into_iter().map(|writer| writer.join().unwrap_or_else(|_| Err("a writer thread panicked".into()))).collect()
+        let mut writers = Vec::new();
+        let mut results = Vec::new();
+        for member in vd.members() {
+            let drive = member.drive();
+            let zero = move || zero_range(&*drive, start_bytes, end_bytes, &run.bytes_done);
+            // Without a thread of its own (a thread limit reached) a member is zeroed here,
+            // after the others have started.
+            match std::thread::Builder::new().name("storc-init-zero".into()).spawn_scoped(scope, zero.clone()) {
+                Ok(writer) => writers.push(writer),
+                Err(_) => results.push(zero()),
+            }
+        }
+        results.extend(writers.into_iter().map(|writer| writer.join().unwrap_or_else(|_| Err("a writer thread panicked".into()))));
+        results
     });
     results.into_iter().collect()
 }

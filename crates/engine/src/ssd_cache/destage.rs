@@ -28,13 +28,10 @@ const IDLE_BEFORE_DRAIN: Duration = Duration::from_secs(1);
 
 /// Starts the destager of a write-back cache; it ends when the cache is dropped or its engine
 /// stops.
-pub(super) fn spawn(cache: &Arc<SsdCache>) -> std::thread::JoinHandle<()> {
+pub(super) fn spawn(cache: &Arc<SsdCache>) -> std::io::Result<std::thread::JoinHandle<()>> {
     let weak = Arc::downgrade(cache);
     let name = format!("storc-destage-{}", cache.cache_vd.name());
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || run(&weak))
-        .expect("a destager thread starts (the process is out of threads otherwise)")
+    std::thread::Builder::new().name(name).spawn(move || run(&weak))
 }
 
 fn run(cache: &Weak<SsdCache>) {

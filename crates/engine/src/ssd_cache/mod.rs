@@ -245,7 +245,11 @@ impl Engine {
             destager: Mutex::new(None),
         });
         if options.write_back {
-            *cache.destager.lock().expect("ssd cache destager lock") = Some(destage::spawn(&cache));
+            let destager = destage::spawn(&cache).map_err(|error| {
+                cache_vd.ssd_cache().is_cache_vd.store(false, Ordering::Release);
+                format!("virtual drive {name}: cannot start the cache's destage thread ({error}); is a thread limit reached?")
+            })?;
+            *cache.destager.lock().expect("ssd cache destager lock") = Some(destager);
         }
         Ok(cache)
     }
