@@ -16,8 +16,9 @@ pub const DESCRIPTORS_RESERVED_COUNT: u64 = 128;
 
 /// Threads kept free for everything that is not an NBD connection and starts after the bounds
 /// are set: io_uring's workers (io-wq, started on demand for each ring), the management API's
-/// blocking tasks and TLS handshakes. The daemon
-/// itself runs about ten threads when idle; those already run and are counted as in use.
+/// blocking tasks and TLS handshakes; half the room where the room is under twice this (a
+/// small `TasksMax` still serves a few connections). The daemon itself runs about ten threads
+/// when idle; those already run and are counted as in use.
 pub const THREADS_RESERVED_COUNT: u64 = 256;
 
 /// `storc serve` flags for the NBD server's bounds. The defaults are `nbd::ServerConfig`'s
@@ -152,20 +153,21 @@ fn descriptor_fit(per_connection: PerConnection) -> Result<Fit, String> {
 fn thread_fit(per_connection: PerConnection, room: Option<thread_budget::ThreadRoom>) -> Result<Option<Fit>, String> {
     let Some(room) = room else { return Ok(None) };
     let threads = per_connection.threads;
-    let connections = connections_within_threads(room.threads, threads);
+    let reserved = threads_reserved(room.threads);
+    let connections = usize::try_from((room.threads - reserved) / threads as u64).unwrap_or(usize::MAX);
     let held = format!("a connection holds {threads} threads ({} of them request readers: --nbd-readers)", per_connection.readers);
     if connections == 0 {
         return Err(format!(
-            "{} leaves room for {} more threads, too few for one NBD connection after the {THREADS_RESERVED_COUNT} kept for the \
-             rest of the daemon: {held}; allowed: room for at least {} threads, or fewer --nbd-readers (to make room, {})",
+            "{} leaves room for {} more threads, too few for one NBD connection beside the rest of the daemon: {held}; allowed: \
+             room for at least {} threads, or fewer --nbd-readers (to make room, {})",
             room.limit,
             room.threads,
-            THREADS_RESERVED_COUNT + threads as u64,
+            2 * threads,
             room.remedy
         ));
     }
     let why = format!(
-        "{held}, and {} leaves room for {} more threads, {THREADS_RESERVED_COUNT} of them kept for the rest of the daemon",
+        "{held}, and {} leaves room for {} more threads, {reserved} of them kept for the rest of the daemon",
         room.limit, room.threads
     );
     Ok(Some(Fit { connections, why }))
@@ -187,10 +189,9 @@ impl PerConnection {
     }
 }
 
-/// Connections whose threads fit in `room_threads` after those reserved.
-fn connections_within_threads(room_threads: u64, per_connection: usize) -> usize {
-    let free = room_threads.saturating_sub(THREADS_RESERVED_COUNT);
-    usize::try_from(free / per_connection as u64).unwrap_or(usize::MAX)
+/// Threads of `room_threads` kept for the rest of the daemon ([`THREADS_RESERVED_COUNT`]).
+fn threads_reserved(room_threads: u64) -> u64 {
+    THREADS_RESERVED_COUNT.min(room_threads / 2)
 }
 
 /// Connections that fit in the descriptors left after those open and those reserved.
@@ -280,33 +281,34 @@ mod tests {
         };
         let per_connection = PerConnection::new(false, 16);
         assert_eq!(per_connection.threads, 17);
-        let fit = thread_fit(per_connection, Some(room(THREADS_RESERVED_COUNT + 3 * 17 + 16))).unwrap().unwrap();
-        assert_eq!(fit.connections, 3);
+        let fit = thread_fit(per_connection, Some(room(600))).unwrap().unwrap();
+        assert_eq!(fit.connections, (600 - 256) / 17);
         assert_eq!(
             fit.why,
-            format!(
-                "a connection holds 17 threads (16 of them request readers: --nbd-readers), and the pids cgroup /t (pids.max 9, 0 in \
-                 use) leaves room for {} more threads, 256 of them kept for the rest of the daemon",
-                THREADS_RESERVED_COUNT + 3 * 17 + 16
-            )
+            "a connection holds 17 threads (16 of them request readers: --nbd-readers), and the pids cgroup /t (pids.max 9, 0 in \
+             use) leaves room for 600 more threads, 256 of them kept for the rest of the daemon"
         );
+        // A small room keeps half of itself: a few connections still fit.
+        let fit = thread_fit(per_connection, Some(room(120))).unwrap().unwrap();
+        assert_eq!(fit.connections, 60 / 17);
+        assert!(fit.why.ends_with("leaves room for 120 more threads, 60 of them kept for the rest of the daemon"), "{}", fit.why);
         assert!(thread_fit(per_connection, None).unwrap().is_none(), "no limit read: no lowering");
     }
 
     #[test]
     fn too_little_room_for_one_connection_is_refused_with_what_would_do() {
         let room = thread_budget::ThreadRoom {
-            threads: 270,
-            limit: "the user's process limit (ulimit -u 300, 30 threads of uid 1000 running)".into(),
+            threads: 30,
+            limit: "the user's process limit (ulimit -u 60, 30 threads of uid 1000 running)".into(),
             remedy: "raise ulimit -u (LimitNPROC= for a systemd unit)",
         };
         let error = thread_fit(PerConnection::new(true, 16), Some(room)).err().unwrap();
         assert_eq!(
             error,
-            "the user's process limit (ulimit -u 300, 30 threads of uid 1000 running) leaves room for 270 more threads, too few \
-             for one NBD connection after the 256 kept for the rest of the daemon: a connection holds 18 threads (16 of them \
-             request readers: --nbd-readers); allowed: room for at least 274 threads, or fewer --nbd-readers (to make room, \
-             raise ulimit -u (LimitNPROC= for a systemd unit))"
+            "the user's process limit (ulimit -u 60, 30 threads of uid 1000 running) leaves room for 30 more threads, too few for \
+             one NBD connection beside the rest of the daemon: a connection holds 18 threads (16 of them request readers: \
+             --nbd-readers); allowed: room for at least 36 threads, or fewer --nbd-readers (to make room, raise ulimit -u \
+             (LimitNPROC= for a systemd unit))"
         );
     }
 
