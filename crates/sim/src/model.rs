@@ -27,6 +27,10 @@ struct SectorHistory {
     durable: Vec<Box<[u8]>>,
     /// Writes submitted since, in submission order: not yet known durable.
     since: Vec<(WriteId, Box<[u8]>)>,
+    /// For a sector no client wrote, whose copies differed: the [`Model::settle_floating`]
+    /// call that made it undecided. A read submitted before it may have read a copy that the
+    /// initialization replaced meanwhile, and does not decide the sector.
+    settled_by: Option<u64>,
 }
 
 /// The writes a FLUSH makes durable: those completed when it was submitted.
@@ -45,11 +49,8 @@ pub struct Model {
     /// them (the first copy, or another once the first is out of service), and goes on doing
     /// so; a write, or the end of their region's initialization, ends that.
     floating: BTreeMap<u64, Vec<Box<[u8]>>>,
-    /// Calls of [`Model::settle_floating`] so far, and by sector index the one that settled
-    /// each undecided sector: a read submitted before its sector settled may have read a copy
-    /// that the initialization replaced meanwhile.
+    /// Calls of [`Model::settle_floating`] so far.
     settles: u64,
-    settled_by: BTreeMap<u64, u64>,
 }
 
 impl Model {
@@ -62,7 +63,6 @@ impl Model {
             next_write_id: 0,
             floating: BTreeMap::new(),
             settles: 0,
-            settled_by: BTreeMap::new(),
         }
     }
 
@@ -79,8 +79,7 @@ impl Model {
         let settled: Vec<u64> = self.floating.keys().copied().filter(|&number| initialized(number)).collect();
         for number in settled {
             let values = self.floating.remove(&number).expect("listed above");
-            self.open.insert(number, SectorHistory { durable: values, since: Vec::new() });
-            self.settled_by.insert(number, self.settles);
+            self.open.insert(number, SectorHistory { durable: values, since: Vec::new(), settled_by: Some(self.settles) });
         }
     }
 
@@ -102,9 +101,9 @@ impl Model {
             let at = number as usize * SECTOR;
             // A floating sector held any of its values before this write.
             let before = self.floating.remove(&number).unwrap_or_else(|| vec![self.newest[at..at + SECTOR].into()]);
-            self.settled_by.remove(&number);
-            let history = self.open.entry(number).or_insert_with(|| SectorHistory { durable: before, since: Vec::new() });
+            let history = self.open.entry(number).or_insert_with(|| SectorHistory { durable: before, since: Vec::new(), settled_by: None });
             history.since.push((id, sector.into()));
+            history.settled_by = None;
             self.newest[at..at + SECTOR].copy_from_slice(sector);
         }
         self.writes.insert(id, (offset_bytes..offset_bytes + data.len() as u64, false));
@@ -201,12 +200,11 @@ impl Model {
                 if !history.durable.iter().any(|d| **d == *sector) {
                     return Err(undecided_mismatch(number, sector, history.durable.len()));
                 }
-                if self.settled_by.get(&number).is_some_and(|&settle| settle > settles_before) {
+                if history.settled_by.is_some_and(|settle| settle > settles_before) {
                     continue;
                 }
                 self.newest[at..at + SECTOR].copy_from_slice(sector);
                 self.open.remove(&number);
-                self.settled_by.remove(&number);
             } else if self.newest[at..at + SECTOR] != *sector {
                 return Err(mismatch(number, sector, &self.newest[at..at + SECTOR]));
             }
