@@ -115,7 +115,6 @@ fn a_stream_goes_around_the_journal_and_a_crash_replays_nothing_over_it() {
     controller.shutdown();
 }
 
-/// A clean stop and a new controller over the same drives and journal.
 /// The controller `id` opened again after a crash (its engine dropped without a shutdown), its
 /// journal replayed, and VD 0 checked against `image`.
 fn reopen_after_crash(
@@ -131,6 +130,7 @@ fn reopen_after_crash(
     (controller, record, vd)
 }
 
+/// A clean stop and a new controller over the same drives and journal.
 fn restart(engine: &Arc<Engine>, drives: &[Arc<dyn Drive>], controller: Arc<Controller>, journal: &Arc<dyn Drive>) -> Arc<Controller> {
     let id = controller.config().controller_id;
     controller.shutdown();
