@@ -73,7 +73,7 @@ mod uri;
 pub use client::{Client, ClientConfig, ClientError, Completion, ExportInfo, NbdError};
 pub use device::{BlockDevice, Done, IoError, ReadDone};
 pub use server::{
-    Export, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, ServerStats, CONNECTION_THREAD_STACK_BYTES,
+    Export, HandOver, ListenAddress, Server, ServerConfig, ServerError, ServerHandle, ServerStats, CONNECTION_THREAD_STACK_BYTES,
     DESCRIPTORS_PER_CONNECTION, DROPPED_CONNECTION_LOG_INTERVAL, POLL_BUDGET_MAX, READERS_PER_CONNECTION_MAX,
     TLS_DESCRIPTORS_PER_CONNECTION,
 };

@@ -18,6 +18,8 @@ pub struct MemDevice {
     bytes: Mutex<Vec<u8>>,
     block_size_bytes: u32,
     counters: Counters,
+    /// How long each read takes, on the submitting thread (a drive read in place).
+    read_delay_us: AtomicU64,
 }
 
 /// How many requests of each kind reached a [`MemDevice`].
@@ -29,6 +31,9 @@ pub struct Counters {
     pub flushes: AtomicU64,
     pub trims: AtomicU64,
     pub write_zeroes: AtomicU64,
+    /// Reads being served at this moment, and the most there ever were at once.
+    reads_now: AtomicU64,
+    pub reads_at_once_max: AtomicU64,
     /// The threads that submitted requests (the server's readers, for a device that serves in
     /// place).
     submitters: Mutex<Submitters>,
@@ -77,7 +82,13 @@ impl MemDevice {
         assert!(block_size_bytes.is_power_of_two());
         assert_eq!(size_bytes % u64::from(block_size_bytes), 0, "size is whole blocks");
         let len = usize::try_from(size_bytes).expect("MemDevice fits in memory");
-        MemDevice { bytes: Mutex::new(vec![0; len]), block_size_bytes, counters: Counters::default() }
+        MemDevice { bytes: Mutex::new(vec![0; len]), block_size_bytes, counters: Counters::default(), read_delay_us: AtomicU64::new(0) }
+    }
+
+    /// Makes each read take `delay` on the thread that submits it, as a drive read in place
+    /// does (a file member's `pread`).
+    pub fn set_read_delay(&self, delay: Duration) {
+        self.read_delay_us.store(delay.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn counters(&self) -> &Counters {
@@ -138,6 +149,10 @@ impl BlockDevice for MemDevice {
 
     fn read(&self, offset: u64, mut buf: Vec<u8>, done: ReadDone<Vec<u8>>) {
         self.counters.count(&self.counters.reads);
+        let now = self.counters.reads_now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.counters.reads_at_once_max.fetch_max(now, Ordering::SeqCst);
+        thread::sleep(Duration::from_micros(self.read_delay_us.load(Ordering::Relaxed)));
+        self.counters.reads_now.fetch_sub(1, Ordering::SeqCst);
         let result = self.range(offset, buf.len() as u64).map(|range| {
             buf.copy_from_slice(&self.bytes.lock().unwrap()[range]);
             buf

@@ -1,7 +1,10 @@
-//! A connection's readers take turns (`ServerConfig::readers_per_connection`): a client that
-//! waits for each reply is served by one reader after another, every byte read back as
-//! written; with one reader, one thread serves everything; and a connection whose client hangs
-//! up ends with all its readers; a reader count out of bounds is refused.
+//! A connection's readers take turns (`ServerConfig::readers_per_connection`): handing the
+//! socket over before every request that empties it (`HandOver::Always`), a client that waits
+//! for each reply is served by one reader after another, every byte read back as written; while
+//! requests are quick (`HandOver::WhenSlow`), the reader that read a request serves it and reads
+//! on; once they are slow, requests that came together are served together; with one reader,
+//! one thread serves everything; and a connection whose client hangs up ends with all its
+//! readers; a reader count out of bounds is refused.
 
 mod common;
 
@@ -14,7 +17,7 @@ use std::time::Duration;
 use common::*;
 use nbd::proto::{self, Command, Request};
 use nbd::testing::MemDevice;
-use nbd::{Client, ClientConfig, Export, Server, ServerConfig, ServerHandle, READERS_PER_CONNECTION_MAX};
+use nbd::{Client, ClientConfig, Export, HandOver, Server, ServerConfig, ServerHandle, READERS_PER_CONNECTION_MAX};
 
 const BLOCK_BYTES: usize = 4096;
 const BLOCKS: u64 = 64;
@@ -23,8 +26,12 @@ const BLOCKS: u64 = 64;
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn serve(dir: &TempDir, readers: usize) -> (Server, ServerHandle, Arc<MemDevice>) {
+    serve_handing_over(dir, readers, HandOver::WHEN_SLOW)
+}
+
+fn serve_handing_over(dir: &TempDir, readers: usize, hand_over: HandOver) -> (Server, ServerHandle, Arc<MemDevice>) {
     let device = Arc::new(MemDevice::new(BLOCKS * BLOCK_BYTES as u64));
-    let config = ServerConfig { readers_per_connection: readers, ..ServerConfig::default() };
+    let config = ServerConfig { readers_per_connection: readers, hand_over, ..ServerConfig::default() };
     let server = Server::with_config(vec![Export::new("vd0", Arc::clone(&device))], config).unwrap();
     let handle = server.serve_unix(dir.join("nbd.sock")).unwrap();
     (server, handle, device)
@@ -47,7 +54,7 @@ fn write_and_read_back_one_at_a_time(handle: &ServerHandle) {
 fn a_client_that_waits_for_each_reply_is_served_by_the_readers_in_turn() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = TempDir::new("readers-turns");
-    let (_server, handle, device) = serve(&dir, 4);
+    let (_server, handle, device) = serve_handing_over(&dir, 4, HandOver::Always);
     write_and_read_back_one_at_a_time(&handle);
     // Each request empties the socket, so its reader hands the socket on before serving it:
     // the next request is read, and submitted, by another thread.
@@ -61,6 +68,54 @@ fn a_client_that_waits_for_each_reply_is_served_by_the_readers_in_turn() {
     let changes = device.counters().submitter_changes();
     println!("{threads} readers served 257 requests, {changes} of them after another reader's");
     assert!(changes >= 30, "only {changes} of 257 requests came from another reader than the one before");
+}
+
+/// No dispatch takes this long, so the readers never see one as slow.
+const NEVER_SLOW: HandOver = HandOver::WhenSlow { slower_than: Duration::from_secs(3600) };
+
+#[test]
+fn while_requests_are_quick_the_reader_that_read_one_serves_it_and_reads_on() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = TempDir::new("readers-quick");
+    let (_server, handle, device) = serve_handing_over(&dir, 4, NEVER_SLOW);
+    write_and_read_back_one_at_a_time(&handle);
+    // The reader that took the socket first keeps it: no other reader is ever woken.
+    assert_eq!(device.counters().submitting_threads(), 1);
+    assert_eq!(device.counters().submitter_changes(), 0);
+    // A burst is served in order by that reader too.
+    let reads_max = pipelined_reads(&handle, &device);
+    assert_eq!(reads_max, 1, "{reads_max} reads were served at once by readers that never saw a slow one");
+}
+
+#[test]
+fn slow_requests_that_come_together_are_served_together() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = TempDir::new("readers-slow");
+    let (_server, handle, device) = serve(&dir, 8);
+    // A read in place that goes to a disk; 20 ms is far above the 50 us that makes it slow.
+    device.set_read_delay(Duration::from_millis(20));
+    let reads_max = pipelined_reads(&handle, &device);
+    // The first read is served by the reader that read it, which then sees reads are slow and
+    // passes the socket before each of the others: up to 8 are served at once. Served one
+    // after another, as before, the 16 reads took 16 times 20 ms.
+    println!("at most {reads_max} of 16 slow reads were served at once by 8 readers");
+    assert!(reads_max >= 4, "only {reads_max} of 16 slow reads sent together were served at once by 8 readers");
+}
+
+/// Sends 16 reads of distinct blocks in one burst, checks each reply's data, and returns the
+/// most reads the device served at once.
+fn pipelined_reads(handle: &ServerHandle, device: &MemDevice) -> u64 {
+    for block in 0..16u64 {
+        device.fill(block * BLOCK_BYTES as u64, &random_bytes(BLOCK_BYTES, 1000 + block));
+    }
+    let mut client = Client::connect(&handle.uri("vd0"), &ClientConfig::default()).unwrap();
+    let cookies: Vec<u64> = (0..16u64).map(|block| client.submit_read(block * BLOCK_BYTES as u64, BLOCK_BYTES as u32).unwrap()).collect();
+    client.send_submitted().unwrap();
+    for (block, cookie) in cookies.into_iter().enumerate() {
+        let data = client.wait_for(cookie).unwrap().result.unwrap();
+        assert_eq!(data, random_bytes(BLOCK_BYTES, 1000 + block as u64), "block {block}");
+    }
+    device.counters().reads_at_once_max.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 #[test]

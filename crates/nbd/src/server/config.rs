@@ -1,5 +1,6 @@
 //! The limits of a server, and their check.
 
+pub use super::pace::HandOver;
 use super::ServerError;
 use std::time::Duration;
 
@@ -38,12 +39,16 @@ pub struct ServerConfig {
     /// for it. Default zero: never poll (a reader costs no CPU while its client is quiet).
     pub poll_budget: Duration,
     /// Threads of a connection that take turns reading its requests (at least 1). A reader
-    /// serves in place the requests the socket already holds; before it serves the one that
-    /// empties the socket it hands the socket to the next, as nbdkit's worker threads do, so
-    /// that a thread is already waiting in `recv` when the reply goes out. Default 16 (nbdkit's
-    /// thread count): at queue depth 1 a round trip then costs 0.8 of nbdkit's on this VM
-    /// class, against 1.7 with one reader (see `transmission`).
+    /// serves in place the requests the socket already holds; the one that empties the socket
+    /// it serves either keeping the socket, or after handing it to the next reader, as
+    /// nbdkit's worker threads do ([`ServerConfig::hand_over`]): then up to this many requests
+    /// are served in place at once. Default 16 (nbdkit's thread count).
     pub readers_per_connection: usize,
+    /// When a reader hands the socket over before it serves the request that emptied it.
+    /// Default [`HandOver::WHEN_SLOW`]: only while requests have recently taken over 50 us to
+    /// dispatch (see `transmission`), which costs a request that arrives alone one thread
+    /// wake-up instead of three.
+    pub hand_over: HandOver,
 }
 
 /// The most [`ServerConfig::readers_per_connection`]: past a few dozen, more threads change
@@ -67,6 +72,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             poll_budget: Duration::ZERO,
             readers_per_connection: 16,
+            hand_over: HandOver::WHEN_SLOW,
         }
     }
 }

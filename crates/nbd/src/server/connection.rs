@@ -81,6 +81,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
         in_flight: in_flight::InFlight::new(&shared.config, Arc::clone(&registration.state), Arc::clone(&shared.payload_budget)),
         client_gone: Arc::default(),
         readers: shared.config.readers_per_connection,
+        hand_over: shared.config.hand_over,
     };
     count_connection(shared, &identity, true);
     let outcome = export.device.serve(session);

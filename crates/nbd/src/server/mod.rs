@@ -22,7 +22,9 @@ mod handshake;
 mod in_flight;
 mod limits;
 mod listener;
+mod pace;
 mod replies;
+mod request_check;
 mod transmission;
 
 use std::collections::{HashMap, HashSet};
@@ -38,7 +40,7 @@ use std::time::{Duration, Instant};
 use crate::proto;
 use crate::socket::Socket;
 use crate::tls::TlsServer;
-pub use config::{ServerConfig, POLL_BUDGET_MAX, READERS_PER_CONNECTION_MAX};
+pub use config::{HandOver, ServerConfig, POLL_BUDGET_MAX, READERS_PER_CONNECTION_MAX};
 pub use export::Export;
 use export::{check_exports, ExportIdentity};
 use limits::{LogLimiter, PayloadBudget};

@@ -1,6 +1,6 @@
 //! The transmission phase of one connection: its reader threads take turns reading requests
-//! and submitting them to the device without waiting (see [`take_turns`]: the turn passes
-//! before a reader submits the request that emptied the socket). A reply is sent by the thread
+//! and submitting them to the device without waiting (see [`take_turns`]: while submissions
+//! are quick one reader keeps the turn; once they are slow, the turn passes before each). A reply is sent by the thread
 //! that completes it (the reader for a device that served the request in place, a device
 //! thread otherwise) while the writer thread has nothing queued: handing it over would cost a
 //! thread wake-up and a context switch, most of a small request's time. It is sent without
@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use super::in_flight::{Credit, InFlight};
+use super::pace::{DispatchPace, HandOver};
 use super::replies::{Outcome, Replies, Reply};
+use super::request_check::check_request;
 use super::{ConnectionError, CONNECTION_THREAD_STACK_BYTES};
 use crate::device::{BlockDevice, Done, IoError};
 use crate::proto::{self, Command, ProtoError, Request};
@@ -43,6 +45,7 @@ pub(crate) struct Session {
     pub(crate) client_gone: Arc<AtomicBool>,
     /// Threads that take turns reading requests ([`super::ServerConfig::readers_per_connection`]).
     pub(crate) readers: usize,
+    pub(crate) hand_over: HandOver,
 }
 
 /// What a request is checked against.
@@ -61,6 +64,7 @@ pub(crate) struct RequestLimits {
 pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, session: Session) -> Result<(), ConnectionError> {
     let (replies, writer) = Replies::start(&session.socket, session.structured_replies, &session.client_gone)?;
     let readers = session.readers;
+    let pace = DispatchPace::new(session.hand_over);
     let turn = Mutex::new(ReadingTurn { session, end: None });
     thread::scope(|scope| {
         // Without the readers that could not be spawned, the others read every request.
@@ -70,7 +74,7 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, session: Session) -> Result<
             let spawned = thread::Builder::new()
                 .name("nbd-conn".into())
                 .stack_size(CONNECTION_THREAD_STACK_BYTES)
-                .spawn_scoped(scope, || take_turns(&device, &turn, &replies));
+                .spawn_scoped(scope, || take_turns(&device, &turn, &replies, &pace));
             match spawned {
                 Ok(relief) => reliefs.push(relief),
                 Err(error) => spawn_error = Some(error),
@@ -79,7 +83,7 @@ pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, session: Session) -> Result<
         if let Some(error) = spawn_error {
             tracing::warn!(%error, started = reliefs.len() + 1, readers, "nbd: a connection runs with fewer request readers");
         }
-        take_turns(&device, &turn, &replies);
+        take_turns(&device, &turn, &replies, &pace);
         for relief in reliefs {
             if relief.join().is_err() {
                 tracing::error!("nbd: request reader panicked");
@@ -105,43 +109,52 @@ struct ReadingTurn {
     end: Option<Result<(), ConnectionError>>,
 }
 
-/// One reader thread's loop: takes the reading side, serves the requests the socket already
-/// holds, and hands the reading side over before it dispatches the request that emptied it.
-/// So at queue depth 1 another reader is already waiting in `recv` when this one replies, the
-/// pattern of nbdkit's worker threads.
+/// One reader thread's loop: takes the reading side and serves the requests the socket holds.
+/// Whether it hands the reading side over before it dispatches the request that emptied the
+/// socket, so that another reader is already waiting in `recv` for the next one (the pattern of
+/// nbdkit's worker threads), depends on how long dispatches take ([`DispatchPace`]):
 ///
-/// Why: one thread that replies and then blocks in `recv` itself is woken by the next request
-/// on the CPU it slept on, which the scheduler prefers while it is idle; on a virtual machine
-/// an idle vCPU is halted, and waking it costs tens of microseconds per request. Readers that
-/// take turns are woken on a halted vCPU less often; exactly how was not established: a fair
-/// hand-over (`parking_lot`'s `unlock_fair`, every request to the next reader) measured
-/// slower than this plain release, after which the releasing reader often takes the turn
-/// back before the woken one runs (1.1-1.3 of nbdkit's QD 1 latency against 0.75-0.9, in
-/// alternated runs). Measured on this
-/// VM class (fio's nbd engine, 4 KiB random reads at QD 1 from a RAID1 of memory drives, in
-/// microseconds per request against `nbdkit memory`'s 31-34): one reader 55-58; two 15-60,
-/// depending on the connection; 8 readers 31-36; 16 readers 26-29; 24 or 32 readers 24-25.
-/// The cost is a wake-up of the next reader per request that arrives alone, when a core has
-/// time to spare; requests that arrive together are served in place with no hand-over.
-fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replies: &Replies<D::Buf>) {
+/// - **Quick dispatches** (a memory member served in place, or a request handed to a shard):
+///   the reader keeps the turn, dispatches, and reads again itself. No other reader is woken,
+///   so a request that arrives alone costs one wake-up instead of three (this reader's, the next
+///   reader's for its turn, and this one's again when it waits for the turn back). A request
+///   that arrives meanwhile waits for at most one quick dispatch.
+/// - **Slow dispatches** (a file member read in place that goes to the disk, a large copy): the
+///   turn is handed over before each, so requests that arrived with it or arrive meanwhile are
+///   read and served by other readers in parallel, up to `--nbd-readers` at a time.
+/// - **`HandOver::Always`**: the turn is handed over before the request that emptied the socket
+///   only; requests already buffered are served in place, one after another.
+///
+/// Measured on this VM class (`bench/nbd-cpu`, RAID0 and RAID1 of memory drives, against
+/// `nbdkit memory`), the reader that keeps the turn needed 0.61-0.68 of nbdkit's server CPU
+/// per paced fio read where handing over needed 0.83-1.01, and its QD 1 read latency was
+/// 0.70-0.72 of nbdkit's against 0.92-0.97. On an earlier host of the same class the opposite
+/// held for latency (a reader that blocked in `recv` itself was woken on a halted vCPU: 55 us
+/// per QD 1 read against 27 us with the hand-over): `--nbd-hand-over always` restores it.
+fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replies: &Replies<D::Buf>, pace: &DispatchPace) {
     loop {
         // A reader that panicked while reading may have left the stream unframed: stop.
         let Ok(mut reading) = turn.lock() else { return };
-        if reading.end.is_some() {
-            return;
-        }
-        match read_requests(device, &mut reading.session, replies) {
-            Ok(Some(last)) => {
-                drop(reading);
-                dispatch(device, replies, last);
-            }
-            Ok(None) => {
-                reading.end = Some(Ok(()));
+        loop {
+            if reading.end.is_some() {
                 return;
             }
-            Err(error) => {
-                reading.end = Some(Err(error));
-                return;
+            match read_requests(device, &mut reading.session, replies, pace) {
+                Ok(Some(last)) if pace.hands_over() => {
+                    drop(reading);
+                    pace.timed(|| dispatch(device, replies, last));
+                    break;
+                }
+                // Kept: a panic in it poisons the turn, and the other readers stop.
+                Ok(Some(last)) => pace.timed(|| dispatch(device, replies, last)),
+                Ok(None) => {
+                    reading.end = Some(Ok(()));
+                    return;
+                }
+                Err(error) => {
+                    reading.end = Some(Err(error));
+                    return;
+                }
             }
         }
     }
@@ -149,13 +162,14 @@ fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replie
 
 // ---- Reading requests ------------------------------------------------------------------------
 
-/// Reads and dispatches requests while the next one is already buffered; returns the first
-/// whose successor is not (the reader would block), received but not dispatched, or `None` once
-/// the client is done.
+/// Reads and dispatches requests while the next one is already buffered and dispatches are
+/// quick; returns the first whose successor is not (the reader would block), or any while they
+/// are slow, received but not dispatched; or `None` once the client is done.
 fn read_requests<D: BlockDevice>(
     device: &Arc<D>,
     session: &mut Session,
     replies: &Replies<D::Buf>,
+    pace: &DispatchPace,
 ) -> Result<Option<ReceivedRequest<D::Buf>>, ConnectionError> {
     let mut header = [0u8; proto::REQUEST_HEADER_BYTES];
     loop {
@@ -191,12 +205,13 @@ fn read_requests<D: BlockDevice>(
             replies.open_cork();
         }
         let Some(received) = handle_request(device, session, replies, request)? else { continue };
-        if session.reader.buffer().len() >= proto::REQUEST_HEADER_BYTES {
-            dispatch(device, replies, received);
+        if session.reader.buffer().len() >= proto::REQUEST_HEADER_BYTES && !pace.slow() {
+            pace.timed(|| dispatch(device, replies, received));
             continue;
         }
-        // The next read may block: what the cork holds goes now, and this request's reply
-        // goes in place once the other reader has taken over the socket.
+        // The next read may block, or the dispatch may take long (then another reader serves
+        // the requests already buffered meanwhile): what the cork holds goes now, and this
+        // request is dispatched by the caller.
         replies.flush_cork();
         return Ok(Some(received));
     }
@@ -435,163 +450,4 @@ fn send_failure<B: AsRef<[u8]> + Send + 'static>(
     message: String,
 ) {
     replies.send(Reply { cookie, is_read, outcome: Outcome::Failed { error, message }, _credit: credit });
-}
-
-// ---- Checking requests -----------------------------------------------------------------------
-
-/// Why a request is refused without reaching the device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rejection {
-    pub(crate) error: IoError,
-    pub(crate) message: String,
-}
-
-/// Checks a request against the spec and the export (pure). Rules, in order: flags valid for
-/// the command, command advertised, offset and length aligned to the minimum block size, length
-/// within the maximum block size, range within the export (ENOSPC for writes, EINVAL otherwise).
-pub(crate) fn check_request(request: &Request, limits: &RequestLimits) -> Result<(), Rejection> {
-    let invalid = |message: String| Err(Rejection { error: IoError::Invalid, message });
-    let allowed = allowed_flags(request.command, limits.transmission_flags);
-    if request.flags & !allowed != 0 {
-        return invalid(format!("flags {:#x} are not valid on {:?}; allowed: {allowed:#x}", request.flags & !allowed, request.command));
-    }
-    let advertised = match request.command {
-        Command::Trim => limits.transmission_flags & proto::NBD_FLAG_SEND_TRIM != 0,
-        Command::Flush | Command::Disc => return Ok(()), // offset and length are reserved
-        _ => true,
-    };
-    if !advertised {
-        return invalid(format!("{:?} is not supported by this export", request.command));
-    }
-    let block_size_bytes = u64::from(limits.block_size_bytes);
-    if !request.offset.is_multiple_of(block_size_bytes) || !u64::from(request.len_bytes).is_multiple_of(block_size_bytes) {
-        return invalid(format!(
-            "offset {} and length {} must be multiples of the minimum block size {block_size_bytes}",
-            request.offset, request.len_bytes
-        ));
-    }
-    if request.command != Command::Trim && request.len_bytes > limits.payload_max_bytes {
-        return invalid(format!("length {} exceeds the maximum block size {}", request.len_bytes, limits.payload_max_bytes));
-    }
-    check_range(request, limits.size_bytes)
-}
-
-fn allowed_flags(command: Command, transmission_flags: u16) -> u16 {
-    let advertised = |flag: u16, command_flag: u16| {
-        if transmission_flags & flag != 0 {
-            command_flag
-        } else {
-            0
-        }
-    };
-    // The spec: with SEND_FUA the server MUST accept FUA on every command.
-    let fua = advertised(proto::NBD_FLAG_SEND_FUA, proto::NBD_CMD_FLAG_FUA);
-    match command {
-        Command::Read => fua | advertised(proto::NBD_FLAG_SEND_DF, proto::NBD_CMD_FLAG_DF),
-        Command::WriteZeroes => fua | proto::NBD_CMD_FLAG_NO_HOLE,
-        Command::Write | Command::Flush | Command::Trim | Command::Disc => fua,
-    }
-}
-
-fn check_range(request: &Request, size_bytes: u64) -> Result<(), Rejection> {
-    let end = request.offset.checked_add(u64::from(request.len_bytes));
-    if end.is_some_and(|end| end <= size_bytes) {
-        return Ok(());
-    }
-    let error = match request.command {
-        Command::Write | Command::WriteZeroes => IoError::NoSpace,
-        _ => IoError::Invalid,
-    };
-    let message = format!(
-        "{:?} of {} bytes at offset {} ends past the export size of {size_bytes} bytes",
-        request.command, request.len_bytes, request.offset
-    );
-    Err(Rejection { error, message })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SIZE_BYTES: u64 = 1 << 20;
-
-    fn limits(transmission_flags: u16) -> RequestLimits {
-        RequestLimits { size_bytes: SIZE_BYTES, block_size_bytes: 512, payload_max_bytes: proto::PAYLOAD_MAX_BYTES, transmission_flags }
-    }
-
-    const ALL: u16 = proto::NBD_FLAG_HAS_FLAGS
-        | proto::NBD_FLAG_SEND_FLUSH
-        | proto::NBD_FLAG_SEND_FUA
-        | proto::NBD_FLAG_SEND_TRIM
-        | proto::NBD_FLAG_SEND_WRITE_ZEROES
-        | proto::NBD_FLAG_SEND_DF;
-
-    /// Checks one request against an export of 1 MiB with 512-byte blocks; `expected` is
-    /// `None` for acceptance or the error it must be refused with.
-    fn check(command: Command, flags: u16, offset: u64, len_bytes: u32, transmission_flags: u16, expected: Option<IoError>) {
-        let request = Request { flags, command, cookie: 1, offset, len_bytes };
-        let actual = check_request(&request, &limits(transmission_flags)).map_err(|rejection| rejection.error);
-        assert_eq!(actual.err(), expected, "{request:?}");
-    }
-
-    #[test]
-    fn well_formed_requests_pass() {
-        check(Command::Read, 0, 0, 4096, ALL, None);
-        check(Command::Write, proto::NBD_CMD_FLAG_FUA, SIZE_BYTES - 512, 512, ALL, None);
-        check(Command::Read, proto::NBD_CMD_FLAG_DF, 512, 512, ALL, None);
-        check(Command::WriteZeroes, proto::NBD_CMD_FLAG_NO_HOLE | proto::NBD_CMD_FLAG_FUA, 0, 1024, ALL, None);
-        check(Command::Trim, 0, 0, 512, ALL, None);
-        check(Command::Flush, 0, 7, 3, ALL, None); // offset and length of a flush are reserved
-    }
-
-    #[test]
-    fn misaligned_requests_are_invalid() {
-        check(Command::Read, 0, 1, 512, ALL, Some(IoError::Invalid));
-        check(Command::Write, 0, 0, 511, ALL, Some(IoError::Invalid));
-        check(Command::Trim, 0, 256, 512, ALL, Some(IoError::Invalid));
-        check(Command::WriteZeroes, 0, 0, 100, ALL, Some(IoError::Invalid));
-    }
-
-    #[test]
-    fn past_the_end_is_enospc_for_writes_and_einval_otherwise() {
-        check(Command::Write, 0, SIZE_BYTES, 512, ALL, Some(IoError::NoSpace));
-        check(Command::WriteZeroes, 0, SIZE_BYTES - 512, 1024, ALL, Some(IoError::NoSpace));
-        check(Command::Read, 0, SIZE_BYTES - 512, 1024, ALL, Some(IoError::Invalid));
-        check(Command::Trim, 0, SIZE_BYTES, 512, ALL, Some(IoError::Invalid));
-        // An offset near u64::MAX must not wrap around into range.
-        check(Command::Read, 0, u64::MAX - 511, 512, ALL, Some(IoError::Invalid));
-    }
-
-    #[test]
-    fn flags_and_commands_must_be_advertised() {
-        check(Command::Read, proto::NBD_CMD_FLAG_DF, 0, 512, ALL & !proto::NBD_FLAG_SEND_DF, Some(IoError::Invalid));
-        check(Command::Write, proto::NBD_CMD_FLAG_NO_HOLE, 0, 512, ALL, Some(IoError::Invalid));
-        check(Command::WriteZeroes, proto::NBD_CMD_FLAG_FAST_ZERO, 0, 512, ALL, Some(IoError::Invalid));
-        check(Command::Read, 1 << 9, 0, 512, ALL, Some(IoError::Invalid));
-        check(Command::Trim, 0, 0, 512, ALL & !proto::NBD_FLAG_SEND_TRIM, Some(IoError::Invalid));
-        check(Command::Flush, proto::NBD_CMD_FLAG_FUA, 0, 0, ALL, None);
-    }
-
-    #[test]
-    fn oversized_lengths_are_invalid_except_for_trim() {
-        let big_limits = RequestLimits { size_bytes: 1 << 40, ..limits(ALL) };
-        let over = proto::PAYLOAD_MAX_BYTES + 512;
-        for (command, expected) in [
-            (Command::Read, Some(IoError::Invalid)),
-            (Command::Write, Some(IoError::Invalid)),
-            (Command::WriteZeroes, Some(IoError::Invalid)),
-            (Command::Trim, None),
-        ] {
-            let request = Request { flags: 0, command, cookie: 1, offset: 0, len_bytes: over };
-            let actual = check_request(&request, &big_limits).map_err(|rejection| rejection.error);
-            assert_eq!(actual.err(), expected, "{command:?}");
-        }
-    }
-
-    #[test]
-    fn rejections_explain_themselves() {
-        let request = Request { flags: 0, command: Command::Write, cookie: 1, offset: SIZE_BYTES, len_bytes: 512 };
-        let rejection = check_request(&request, &limits(ALL)).unwrap_err();
-        assert_eq!(rejection.message, "Write of 512 bytes at offset 1048576 ends past the export size of 1048576 bytes");
-    }
 }

@@ -53,12 +53,37 @@ pub struct NbdLimitArgs {
     /// requests: up to one core per busy connection. 0 (the default): never poll.
     #[arg(long, default_value_t = 0)]
     nbd_poll_us: u64,
-    /// Threads per NBD connection that take turns reading its requests (1 to 64). With more
-    /// than one, a thread already waits for the next request while another replies, which
-    /// at queue depth 1 halves a round trip on a virtual machine; each costs a thread per
-    /// connection. Default 16, as nbdkit's threads.
+    /// Threads per NBD connection that take turns reading its requests (1 to 64): up to this
+    /// many of a connection's requests are served at once by a member read in place (a file
+    /// or memory drive on the Fast Path). Each costs a thread per connection. Default 16, as
+    /// nbdkit's threads.
     #[arg(long, default_value_t = 16)]
     nbd_readers: usize,
+    /// When a reader hands the socket to the next before it serves the request that emptied
+    /// it. `when-slow` (the default): only while requests take long to serve (over 50 us: a
+    /// read from a disk), so that others arrive and are served meanwhile; a request that
+    /// arrives alone then costs one thread wake-up, not three. `always`: before every such
+    /// request, as nbdkit's threads do, so that another reader already waits in `recv` when the
+    /// reply goes out (on some virtual machines a thread woken where it slept costs tens of
+    /// microseconds).
+    #[arg(long, value_enum, default_value_t = HandOverArg::WhenSlow)]
+    nbd_hand_over: HandOverArg,
+}
+
+/// `--nbd-hand-over`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HandOverArg {
+    WhenSlow,
+    Always,
+}
+
+impl From<HandOverArg> for nbd::HandOver {
+    fn from(arg: HandOverArg) -> nbd::HandOver {
+        match arg {
+            HandOverArg::WhenSlow => nbd::HandOver::WHEN_SLOW,
+            HandOverArg::Always => nbd::HandOver::Always,
+        }
+    }
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
@@ -84,6 +109,7 @@ impl NbdLimitArgs {
             reply_stall_timeout: Duration::from_secs(self.nbd_reply_stall_timeout_secs),
             poll_budget: Duration::from_micros(self.nbd_poll_us),
             readers_per_connection: self.nbd_readers,
+            hand_over: self.nbd_hand_over.into(),
             ..nbd::ServerConfig::default()
         };
         config.check().map_err(|e| format!("NBD bounds: {}", flag_names(&e.to_string())))?;
