@@ -1,9 +1,10 @@
 //! The transmission phase of one connection: its reader threads take turns reading requests
 //! and submitting them to the device without waiting (see [`take_turns`]: while submissions
-//! are quick one reader keeps the turn; once they are slow, the turn passes before each). A reply is sent by the thread
-//! that completes it (the reader for a device that served the request in place, a device
-//! thread otherwise) while the writer thread has nothing queued: handing it over would cost a
-//! thread wake-up and a context switch, most of a small request's time. It is sent without
+//! are quick one reader keeps the turn; once they are slow, the turn passes before each). A
+//! reply is sent by the thread that completes it (the reader for a device that served the
+//! request in place, a device thread otherwise) while the writer thread has nothing queued:
+//! handing it over would cost a thread wake-up and a context switch, most of a small request's
+//! time. It is sent without
 //! blocking, the lock and the socket both only tried: what the socket does not take, and every
 //! reply that finds the writer busy, goes to the writer thread, the rest of a reply first in
 //! line. So no thread ever waits on a client that is not reading (the client may be blocked
@@ -119,8 +120,8 @@ struct ReadingTurn {
 ///   so a request that arrives alone costs one wake-up instead of three (this reader's, the next
 ///   reader's for its turn, and this one's again when it waits for the turn back). A request
 ///   that arrives meanwhile waits for at most one quick dispatch.
-/// - **Slow dispatches** (a file member read in place that goes to the disk, a large copy): the
-///   turn is handed over before each, so requests that arrived with it or arrive meanwhile are
+/// - **Slow dispatches** (a device that serves requests in place and takes long: a large copy
+///   out of memory, a read that waits for a disk): the turn is handed over before each, so requests that arrived with it or arrive meanwhile are
 ///   read and served by other readers in parallel, up to `--nbd-readers` at a time.
 /// - **`HandOver::Always`**: the turn is handed over before the request that emptied the socket
 ///   only; requests already buffered are served in place, one after another.

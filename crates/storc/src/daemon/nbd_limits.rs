@@ -272,7 +272,7 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Parser)]
+    #[derive(Parser, Debug)]
     struct Flags {
         #[command(flatten)]
         limits: NbdLimitArgs,
@@ -289,6 +289,15 @@ mod tests {
         assert_eq!(Duration::from_secs(flags.nbd_reply_stall_timeout_secs), defaults.reply_stall_timeout);
         assert_eq!(Duration::from_micros(flags.nbd_poll_us), defaults.poll_budget);
         assert_eq!(flags.nbd_readers, defaults.readers_per_connection);
+        assert_eq!(nbd::HandOver::from(flags.nbd_hand_over), defaults.hand_over);
+    }
+
+    #[test]
+    fn an_unknown_hand_over_is_refused_with_the_allowed_ones() {
+        let error = Flags::try_parse_from(["storc", "--nbd-hand-over", "never"]).unwrap_err().to_string();
+        assert!(error.contains("'never'") && error.contains("when-slow, always"), "{error}");
+        let always = Flags::parse_from(["storc", "--nbd-hand-over", "always"]).limits;
+        assert_eq!(nbd::HandOver::from(always.nbd_hand_over), nbd::HandOver::Always);
     }
 
     #[test]
