@@ -29,11 +29,19 @@ struct HeldDevice {
     inner: Arc<MemDevice>,
     holding: Mutex<bool>,
     held: Mutex<Vec<Held>>,
+    /// The offset of each held request, in the order they reached the device: the readers may
+    /// pass requests that arrived together to it in any order.
+    held_offsets: Mutex<Vec<u64>>,
 }
 
 impl HeldDevice {
     fn new(size_bytes: u64) -> Arc<HeldDevice> {
-        Arc::new(HeldDevice { inner: Arc::new(MemDevice::new(size_bytes)), holding: Mutex::new(true), held: Mutex::new(Vec::new()) })
+        Arc::new(HeldDevice {
+            inner: Arc::new(MemDevice::new(size_bytes)),
+            holding: Mutex::new(true),
+            held: Mutex::default(),
+            held_offsets: Mutex::default(),
+        })
     }
 
     fn held_count(&self) -> usize {
@@ -44,6 +52,7 @@ impl HeldDevice {
     fn release(&self, reversed: bool) -> thread::JoinHandle<()> {
         *self.holding.lock().unwrap() = false;
         let mut held = std::mem::take(&mut *self.held.lock().unwrap());
+        self.held_offsets.lock().unwrap().clear();
         if reversed {
             held.reverse();
         }
@@ -54,9 +63,15 @@ impl HeldDevice {
         })
     }
 
-    fn run_or_hold(&self, request: Held) {
+    /// The offsets of the requests held since the last release, in the order they came.
+    fn held_offsets(&self) -> Vec<u64> {
+        self.held_offsets.lock().unwrap().clone()
+    }
+
+    fn run_or_hold(&self, offset: u64, request: Held) {
         if *self.holding.lock().unwrap() {
             self.held.lock().unwrap().push(request);
+            self.held_offsets.lock().unwrap().push(offset);
         } else {
             request();
         }
@@ -82,23 +97,23 @@ impl BlockDevice for HeldDevice {
     }
     fn read(&self, offset: u64, buf: Vec<u8>, done: ReadDone<Vec<u8>>) {
         let inner = Arc::clone(&self.inner);
-        self.run_or_hold(Box::new(move || inner.read(offset, buf, done)));
+        self.run_or_hold(offset, Box::new(move || inner.read(offset, buf, done)));
     }
     fn write(&self, offset: u64, buf: Vec<u8>, fua: bool, done: Done) {
         let inner = Arc::clone(&self.inner);
-        self.run_or_hold(Box::new(move || inner.write(offset, buf, fua, done)));
+        self.run_or_hold(offset, Box::new(move || inner.write(offset, buf, fua, done)));
     }
     fn flush(&self, done: Done) {
         let inner = Arc::clone(&self.inner);
-        self.run_or_hold(Box::new(move || inner.flush(done)));
+        self.run_or_hold(0, Box::new(move || inner.flush(done)));
     }
     fn trim(&self, offset: u64, len_bytes: u64, done: Done) {
         let inner = Arc::clone(&self.inner);
-        self.run_or_hold(Box::new(move || inner.trim(offset, len_bytes, done)));
+        self.run_or_hold(offset, Box::new(move || inner.trim(offset, len_bytes, done)));
     }
     fn write_zeroes(&self, offset: u64, len_bytes: u64, fua: bool, done: Done) {
         let inner = Arc::clone(&self.inner);
-        self.run_or_hold(Box::new(move || inner.write_zeroes(offset, len_bytes, fua, done)));
+        self.run_or_hold(offset, Box::new(move || inner.write_zeroes(offset, len_bytes, fua, done)));
     }
 }
 
@@ -137,11 +152,12 @@ fn reads_completed_in_reverse_land_correctly(structured_replies: bool) {
         completions
     });
     assert!(wait_until(TIMEOUT, || device.held_count() == READS), "the server did not submit all reads at once");
+    let submitted: Vec<u64> = device.held_offsets().iter().map(|&offset| cookies[offset as usize / READ_BYTES]).collect();
     device.release(true).join().unwrap();
     let completions = waiter.join().unwrap();
     let order: Vec<u64> = completions.iter().map(|completion| completion.cookie).collect();
-    let reversed: Vec<u64> = cookies.iter().rev().copied().collect();
-    assert_eq!(order, reversed, "replies should follow completion order");
+    let reversed: Vec<u64> = submitted.iter().rev().copied().collect();
+    assert_eq!(order, reversed, "replies should follow completion order (the reverse of submission)");
     for completion in completions {
         let index = cookies.iter().position(|&cookie| cookie == completion.cookie).unwrap();
         let expected = &data[index * READ_BYTES..(index + 1) * READ_BYTES];
