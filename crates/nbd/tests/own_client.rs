@@ -28,20 +28,14 @@ type Held = Box<dyn FnOnce() + Send>;
 struct HeldDevice {
     inner: Arc<MemDevice>,
     holding: Mutex<bool>,
-    held: Mutex<Vec<Held>>,
-    /// The offset of each held request, in the order they reached the device: the readers may
-    /// pass requests that arrived together to it in any order.
-    held_offsets: Mutex<Vec<u64>>,
+    /// Each held request with its offset, in the order they reached the device (one lock, so
+    /// the two agree): the readers may pass requests that arrived together to it in any order.
+    held: Mutex<Vec<(u64, Held)>>,
 }
 
 impl HeldDevice {
     fn new(size_bytes: u64) -> Arc<HeldDevice> {
-        Arc::new(HeldDevice {
-            inner: Arc::new(MemDevice::new(size_bytes)),
-            holding: Mutex::new(true),
-            held: Mutex::default(),
-            held_offsets: Mutex::default(),
-        })
+        Arc::new(HeldDevice { inner: Arc::new(MemDevice::new(size_bytes)), holding: Mutex::new(true), held: Mutex::default() })
     }
 
     fn held_count(&self) -> usize {
@@ -52,12 +46,11 @@ impl HeldDevice {
     fn release(&self, reversed: bool) -> thread::JoinHandle<()> {
         *self.holding.lock().unwrap() = false;
         let mut held = std::mem::take(&mut *self.held.lock().unwrap());
-        self.held_offsets.lock().unwrap().clear();
         if reversed {
             held.reverse();
         }
         thread::spawn(move || {
-            for request in held {
+            for (_, request) in held {
                 request();
             }
         })
@@ -65,13 +58,12 @@ impl HeldDevice {
 
     /// The offsets of the requests held since the last release, in the order they came.
     fn held_offsets(&self) -> Vec<u64> {
-        self.held_offsets.lock().unwrap().clone()
+        self.held.lock().unwrap().iter().map(|(offset, _)| *offset).collect()
     }
 
     fn run_or_hold(&self, offset: u64, request: Held) {
         if *self.holding.lock().unwrap() {
-            self.held.lock().unwrap().push(request);
-            self.held_offsets.lock().unwrap().push(offset);
+            self.held.lock().unwrap().push((offset, request));
         } else {
             request();
         }
