@@ -85,8 +85,8 @@ impl MemDevice {
         MemDevice { bytes: Mutex::new(vec![0; len]), block_size_bytes, counters: Counters::default(), read_delay_us: AtomicU64::new(0) }
     }
 
-    /// Makes each read take `delay` on the thread that submits it, as a drive read in place
-    /// does (a file member's `pread`).
+    /// Makes each read take `delay` on the thread that submits it, as a device that serves
+    /// reads in place and waits for a disk would.
     pub fn set_read_delay(&self, delay: Duration) {
         self.read_delay_us.store(delay.as_micros() as u64, Ordering::Relaxed);
     }

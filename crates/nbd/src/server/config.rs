@@ -1,6 +1,6 @@
 //! The limits of a server, and their check.
 
-pub use super::pace::HandOver;
+use super::pace::HandOver;
 use super::ServerError;
 use std::time::Duration;
 

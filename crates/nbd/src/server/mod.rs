@@ -40,12 +40,13 @@ use std::time::{Duration, Instant};
 use crate::proto;
 use crate::socket::Socket;
 use crate::tls::TlsServer;
-pub use config::{HandOver, ServerConfig, POLL_BUDGET_MAX, READERS_PER_CONNECTION_MAX};
+pub use config::{ServerConfig, POLL_BUDGET_MAX, READERS_PER_CONNECTION_MAX};
 pub use export::Export;
 use export::{check_exports, ExportIdentity};
 use limits::{LogLimiter, PayloadBudget};
 use listener::Listener;
 pub use listener::ServerHandle;
+pub use pace::HandOver;
 
 /// Descriptors one connection holds: its socket, shared by the reader, the writer and the
 /// registry (see `Socket`). What a process must keep free per connection it allows.

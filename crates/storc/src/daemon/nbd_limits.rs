@@ -54,14 +54,14 @@ pub struct NbdLimitArgs {
     #[arg(long, default_value_t = 0)]
     nbd_poll_us: u64,
     /// Threads per NBD connection that take turns reading its requests (1 to 64): up to this
-    /// many of a connection's requests are served at once by a member read in place (a file
-    /// or memory drive on the Fast Path). Each costs a thread per connection. Default 16, as
-    /// nbdkit's threads.
+    /// many of a connection's requests that are slow to serve in place (large reads from
+    /// memory drives on the Fast Path) are served at once. Each costs a thread per connection.
+    /// Default 16, as nbdkit's threads.
     #[arg(long, default_value_t = 16)]
     nbd_readers: usize,
     /// When a reader hands the socket to the next before it serves the request that emptied
-    /// it. `when-slow` (the default): only while requests take long to serve (over 50 us: a
-    /// read from a disk), so that others arrive and are served meanwhile; a request that
+    /// it. `when-slow` (the default): only while requests have recently taken over 50 us to
+    /// hand to the VD (a large copy out of a memory drive), so that others are served meanwhile; a request that
     /// arrives alone then costs one thread wake-up, not three. `always`: before every such
     /// request, as nbdkit's threads do, so that another reader already waits in `recv` when the
     /// reply goes out (on some virtual machines a thread woken where it slept costs tens of
