@@ -72,10 +72,11 @@ fn wait_until_online(daemon: &Daemon, slot: u32) {
 #[test]
 fn a_spare_takes_over_and_its_rebuilt_contents_hold_the_data_alone() {
     let (array, daemon) = raid5_with_a_spare("rebuild");
-    let set_offline_at = Instant::now();
+    // The takeover is part of the command: the spare is rebuilding by the time it returns, not
+    // after some later scan. (No bound on the command's time: it writes the metadata of nine
+    // drives, which a loaded host may take over a second to flush.)
     set_drive(&daemon, 3, "offline");
-    assert_eq!(drive_state(&daemon, SPARE_SLOT), "Rbld", "the spare is rebuilding within {:?}", set_offline_at.elapsed());
-    assert!(set_offline_at.elapsed() < Duration::from_secs(1));
+    assert_eq!(drive_state(&daemon, SPARE_SLOT), "Rbld", "the spare is rebuilding once `set offline` returns");
     assert_image(&array, &daemon, "while the spare is rebuilt");
     wait_until_online(&daemon, SPARE_SLOT);
     assert_eq!(daemon.vd_named("db").state, "Optl");
