@@ -156,6 +156,31 @@ pub fn write(drive: &dyn Drive, sb: &Superblock) -> Result<(), MetadataError> {
     Ok(())
 }
 
+/// Writes each superblock to its drive as [`write`] does, every drive at once: a configuration
+/// change (and a member taken out of service, which holds writes until it is recorded) then
+/// waits for the slowest drive's two flushes rather than for the sum over all drives, as md
+/// submits its superblock writes together. A drive whose thread cannot be started is written in
+/// line afterwards. The results are in the order of `writes`. Blocks: control plane only.
+pub fn write_all(writes: &[(&dyn Drive, Superblock)]) -> Vec<Result<(), MetadataError>> {
+    std::thread::scope(|scope| {
+        let started: Vec<_> = writes
+            .iter()
+            .map(|(drive, superblock)| {
+                let writer = std::thread::Builder::new().name("storc-metadata".into());
+                writer.spawn_scoped(scope, move || write(*drive, superblock)).ok()
+            })
+            .collect();
+        started
+            .into_iter()
+            .zip(writes)
+            .map(|(thread, (drive, superblock))| match thread {
+                Some(thread) => thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                None => write(*drive, superblock),
+            })
+            .collect()
+    })
+}
+
 /// Reads both copies and returns the valid one with the newest generation (copy 0 on a tie).
 /// Blocks: control plane only.
 ///

@@ -323,22 +323,30 @@ impl Controller {
     /// generation, and an older one only means a missed metadata update (see `assemble`).
     fn persist(&self, state: &mut State) -> Result<(), ControlError> {
         state.config.generation += 1;
-        let mut failures = Vec::new();
         let failed = |slot: &u32| state.config.drives.iter().any(|d| d.slot == *slot && !state::takes_metadata_writes(d.state));
-        for (slot, present) in state.slots.iter().filter(|(slot, s)| !s.foreign && !failed(slot)) {
-            let superblock = Superblock {
-                controller_id: state.config.controller_id,
-                drive_id: present.drive_id,
-                slot: *slot,
-                generation: state.config.generation,
-                capacity_bytes: present.drive.info().capacity_bytes,
-                written_unix_ns: now_unix_ns(),
-                config: state.config.clone(),
-            };
-            if let Err(error) = metadata::write(&*present.drive, &superblock) {
-                failures.push(format!("slot {slot}: {error}"));
-            }
-        }
+        let targets: Vec<(u32, &Slot)> =
+            state.slots.iter().filter(|(slot, s)| !s.foreign && !failed(slot)).map(|(slot, present)| (*slot, present)).collect();
+        let writes: Vec<(&dyn Drive, Superblock)> = targets
+            .iter()
+            .map(|(slot, present)| {
+                let superblock = Superblock {
+                    controller_id: state.config.controller_id,
+                    drive_id: present.drive_id,
+                    slot: *slot,
+                    generation: state.config.generation,
+                    capacity_bytes: present.drive.info().capacity_bytes,
+                    written_unix_ns: now_unix_ns(),
+                    config: state.config.clone(),
+                };
+                (&*present.drive, superblock)
+            })
+            .collect();
+        let outcomes = metadata::write_all(&writes);
+        let failures: Vec<String> = targets
+            .iter()
+            .zip(outcomes)
+            .filter_map(|((slot, _), outcome)| outcome.err().map(|error| format!("slot {slot}: {error}")))
+            .collect();
         if failures.is_empty() {
             state.vds.values().for_each(|vd| vd.metadata_current());
             return Ok(());
