@@ -184,16 +184,24 @@ pub(crate) struct DeadlineSocket {
     deadline: Option<Instant>,
     /// Without a deadline: how long a read polls before it sleeps ([`DeadlineSocket::poll`]).
     poll_budget: Duration,
+    /// Reads return `WouldBlock` instead of waiting ([`DeadlineSocket::set_dont_wait`]).
+    dont_wait: bool,
 }
 
 impl DeadlineSocket {
     pub(crate) fn new(socket: Socket, deadline: Instant) -> DeadlineSocket {
-        DeadlineSocket { socket, deadline: Some(deadline), poll_budget: Duration::ZERO }
+        DeadlineSocket { socket, deadline: Some(deadline), poll_budget: Duration::ZERO, dont_wait: false }
     }
 
     /// Reads poll the socket this long for data before they sleep in the kernel (zero: never).
     pub(crate) fn set_poll_budget(&mut self, budget: Duration) {
         self.poll_budget = budget;
+    }
+
+    /// While set, reads take what is there and fail with `WouldBlock` if nothing is, whatever
+    /// the deadline or poll budget: a caller that has work of its own to do first.
+    pub(crate) fn set_dont_wait(&mut self, dont_wait: bool) {
+        self.dont_wait = dont_wait;
     }
 
     /// Polls for up to the budget: `Some` with what a non-blocking read returned once data
@@ -260,6 +268,9 @@ impl DeadlineSocket {
 
 impl Read for DeadlineSocket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.dont_wait {
+            return self.socket.read_nonblocking(buf);
+        }
         if let Some(remaining) = self.remaining()? {
             self.socket.set_read_timeout(Some(remaining))?;
         } else if !self.poll_budget.is_zero() && !buf.is_empty() {

@@ -66,6 +66,14 @@ struct Cork<B> {
     bytes: usize,
 }
 
+/// What the cork did with a reply offered to it.
+enum Corked<B> {
+    Held,
+    /// The cork was full: what it held, to go out now; the reply is held in its place.
+    Full(Vec<Reply<B>>),
+    Closed(Reply<B>),
+}
+
 /// A reply's header at most: a structured reply's offset-data chunk header.
 const REPLY_HEAD_BYTES_MAX: usize = 32;
 
@@ -100,10 +108,19 @@ impl<B: AsRef<[u8]> + Send + 'static> Replies<B> {
         Ok((replies, writer))
     }
 
-    /// Sends `reply`: into the cork while it is open and has room, else in place if the
-    /// writer is idle, else to the writer thread.
+    /// Sends `reply`: into the cork while it is open (a full cork goes out first, and stays
+    /// open), else in place if the writer is idle, else to the writer thread.
     pub(crate) fn send(&self, reply: Reply<B>) {
-        let Some(reply) = self.offer_to_cork(reply) else { return };
+        let reply = match self.offer_to_cork(reply) {
+            Corked::Held => return,
+            Corked::Full(batch) => return self.send_batch(batch),
+            Corked::Closed(reply) => reply,
+        };
+        self.send_uncorked(reply);
+    }
+
+    /// Sends `reply` in place if the writer is idle, else through the writer thread.
+    fn send_uncorked(&self, reply: Reply<B>) {
         let reply = match self.out.write_in_place(reply) {
             InPlace::Sent => return,
             InPlace::Partly(wake) => wake,
@@ -112,15 +129,22 @@ impl<B: AsRef<[u8]> + Send + 'static> Replies<B> {
         self.to_writer(reply);
     }
 
-    fn offer_to_cork(&self, reply: Reply<B>) -> Option<Reply<B>> {
+    fn offer_to_cork(&self, reply: Reply<B>) -> Corked<B> {
         let mut cork = self.cork.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let bytes = reply.wire_bytes();
-        if !cork.open || cork.replies.len() >= CORK_REPLIES_MAX || cork.bytes + bytes > CORK_BYTES_MAX {
-            return Some(reply);
+        if !cork.open || bytes > CORK_BYTES_MAX {
+            return Corked::Closed(reply);
+        }
+        let full = cork.replies.len() >= CORK_REPLIES_MAX || cork.bytes + bytes > CORK_BYTES_MAX;
+        // A full cork goes out now rather than after the burst (a long burst would hold its
+        // first replies back while later ones went out), and `reply` starts the next batch.
+        let batch = full.then(|| std::mem::replace(&mut cork.replies, Vec::with_capacity(CORK_REPLIES_MAX)));
+        if full {
+            cork.bytes = 0;
         }
         cork.bytes += bytes;
         cork.replies.push(reply);
-        None
+        batch.map_or(Corked::Held, Corked::Full)
     }
 
     /// Lets replies gather: the reader has the next request's header in its buffer, so it
@@ -141,9 +165,14 @@ impl<B: AsRef<[u8]> + Send + 'static> Replies<B> {
             cork.bytes = 0;
             std::mem::take(&mut cork.replies)
         };
+        self.send_batch(batch);
+    }
+
+    /// Sends replies in one write if the socket and the writer are free, else through the writer.
+    fn send_batch(&self, batch: Vec<Reply<B>>) {
         match batch.len() {
             0 => {}
-            1 => batch.into_iter().for_each(|reply| self.send(reply)),
+            1 => batch.into_iter().for_each(|reply| self.send_uncorked(reply)),
             _ => match self.out.write_batch_in_place(batch) {
                 BatchInPlace::Sent => {}
                 BatchInPlace::Partly(wake) => self.to_writer(wake),

@@ -11,7 +11,9 @@
 //! sending the requests the readers should read, and a device's thread serves other clients).
 //! While the reading buffer holds the next request's header, replies gather in a cork and go
 //! out in one `sendmsg` before a reader may block (`replies.rs`): one system call, and one
-//! wake-up of the client, per burst instead of per request.
+//! wake-up of the client, per burst instead of per request. A reader that keeps the turn serves
+//! the burst's last request with the cork still open, then reads without waiting: requests that
+//! arrived meanwhile extend the burst, and only when none did does the cork go out.
 //!
 //! Every request holds a [`Credit`] from submission until its reply is on the wire (or
 //! abandoned because the client is gone). Credits are bounded per connection and, for payload
@@ -121,15 +123,19 @@ struct ReadingTurn {
 ///   reader's for its turn, and this one's again when it waits for the turn back). A request
 ///   that arrives meanwhile waits for at most one quick dispatch.
 /// - **Slow dispatches** (a device that serves requests in place and takes long: a large copy
-///   out of memory, a read that waits for a disk): the turn is handed over before each, so requests that arrived with it or arrive meanwhile are
-///   read and served by other readers in parallel, up to `--nbd-readers` at a time.
+///   out of memory, a read that waits for a disk): once a few come close together, the turn is
+///   handed over before each, so requests that arrived with it or arrive meanwhile are read and
+///   served by other readers in parallel, up to `--nbd-readers` at a time. One slow dispatch now
+///   and then is a reader preempted on a busy machine, not a slow device, and changes nothing:
+///   counted as slow, it put the readers into hand-overs that woke each other and the client
+///   and were preempted again (storc bench as the client: 1.6x the server CPU per request).
 /// - **`HandOver::Always`**: the turn is handed over before the request that emptied the socket
 ///   only; requests already buffered are served in place, one after another.
 ///
 /// Measured on this VM class (`bench/nbd-cpu`, RAID0 and RAID1 of memory drives, against
 /// `nbdkit memory`), the reader that keeps the turn needed 0.61-0.68 of nbdkit's server CPU
 /// per paced fio read where handing over needed 0.83-1.01, and its QD 1 read latency was
-/// 0.70-0.72 of nbdkit's against 0.92-0.97. On an earlier host of the same class the opposite
+/// 0.70-0.72 of nbdkit's against 0.92-0.97 (before the burst's last reply joined the cork). On an earlier host of the same class the opposite
 /// held for latency (a reader that blocked in `recv` itself was woken on a halted vCPU: 55 us
 /// per QD 1 read against 27 us with the hand-over): `--nbd-hand-over always` restores it.
 fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replies: &Replies<D::Buf>, pace: &DispatchPace) {
@@ -210,6 +216,17 @@ fn read_requests<D: BlockDevice>(
             pace.timed(|| dispatch(device, replies, received));
             continue;
         }
+        if !pace.hands_over() {
+            // The burst's last request, kept: its reply, if the device answers in place, joins
+            // the cork and the burst's replies go out in one `sendmsg` before the next read
+            // (which may block), instead of two.
+            replies.open_cork();
+            pace.timed(|| dispatch(device, replies, received));
+            if !refill_now(&mut session.reader)? {
+                replies.flush_cork();
+            }
+            continue;
+        }
         // The next read may block, or the dispatch may take long (then another reader serves
         // the requests already buffered meanwhile): what the cork holds goes now, and this
         // request is dispatched by the caller.
@@ -223,6 +240,23 @@ fn read_requests<D: BlockDevice>(
 fn next_header_buffered(reader: &BufReader<DeadlineSocket>, request: &Request) -> bool {
     let payload_bytes = if request.command == Command::Write { request.len_bytes as usize } else { 0 };
     reader.buffer().len() >= payload_bytes.saturating_add(proto::REQUEST_HEADER_BYTES)
+}
+
+/// Whether the stream has more bytes now: the reading buffer's, or what a read that does not
+/// wait finds in the socket (requests that arrived while the last was served, whose replies
+/// can then join the cork).
+fn refill_now(reader: &mut BufReader<DeadlineSocket>) -> io::Result<bool> {
+    if !reader.buffer().is_empty() {
+        return Ok(true);
+    }
+    reader.get_mut().set_dont_wait(true);
+    let filled = reader.fill_buf().map(|bytes| !bytes.is_empty());
+    reader.get_mut().set_dont_wait(false);
+    match filled {
+        Ok(filled) => Ok(filled),
+        Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 fn check_client_taking_replies(session: &Session) -> Result<(), ConnectionError> {
