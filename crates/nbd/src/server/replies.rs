@@ -280,7 +280,7 @@ impl ReplyOut {
     /// [`ReplyOut::write_in_place`] for several replies in one `sendmsg`: a corked batch.
     fn write_batch_in_place<B: AsRef<[u8]>>(&self, mut batch: Vec<Reply<B>>) -> BatchInPlace<B> {
         let Some(mut writer) = self.idle_writer() else { return BatchInPlace::NotNow(batch) };
-        let parts: Vec<(Vec<u8>, &[u8])> = batch.iter().map(|reply| reply_parts(reply, self.structured_replies)).collect();
+        let parts: Vec<(ReplyHead, &[u8])> = batch.iter().map(|reply| reply_parts(reply, self.structured_replies)).collect();
         let total_bytes: usize = parts.iter().map(|(head, data)| head.len() + data.len()).sum();
         let sent_bytes = match send_vectored_now(&self.socket, &parts) {
             Ok(0) => {
@@ -305,9 +305,9 @@ impl ReplyOut {
 }
 
 /// The bytes of `parts` past the first `sent_bytes`.
-fn unsent_bytes(parts: &[(Vec<u8>, &[u8])], mut sent_bytes: usize) -> Vec<u8> {
+fn unsent_bytes(parts: &[(ReplyHead, &[u8])], mut sent_bytes: usize) -> Vec<u8> {
     let mut rest = Vec::new();
-    for piece in parts.iter().flat_map(|(head, data)| [head.as_slice(), *data]) {
+    for piece in parts.iter().flat_map(|(head, data)| [&**head, *data]) {
         let skipped_bytes = sent_bytes.min(piece.len());
         sent_bytes -= skipped_bytes;
         rest.extend_from_slice(&piece[skipped_bytes..]);
@@ -316,10 +316,10 @@ fn unsent_bytes(parts: &[(Vec<u8>, &[u8])], mut sent_bytes: usize) -> Vec<u8> {
 }
 
 /// Sends what the socket takes at once of `parts`, in order; `Ok(0)` if it would block.
-fn send_vectored_now(socket: &Socket, parts: &[(Vec<u8>, &[u8])]) -> io::Result<usize> {
+fn send_vectored_now(socket: &Socket, parts: &[(ReplyHead, &[u8])]) -> io::Result<usize> {
     let iov: Vec<libc::iovec> = parts
         .iter()
-        .flat_map(|(head, data)| [head.as_slice(), *data])
+        .flat_map(|(head, data)| [&**head, *data])
         .filter(|piece| !piece.is_empty())
         .map(|piece| libc::iovec { iov_base: piece.as_ptr() as *mut libc::c_void, iov_len: piece.len() })
         .collect();
@@ -412,21 +412,49 @@ fn write_reply<B: AsRef<[u8]>>(out: &mut impl Write, reply: &Reply<B>, structure
     out.write_all(data)
 }
 
+/// A reply's header, or a whole reply without data: in place for the fixed-size ones every
+/// successful request gets (no allocation per reply), on the heap for an error's message.
+enum ReplyHead {
+    Fixed { bytes: [u8; REPLY_HEAD_BYTES_MAX], len_bytes: usize },
+    Owned(Vec<u8>),
+}
+
+impl ReplyHead {
+    fn fixed<const N: usize>(head: [u8; N]) -> ReplyHead {
+        const { assert!(N <= REPLY_HEAD_BYTES_MAX, "a fixed reply head fits REPLY_HEAD_BYTES_MAX") };
+        let mut bytes = [0u8; REPLY_HEAD_BYTES_MAX];
+        bytes[..N].copy_from_slice(&head);
+        ReplyHead::Fixed { bytes, len_bytes: N }
+    }
+}
+
+impl std::ops::Deref for ReplyHead {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReplyHead::Fixed { bytes, len_bytes } => &bytes[..*len_bytes],
+            ReplyHead::Owned(bytes) => bytes,
+        }
+    }
+}
+
 /// A reply's bytes: its header (or whole reply) and the read data that follows it, if any.
-fn reply_parts<B: AsRef<[u8]>>(reply: &Reply<B>, structured_replies: bool) -> (Vec<u8>, &[u8]) {
+fn reply_parts<B: AsRef<[u8]>>(reply: &Reply<B>, structured_replies: bool) -> (ReplyHead, &[u8]) {
     let cookie = reply.cookie;
     match (&reply.outcome, structured_replies) {
-        (Outcome::Tail, _) => (Vec::new(), &[]),
-        (Outcome::Done, true) if reply.is_read => (proto::encode_none_chunk(cookie).to_vec(), &[]),
-        (Outcome::Done, _) => (proto::encode_simple_reply(cookie, 0).to_vec(), &[]),
-        (Outcome::Data { buf, .. }, false) => (proto::encode_simple_reply(cookie, 0).to_vec(), buf.as_ref()),
+        (Outcome::Tail, _) => (ReplyHead::fixed([]), &[]),
+        (Outcome::Done, true) if reply.is_read => (ReplyHead::fixed(proto::encode_none_chunk(cookie)), &[]),
+        (Outcome::Done, _) => (ReplyHead::fixed(proto::encode_simple_reply(cookie, 0)), &[]),
+        (Outcome::Data { buf, .. }, false) => (ReplyHead::fixed(proto::encode_simple_reply(cookie, 0)), buf.as_ref()),
         (Outcome::Data { offset, buf }, true) => {
             let data = buf.as_ref();
             let data_len_bytes = u32::try_from(data.len()).expect("reads are at most PAYLOAD_MAX_BYTES");
             // One chunk, marked done: the data is complete, so no error can follow it.
-            (proto::encode_offset_data_header(cookie, *offset, data_len_bytes, true).to_vec(), data)
+            (ReplyHead::fixed(proto::encode_offset_data_header(cookie, *offset, data_len_bytes, true)), data)
         }
-        (Outcome::Failed { error, .. }, false) => (proto::encode_simple_reply(cookie, error.nbd_error()).to_vec(), &[]),
-        (Outcome::Failed { error, message }, true) => (proto::encode_error_chunk(cookie, error.nbd_error(), message).to_vec(), &[]),
+        (Outcome::Failed { error, .. }, false) => (ReplyHead::fixed(proto::encode_simple_reply(cookie, error.nbd_error())), &[]),
+        (Outcome::Failed { error, message }, true) => {
+            (ReplyHead::Owned(proto::encode_error_chunk(cookie, error.nbd_error(), message)), &[])
+        }
     }
 }
