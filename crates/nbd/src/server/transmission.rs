@@ -135,9 +135,10 @@ struct ReadingTurn {
 /// Measured on this VM class (`bench/nbd-cpu`, RAID0 and RAID1 of memory drives, against
 /// `nbdkit memory`), the reader that keeps the turn needed 0.61-0.68 of nbdkit's server CPU
 /// per paced fio read where handing over needed 0.83-1.01, and its QD 1 read latency was
-/// 0.70-0.72 of nbdkit's against 0.92-0.97 (before the burst's last reply joined the cork). On an earlier host of the same class the opposite
-/// held for latency (a reader that blocked in `recv` itself was woken on a halted vCPU: 55 us
-/// per QD 1 read against 27 us with the hand-over): `--nbd-hand-over always` restores it.
+/// 0.70-0.72 of nbdkit's against 0.92-0.97 (before the burst's last reply joined the cork).
+/// On an earlier host of the same class the opposite held for latency (a reader that blocked in
+/// `recv` itself was woken on a halted vCPU: 55 us per QD 1 read against 27 us with the
+/// hand-over): `--nbd-hand-over always` restores it.
 fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replies: &Replies<D::Buf>, pace: &DispatchPace) {
     loop {
         // A reader that panicked while reading may have left the stream unframed: stop.
