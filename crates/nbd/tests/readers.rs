@@ -97,8 +97,8 @@ fn slow_requests_that_come_together_are_served_together() {
     let reads_max = pipelined_reads(&handle, &device);
     // The first two reads are served by the reader that read them, which then sees reads are
     // slow (two slow ones close together) and passes the socket before each of the others: up
-    // to 8 are served at once. Served one
-    // after another, as before, the 16 reads took 16 times 20 ms.
+    // to 8 are served at once. Served one after another, as before, the 16 reads took 16 times
+    // 20 ms.
     println!("at most {reads_max} of 16 slow reads were served at once by 8 readers");
     assert!(reads_max >= 4, "only {reads_max} of 16 slow reads sent together were served at once by 8 readers");
 }

@@ -19,10 +19,9 @@ impl HandOver {
     pub const WHEN_SLOW: HandOver = HandOver::WhenSlow { slower_than: SLOW_DISPATCH };
 }
 
-/// A dispatch longer than this (the request served in place, or handed on) is slow, and a few
-/// of them close together make the readers hand the turn over for a while: well above a memory member's 4 KiB copy or a hand-off to a
-/// shard (a few microseconds), below a read from any disk. A few times what the hand-over costs,
-/// so a reader preempted once in a while does not switch modes often.
+/// A dispatch longer than this (the request served in place, or handed on) is slow, and two of
+/// them close together make the readers hand the turn over for a while: well above a memory
+/// member's 4 KiB copy or a hand-off to a shard (a few microseconds), below a read from any disk.
 const SLOW_DISPATCH: Duration = Duration::from_micros(50);
 
 /// How a slow dispatch and a quick one move a connection's slowness score: a slow one adds

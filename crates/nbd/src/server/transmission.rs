@@ -184,7 +184,8 @@ fn read_requests<D: BlockDevice>(
         check_client_taking_replies(session)?;
         // Replies gather while the next request is already here; they go out before a read
         // that may block.
-        if session.reader.buffer().len() >= proto::REQUEST_HEADER_BYTES {
+        let in_burst = session.reader.buffer().len() >= proto::REQUEST_HEADER_BYTES;
+        if in_burst {
             replies.open_cork();
         } else {
             replies.flush_cork();
@@ -221,9 +222,11 @@ fn read_requests<D: BlockDevice>(
             // The burst's last request, kept: its reply, if the device answers in place, joins
             // the cork and the burst's replies go out in one `sendmsg` before the next read
             // (which may block), instead of two.
+            // A request that came alone skips the read that does not wait: its client (at QD 1)
+            // sends nothing more before this reply, so the read would only delay it.
             replies.open_cork();
             pace.timed(|| dispatch(device, replies, received));
-            if !refill_now(&mut session.reader)? {
+            if !(in_burst && refill_now(&mut session.reader)?) {
                 replies.flush_cork();
             }
             continue;
