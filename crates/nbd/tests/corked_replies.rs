@@ -204,3 +204,39 @@ impl BlockDevice for SlowFlushDevice {
         self.inner.write_zeroes(offset, len_bytes, fua, done);
     }
 }
+
+/// The point of the cork: a burst of requests the reader holds at once is answered in one
+/// socket write, not one per reply (nbdkit writes each reply on its own). Eight 4 KiB reads
+/// sent in one write, five times; the best burst must take one write, and every burst fewer
+/// writes than replies. (A reader preempted twice in one burst on a loaded host may switch to
+/// handing the socket over, which sends the cork early: hence the best of five, not each.)
+#[test]
+fn a_burst_of_reads_is_answered_in_one_socket_write() {
+    const READS: usize = 8;
+    let dir = TempDir::new("cork-one-write");
+    let device = Arc::new(MemDevice::new(1 << 20));
+    for block in 0..READS {
+        device.fill((block * BLOCK_BYTES) as u64, &random_bytes(BLOCK_BYTES, 500 + block as u64));
+    }
+    let (server, handle) = serve(&dir, device, ServerConfig::default());
+    let mut client = connect(&handle);
+    let mut writes_per_burst = Vec::new();
+    for _ in 0..5 {
+        let before = server.stats();
+        let cookies: Vec<u64> =
+            (0..READS).map(|block| client.submit_read((block * BLOCK_BYTES) as u64, BLOCK_BYTES as u32).unwrap()).collect();
+        client.send_submitted().unwrap();
+        for (block, cookie) in cookies.into_iter().enumerate() {
+            let data = client.wait_for(cookie).unwrap().result.unwrap();
+            assert_eq!(data, random_bytes(BLOCK_BYTES, 500 + block as u64), "block {block}");
+        }
+        let after = server.stats();
+        assert_eq!(after.replies_sent - before.replies_sent, READS as u64, "every reply of the burst is counted once");
+        writes_per_burst.push(after.reply_writes - before.reply_writes);
+    }
+    println!("socket writes per burst of {READS} replies: {writes_per_burst:?}");
+    assert_eq!(writes_per_burst.iter().min(), Some(&1), "no burst of {READS} reads went out in one write: {writes_per_burst:?}");
+    assert!(writes_per_burst.iter().all(|&writes| writes < READS as u64), "a burst took a write per reply: {writes_per_burst:?}");
+    drop(client);
+    drop(handle);
+}

@@ -154,6 +154,10 @@ fn metrics_pass_promtool_and_move_with_io_a_rebuild_and_a_consistency_check() {
     let read = scrape(&daemon);
     io_moved(&written, &read, "read", vd.size_bytes);
     assert!(read.value("storc_nbd_connections_accepted_total", &[]) >= 2.0, "nbdcopy in and out connected");
+    let (replies, reply_writes) = (read.value("storc_nbd_replies_sent_total", &[]), read.value("storc_nbd_reply_writes_total", &[]));
+    // nbdcopy's replies are large: each may take several writes, so no ratio is promised here
+    // (nbd's corked_replies test shows a burst of small ones going out in one).
+    assert!(replies > 0.0 && reply_writes > 0.0, "{replies} replies in {reply_writes} socket writes");
     scrape_over_tcp(&daemon, &read);
 
     set_rates(&daemon, 5);

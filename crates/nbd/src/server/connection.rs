@@ -82,6 +82,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
         client_gone: Arc::default(),
         readers: shared.config.readers_per_connection,
         hand_over: shared.config.hand_over,
+        reply_counts: Arc::clone(&shared.reply_counts),
     };
     count_connection(shared, &identity, true);
     let outcome = export.device.serve(session);

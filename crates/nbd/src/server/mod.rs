@@ -155,6 +155,10 @@ pub struct ServerStats {
     /// READ and WRITE payload bytes in flight now, and their bound.
     pub payload_in_flight_bytes: usize,
     pub payload_in_flight_bytes_max: usize,
+    /// Replies sent since the server started, and the socket writes that carried them: a reader
+    /// that serves a burst of requests sends their replies in one write (the cork).
+    pub replies_sent: u64,
+    pub reply_writes: u64,
 }
 
 /// A set of exports, ready to listen on any number of sockets.
@@ -175,6 +179,7 @@ struct Shared {
     connections_accepted: AtomicU64,
     connections_refused: AtomicU64,
     payload_budget: Arc<PayloadBudget>,
+    reply_counts: Arc<replies::ReplyCounts>,
     /// Every listener's registry, so `set_exports` can end connections to removed exports.
     listeners: Mutex<Vec<Weak<ListenerState>>>,
     refusals_log: LogLimiter,
@@ -190,6 +195,7 @@ impl Shared {
             connections_accepted: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             payload_budget: Arc::new(PayloadBudget::new(config.payload_in_flight_bytes_total_max)),
+            reply_counts: Arc::default(),
             listeners: Mutex::new(Vec::new()),
             refusals_log: LogLimiter::new(DROPPED_CONNECTION_LOG_INTERVAL),
             drops_log: LogLimiter::new(DROPPED_CONNECTION_LOG_INTERVAL),
@@ -298,6 +304,8 @@ impl Server {
             connections_refused: shared.connections_refused.load(Ordering::SeqCst),
             payload_in_flight_bytes: shared.payload_budget.bytes(),
             payload_in_flight_bytes_max: shared.config.payload_in_flight_bytes_total_max,
+            replies_sent: shared.reply_counts.replies.load(Ordering::Relaxed),
+            reply_writes: shared.reply_counts.writes.load(Ordering::Relaxed),
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::io::{self, BufWriter, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -37,6 +37,49 @@ pub(crate) enum Outcome<B> {
         error: IoError,
         message: String,
     },
+}
+
+/// Replies sent and the socket writes that carried them, over every connection of a server
+/// ([`crate::ServerStats`]): how well replies are batched, one write each at worst.
+#[derive(Default)]
+pub(crate) struct ReplyCounts {
+    pub(crate) replies: AtomicU64,
+    pub(crate) writes: AtomicU64,
+}
+
+impl ReplyCounts {
+    fn sent(&self, replies: usize) {
+        self.replies.fetch_add(replies as u64, Ordering::Relaxed);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The writer thread's socket: counts each write that took bytes.
+struct CountedSocket {
+    socket: Socket,
+    counts: Arc<ReplyCounts>,
+}
+
+impl Write for CountedSocket {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let written_bytes = self.socket.write(bytes)?;
+        if written_bytes > 0 {
+            self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(written_bytes)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let written_bytes = self.socket.write_vectored(bufs)?;
+        if written_bytes > 0 {
+            self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(written_bytes)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.socket.flush()
+    }
 }
 
 /// Replies smaller than this are gathered into one write; larger payloads go straight out.
@@ -87,17 +130,22 @@ impl<B: AsRef<[u8]> + Send + 'static> Replies<B> {
         socket: &Socket,
         structured_replies: bool,
         client_gone: &Arc<AtomicBool>,
+        counts: &Arc<ReplyCounts>,
     ) -> io::Result<(Replies<B>, thread::JoinHandle<()>)> {
         let (sender, replies_rx) = mpsc::channel::<Reply<B>>();
         let out = Arc::new(ReplyOut {
             writer: Mutex::new(WriterState {
-                stream: Some(BufWriter::with_capacity(REPLY_BUFFER_BYTES, socket.clone())),
+                stream: Some(BufWriter::with_capacity(
+                    REPLY_BUFFER_BYTES,
+                    CountedSocket { socket: socket.clone(), counts: Arc::clone(counts) },
+                )),
                 tail: Vec::new(),
             }),
             queued: AtomicUsize::new(0),
             socket: socket.clone(),
             structured_replies,
             client_gone: Arc::clone(client_gone),
+            counts: Arc::clone(counts),
         });
         let cork = Arc::new(Mutex::new(Cork { open: false, replies: Vec::with_capacity(CORK_REPLIES_MAX), bytes: 0 }));
         let replies = Replies { sender, out: Arc::clone(&out), cork };
@@ -209,11 +257,12 @@ struct ReplyOut {
     socket: Socket,
     structured_replies: bool,
     client_gone: Arc<AtomicBool>,
+    counts: Arc<ReplyCounts>,
 }
 
 struct WriterState {
     /// `None` once the client was abandoned.
-    stream: Option<BufWriter<Socket>>,
+    stream: Option<BufWriter<CountedSocket>>,
     /// The rest of a reply the reader began in place: written before anything else.
     tail: Vec<u8>,
 }
@@ -249,7 +298,11 @@ impl ReplyOut {
             // A large reply gains little from the wake-up saved and would often go in part.
             return InPlace::NotNow(reply);
         }
-        match send_now(&self.socket, &head, data) {
+        let sent = send_now(&self.socket, &head, data);
+        if sent.as_ref().is_ok_and(|&sent_bytes| sent_bytes > 0) {
+            self.counts.sent(1);
+        }
+        match sent {
             Ok(sent_bytes) if sent_bytes == total_bytes => InPlace::Sent,
             Ok(0) => InPlace::NotNow(reply),
             Ok(sent_bytes) => {
@@ -293,6 +346,7 @@ impl ReplyOut {
                 return BatchInPlace::Sent;
             }
         };
+        self.counts.sent(batch.len());
         if sent_bytes == total_bytes {
             return BatchInPlace::Sent;
         }
@@ -366,6 +420,9 @@ fn write_replies<B: AsRef<[u8]>>(out: &ReplyOut, replies: Receiver<Reply<B>>) {
             let tail = std::mem::take(&mut state.tail);
             if let Err(error) = stream.write_all(&tail).and_then(|()| write_reply(stream, &reply, out.structured_replies)) {
                 abandon(&mut writer, &out.socket, &out.client_gone, &error);
+            } else if !matches!(reply.outcome, Outcome::Tail) {
+                // A tail's reply was counted when its first bytes went out in place.
+                out.counts.replies.fetch_add(1, Ordering::Relaxed);
             }
         }
         drop(writer);

@@ -49,6 +49,8 @@ pub(crate) struct Session {
     /// Threads that take turns reading requests ([`super::ServerConfig::readers_per_connection`]).
     pub(crate) readers: usize,
     pub(crate) hand_over: HandOver,
+    /// The server's count of replies and of the socket writes that carried them.
+    pub(crate) reply_counts: Arc<super::replies::ReplyCounts>,
 }
 
 /// What a request is checked against.
@@ -65,7 +67,7 @@ pub(crate) struct RequestLimits {
 /// Runs the transmission phase until the client disconnects or breaks the protocol, then
 /// waits for every in-flight request to complete and its reply to be sent.
 pub(crate) fn serve<D: BlockDevice>(device: Arc<D>, session: Session) -> Result<(), ConnectionError> {
-    let (replies, writer) = Replies::start(&session.socket, session.structured_replies, &session.client_gone)?;
+    let (replies, writer) = Replies::start(&session.socket, session.structured_replies, &session.client_gone, &session.reply_counts)?;
     let readers = session.readers;
     let pace = DispatchPace::new(session.hand_over);
     let turn = Mutex::new(ReadingTurn { session, end: None });

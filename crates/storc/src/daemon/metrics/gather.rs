@@ -220,6 +220,12 @@ fn nbd_families(stats: &nbd::ServerStats) -> Vec<Family> {
         ),
         counter("storc_nbd_connections_accepted", "NBD connections accepted.", stats.connections_accepted),
         counter("storc_nbd_connections_refused", "NBD connections refused because the most allowed were open.", stats.connections_refused),
+        counter("storc_nbd_replies_sent", "NBD replies sent on every connection.", stats.replies_sent),
+        counter(
+            "storc_nbd_reply_writes",
+            "Socket writes that carried NBD replies: a burst of requests read at once is answered in one write.",
+            stats.reply_writes,
+        ),
         gauge(
             "storc_nbd_payload_in_flight_bytes",
             "READ and WRITE payload bytes in flight over every connection.",
