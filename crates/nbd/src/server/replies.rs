@@ -40,7 +40,8 @@ pub(crate) enum Outcome<B> {
 }
 
 /// Replies sent and the socket writes that carried them, over every connection of a server
-/// ([`crate::ServerStats`]): how well replies are batched, one write each at worst.
+/// ([`crate::ServerStats`]): how well small replies are batched (a reply larger than what the
+/// socket takes at once goes out in several writes).
 #[derive(Default)]
 pub(crate) struct ReplyCounts {
     pub(crate) replies: AtomicU64,
