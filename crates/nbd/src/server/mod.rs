@@ -304,8 +304,8 @@ impl Server {
             connections_refused: shared.connections_refused.load(Ordering::SeqCst),
             payload_in_flight_bytes: shared.payload_budget.bytes(),
             payload_in_flight_bytes_max: shared.config.payload_in_flight_bytes_total_max,
-            replies_sent: shared.reply_counts.replies.load(Ordering::Relaxed),
-            reply_writes: shared.reply_counts.writes.load(Ordering::Relaxed),
+            replies_sent: shared.reply_counts.replies.load(Ordering::SeqCst),
+            reply_writes: shared.reply_counts.writes.load(Ordering::SeqCst),
         }
     }
 

@@ -48,10 +48,26 @@ pub(crate) struct ReplyCounts {
     pub(crate) writes: AtomicU64,
 }
 
+/// Counted before the write, and taken back if the socket took nothing: a client that has
+/// its replies then finds them counted ([`crate::Server::stats`] after the last reply).
 impl ReplyCounts {
-    fn sent(&self, replies: usize) {
-        self.replies.fetch_add(replies as u64, Ordering::Relaxed);
-        self.writes.fetch_add(1, Ordering::Relaxed);
+    fn sending(&self, replies: usize) {
+        self.replies.fetch_add(replies as u64, Ordering::SeqCst);
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn not_sent(&self, replies: usize) {
+        self.replies.fetch_sub(replies as u64, Ordering::SeqCst);
+        self.writes.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// One write of the writer thread, before it goes; [`Self::unwritten`] if it took nothing.
+    fn writing(&self) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn unwritten(&self) {
+        self.writes.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -63,19 +79,21 @@ struct CountedSocket {
 
 impl Write for CountedSocket {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let written_bytes = self.socket.write(bytes)?;
-        if written_bytes > 0 {
-            self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        self.counts.writing();
+        let written = self.socket.write(bytes);
+        if !written.as_ref().is_ok_and(|&written_bytes| written_bytes > 0) {
+            self.counts.unwritten();
         }
-        Ok(written_bytes)
+        written
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        let written_bytes = self.socket.write_vectored(bufs)?;
-        if written_bytes > 0 {
-            self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        self.counts.writing();
+        let written = self.socket.write_vectored(bufs);
+        if !written.as_ref().is_ok_and(|&written_bytes| written_bytes > 0) {
+            self.counts.unwritten();
         }
-        Ok(written_bytes)
+        written
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -299,9 +317,10 @@ impl ReplyOut {
             // A large reply gains little from the wake-up saved and would often go in part.
             return InPlace::NotNow(reply);
         }
+        self.counts.sending(1);
         let sent = send_now(&self.socket, &head, data);
-        if sent.as_ref().is_ok_and(|&sent_bytes| sent_bytes > 0) {
-            self.counts.sent(1);
+        if !sent.as_ref().is_ok_and(|&sent_bytes| sent_bytes > 0) {
+            self.counts.not_sent(1);
         }
         match sent {
             Ok(sent_bytes) if sent_bytes == total_bytes => InPlace::Sent,
@@ -336,7 +355,12 @@ impl ReplyOut {
         let Some(mut writer) = self.idle_writer() else { return BatchInPlace::NotNow(batch) };
         let parts: Vec<(ReplyHead, &[u8])> = batch.iter().map(|reply| reply_parts(reply, self.structured_replies)).collect();
         let total_bytes: usize = parts.iter().map(|(head, data)| head.len() + data.len()).sum();
-        let sent_bytes = match send_vectored_now(&self.socket, &parts) {
+        self.counts.sending(batch.len());
+        let sent = send_vectored_now(&self.socket, &parts);
+        if !sent.as_ref().is_ok_and(|&sent_bytes| sent_bytes > 0) {
+            self.counts.not_sent(batch.len());
+        }
+        let sent_bytes = match sent {
             Ok(0) => {
                 drop(parts);
                 return BatchInPlace::NotNow(batch);
@@ -347,7 +371,6 @@ impl ReplyOut {
                 return BatchInPlace::Sent;
             }
         };
-        self.counts.sent(batch.len());
         if sent_bytes == total_bytes {
             return BatchInPlace::Sent;
         }
@@ -419,11 +442,13 @@ fn write_replies<B: AsRef<[u8]>>(out: &ReplyOut, replies: Receiver<Reply<B>>) {
         let state = &mut *writer;
         if let Some(stream) = state.stream.as_mut() {
             let tail = std::mem::take(&mut state.tail);
+            // Counted as it goes into the buffer, before any byte of it can reach the client;
+            // a tail's reply was counted when its first bytes went out in place.
+            if !matches!(reply.outcome, Outcome::Tail) {
+                out.counts.replies.fetch_add(1, Ordering::SeqCst);
+            }
             if let Err(error) = stream.write_all(&tail).and_then(|()| write_reply(stream, &reply, out.structured_replies)) {
                 abandon(&mut writer, &out.socket, &out.client_gone, &error);
-            } else if !matches!(reply.outcome, Outcome::Tail) {
-                // A tail's reply was counted when its first bytes went out in place.
-                out.counts.replies.fetch_add(1, Ordering::Relaxed);
             }
         }
         drop(writer);
