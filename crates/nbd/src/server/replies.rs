@@ -48,26 +48,20 @@ pub(crate) struct ReplyCounts {
     pub(crate) writes: AtomicU64,
 }
 
-/// Counted before the write, and taken back if the socket took nothing: a client that has
-/// its replies then finds them counted ([`crate::Server::stats`] after the last reply).
 impl ReplyCounts {
-    fn sending(&self, replies: usize) {
+    /// Runs `write`, one socket write carrying `replies` whole replies (none for the writer
+    /// thread's, which counts them as they enter its buffer). Counted before the write and
+    /// taken back if the socket took nothing, so that a client holding its replies finds them
+    /// counted ([`crate::Server::stats`] after the last reply).
+    fn write(&self, replies: usize, write: impl FnOnce() -> io::Result<usize>) -> io::Result<usize> {
         self.replies.fetch_add(replies as u64, Ordering::SeqCst);
         self.writes.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn not_sent(&self, replies: usize) {
-        self.replies.fetch_sub(replies as u64, Ordering::SeqCst);
-        self.writes.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// One write of the writer thread, before it goes; [`Self::unwritten`] if it took nothing.
-    fn writing(&self) {
-        self.writes.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn unwritten(&self) {
-        self.writes.fetch_sub(1, Ordering::SeqCst);
+        let written = write();
+        if !written.as_ref().is_ok_and(|&written_bytes| written_bytes > 0) {
+            self.replies.fetch_sub(replies as u64, Ordering::SeqCst);
+            self.writes.fetch_sub(1, Ordering::SeqCst);
+        }
+        written
     }
 }
 
@@ -79,21 +73,13 @@ struct CountedSocket {
 
 impl Write for CountedSocket {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.counts.writing();
-        let written = self.socket.write(bytes);
-        if !written.as_ref().is_ok_and(|&written_bytes| written_bytes > 0) {
-            self.counts.unwritten();
-        }
-        written
+        let socket = &mut self.socket;
+        self.counts.write(0, || socket.write(bytes))
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.counts.writing();
-        let written = self.socket.write_vectored(bufs);
-        if !written.as_ref().is_ok_and(|&written_bytes| written_bytes > 0) {
-            self.counts.unwritten();
-        }
-        written
+        let socket = &mut self.socket;
+        self.counts.write(0, || socket.write_vectored(bufs))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -317,12 +303,7 @@ impl ReplyOut {
             // A large reply gains little from the wake-up saved and would often go in part.
             return InPlace::NotNow(reply);
         }
-        self.counts.sending(1);
-        let sent = send_now(&self.socket, &head, data);
-        if !sent.as_ref().is_ok_and(|&sent_bytes| sent_bytes > 0) {
-            self.counts.not_sent(1);
-        }
-        match sent {
+        match self.counts.write(1, || send_now(&self.socket, &head, data)) {
             Ok(sent_bytes) if sent_bytes == total_bytes => InPlace::Sent,
             Ok(0) => InPlace::NotNow(reply),
             Ok(sent_bytes) => {
@@ -355,12 +336,7 @@ impl ReplyOut {
         let Some(mut writer) = self.idle_writer() else { return BatchInPlace::NotNow(batch) };
         let parts: Vec<(ReplyHead, &[u8])> = batch.iter().map(|reply| reply_parts(reply, self.structured_replies)).collect();
         let total_bytes: usize = parts.iter().map(|(head, data)| head.len() + data.len()).sum();
-        self.counts.sending(batch.len());
-        let sent = send_vectored_now(&self.socket, &parts);
-        if !sent.as_ref().is_ok_and(|&sent_bytes| sent_bytes > 0) {
-            self.counts.not_sent(batch.len());
-        }
-        let sent_bytes = match sent {
+        let sent_bytes = match self.counts.write(batch.len(), || send_vectored_now(&self.socket, &parts)) {
             Ok(0) => {
                 drop(parts);
                 return BatchInPlace::NotNow(batch);

@@ -223,7 +223,7 @@ fn nbd_families(stats: &nbd::ServerStats) -> Vec<Family> {
         counter("storc_nbd_replies_sent", "NBD replies sent on every connection.", stats.replies_sent),
         counter(
             "storc_nbd_reply_writes",
-            "Socket writes that carried NBD replies: a burst of requests read at once is answered in one write.",
+            "Socket writes that carried NBD replies: a burst of small requests read at once is answered in one write; a large reply takes several.",
             stats.reply_writes,
         ),
         gauge(
