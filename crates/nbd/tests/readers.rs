@@ -2,7 +2,9 @@
 //! socket over before every request that empties it (`HandOver::Always`), a client that waits
 //! for each reply is served by one reader after another, every byte read back as written; while
 //! requests are quick (`HandOver::WhenSlow`), the reader that read a request serves it and reads
-//! on; once they are slow, requests that came together are served together; with one reader,
+//! on; once they are slow, requests that came together are served together; while a connection
+//! measures which way serves a waiting client faster (`HandOver::Auto`), it is served both
+//! ways, every byte read back; with one reader,
 //! one thread serves everything; and a connection whose client hangs up ends with all its
 //! readers; a reader count out of bounds is refused.
 
@@ -68,6 +70,34 @@ fn a_client_that_waits_for_each_reply_is_served_by_the_readers_in_turn() {
     let changes = device.counters().submitter_changes();
     println!("{threads} readers served 257 requests, {changes} of them after another reader's");
     assert!(changes >= 30, "only {changes} of 257 requests came from another reader than the one before");
+}
+
+/// A connection's first ~16,000 round trips keep the turn and the next ~16,000 hand it over
+/// (`HandOver::Auto` measures both ways, in windows of 16,384 intervals between requests that
+/// came alone to an idle connection): a client that waits for each reply is served by one
+/// reader, then by the readers in turn, and reads back every byte either way.
+#[test]
+fn a_client_that_waits_for_each_reply_is_served_both_ways_while_its_connection_measures() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = TempDir::new("readers-auto");
+    // Never slow, so only the measurement hands the turn over.
+    let (_server, handle, device) = serve_handing_over(&dir, 4, HandOver::Auto { slower_than: Duration::from_secs(3600) });
+    let mut client = Client::connect(&handle.uri("vd0"), &ClientConfig::default()).unwrap();
+    let mut round_trips = |requests: u64, pass: u64| {
+        for request in (0..requests).step_by(2) {
+            let block = request / 2 % BLOCKS;
+            let data = random_bytes(BLOCK_BYTES, pass * 1_000_000 + request);
+            client.write(block * BLOCK_BYTES as u64, &data, false).unwrap();
+            assert_eq!(client.read(block * BLOCK_BYTES as u64, BLOCK_BYTES as u32).unwrap(), data, "pass {pass} request {request}");
+        }
+    };
+    round_trips(16_000, 0);
+    assert_eq!(device.counters().submitting_threads(), 1, "the first window keeps the turn");
+    assert_eq!(device.counters().submitter_changes(), 0);
+    round_trips(16_000, 1);
+    let (threads, changes) = (device.counters().submitting_threads(), device.counters().submitter_changes());
+    println!("the second window: {threads} readers, {changes} changes of reader in 16,000 requests");
+    assert!(threads >= 2 && changes >= 100, "the second window hands the turn over: {threads} readers, {changes} changes");
 }
 
 /// No dispatch takes this long, so the readers never see one as slow.

@@ -45,9 +45,11 @@ pub struct ServerConfig {
     /// are served in place at once. Default 16 (nbdkit's thread count).
     pub readers_per_connection: usize,
     /// When a reader hands the socket over before it serves the request that emptied it.
-    /// Default [`HandOver::WHEN_SLOW`]: only while requests have recently taken over 50 us to
-    /// dispatch (see `transmission`), which costs a request that arrives alone one thread
-    /// wake-up instead of three.
+    /// Default [`HandOver::AUTO`]: while requests have recently taken over 50 us to dispatch
+    /// (see `transmission`), and while handing over has been measured on the connection to
+    /// shorten the round trip of a client that waits for each reply (`round_trips`); otherwise
+    /// the reader keeps the socket, which costs a request that arrives alone one thread wake-up
+    /// instead of three.
     pub hand_over: HandOver,
 }
 
@@ -72,7 +74,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             poll_budget: Duration::ZERO,
             readers_per_connection: 16,
-            hand_over: HandOver::WHEN_SLOW,
+            hand_over: HandOver::AUTO,
         }
     }
 }

@@ -82,6 +82,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
         client_gone: Arc::default(),
         readers: shared.config.readers_per_connection,
         hand_over: shared.config.hand_over,
+        round_trips: shared.config.hand_over.measures_round_trips().then(super::round_trips::RoundTrips::new),
         reply_counts: Arc::clone(&shared.reply_counts),
     };
     count_connection(shared, &identity, true);

@@ -61,6 +61,11 @@ impl InFlight {
         Some(Credit { in_flight: Arc::clone(self), payload_bytes })
     }
 
+    /// Whether none of the connection's requests is in flight (every reply is on the wire).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.state.lock().unwrap().requests == 0
+    }
+
     pub(crate) fn acquire(self: &Arc<Self>, payload_bytes: usize) -> Credit {
         let mut state = self.state.lock().unwrap();
         while !self.fits(&state, payload_bytes) {

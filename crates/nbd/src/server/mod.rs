@@ -25,6 +25,7 @@ mod listener;
 mod pace;
 mod replies;
 mod request_check;
+mod round_trips;
 mod transmission;
 
 use std::collections::{HashMap, HashSet};

@@ -12,11 +12,22 @@ pub enum HandOver {
     /// Only while dispatches have recently taken longer than `slower_than` (see
     /// `transmission::take_turns`).
     WhenSlow { slower_than: Duration },
+    /// As [`HandOver::WhenSlow`], and also while handing over has been measured, on the
+    /// connection, to shorten the round trip of a client that waits for each reply
+    /// (`round_trips`).
+    Auto { slower_than: Duration },
 }
 
 impl HandOver {
     /// [`HandOver::WhenSlow`] at [`SLOW_DISPATCH`].
     pub const WHEN_SLOW: HandOver = HandOver::WhenSlow { slower_than: SLOW_DISPATCH };
+    /// [`HandOver::Auto`] at [`SLOW_DISPATCH`].
+    pub const AUTO: HandOver = HandOver::Auto { slower_than: SLOW_DISPATCH };
+
+    /// Whether the connection measures which way of taking turns serves a waiting client faster.
+    pub(crate) fn measures_round_trips(self) -> bool {
+        matches!(self, HandOver::Auto { .. })
+    }
 }
 
 /// A dispatch longer than this (the request served in place, or handed on) is slow, and two of
@@ -65,7 +76,7 @@ impl DispatchPace {
 
     /// Runs `dispatch` (a request's submission), timed unless every dispatch hands over anyway.
     pub(crate) fn timed(&self, dispatch: impl FnOnce()) {
-        let HandOver::WhenSlow { slower_than } = self.hand_over else { return dispatch() };
+        let (HandOver::WhenSlow { slower_than } | HandOver::Auto { slower_than }) = self.hand_over else { return dispatch() };
         let started = Instant::now();
         dispatch();
         // Racing readers may lose an update or two: the score is a rough horizon.

@@ -25,11 +25,13 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Instant;
 
 use super::in_flight::{Credit, InFlight};
 use super::pace::{DispatchPace, HandOver};
 use super::replies::{Outcome, Replies, Reply};
 use super::request_check::check_request;
+use super::round_trips::RoundTrips;
 use super::{ConnectionError, CONNECTION_THREAD_STACK_BYTES};
 use crate::device::{BlockDevice, Done, IoError};
 use crate::proto::{self, Command, ProtoError, Request};
@@ -49,6 +51,8 @@ pub(crate) struct Session {
     /// Threads that take turns reading requests ([`super::ServerConfig::readers_per_connection`]).
     pub(crate) readers: usize,
     pub(crate) hand_over: HandOver,
+    /// With [`HandOver::Auto`]: which way of taking turns serves this connection's client faster.
+    pub(crate) round_trips: Option<RoundTrips>,
     /// The server's count of replies and of the socket writes that carried them.
     pub(crate) reply_counts: Arc<super::replies::ReplyCounts>,
 }
@@ -133,38 +137,39 @@ struct ReadingTurn {
 ///   and were preempted again (storc bench as the client: 1.6x the server CPU per request).
 /// - **`HandOver::Always`**: the turn is handed over before the request that emptied the socket
 ///   only; requests already buffered are served in place, one after another.
+/// - **`HandOver::Auto`** (the default): as `WhenSlow`, and as `Always` while that has been
+///   measured on the connection to shorten the round trip of a client that waits for each
+///   reply (`round_trips`: which is faster depends on the host, and takes about a second of
+///   either to show).
 ///
 /// Measured on this VM class (`bench/nbd-cpu`, RAID0 and RAID1 of memory drives, against
 /// `nbdkit memory`), the reader that keeps the turn needed 0.61-0.68 of nbdkit's server CPU
 /// per paced fio read where handing over needed 0.83-1.01, and its QD 1 read latency was
 /// 0.70-0.72 of nbdkit's against 0.92-0.97 (before the burst's last reply joined the cork).
-/// On an earlier host of the same class the opposite held for latency (a reader that blocked in
+/// On two other hosts of the same class the opposite held for latency (a reader that blocked in
 /// `recv` itself was woken on a halted vCPU: 55 us per QD 1 read against 27 us with the
-/// hand-over): `--nbd-hand-over always` restores it.
+/// hand-over, and 78-83 against 37-44), which is why `HandOver::Auto` measures it.
 fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replies: &Replies<D::Buf>, pace: &DispatchPace) {
     loop {
         // A reader that panicked while reading may have left the stream unframed: stop.
         let Ok(mut reading) = turn.lock() else { return };
-        loop {
-            if reading.end.is_some() {
+        if reading.end.is_some() {
+            return;
+        }
+        // Requests the reader keeps the turn for are dispatched inside; the one it returns is
+        // dispatched after the turn has passed to another reader.
+        match read_requests(device, &mut reading.session, replies, pace) {
+            Ok(Some(last)) => {
+                drop(reading);
+                pace.timed(|| dispatch(device, replies, last));
+            }
+            Ok(None) => {
+                reading.end = Some(Ok(()));
                 return;
             }
-            match read_requests(device, &mut reading.session, replies, pace) {
-                Ok(Some(last)) if pace.hands_over() => {
-                    drop(reading);
-                    pace.timed(|| dispatch(device, replies, last));
-                    break;
-                }
-                // Kept: a panic in it poisons the turn, and the other readers stop.
-                Ok(Some(last)) => pace.timed(|| dispatch(device, replies, last)),
-                Ok(None) => {
-                    reading.end = Some(Ok(()));
-                    return;
-                }
-                Err(error) => {
-                    reading.end = Some(Err(error));
-                    return;
-                }
+            Err(error) => {
+                reading.end = Some(Err(error));
+                return;
             }
         }
     }
@@ -172,9 +177,9 @@ fn take_turns<D: BlockDevice>(device: &Arc<D>, turn: &Mutex<ReadingTurn>, replie
 
 // ---- Reading requests ------------------------------------------------------------------------
 
-/// Reads and dispatches requests while the next one is already buffered and dispatches are
-/// quick; returns the first whose successor is not (the reader would block), or any while they
-/// are slow, received but not dispatched; or `None` once the client is done.
+/// Reads and dispatches requests while the reader keeps the turn; returns, received but not
+/// dispatched, the first before which the turn passes (one that emptied the buffer, while
+/// [`hands_over`] says so, or any while dispatches are slow); or `None` once the client is done.
 fn read_requests<D: BlockDevice>(
     device: &Arc<D>,
     session: &mut Session,
@@ -194,6 +199,12 @@ fn read_requests<D: BlockDevice>(
         }
         if !read_header(&mut session.reader, &mut header)? {
             return Ok(None); // The client closed between requests.
+        }
+        if let Some(round_trips) = &mut session.round_trips {
+            match in_burst {
+                true => round_trips.arrived_in_burst(),
+                false => round_trips.arrived_alone(Instant::now(), session.in_flight.is_idle()),
+            }
         }
         let request = match proto::parse_request(&header) {
             Ok(request) => request,
@@ -220,7 +231,7 @@ fn read_requests<D: BlockDevice>(
             pace.timed(|| dispatch(device, replies, received));
             continue;
         }
-        if !pace.hands_over() {
+        if !hands_over(pace, session) {
             // The burst's last request, kept: its reply, if the device answers in place, joins
             // the cork and the burst's replies go out in one `sendmsg` before the next read
             // (which may block), instead of two.
@@ -239,6 +250,12 @@ fn read_requests<D: BlockDevice>(
         replies.flush_cork();
         return Ok(Some(received));
     }
+}
+
+/// Whether the reader hands the turn over before it dispatches the request that emptied the
+/// socket.
+fn hands_over(pace: &DispatchPace, session: &Session) -> bool {
+    pace.hands_over() || session.round_trips.as_ref().is_some_and(RoundTrips::hands_over)
 }
 
 /// Whether the reader's buffer holds, past `request`'s payload, the next request's header: the
