@@ -158,6 +158,12 @@ fn metrics_pass_promtool_and_move_with_io_a_rebuild_and_a_consistency_check() {
     // nbdcopy's replies are large: each may take several writes, so no ratio is promised here
     // (nbd's corked_replies test shows a burst of small ones going out in one).
     assert!(replies > 0.0 && reply_writes > 0.0, "{replies} replies in {reply_writes} socket writes");
+    // Each outcome of the connections' measurements of how to take turns is exported (what
+    // decides them is nbd's round_trips tests; nbdcopy's connections are too short to end one).
+    for choice in ["hand_over", "keep", "too_few_round_trips"] {
+        let count = read.value("storc_nbd_turn_choices_total", &[("choice", choice)]);
+        assert!(count >= 0.0 && count.fract() == 0.0, "{choice}: {count}");
+    }
     scrape_over_tcp(&daemon, &read);
 
     set_rates(&daemon, 5);

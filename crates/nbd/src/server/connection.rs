@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
+use super::round_trips::RoundTrips;
 use super::{
     handshake, in_flight, transmission, ConnectionError, ConnectionSlot, Export, ExportIdentity, ListenerState, Shared,
     CONNECTION_THREAD_STACK_BYTES,
@@ -82,7 +83,7 @@ fn run_connection(socket: Socket, shared: &Shared, registration: &Registration) 
         client_gone: Arc::default(),
         readers: shared.config.readers_per_connection,
         hand_over: shared.config.hand_over,
-        round_trips: shared.config.hand_over.measures_round_trips().then(super::round_trips::RoundTrips::new),
+        round_trips: shared.config.hand_over.measures_round_trips().then(|| RoundTrips::new(Arc::clone(&shared.turn_choices))),
         reply_counts: Arc::clone(&shared.reply_counts),
     };
     count_connection(shared, &identity, true);

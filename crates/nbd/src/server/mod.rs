@@ -160,6 +160,12 @@ pub struct ServerStats {
     /// that serves a burst of requests sends their replies in one write (the cork).
     pub replies_sent: u64,
     pub reply_writes: u64,
+    /// With `HandOver::Auto`: connections' measurements of how their readers should take turns
+    /// that chose handing over, that chose keeping the turn, and that ended with the turn kept
+    /// because the client kept requests in flight or sent at its own pace.
+    pub turn_choices_hand_over: u64,
+    pub turn_choices_keep: u64,
+    pub turn_choices_too_few_round_trips: u64,
 }
 
 /// A set of exports, ready to listen on any number of sockets.
@@ -181,6 +187,8 @@ struct Shared {
     connections_refused: AtomicU64,
     payload_budget: Arc<PayloadBudget>,
     reply_counts: Arc<replies::ReplyCounts>,
+    /// How connections' measurements of the way to take turns ended (`HandOver::Auto`).
+    turn_choices: Arc<round_trips::TurnChoices>,
     /// Every listener's registry, so `set_exports` can end connections to removed exports.
     listeners: Mutex<Vec<Weak<ListenerState>>>,
     refusals_log: LogLimiter,
@@ -197,6 +205,7 @@ impl Shared {
             connections_refused: AtomicU64::new(0),
             payload_budget: Arc::new(PayloadBudget::new(config.payload_in_flight_bytes_total_max)),
             reply_counts: Arc::default(),
+            turn_choices: Arc::default(),
             listeners: Mutex::new(Vec::new()),
             refusals_log: LogLimiter::new(DROPPED_CONNECTION_LOG_INTERVAL),
             drops_log: LogLimiter::new(DROPPED_CONNECTION_LOG_INTERVAL),
@@ -307,6 +316,9 @@ impl Server {
             payload_in_flight_bytes_max: shared.config.payload_in_flight_bytes_total_max,
             replies_sent: shared.reply_counts.replies.load(Ordering::SeqCst),
             reply_writes: shared.reply_counts.writes.load(Ordering::SeqCst),
+            turn_choices_hand_over: shared.turn_choices.hand_over.load(Ordering::Relaxed),
+            turn_choices_keep: shared.turn_choices.keep.load(Ordering::Relaxed),
+            turn_choices_too_few_round_trips: shared.turn_choices.too_few_round_trips.load(Ordering::Relaxed),
         }
     }
 

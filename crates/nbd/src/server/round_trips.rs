@@ -23,6 +23,8 @@
 //! requests both ways are measured again, so a connection follows its client from one pattern
 //! to another.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Intervals per measuring window (about 0.8 s at queue depth 1); the first of each is dropped
@@ -60,6 +62,15 @@ const INTERVALS_PER_REQUEST_MIN: f64 = 0.25;
 /// may have changed its pattern (a burst of metadata reads, then one request at a time).
 const REMEASURE_AFTER_RARE: u32 = 1 << 16;
 
+/// How the server's connections' measurements ended, since it started ([`super::ServerStats`]).
+#[derive(Debug, Default)]
+pub(crate) struct TurnChoices {
+    pub(crate) hand_over: AtomicU64,
+    pub(crate) keep: AtomicU64,
+    /// Ended with the turn kept because the client gave too few round trips to time.
+    pub(crate) too_few_round_trips: AtomicU64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     /// Measuring window `window` (even: keeping the turn, odd: handing it over): its requests,
@@ -78,12 +89,13 @@ pub(crate) struct RoundTrips {
     counted: [u32; 2],
     /// When the last request that came alone arrived; `None` after one that came in a burst.
     last_alone: Option<Instant>,
+    choices: Arc<TurnChoices>,
 }
 
 impl RoundTrips {
     /// A new connection measures from its first request.
-    pub(crate) fn new() -> RoundTrips {
-        RoundTrips { phase: MEASURING, total_ns: [0; 2], counted: [0; 2], last_alone: None }
+    pub(crate) fn new(choices: Arc<TurnChoices>) -> RoundTrips {
+        RoundTrips { phase: MEASURING, total_ns: [0; 2], counted: [0; 2], last_alone: None, choices }
     }
 
     /// Whether the readers hand the turn over now.
@@ -138,6 +150,7 @@ impl RoundTrips {
                         intervals,
                         "nbd: a connection's client does not wait for its replies: its readers keep the turn"
                     );
+                    self.choices.too_few_round_trips.fetch_add(1, Ordering::Relaxed);
                     self.phase = Phase::Settled { hand_over: false, requests_left: REMEASURE_AFTER_RARE };
                 }
             }
@@ -162,6 +175,8 @@ impl RoundTrips {
             hand_over_us = self.mean_us(1),
             "nbd: a connection chose how its readers take turns"
         );
+        let chosen = if hand_over { &self.choices.hand_over } else { &self.choices.keep };
+        chosen.fetch_add(1, Ordering::Relaxed);
         self.phase = Phase::Settled { hand_over, requests_left: SETTLED_REQUESTS };
     }
 
@@ -208,11 +223,12 @@ mod tests {
 
     #[test]
     fn handing_over_is_chosen_when_it_shortens_the_round_trip_and_kept_to_until_the_next_measurement() {
-        let mut trips = RoundTrips::new();
+        let mut trips = RoundTrips::new(Arc::default());
         assert!(!trips.hands_over(), "a new connection measures, keeping the turn first");
         let intervals = measure(&mut trips, Duration::from_micros(60), Duration::from_micros(45));
         assert_eq!(intervals, WINDOW_SAMPLES * WINDOWS as u32);
         assert!(trips.hands_over(), "45 us against 60 us");
+        assert_eq!(trips.choices.hand_over.load(Ordering::Relaxed), 1);
         // The request that ended the measurement was the first of the settled ones.
         let mut settled_requests = 1;
         while trips.hands_over() {
@@ -226,9 +242,10 @@ mod tests {
     #[test]
     fn a_tie_or_a_small_gain_keeps_the_turn() {
         for hand_over_us in [60, 57, 70] {
-            let mut trips = RoundTrips::new();
+            let mut trips = RoundTrips::new(Arc::default());
             measure(&mut trips, Duration::from_micros(60), Duration::from_micros(hand_over_us));
             assert!(!trips.hands_over(), "{hand_over_us} us handing over against 60 us keeping");
+            assert_eq!(trips.choices.keep.load(Ordering::Relaxed), 1);
             assert_eq!(settled_requests_left(&trips), SETTLED_REQUESTS - 1, "the request that ended the measurement counts");
         }
     }
@@ -239,7 +256,7 @@ mod tests {
     #[test]
     fn intervals_of_a_client_that_kept_requests_in_flight_or_paused_are_not_counted() {
         for (hand_over_gap, hand_over_idle) in [(Duration::from_micros(10), false), (ROUND_TRIP_MAX + Duration::from_micros(1), true)] {
-            let mut trips = RoundTrips::new();
+            let mut trips = RoundTrips::new(Arc::default());
             let mut now = Instant::now();
             trips.arrived_alone(now, true);
             while matches!(trips.phase, Phase::Measuring { .. }) {
@@ -254,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_client_that_does_not_wait_for_its_replies_ends_the_measurement_at_once() {
-        let mut trips = RoundTrips::new();
+        let mut trips = RoundTrips::new(Arc::default());
         let mut now = Instant::now();
         let mut requests = 0;
         // One request in eight comes alone to an idle connection, as under a paced load.
@@ -268,6 +285,7 @@ mod tests {
         }
         assert_eq!(requests, RARE_CHECK_REQUESTS, "the first check ends it");
         assert!(!trips.hands_over());
+        assert_eq!(trips.choices.too_few_round_trips.load(Ordering::Relaxed), 1);
         for _ in 0..REMEASURE_AFTER_RARE {
             trips.arrived_in_burst();
         }

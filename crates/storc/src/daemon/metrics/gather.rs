@@ -208,6 +208,20 @@ fn vd_io_families(vds: &[VdSeen]) -> Vec<Family> {
     vec![operations, bytes, errors, latency]
 }
 
+/// How connections' measurements of the way their readers take turns ended (`--nbd-hand-over auto`).
+fn turn_choices(stats: &nbd::ServerStats) -> Family {
+    let help = "NBD connections' measurements of how their readers take turns, by outcome: handing the socket over was at least 10% faster for a client that waits for each reply (hand_over), it was not (keep), or the client gave too few round trips to time (too_few_round_trips; the turn is kept).";
+    let mut family = Family::new("storc_nbd_turn_choices", Kind::Counter, help);
+    for (choice, count) in [
+        ("hand_over", stats.turn_choices_hand_over),
+        ("keep", stats.turn_choices_keep),
+        ("too_few_round_trips", stats.turn_choices_too_few_round_trips),
+    ] {
+        family.push(vec![("choice", choice.to_string())], Value::Int(count));
+    }
+    family
+}
+
 fn nbd_families(stats: &nbd::ServerStats) -> Vec<Family> {
     let gauge = |name, help, value: usize| Family::new(name, Kind::Gauge, help).with(Vec::new(), Value::Int(value as u64));
     let counter = |name, help, value: u64| Family::new(name, Kind::Counter, help).with(Vec::new(), Value::Int(value));
@@ -226,6 +240,7 @@ fn nbd_families(stats: &nbd::ServerStats) -> Vec<Family> {
             "Socket writes that carried NBD replies: a burst of small requests read at once is answered in one write; a large reply takes several.",
             stats.reply_writes,
         ),
+        turn_choices(stats),
         gauge(
             "storc_nbd_payload_in_flight_bytes",
             "READ and WRITE payload bytes in flight over every connection.",
