@@ -67,8 +67,9 @@ pub struct NbdLimitArgs {
     /// reply goes out (on some virtual machines a thread woken where it slept costs tens of
     /// microseconds). `auto` (the default): as `when-slow`, and also while handing over has
     /// been measured to shorten the round trip of a client that waits for each reply (a
-    /// connection measures both ways after its first 65,536 requests, for about 3 s at queue
-    /// depth 1, and again every 2^20 requests).
+    /// connection measures both ways from its first request, for about 3 s at queue depth 1,
+    /// and again every 2^20 requests; one whose client keeps requests in flight or sends at its
+    /// own pace stops measuring after 1,024 requests and keeps the turn).
     #[arg(long, value_enum, default_value_t = HandOverArg::Auto)]
     nbd_hand_over: HandOverArg,
 }
