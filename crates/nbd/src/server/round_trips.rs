@@ -106,14 +106,27 @@ impl RoundTrips {
         }
     }
 
-    /// A request arrived in a burst (its header was already buffered): no interval.
-    pub(crate) fn arrived_in_burst(&mut self) {
+    /// A request arrived; `alone`: its header was not already buffered. `now_and_idle` (the
+    /// time, and whether nothing of the connection was in flight) is asked only while
+    /// measuring: a settled connection reads no clock and takes no lock per request.
+    pub(crate) fn arrived(&mut self, alone: bool, now_and_idle: impl FnOnce() -> (Instant, bool)) {
+        if alone && matches!(self.phase, Phase::Measuring { .. }) {
+            let (now, idle) = now_and_idle();
+            self.arrived_alone(now, idle);
+        } else {
+            self.arrived_untimed();
+        }
+    }
+
+    /// A request arrived in a burst, or while no measurement runs: no interval ends with it.
+    fn arrived_untimed(&mut self) {
         self.last_alone = None;
         self.count_request();
     }
 
-    /// A request arrived alone at `now`; `idle`: nothing of the connection was in flight.
-    pub(crate) fn arrived_alone(&mut self, now: Instant, idle: bool) {
+    /// A request arrived alone at `now`, while measuring; `idle`: nothing of the connection
+    /// was in flight.
+    fn arrived_alone(&mut self, now: Instant, idle: bool) {
         let interval = self.last_alone.replace(now).map(|last| now.saturating_duration_since(last));
         match interval {
             Some(interval) if idle && interval <= ROUND_TRIP_MAX => self.count_interval(interval),
@@ -232,11 +245,28 @@ mod tests {
         // The request that ended the measurement was the first of the settled ones.
         let mut settled_requests = 1;
         while trips.hands_over() {
-            trips.arrived_in_burst();
+            trips.arrived_untimed();
             settled_requests += 1;
         }
         assert_eq!(settled_requests, SETTLED_REQUESTS);
         assert_eq!(trips.phase, MEASURING, "measured again");
+    }
+
+    /// The clock and the in-flight lock are asked for only by a request that came alone while
+    /// measuring.
+    #[test]
+    fn only_a_request_alone_during_a_measurement_reads_the_clock() {
+        let mut trips = RoundTrips::new(Arc::default());
+        let mut probed = 0;
+        trips.arrived(true, || {
+            probed += 1;
+            (Instant::now(), true)
+        });
+        assert_eq!(probed, 1, "alone, measuring");
+        trips.arrived(false, || panic!("a request in a burst read the clock"));
+        measure(&mut trips, Duration::from_micros(60), Duration::from_micros(60));
+        assert!(matches!(trips.phase, Phase::Settled { .. }));
+        trips.arrived(true, || panic!("a settled connection read the clock"));
     }
 
     #[test]
@@ -279,7 +309,7 @@ mod tests {
             now += Duration::from_micros(25);
             match requests % 8 {
                 0 => trips.arrived_alone(now, true),
-                _ => trips.arrived_in_burst(),
+                _ => trips.arrived_untimed(),
             }
             requests += 1;
         }
@@ -287,7 +317,7 @@ mod tests {
         assert!(!trips.hands_over());
         assert_eq!(trips.choices.too_few_round_trips.load(Ordering::Relaxed), 1);
         for _ in 0..REMEASURE_AFTER_RARE {
-            trips.arrived_in_burst();
+            trips.arrived_untimed();
         }
         assert_eq!(trips.phase, MEASURING, "measured again sooner than after a settled choice");
     }

@@ -201,10 +201,7 @@ fn read_requests<D: BlockDevice>(
             return Ok(None); // The client closed between requests.
         }
         if let Some(round_trips) = &mut session.round_trips {
-            match in_burst {
-                true => round_trips.arrived_in_burst(),
-                false => round_trips.arrived_alone(Instant::now(), session.in_flight.is_idle()),
-            }
+            round_trips.arrived(!in_burst, || (Instant::now(), session.in_flight.is_idle()));
         }
         let request = match proto::parse_request(&header) {
             Ok(request) => request,
