@@ -159,11 +159,21 @@ fn metrics_pass_promtool_and_move_with_io_a_rebuild_and_a_consistency_check() {
     // (nbd's corked_replies test shows a burst of small ones going out in one).
     assert!(replies > 0.0 && reply_writes > 0.0, "{replies} replies in {reply_writes} socket writes");
     // Each outcome of the connections' measurements of how to take turns is exported (what
-    // decides them is nbd's round_trips tests; nbdcopy's connections are too short to end one).
+    // decides between them is nbd's round_trips tests).
     for choice in ["hand_over", "keep", "too_few_round_trips"] {
         let count = read.value("storc_nbd_turn_choices_total", &[("choice", choice)]);
         assert!(count >= 0.0 && count.fract() == 0.0, "{choice}: {count}");
     }
+    // One connection that keeps 64 small reads in flight gives too few round trips to time:
+    // its measurement ends after 1,024 requests, and the counter shows it.
+    let status = Command::new("nbdcopy")
+        .args(["--connections=1", "--request-size=4096", "--requests=64", &daemon.unix_uri("db"), "null:"])
+        .status()
+        .expect("run nbdcopy");
+    assert!(status.success(), "nbdcopy to null: {status}");
+    let measured = scrape(&daemon);
+    let too_few = |scrape: &Scrape| scrape.value("storc_nbd_turn_choices_total", &[("choice", "too_few_round_trips")]);
+    assert!(too_few(&measured) > too_few(&read), "a connection with 64 requests in flight ended its measurement:\n{}", measured.text);
     scrape_over_tcp(&daemon, &read);
 
     set_rates(&daemon, 5);
