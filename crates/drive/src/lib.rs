@@ -197,6 +197,11 @@ pub trait Drive: Send + Sync {
 
     /// Starts `op`; its completion, carrying `token`, is later returned by `ctx.poll`. Never
     /// blocks on the medium. Errors (range, alignment, failed drive) also arrive as completions.
+    /// The caller need not keep the drive alive until then (the engine submits under a
+    /// member's lock and lets go): the operation holds what its completion needs (the kernel
+    /// a file's reference, an emulated drive's model its place in `ctx`), and a drive that
+    /// stops its operations when dropped completes them (a network drive fails them, an RBD
+    /// image waits for them).
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp);
 
     /// Whether every byte of `offset_bytes..offset_bytes + len_bytes` is known to read as zero

@@ -27,7 +27,6 @@ use crate::{Done, Engine, ShardLink, ShardMsg, VdRequest, VirtualDrive};
 use drive::{DriveKind, DriveOp, IoBuf, IoCtx};
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod hits;
@@ -197,13 +196,11 @@ thread_local! {
 /// Runs `op` on member `member` of `vd` on this thread, which is no shard (see [`in_place`]),
 /// counted in the member's outstanding operations.
 fn submit_in_place(vd: &VirtualDrive, member: usize, op: DriveOp) -> drive::Completion {
-    let target = vd.member(member);
-    target.outstanding.fetch_add(1, Ordering::Relaxed);
-    let drive = target.drive();
+    vd.member_io_started(member);
     let completion = IN_PLACE.with(|ctx| {
         let mut ctx = ctx.borrow_mut();
         let ctx = ctx.get_or_insert_with(IoCtx::without_ring);
-        drive.submit(ctx, 0, op);
+        vd.member(member).with_drive(|drive| drive.submit(ctx, 0, op));
         let mut out = Vec::new();
         ctx.poll(&mut out, false);
         // A drive that delays its completions (fault injection) releases them when due.
@@ -213,18 +210,16 @@ fn submit_in_place(vd: &VirtualDrive, member: usize, op: DriveOp) -> drive::Comp
         }
         out.pop().expect("one operation, one completion")
     });
-    target.outstanding.fetch_sub(1, Ordering::Relaxed);
+    vd.member_io_ended(member);
     completion
 }
 
 /// Runs `op` on member `member` of `vd` on this shard's ring, counted in the member's
 /// outstanding operations.
 async fn submit_on_shard(reactor: &Reactor, vd: &VirtualDrive, member: usize, op: DriveOp) -> crate::runtime::DriveDone {
-    let target = vd.member(member);
-    target.outstanding.fetch_add(1, Ordering::Relaxed);
-    let drive = target.drive();
-    let finished = reactor.submit(&*drive, op).await;
-    target.outstanding.fetch_sub(1, Ordering::Relaxed);
+    vd.member_io_started(member);
+    let finished = vd.member(member).with_drive(|drive| reactor.submit(drive, op)).await;
+    vd.member_io_ended(member);
     finished
 }
 

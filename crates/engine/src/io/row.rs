@@ -8,7 +8,6 @@ use futures::future::join_all;
 use layout::{DataPiece, Geometry, RowMap, RowPiece};
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What one attempt at a row ran into.
@@ -164,18 +163,17 @@ pub(super) async fn member_submit(env: &Env, index: usize, op: DriveOp) -> Membe
     let range = op.range_bytes();
     let kind = op.kind();
     let is_read = matches!(op, DriveOp::Read { .. } | DriveOp::ReadV { .. });
-    member.outstanding.fetch_add(1, Ordering::Relaxed);
+    env.vd.member_io_started(index);
     // Before the drive: `start_rebuild` sets the drive, then moves the epoch.
     let epoch = env.vd.rebuild_epoch(index);
     // The copy before the drive, and held until the operation is done (see `vd::copy`).
     let copy = member.copy_target();
-    let drive = member.drive();
     let done: DriveDone = match &copy {
-        Some(copy) => super::copy::tee(env, index, copy, &drive, op).await,
-        None => env.reactor.submit(&*drive, op).await,
+        Some(copy) => super::copy::tee(env, index, copy, &member.drive(), op).await,
+        None => member.with_drive(|drive| env.reactor.submit(drive, op)).await,
     };
     drop(copy);
-    member.outstanding.fetch_sub(1, Ordering::Relaxed);
+    env.vd.member_io_ended(index);
     if let Some((offset_bytes, len_bytes)) = range {
         env.vd.note_member_io(index, offset_bytes, len_bytes, is_read);
     }

@@ -13,7 +13,8 @@ pub struct Member {
     /// of service, so no new I/O reaches the old drive).
     pub(super) drive: RwLock<Arc<dyn Drive>>,
     pub(super) state: AtomicU8,
-    /// I/Os submitted and not completed, across shards (mirror read selection).
+    /// I/Os submitted and not completed, across shards, counted on mirrors only (their read
+    /// selection is its one reader; see `VirtualDrive::member_io_started`).
     pub(crate) outstanding: AtomicU32,
     /// Where the last I/O ended: the head position for "nearer copy" decisions.
     pub(crate) last_end_bytes: AtomicU64,
@@ -88,6 +89,13 @@ impl Member {
     /// The drive that holds this member now.
     pub fn drive(&self) -> Arc<dyn Drive> {
         Arc::clone(&self.drive.read().expect("member drive lock poisoned"))
+    }
+
+    /// Runs `f` on the drive that holds this member now, under the member's read lock: for a
+    /// call that does not keep the drive (an operation's submission), without the two atomic
+    /// read-modify-writes of an `Arc` clone and drop.
+    pub fn with_drive<R>(&self, f: impl FnOnce(&dyn Drive) -> R) -> R {
+        f(&**self.drive.read().expect("member drive lock poisoned"))
     }
 
     pub fn state(&self) -> MemberState {
