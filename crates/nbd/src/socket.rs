@@ -62,6 +62,10 @@ impl Socket {
         }
     }
 
+    pub(crate) fn is_unix(&self) -> bool {
+        matches!(&*self.stream, Stream::Unix(_))
+    }
+
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         match &*self.stream {
@@ -107,6 +111,22 @@ impl Socket {
         Ok(())
     }
 
+    /// Sleeps until a read would not block: data, the end of the stream, an error, or a
+    /// shutdown of this socket (which wakes a `poll`, as it wakes a `recv`). A signal ends the
+    /// wait early; the read after it then waits as a blocking read does.
+    pub(crate) fn wait_readable(&self) -> io::Result<()> {
+        let mut pollfd = libc::pollfd { fd: self.raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one live pollfd, for the length passed; the descriptor stays open while
+        // `self` holds the stream.
+        if unsafe { libc::poll(&mut pollfd, 1, -1) } < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
     /// Fills `buf` with blocking `recv(MSG_WAITALL)` calls: one call, not one per arrival, when
     /// the bytes come in several pieces.
     fn read_exact_waiting_all(&self, mut buf: &mut [u8]) -> io::Result<()> {
@@ -127,7 +147,7 @@ impl Socket {
     /// what the mark would in one call instead of three. TCP wakes a reader only once the mark is
     /// met (`tcp_data_ready`), so there the mark is set for the read and put back to one byte.
     pub(crate) fn read_exact_in_one_wake(&mut self, buf: &mut [u8]) -> io::Result<()> {
-        if matches!(&*self.stream, Stream::Unix(_)) {
+        if self.is_unix() {
             return self.read_exact_waiting_all(buf);
         }
         self.set_receive_low_water(buf.len())?;
@@ -204,14 +224,21 @@ impl DeadlineSocket {
         self.dont_wait = dont_wait;
     }
 
+    /// One read that does not wait: `Some` with what it returned unless nothing was there.
+    fn try_read(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        match self.socket.read_nonblocking(buf) {
+            Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => None,
+            outcome => Some(outcome),
+        }
+    }
+
     /// Polls for up to the budget: `Some` with what a non-blocking read returned once data
     /// (or the end, or an error) is there, `None` if the budget ran out first.
     fn poll(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
         let started = Instant::now();
         loop {
-            match self.socket.read_nonblocking(buf) {
-                Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
-                outcome => return Some(outcome),
+            if let Some(outcome) = self.try_read(buf) {
+                return Some(outcome);
             }
             if started.elapsed() >= self.poll_budget {
                 return None;
@@ -273,12 +300,31 @@ impl Read for DeadlineSocket {
         }
         if let Some(remaining) = self.remaining()? {
             self.socket.set_read_timeout(Some(remaining))?;
-        } else if !self.poll_budget.is_zero() && !buf.is_empty() {
-            if let Some(outcome) = self.poll(buf) {
-                return outcome;
-            }
+            return self.socket.read(buf).map_err(|error| self.name_timeout(error));
         }
-        self.socket.read(buf).map_err(|error| self.name_timeout(error))
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let polled = match self.poll_budget.is_zero() {
+            true if self.socket.is_unix() => self.try_read(buf),
+            true => None,
+            false => self.poll(buf),
+        };
+        if let Some(outcome) = polled {
+            return outcome;
+        }
+        if self.socket.is_unix() {
+            // Nothing there: sleep in `poll(2)`, then read what woke it. A `recv` that sleeps
+            // on a Unix socket takes the socket's lock again the moment the first arrival
+            // wakes it, while a client that sends a request in two writes (libnbd: the header,
+            // then the payload) is queueing the second under that lock. On a virtual machine
+            // that contention cost 7 % of the server's CPU per 4 KiB request (paced fio runs
+            // of both builds alternated, medians of ten: 10.4 against 11.2 us per write, 9.5
+            // against 10.3 per read). Over TCP, whose reader and sender do not meet on that
+            // spinlock, the same change measured no better.
+            self.socket.wait_readable()?;
+        }
+        self.socket.read(buf)
     }
 }
 
