@@ -277,18 +277,8 @@ impl Drive for MemDrive {
         &self.info
     }
 
-    fn submit(&self, ctx: &mut IoCtx, token: Token, mut op: DriveOp) {
-        if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
-            return ctx.fail(token, error, op);
-        }
-        match &mut op {
-            DriveOp::Read { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), false),
-            DriveOp::Write { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), true),
-            DriveOp::ReadV { offset_bytes, bufs } => self.copy_vectored(*offset_bytes, bufs, false),
-            DriveOp::WriteV { offset_bytes, bufs } => self.copy_vectored(*offset_bytes, bufs, true),
-            DriveOp::Flush => {}
-        }
-        ctx.complete(Completion::of(token, Ok(()), op));
+    fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
+        ctx.complete(self.serve_now(token, op));
     }
 
     /// Chunks never written read as zero; a written chunk is not looked into.
@@ -303,6 +293,23 @@ impl Drive for MemDrive {
 }
 
 impl MemDrive {
+    /// Serves `op` on the calling thread and returns its completion: what [`Drive::submit`]
+    /// does, for a caller with no context to complete it into (an emulated drive's store, once
+    /// per operation, where a scratch context cost allocations and a process-wide counter).
+    pub(crate) fn serve_now(&self, token: Token, mut op: DriveOp) -> Completion {
+        if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
+            return Completion::of(token, Err(error), op);
+        }
+        match &mut op {
+            DriveOp::Read { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), false),
+            DriveOp::Write { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), true),
+            DriveOp::ReadV { offset_bytes, bufs } => self.copy_vectored(*offset_bytes, bufs, false),
+            DriveOp::WriteV { offset_bytes, bufs } => self.copy_vectored(*offset_bytes, bufs, true),
+            DriveOp::Flush => {}
+        }
+        Completion::of(token, Ok(()), op)
+    }
+
     fn copy_vectored(&self, offset_bytes: u64, bufs: &mut [crate::IoBuf], write: bool) {
         let mut offset = offset_bytes;
         for buf in bufs {
