@@ -278,7 +278,10 @@ impl Drive for MemDrive {
     }
 
     fn submit(&self, ctx: &mut IoCtx, token: Token, op: DriveOp) {
-        ctx.complete(self.serve_now(token, op));
+        if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
+            return ctx.fail(token, error, op);
+        }
+        ctx.complete(self.serve_checked(token, op));
     }
 
     /// Chunks never written read as zero; a written chunk is not looked into.
@@ -293,13 +296,12 @@ impl Drive for MemDrive {
 }
 
 impl MemDrive {
-    /// Serves `op` on the calling thread and returns its completion: what [`Drive::submit`]
-    /// does, for a caller with no context to complete it into (an emulated drive's store, once
-    /// per operation, where a scratch context cost allocations and a process-wide counter).
-    pub(crate) fn serve_now(&self, token: Token, mut op: DriveOp) -> Completion {
-        if let Err(error) = check_op_range(&op, self.info.capacity_bytes) {
-            return Completion::of(token, Err(error), op);
-        }
+    /// Serves `op`, already checked against the capacity (`check_op_range`), on the calling
+    /// thread and returns its completion: what [`Drive::submit`] does, for a caller that checked
+    /// the range itself and has no context to complete into (an emulated drive's store, once per
+    /// operation, where a scratch context cost allocations and a process-wide counter).
+    pub(crate) fn serve_checked(&self, token: Token, mut op: DriveOp) -> Completion {
+        debug_assert!(check_op_range(&op, self.info.capacity_bytes).is_ok(), "{}: an operation out of range reached serve_checked", self.info.name);
         match &mut op {
             DriveOp::Read { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), false),
             DriveOp::Write { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), true),

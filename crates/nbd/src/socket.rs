@@ -224,23 +224,18 @@ impl DeadlineSocket {
         self.dont_wait = dont_wait;
     }
 
-    /// One read that does not wait: `Some` with what it returned unless nothing was there.
-    fn try_read(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
-        match self.socket.read_nonblocking(buf) {
-            Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => None,
-            outcome => Some(outcome),
-        }
-    }
-
-    /// Polls for up to the budget: `Some` with what a non-blocking read returned once data
-    /// (or the end, or an error) is there, `None` if the budget ran out first.
+    /// Reads without waiting, again and again for up to the budget (once with none): `Some`
+    /// with what a read returned once data (or the end, or an error) is there, `None` if
+    /// nothing came in time.
     fn poll(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
-        let started = Instant::now();
+        let mut started: Option<Instant> = None;
         loop {
-            if let Some(outcome) = self.try_read(buf) {
-                return Some(outcome);
+            match self.socket.read_nonblocking(buf) {
+                Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+                outcome => return Some(outcome),
             }
-            if started.elapsed() >= self.poll_budget {
+            // The clock is read only once the first read found nothing.
+            if started.get_or_insert_with(Instant::now).elapsed() >= self.poll_budget {
                 return None;
             }
             std::hint::spin_loop();
@@ -305,15 +300,13 @@ impl Read for DeadlineSocket {
         if buf.is_empty() {
             return Ok(0);
         }
-        let polled = match self.poll_budget.is_zero() {
-            true if self.socket.is_unix() => self.try_read(buf),
-            true => None,
-            false => self.poll(buf),
-        };
-        if let Some(outcome) = polled {
-            return outcome;
+        let sleeps_in_poll = self.socket.is_unix();
+        if sleeps_in_poll || !self.poll_budget.is_zero() {
+            if let Some(outcome) = self.poll(buf) {
+                return outcome;
+            }
         }
-        if self.socket.is_unix() {
+        if sleeps_in_poll {
             // Nothing there: sleep in `poll(2)`, then read what woke it. A `recv` that sleeps
             // on a Unix socket takes the socket's lock again the moment the first arrival
             // wakes it, while a client that sends a request in two writes (libnbd: the header,

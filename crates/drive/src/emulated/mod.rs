@@ -160,10 +160,10 @@ impl EmulatedDrive {
         due.len()
     }
 
-    /// Reads or writes the data now: the model only decides when the caller sees the
-    /// completion.
+    /// Reads or writes the data now (`submit` checked its range): the model only decides when
+    /// the caller sees the completion.
     fn store_now(&self, token: Token, op: DriveOp) -> Completion {
-        self.store.serve_now(token, op)
+        self.store.serve_checked(token, op)
     }
 }
 
