@@ -196,33 +196,49 @@ pub struct Nbdkit {
     socket_path: PathBuf,
 }
 
-/// From spawn until the socket exists, and from SIGTERM until nbdkit has exited.
+/// From spawn until nbdkit accepts connections, and from SIGTERM until nbdkit has exited.
 const NBDKIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Nbdkit {
-    /// Runs `nbdkit --foreground --exit-with-parent --unix SOCKET ARGS...`: `args` are further
-    /// options, filters, the plugin and its parameters (`["memory", "size=1G"]`).
+    /// Runs `nbdkit --foreground --exit-with-parent --unix SOCKET --pidfile PIDFILE ARGS...`:
+    /// `args` are further options, filters, the plugin and its parameters
+    /// (`["memory", "size=1G"]`). Returns once nbdkit accepts connections.
     ///
     /// # Panics
     /// If nbdkit is not installed (the message says how to install it: a test that needs it
-    /// must fail, never skip), or it does not create its socket within 10 s.
+    /// must fail, never skip), exits, or is not ready within 10 s.
     pub fn start(args: &[&str]) -> Nbdkit {
         require_tool("nbdkit", "nbdkit", "runs it as a real NBD server");
         let dir = unique_temp_dir("nbdkit");
         let socket_path = dir.join("nbdkit.sock");
+        let pid_path = dir.join("nbdkit.pid");
         let child = Command::new("nbdkit")
             .args(["--foreground", "--exit-with-parent", "--unix"])
             .arg(&socket_path)
+            .arg("--pidfile")
+            .arg(&pid_path)
             .args(args)
             .spawn()
             .unwrap_or_else(|error| panic!("cannot start nbdkit {args:?}: {error}"));
-        let nbdkit = Nbdkit { child: Some(child), dir, socket_path };
+        let mut nbdkit = Nbdkit { child: Some(child), dir, socket_path };
+        nbdkit.wait_until_ready(&pid_path, args);
+        nbdkit
+    }
+
+    /// Waits for the pid file, which nbdkit writes once it listens (nbdkit(1), `--pidfile`).
+    /// The socket alone is no sign: it exists from bind(2), and a connect(2) between bind and
+    /// listen(2) is refused (a CI run failed so).
+    fn wait_until_ready(&mut self, pid_path: &Path, args: &[&str]) {
         let deadline = Instant::now() + NBDKIT_TIMEOUT;
-        while !nbdkit.socket_path.exists() {
-            assert!(Instant::now() < deadline, "nbdkit {args:?} did not create {}", nbdkit.socket_path.display());
+        // The file is written, not renamed into place: a whole line is a whole pid.
+        while !std::fs::read_to_string(pid_path).is_ok_and(|pid| pid.ends_with('\n')) {
+            let child = self.child.as_mut().expect("nbdkit is running");
+            if let Some(status) = child.try_wait().expect("nbdkit's exit status") {
+                panic!("nbdkit {args:?} exited with {status} before it was ready");
+            }
+            assert!(Instant::now() < deadline, "nbdkit {args:?} was not ready within {NBDKIT_TIMEOUT:?}");
             std::thread::sleep(Duration::from_millis(10));
         }
-        nbdkit
     }
 
     pub fn socket_path(&self) -> &Path {
