@@ -2,11 +2,12 @@
 //! written, fall back to the normal path on any error, and are not taken where the cache or
 //! the VD's state could answer differently.
 
-use drive::{Drive, FaultyDrive, IoBuf, MemDrive};
+use drive::{Drive, EmulatedClass, EmulatedDrive, EmulatedDriveSpec, FaultyDrive, IoBuf, MemDrive, RealClock};
 use engine::config::{IoPolicy, ReadPolicy, WritePolicy};
 use engine::fast_path::ineligible;
 use engine::{Engine, EngineConfig, MemberState, VdLayout, VdRequest, VirtualDrive, MEMBER_RESERVED_BYTES};
 use layout::{Level, KIB, MIB};
+use std::collections::HashSet;
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -139,4 +140,50 @@ fn vds_the_cache_or_a_missing_member_could_answer_for_do_not_take_it() {
 
     rig.vd.set_member_state(1, MemberState::Failed);
     assert_eq!(ineligible(&rig.vd), Some("a member is not online"));
+}
+
+/// A JBOD VD on one emulated NVMe SSD, which is served on a shard (never in place).
+fn ssd_jbod(id: u64) -> Arc<VirtualDrive> {
+    let spec = EmulatedDriveSpec::new(EmulatedClass::SsdNvme, MEMBER_RESERVED_BYTES + 8 * MIB);
+    let drive: Arc<dyn Drive> = Arc::new(EmulatedDrive::new(&spec, Arc::new(RealClock::new())));
+    let layout = VdLayout { level: Level::Jbod, strip_size_bytes: STRIP_BYTES, drives_per_span: None, member_size_bytes: None };
+    Arc::new(VirtualDrive::new(id, &format!("v{id}"), layout, vec![drive]).unwrap())
+}
+
+/// The names of the threads that completed 4 KiB reads of `vd` at `offsets`, submitted one
+/// after another from this thread, which is no shard.
+fn completing_threads(engine: &Engine, vd: &Arc<VirtualDrive>, offsets: &[u64]) -> HashSet<String> {
+    let (tx, rx) = mpsc::channel();
+    for &offset in offsets {
+        let tx = tx.clone();
+        let request = VdRequest::Read { offset_bytes: offset, buf: IoBuf::zeroed(4096) };
+        engine.submit(
+            vd,
+            request,
+            Box::new(move |completion| {
+                assert_eq!(completion.result, Ok(()), "read at {offset}");
+                tx.send(std::thread::current().name().unwrap_or("unnamed").to_string()).unwrap();
+            }),
+        );
+    }
+    drop(tx);
+    rx.iter().collect()
+}
+
+/// One thread's Fast Path requests to one VD are served on one shard, whichever row they read
+/// (so the VD's counters and the client's state stay in one core's cache), and two VDs the
+/// thread reads are served on different shards (the load still spreads).
+#[test]
+fn a_threads_reads_of_one_vd_are_served_on_one_shard_and_vds_spread() {
+    let engine = Engine::start(EngineConfig { shard_count: 2, ..EngineConfig::default() }).unwrap();
+    let (first, second) = (ssd_jbod(1), ssd_jbod(2));
+    // Rows 0 to 127 of 64 KiB: the rows' owners are both shards.
+    let offsets: Vec<u64> = (0..128).map(|row| row * STRIP_BYTES).collect();
+    let first_threads = completing_threads(&engine, &first, &offsets);
+    let second_threads = completing_threads(&engine, &second, &offsets);
+    assert_eq!(first.fast_path_reads(), 128, "every read took the Fast Path");
+    assert_eq!(first_threads.len(), 1, "one shard served the thread's reads of v1: {first_threads:?}");
+    assert_eq!(second_threads.len(), 1, "one shard served the thread's reads of v2: {second_threads:?}");
+    assert!(first_threads.iter().all(|name| name.starts_with("storc-shard-")), "{first_threads:?}");
+    assert_ne!(first_threads, second_threads, "v1 and v2 are served on different shards");
 }
