@@ -43,8 +43,9 @@ impl Router {
     /// starting at a shard of its own, so that many VDs' first rows (where every file system
     /// keeps its hottest blocks, where every benchmark starts) do not all land on one shard.
     pub(crate) fn shard_of_row(&self, vd: &VirtualDrive, row: u64) -> usize {
-        ((row / shard_stride_rows(vd.geometry()) + vd.id()) % self.links.len() as u64) as usize
+        shard_of_row_among(vd, row, self.links.len())
     }
+
 
     /// A read or write through the shards' normal path: no Fast Path, no read-ahead, no SSD
     /// cache. Bad requests complete at once with an error.
@@ -106,4 +107,9 @@ impl Router {
         vd.begin_request();
         self.links[shard].send(ShardMsg::Request { vd: Arc::clone(vd), request, done, bypass });
     }
+}
+
+/// [`Router::shard_of_row`] for an engine of `shard_count` shards.
+pub(crate) fn shard_of_row_among(vd: &VirtualDrive, row: u64, shard_count: usize) -> usize {
+    ((row / shard_stride_rows(vd.geometry()) + vd.id()) % shard_count as u64) as usize
 }

@@ -84,6 +84,12 @@ pub(crate) fn send_to_shard(index: usize, msg: ShardMsg) {
     link.expect("a shard knows its engine's shards before its first request").send(msg);
 }
 
+/// The shard that owns `row` of `vd`, from a task on one of its engine's shards.
+pub(crate) fn shard_of_row(vd: &VirtualDrive, row: u64) -> usize {
+    let shard_count = LINKS.with(|links| links.borrow().as_ref().map(|links| links.len()));
+    crate::router::shard_of_row_among(vd, row, shard_count.expect("a shard knows its engine's shards before its first request"))
+}
+
 /// Queues a message for the shard this thread runs (see [`is_current`]).
 pub(crate) fn send_own(msg: ShardMsg) {
     OWN_MSGS.with(|own| own.borrow_mut().push_back(msg));
@@ -127,14 +133,20 @@ fn shard_main(index: usize, config: EngineConfig, mut ctx: IoCtx, inbox: &Receiv
     ready.send(Ok((Arc::clone(&waker), reactor.cache().clean_lines()))).expect("starter waits");
     let mut executor = Executor::new(Rc::clone(&reactor));
     let mut stopping = false;
+    // What the own queues held, taken by swapping: each queue keeps a buffer as large as its
+    // largest batch, where taking it whole would free it and have the next turn's sends grow a
+    // new one, a few reallocations per turn.
+    let (mut own_msgs, mut own_fast) = (VecDeque::new(), VecDeque::new());
     loop {
         while let Ok(msg) = inbox.try_recv() {
             stopping |= spawn_msg(&mut executor, msg);
         }
-        for msg in OWN_MSGS.with(|own| std::mem::take(&mut *own.borrow_mut())) {
+        OWN_MSGS.with(|own| std::mem::swap(&mut *own.borrow_mut(), &mut own_msgs));
+        for msg in own_msgs.drain(..) {
             stopping |= spawn_msg(&mut executor, msg);
         }
-        for io in OWN_FAST.with(|own| std::mem::take(&mut *own.borrow_mut())) {
+        OWN_FAST.with(|own| std::mem::swap(&mut *own.borrow_mut(), &mut own_fast));
+        for io in own_fast.drain(..) {
             executor.spawn(crate::fast_path::serve(Rc::clone(executor.reactor()), io));
         }
         if stopping && executor.live_tasks() == 0 && reactor.in_flight() == 0 {

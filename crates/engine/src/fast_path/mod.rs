@@ -25,7 +25,7 @@ use crate::config::{IoPolicy, ReadPolicy, WritePolicy};
 use crate::io::mirror::choose_copy;
 use crate::runtime::Reactor;
 use crate::vd::{MemberSet, MemberState, VdCompletion};
-use crate::{Done, Engine, ShardLink, ShardMsg, VdRequest, VirtualDrive};
+use crate::{Done, Engine, ShardMsg, VdRequest, VirtualDrive};
 use drive::{DriveKind, DriveOp, IoBuf, IoCtx};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -120,8 +120,9 @@ pub(crate) struct FastIo {
     /// The client's buffer: here until the request goes to the member (`None` while it is there).
     buf: Option<IoBuf>,
     done: Done,
-    /// The shard that owns the row, for the fallback.
-    owner: usize,
+    /// The (first) row it lies in: its owner serves the request if the Fast Path cannot. The
+    /// owner is worked out only then, which saves the divisions on every request.
+    row: u64,
 }
 
 impl FastIo {
@@ -169,14 +170,13 @@ impl Engine {
         let Some((row, member, drive_offset_bytes)) = placed.filter(|_| !write || vd.begin_fast_write()) else {
             return Err((buf, done));
         };
-        let owner = self.shard_of_row(vd, row);
         vd.begin_request();
-        let io = FastIo { vd: Arc::clone(vd), write, member, drive_offset_bytes, offset_bytes, buf: Some(buf), done, owner };
+        let io = FastIo { vd: Arc::clone(vd), write, member, drive_offset_bytes, offset_bytes, buf: Some(buf), done, row };
         if self.shards.iter().any(|s| s.is_current()) {
             // Served here: no hop.
             crate::shard::send_own_fast(io);
         } else if in_place(&*vd.member(member).drive()) {
-            serve_in_place(io, Owner::Link(&self.shards[owner].link));
+            serve_in_place(io, Owner::Engine(self));
         } else {
             self.shards[self.submitter_shard(vd)].send(ShardMsg::Fast(Box::new(io)));
         }
@@ -239,15 +239,6 @@ fn submit_in_place(vd: &VirtualDrive, member: usize, op: DriveOp) -> drive::Comp
     completion
 }
 
-/// Runs `op` on member `member` of `vd` on this shard's ring, counted in the member's
-/// outstanding operations.
-async fn submit_on_shard(reactor: &Reactor, vd: &VirtualDrive, member: usize, op: DriveOp) -> crate::runtime::DriveDone {
-    vd.member_io_started(member);
-    let finished = vd.member(member).with_drive(|drive| reactor.submit(drive, op)).await;
-    vd.member_io_ended(member);
-    finished
-}
-
 /// Serves a Fast Path request on the submitting thread, which is no shard (see [`in_place`]).
 fn serve_in_place(io: FastIo, owner: Owner) {
     let Some(mut io) = still_placed(io, &owner) else { return };
@@ -257,12 +248,17 @@ fn serve_in_place(io: FastIo, owner: Owner) {
 }
 
 /// Serves a Fast Path request on the shard it was sent to.
+///
+/// The member operation runs on the shard's ring, counted in the member's outstanding
+/// operations; no nested future: this task is the Fast Path's one per request, and each layer
+/// of state machine is copied in and out of it.
 pub(crate) async fn serve(reactor: Rc<Reactor>, io: FastIo) {
-    let owner = Owner::Index(io.owner);
-    let Some(mut io) = still_placed(io, &owner) else { return };
+    let Some(mut io) = still_placed(io, &Owner::Shard) else { return };
     let op = io.take_op();
-    let finished = submit_on_shard(&reactor, &io.vd, io.member, op).await;
-    complete(io, finished.result, finished.buf.expect("reads and writes return their buffer"), &owner);
+    io.vd.member_io_started(io.member);
+    let finished = io.vd.member(io.member).with_drive(|drive| reactor.submit(drive, op)).await;
+    io.vd.member_io_ended(io.member);
+    complete(io, finished.result, finished.buf.expect("reads and writes return their buffer"), &Owner::Shard);
 }
 
 /// The read, unless its member left service or background work began since it was placed
@@ -274,8 +270,8 @@ fn still_placed(io: FastIo, owner: &Owner) -> Option<FastIo> {
     }
     let changed = io.vd.member(io.member).state() != MemberState::Online || background_in_the_way(&io.vd).is_some();
     if changed {
-        let FastIo { vd, offset_bytes, buf, done, .. } = io;
-        fall_back(owner, vd, normal_request(false, offset_bytes, buf.expect("the buffer is with the read")), done);
+        let FastIo { vd, offset_bytes, buf, done, row, .. } = io;
+        fall_back(owner, row, vd, normal_request(false, offset_bytes, buf.expect("the buffer is with the read")), done);
         return None;
     }
     Some(io)
@@ -290,29 +286,35 @@ fn complete(io: FastIo, result: Result<(), drive::DriveError>, buf: IoBuf, owner
 
 /// Delivers a read the member answered: to the client, or to the normal path on an error.
 fn complete_read(read: FastIo, result: Result<(), drive::DriveError>, buf: IoBuf, owner: &Owner) {
-    let FastIo { vd, member, drive_offset_bytes, offset_bytes, done, .. } = read;
+    let FastIo { vd, member, drive_offset_bytes, offset_bytes, done, row, .. } = read;
     vd.note_member_io(member, drive_offset_bytes, buf.len() as u64, true);
     // A bad block recorded while the read ran may lie under it: the guarded path decides.
     if result.is_err() || !vd.bad_blocks().is_empty() {
-        return fall_back(owner, vd, normal_request(false, offset_bytes, buf), done);
+        return fall_back(owner, row, vd, normal_request(false, offset_bytes, buf), done);
     }
     vd.count_fast_path_read();
     vd.finish(VdCompletion { result: Ok(()), buf: Some(buf) }, done, false);
 }
 
-/// The owning shard serves the request through the normal path; it stays counted in flight.
-fn fall_back(owner: &Owner, vd: Arc<VirtualDrive>, request: VdRequest, done: Done) {
-    let message = ShardMsg::Request { vd, request, done, bypass: false };
+/// The shard that owns `row` serves the request through the normal path; it stays counted in
+/// flight.
+fn fall_back(owner: &Owner, row: u64, vd: Arc<VirtualDrive>, request: VdRequest, done: Done) {
     match owner {
-        Owner::Link(link) => link.send(message),
-        Owner::Index(index) => crate::shard::send_to_shard(*index, message),
+        Owner::Engine(engine) => {
+            let index = engine.shard_of_row(&vd, row);
+            engine.shards[index].send(ShardMsg::Request { vd, request, done, bypass: false });
+        }
+        Owner::Shard => {
+            let index = crate::shard::shard_of_row(&vd, row);
+            crate::shard::send_to_shard(index, ShardMsg::Request { vd, request, done, bypass: false });
+        }
     }
 }
 
 /// How a request the Fast Path cannot finish reaches the shard that owns its row: through the
-/// engine's link on a thread that is no shard (served in place, called by the engine), by
-/// index from a shard, which knows its engine's shards.
+/// engine on a thread that is no shard (served in place, called by the engine), through the
+/// shard's list of its engine's shards on a shard.
 enum Owner<'a> {
-    Link(&'a ShardLink),
-    Index(usize),
+    Engine(&'a Engine),
+    Shard,
 }

@@ -41,12 +41,12 @@ pub(crate) fn write_blockers(vd: &VirtualDrive, journal_attached: bool) -> Optio
 /// Acknowledges a write its member took, or has the normal path write it again (see the
 /// module docs).
 pub(super) fn complete(write: FastIo, result: Result<(), DriveError>, buf: IoBuf, owner: &Owner) {
-    let FastIo { vd, member, drive_offset_bytes, offset_bytes, done, .. } = write;
+    let FastIo { vd, member, drive_offset_bytes, offset_bytes, done, row, .. } = write;
     vd.end_fast_write();
     vd.note_member_io(member, drive_offset_bytes, buf.len() as u64, false);
     let unsettled = vd.member(member).state() != MemberState::Online || !vd.bad_blocks().is_empty();
     if result.is_err() || unsettled {
-        return super::fall_back(owner, vd, super::normal_request(true, offset_bytes, buf), done);
+        return super::fall_back(owner, row, vd, super::normal_request(true, offset_bytes, buf), done);
     }
     vd.count_fast_path_write();
     vd.finish(VdCompletion { result: Ok(()), buf: Some(buf) }, done, true);
