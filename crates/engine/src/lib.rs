@@ -340,49 +340,68 @@ impl Engine {
     /// Queues a request; `done` runs on a shard thread when it completes. Bad requests
     /// (misaligned, past the end) complete at once with an error and touch nothing.
     pub fn submit(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
-        vd.entering();
-        let Some((request, done)) = vd.park_if_held(request, done) else { return vd.entered() };
+        // Counted in flight from here, before the hold is looked at: a migration's hold waits
+        // for the VD to be idle, so no request slips past it uncounted (see `vd::migration`).
+        vd.begin_request();
+        let Some((request, done)) = vd.park_if_held(request, done) else { return vd.end_request() };
         // Looked for after the hold: a release sets the successor before it ends the hold.
         if let Some(successor) = vd.successor() {
             // A migration ended: the VD lives on the drive it was copied to.
-            vd.entered();
+            vd.end_request();
             return self.submit(&Arc::clone(successor), request, done);
         }
         self.submit_entered(vd, request, done);
-        vd.entered();
     }
 
-    /// [`Engine::submit`] once the request is past a migration's hold.
+    /// [`Engine::submit`] once the request is past a migration's hold, counted in flight;
+    /// the count ends here, or goes with the request down the Fast Path.
     fn submit_entered(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
         if let Err(error) = validate(vd, &request) {
-            return done(VdCompletion { result: Err(error), buf: request.into_buf() });
+            done(VdCompletion { result: Err(error), buf: request.into_buf() });
+            return vd.end_request();
         }
         vd.note_client_request();
         if let Some(cache) = vd.ssd_cache().get() {
             if vd.ssd_cache().is_lost() {
                 let error = VdError::SsdCacheLost { vd: vd.name(), cache_vd: cache.cache_vd().name() };
-                return done(VdCompletion { result: Err(error), buf: request.into_buf() });
+                done(VdCompletion { result: Err(error), buf: request.into_buf() });
+                return vd.end_request();
             }
-            return cache.submit(self, vd, request, done);
+            cache.submit(self, vd, request, done);
+            return vd.end_request();
         }
-        self.submit_direct(vd, request, done);
+        self.submit_counted(vd, request, done);
     }
 
-    /// [`Engine::submit`] past the SSD cache: the path of every request of a VD without one,
-    /// and of a cached VD's misses and writes.
+    /// [`Engine::submit`] past the SSD cache: the path of a cached VD's misses and writes.
     pub(crate) fn submit_direct(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
+        vd.begin_request();
+        self.submit_counted(vd, request, done);
+    }
+
+    /// The path of every request of a VD without an SSD cache, counted in flight by the
+    /// caller. A Fast Path request keeps that count until it finishes: that saves two atomic
+    /// read-modify-writes on the path that exists to be short. Any other way ends it once the
+    /// request is handed on, whose pieces count themselves.
+    fn submit_counted(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
         match request {
             VdRequest::Flush => self.router.flush(vd, done),
             VdRequest::Read { offset_bytes, buf } => {
                 let range = offset_bytes..offset_bytes + buf.len() as u64;
-                let served =
-                    self.cache_hit(vd, offset_bytes, buf, done).or_else(|(buf, done)| self.fast_io(vd, false, offset_bytes, buf, done));
-                if let Err((buf, done)) = served {
+                let served = match self.cache_hit(vd, offset_bytes, buf, done) {
+                    Ok(()) => Err(None),
+                    Err((buf, done)) => self.fast_io(vd, false, offset_bytes, buf, done).map_err(Some),
+                };
+                let took_fast_path = served.is_ok();
+                if let Err(Some((buf, done))) = served {
                     self.router.submit_pieces(vd, offset_bytes, buf, router::Piece::READ, done);
                 }
                 // A hit moves a stream on as a miss does: its read-ahead keeps ahead of it.
                 if let Some(ahead) = read_ahead_for(vd, range, self.read_ahead_bytes) {
                     self.prefetch(vd, ahead);
+                }
+                if took_fast_path {
+                    return;
                 }
             }
             VdRequest::Write { offset_bytes, buf } => {
@@ -396,6 +415,7 @@ impl Engine {
                 self.router.submit_pieces(vd, offset_bytes, buf, router::Piece { write: true, bypass }, done);
             }
         }
+        vd.end_request();
     }
 
     /// Whether a journal was ever attached to this engine.

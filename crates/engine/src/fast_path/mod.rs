@@ -170,7 +170,7 @@ impl Engine {
         let Some((row, member, drive_offset_bytes)) = placed.filter(|_| !write || vd.begin_fast_write()) else {
             return Err((buf, done));
         };
-        vd.begin_request();
+        // The request was counted in flight on entry (`Engine::submit`); the count goes with it.
         let io = FastIo { vd: Arc::clone(vd), write, member, drive_offset_bytes, offset_bytes, buf: Some(buf), done, row };
         if self.shards.iter().any(|s| s.is_current()) {
             // Served here: no hop.

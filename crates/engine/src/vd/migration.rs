@@ -106,9 +106,6 @@ impl VirtualDrive {
 /// before they reach a shard, so they are bounded by what the clients have in flight.
 #[derive(Default)]
 pub(super) struct Switch {
-    /// Requests entering `Engine::submit` and not yet counted in flight: the hold waits for
-    /// them, so none slips past it uncounted.
-    entering: AtomicU64,
     holding: AtomicBool,
     held: Mutex<Vec<(VdRequest, crate::Done)>>,
     successor: std::sync::OnceLock<Arc<VirtualDrive>>,
@@ -134,17 +131,9 @@ impl VirtualDrive {
         assert!(self.switch.inherited_identity.set(identity).is_ok(), "v{}: an export identity is inherited once", self.id);
     }
 
-    /// Called by `Engine::submit` on entry; [`VirtualDrive::entered`] once the request is
-    /// counted in flight or held.
-    pub(crate) fn entering(&self) {
-        self.switch.entering.fetch_add(1, Ordering::SeqCst);
-    }
-
-    pub(crate) fn entered(&self) {
-        self.switch.entering.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Parks `request` while the VD is held; gives it back otherwise.
+    /// Parks `request` while the VD is held; gives it back otherwise. The request is counted
+    /// in flight before (`Engine::submit`), and both sides are SeqCst: a submitter that does
+    /// not see the hold was counted before [`VirtualDrive::hold_requests`] looked at the count.
     pub(crate) fn park_if_held(&self, request: VdRequest, done: crate::Done) -> Option<(VdRequest, crate::Done)> {
         if !self.switch.holding.load(Ordering::SeqCst) {
             return Some((request, done));
@@ -162,14 +151,7 @@ impl VirtualDrive {
     /// `false` if some still are: the caller releases the hold.
     pub fn hold_requests(&self, timeout: Duration) -> bool {
         self.switch.holding.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + timeout;
-        while self.switch.entering.load(Ordering::SeqCst) > 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        self.wait_idle(deadline.saturating_duration_since(Instant::now()))
+        self.wait_idle(timeout)
     }
 
     /// Ends the hold. With a `successor`, it takes this VD's place for good (held requests and

@@ -35,9 +35,12 @@ impl VirtualDrive {
         }
     }
 
-    /// Counts a request piece handed to a shard; [`VirtualDrive::finish`] ends it.
+    /// Counts a request piece handed to a shard, or a request entering `Engine::submit`;
+    /// [`VirtualDrive::finish`] or [`VirtualDrive::end_request`] ends it. SeqCst: the count on
+    /// entry and the hold of a migration are the two sides of a handshake (see
+    /// `VirtualDrive::park_if_held`).
     pub(crate) fn begin_request(&self) {
-        self.requests_in_flight.fetch_add(1, Ordering::AcqRel);
+        self.requests_in_flight.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Delivers a finished request piece, holding a write's acknowledgement while a member
@@ -103,7 +106,7 @@ impl VirtualDrive {
     }
 
     pub fn requests_in_flight(&self) -> usize {
-        self.requests_in_flight.load(Ordering::Acquire)
+        self.requests_in_flight.load(Ordering::SeqCst)
     }
 
     /// Takes the VD out of service for good (it is being deleted): new requests fail, and held
