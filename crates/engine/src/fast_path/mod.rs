@@ -240,8 +240,10 @@ fn submit_in_place(vd: &VirtualDrive, member: usize, op: DriveOp) -> drive::Comp
 }
 
 /// Serves a Fast Path request on the submitting thread, which is no shard (see [`in_place`]).
-fn serve_in_place(io: FastIo, owner: Owner) {
-    let Some(mut io) = still_placed(io, &owner) else { return };
+fn serve_in_place(mut io: FastIo, owner: Owner) {
+    if placement_changed(&io) {
+        return fall_back_unread(io, &owner);
+    }
     let op = io.take_op();
     let completion = submit_in_place(&io.vd, io.member, op);
     complete(io, completion.result, completion.buf.expect("reads and writes return their buffer"), &owner);
@@ -252,8 +254,10 @@ fn serve_in_place(io: FastIo, owner: Owner) {
 /// The member operation runs on the shard's ring, counted in the member's outstanding
 /// operations; no nested future: this task is the Fast Path's one per request, and each layer
 /// of state machine is copied in and out of it.
-pub(crate) async fn serve(reactor: Rc<Reactor>, io: FastIo) {
-    let Some(mut io) = still_placed(io, &Owner::Shard) else { return };
+pub(crate) async fn serve(reactor: Rc<Reactor>, mut io: FastIo) {
+    if placement_changed(&io) {
+        return fall_back_unread(io, &Owner::Shard);
+    }
     let op = io.take_op();
     io.vd.member_io_started(io.member);
     let finished = io.vd.member(io.member).with_drive(|drive| reactor.submit(drive, op)).await;
@@ -261,20 +265,18 @@ pub(crate) async fn serve(reactor: Rc<Reactor>, io: FastIo) {
     complete(io, finished.result, finished.buf.expect("reads and writes return their buffer"), &Owner::Shard);
 }
 
-/// The read, unless its member left service or background work began since it was placed
-/// (then it went to the normal path). A write goes on: it announced itself, so no copy starts
-/// under it, and its completion looks at the member again.
-fn still_placed(io: FastIo, owner: &Owner) -> Option<FastIo> {
-    if io.write {
-        return Some(io);
-    }
-    let changed = io.vd.member(io.member).state() != MemberState::Online || background_in_the_way(&io.vd).is_some();
-    if changed {
-        let FastIo { vd, offset_bytes, buf, done, row, .. } = io;
-        fall_back(owner, row, vd, normal_request(false, offset_bytes, buf.expect("the buffer is with the read")), done);
-        return None;
-    }
-    Some(io)
+/// Whether the request is a read whose member left service, or for which background work
+/// began, since it was placed: then it goes to the normal path ([`fall_back_unread`]). A write
+/// goes on: it announced itself, so no copy starts under it, and its completion looks at the
+/// member again. Looked at through a reference: the request is not moved in and out.
+fn placement_changed(io: &FastIo) -> bool {
+    !io.write && (io.vd.member(io.member).state() != MemberState::Online || background_in_the_way(&io.vd).is_some())
+}
+
+/// Sends a read whose placement changed (see [`placement_changed`]) to the normal path.
+fn fall_back_unread(io: FastIo, owner: &Owner) {
+    let FastIo { vd, offset_bytes, buf, done, row, .. } = io;
+    fall_back(owner, row, vd, normal_request(false, offset_bytes, buf.expect("the buffer is with the read")), done);
 }
 
 fn complete(io: FastIo, result: Result<(), drive::DriveError>, buf: IoBuf, owner: &Owner) {
