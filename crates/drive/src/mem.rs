@@ -301,7 +301,11 @@ impl MemDrive {
     /// the range itself and has no context to complete into (an emulated drive's store, once per
     /// operation, where a scratch context cost allocations and a process-wide counter).
     pub(crate) fn serve_checked(&self, token: Token, mut op: DriveOp) -> Completion {
-        debug_assert!(check_op_range(&op, self.info.capacity_bytes).is_ok(), "{}: an operation out of range reached serve_checked", self.info.name);
+        debug_assert!(
+            check_op_range(&op, self.info.capacity_bytes).is_ok(),
+            "{}: an operation out of range reached serve_checked",
+            self.info.name
+        );
         match &mut op {
             DriveOp::Read { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), false),
             DriveOp::Write { offset_bytes, buf } => self.copy(*offset_bytes, buf.as_mut_slice(), true),

@@ -46,7 +46,6 @@ impl Router {
         shard_of_row_among(vd, row, self.links.len())
     }
 
-
     /// A read or write through the shards' normal path: no Fast Path, no read-ahead, no SSD
     /// cache. Bad requests complete at once with an error.
     pub(crate) fn submit_plain(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
