@@ -380,7 +380,7 @@ impl Engine {
     }
 
     /// The path of every request of a VD without an SSD cache, counted in flight by the
-    /// caller. A Fast Path request keeps that count until it finishes: that saves two atomic
+    /// caller. A Fast Path request or a clean-cache hit keeps that count until it finishes: that saves two atomic
     /// read-modify-writes on the path that exists to be short. Any other way ends it once the
     /// request is handed on, whose pieces count themselves.
     fn submit_counted(&self, vd: &Arc<VirtualDrive>, request: VdRequest, done: Done) {
@@ -388,19 +388,18 @@ impl Engine {
             VdRequest::Flush => self.router.flush(vd, done),
             VdRequest::Read { offset_bytes, buf } => {
                 let range = offset_bytes..offset_bytes + buf.len() as u64;
-                let served = match self.cache_hit(vd, offset_bytes, buf, done) {
-                    Ok(()) => Err(None),
-                    Err((buf, done)) => self.fast_io(vd, false, offset_bytes, buf, done).map_err(Some),
-                };
-                let took_fast_path = served.is_ok();
-                if let Err(Some((buf, done))) = served {
+                // A hit or a Fast Path read keeps the entry's count to its end.
+                let served =
+                    self.cache_hit(vd, offset_bytes, buf, done).or_else(|(buf, done)| self.fast_io(vd, false, offset_bytes, buf, done));
+                let served_here = served.is_ok();
+                if let Err((buf, done)) = served {
                     self.router.submit_pieces(vd, offset_bytes, buf, router::Piece::READ, done);
                 }
                 // A hit moves a stream on as a miss does: its read-ahead keeps ahead of it.
                 if let Some(ahead) = read_ahead_for(vd, range, self.read_ahead_bytes) {
                     self.prefetch(vd, ahead);
                 }
-                if took_fast_path {
+                if served_here {
                     return;
                 }
             }

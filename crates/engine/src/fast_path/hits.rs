@@ -32,7 +32,7 @@ impl Engine {
         if !clean::serve_hit(lines, vd.instance_id(), offset_bytes..offset_bytes + len_bytes, buf.as_mut_slice()) {
             return Err((buf, done));
         }
-        vd.begin_request();
+        // Counted in flight on entry (`Engine::submit`): `finish` ends that count.
         vd.finish(VdCompletion { result: Ok(()), buf: Some(buf) }, done, false);
         Ok(())
     }
