@@ -343,6 +343,18 @@ impl Geometry {
         RowIter { row_data_bytes: self.row_data_bytes(), next_offset: vd_offset_bytes, end }
     }
 
+    /// Where byte `vd_offset_bytes` of a JBOD lies on its one drive, with the row it is in:
+    /// every byte sits right past the metadata at its own offset, so the Fast Path places a
+    /// request of any size with one addition instead of walking rows and strips.
+    ///
+    /// # Panics
+    /// If the VD is not a JBOD, or the byte lies past its capacity.
+    pub fn jbod_place(&self, vd_offset_bytes: u64) -> (u64, u64) {
+        assert_eq!(self.level, Level::Jbod, "jbod_place on a {} VD", self.level);
+        assert!(vd_offset_bytes < self.capacity_bytes(), "byte {vd_offset_bytes} past capacity");
+        (vd_offset_bytes / self.strip_size_bytes, self.data_offset_bytes + vd_offset_bytes)
+    }
+
     /// Where the strips of global row `row` live.
     pub fn row_map(&self, row: u64) -> RowMap {
         assert!(row < self.row_count(), "row {row} out of range");

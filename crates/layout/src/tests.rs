@@ -233,3 +233,25 @@ proptest::proptest! {
         proptest::prop_assert!(covered.iter().all(|&c| c == copies));
     }
 }
+
+#[test]
+fn a_jbod_byte_lies_where_its_row_map_puts_it() {
+    let g = geometry(Level::Jbod, 1, None, 64, 1024);
+    let last_byte = g.capacity_bytes() - 1;
+    for vd_offset_bytes in [0, 511, 64 * KIB - 1, 64 * KIB, 300 * KIB + 4096, last_byte] {
+        let row = g.rows(vd_offset_bytes, 1).next().unwrap();
+        let map = g.row_map(row.row);
+        let piece = map.data_pieces(row.offset_in_row_bytes, 1).next().unwrap();
+        let place = map.data_copy(piece.strip_index, 0);
+        assert_eq!(place.drive, 0);
+        let expected = (row.row, place.drive_offset_bytes + piece.offset_in_strip_bytes);
+        assert_eq!(g.jbod_place(vd_offset_bytes), expected, "byte {vd_offset_bytes}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "past capacity")]
+fn a_jbod_byte_past_the_capacity_has_no_place() {
+    let g = geometry(Level::Jbod, 1, None, 64, 1024);
+    g.jbod_place(g.capacity_bytes());
+}

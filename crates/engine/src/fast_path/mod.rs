@@ -85,14 +85,16 @@ fn background_in_the_way(vd: &VirtualDrive) -> Option<&'static str> {
 /// behind a host bus adapter.
 fn place(vd: &VirtualDrive, offset_bytes: u64, len_bytes: u64) -> Option<(u64, usize, u64)> {
     let geometry = vd.geometry();
+    // An empty request has no place (and may sit at the very end); the normal path answers it.
+    if len_bytes == 0 {
+        return None;
+    }
+    if geometry.level() == layout::Level::Jbod {
+        let (row, drive_offset_bytes) = geometry.jbod_place(offset_bytes);
+        return Some((row, 0, drive_offset_bytes));
+    }
     let mut rows = geometry.rows(offset_bytes, len_bytes);
     let row = rows.next()?;
-    if geometry.level() == layout::Level::Jbod {
-        let map = geometry.row_map(row.row);
-        let first = map.data_pieces(row.offset_in_row_bytes, row.len_bytes).next()?;
-        let place = map.data_copy(first.strip_index, 0);
-        return Some((row.row, place.drive, place.drive_offset_bytes + first.offset_in_strip_bytes));
-    }
     if rows.next().is_some() {
         return None;
     }
