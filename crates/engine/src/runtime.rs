@@ -417,8 +417,13 @@ impl Executor {
             self.tasks.len() - 1
         });
         self.tasks[index] = Some(Box::pin(task));
-        let queue = Arc::clone(&self.wake_queue);
-        self.wakers[index] = Some(Waker::from(Arc::new(TaskWaker { task_index: index, queue })));
+        // A slot's waker names only the slot, so it is made once and serves every task the
+        // slot holds: a waker left behind by an earlier task can only cause a spurious poll,
+        // which a future must allow for anyway.
+        if self.wakers[index].is_none() {
+            let queue = Arc::clone(&self.wake_queue);
+            self.wakers[index] = Some(Waker::from(Arc::new(TaskWaker { task_index: index, queue })));
+        }
         self.wake_queue.woken.lock().expect("wake queue poisoned").push(index);
         self.live_tasks += 1;
     }
@@ -447,11 +452,10 @@ impl Executor {
 
     fn poll_task(&mut self, index: usize) -> bool {
         let Some(mut task) = self.tasks[index].take() else { return false };
-        let waker = self.wakers[index].clone().expect("live task has a waker");
-        let mut cx = Context::from_waker(&waker);
+        let waker = self.wakers[index].as_ref().expect("live task has a waker");
+        let mut cx = Context::from_waker(waker);
         match task.as_mut().poll(&mut cx) {
             Poll::Ready(()) => {
-                self.wakers[index] = None;
                 self.free_tasks.push(index);
                 self.live_tasks -= 1;
             }
