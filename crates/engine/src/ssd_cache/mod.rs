@@ -171,16 +171,18 @@ struct Stream {
     last_use: u64,
 }
 
-/// A VD's link to the cache serving it (a field of [`VirtualDrive`]).
+/// A VD's link to the cache serving it (a field of [`VirtualDrive`]). The flags every request
+/// reads come first (`repr(C)`, as the VD's own hot fields).
 #[derive(Default)]
+#[repr(C)]
 pub struct Attachment {
     /// Read without the lock on every request: whether to look under it.
     attached: AtomicBool,
-    cache: Mutex<Option<Arc<SsdCache>>>,
-    /// This VD is a cache VD: it cannot have a cache of its own.
-    is_cache_vd: AtomicBool,
     /// Its write-back cache VD failed holding dirty lines of it: every request fails.
     lost: AtomicBool,
+    /// This VD is a cache VD: it cannot have a cache of its own.
+    is_cache_vd: AtomicBool,
+    cache: Mutex<Option<Arc<SsdCache>>>,
 }
 
 impl Attachment {

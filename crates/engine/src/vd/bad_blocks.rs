@@ -51,13 +51,16 @@ pub enum BadBlockChange {
     Unsaved,
 }
 
+/// `repr(C)`: `count`, which every request reads, comes first, next to the other fields of the
+/// VD that a request reads.
+#[repr(C)]
 pub struct BadBlocks {
-    vd_id: u64,
-    instance_id: u64,
     /// Entries in the list, read without the lock by every request.
     count: AtomicUsize,
     /// Bumped on every change: a read that saw it move while it ran is redone.
     version: AtomicU64,
+    vd_id: u64,
+    instance_id: u64,
     inner: Mutex<Inner>,
     notifier: OnceLock<crossbeam_channel::Sender<BadBlockEvent>>,
 }

@@ -7,30 +7,33 @@ use drive::{Drive, DriveKind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
-/// One member drive of a VD and what the engine tracks about it.
+/// One member drive of a VD and what the engine tracks about it. `repr(C, align(64))`: what
+/// every I/O of the member reads or writes (the drive, its state and kind, the copy flag, the
+/// head position, the queue depth) fills the first cache line, and members do not share lines.
+#[repr(C, align(64))]
 pub struct Member {
     /// Replaced when a spare or a new drive takes the member's place (while the member is out
     /// of service, so no new I/O reaches the old drive).
     pub(super) drive: RwLock<Arc<dyn Drive>>,
     pub(super) state: AtomicU8,
-    /// I/Os submitted and not completed, across shards, counted on mirrors only (their read
-    /// selection is its one reader; see `VirtualDrive::member_io_started`).
-    pub(crate) outstanding: AtomicU32,
-    /// Where the last I/O ended: the head position for "nearer copy" decisions.
-    pub(crate) last_end_bytes: AtomicU64,
-    /// Where its recent reads ended (mirror stream affinity).
-    pub(crate) read_streams: streams::StreamEnds,
-    pub(super) read_errors: AtomicU32,
-    /// Set when a write reached the VD while this member was out of service: its contents are
-    /// stale and it must not be brought back online without a rebuild.
-    pub(super) missed_writes: std::sync::atomic::AtomicBool,
-    /// The copy of this member to another drive, while one runs (see `copy`).
-    pub(super) copy: RwLock<Option<Arc<CopyTarget>>>,
     /// `copy` holds a copy: set and cleared under its write lock, read without a lock by the
     /// Fast Path's checks.
     pub(super) copying: AtomicBool,
     /// The drive is an SSD or memory (the Fast Path's rule), kept with `drive`.
     pub(super) fast_drive: AtomicBool,
+    /// I/Os submitted and not completed, across shards, counted on mirrors only (their read
+    /// selection is its one reader; see `VirtualDrive::member_io_started`).
+    pub(crate) outstanding: AtomicU32,
+    /// Where the last I/O ended: the head position for "nearer copy" decisions.
+    pub(crate) last_end_bytes: AtomicU64,
+    pub(super) read_errors: AtomicU32,
+    /// Set when a write reached the VD while this member was out of service: its contents are
+    /// stale and it must not be brought back online without a rebuild.
+    pub(super) missed_writes: std::sync::atomic::AtomicBool,
+    /// Where its recent reads ended (mirror stream affinity).
+    pub(crate) read_streams: streams::StreamEnds,
+    /// The copy of this member to another drive, while one runs (see `copy`).
+    pub(super) copy: RwLock<Option<Arc<CopyTarget>>>,
     /// While `Rebuilding`: the rows the rebuild made current (see `rebuilt`).
     pub(super) rebuilt: rebuilt::RebuiltRows,
 }

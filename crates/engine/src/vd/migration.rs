@@ -104,11 +104,13 @@ impl VirtualDrive {
 /// The end of a migration: the VD's requests held while it switches to its successor (a JBOD
 /// of the target), then sent there. Requests are held in [`Engine::submit`](crate::Engine::submit)
 /// before they reach a shard, so they are bounded by what the clients have in flight.
+/// What every request reads comes first (`repr(C)`, as the VD's own hot fields).
 #[derive(Default)]
+#[repr(C)]
 pub(super) struct Switch {
     holding: AtomicBool,
-    held: Mutex<Vec<(VdRequest, crate::Done)>>,
     successor: std::sync::OnceLock<Arc<VirtualDrive>>,
+    held: Mutex<Vec<(VdRequest, crate::Done)>>,
     /// The export identity of the VD this one succeeded (see [`VirtualDrive::export_identity`]).
     inherited_identity: std::sync::OnceLock<u64>,
 }

@@ -27,7 +27,9 @@ pub const ADRA_WINDOW_MAX_BYTES: u64 = 4 << 20;
 pub const DEFAULT_READ_AHEAD_BYTES: u64 = 256 << 10;
 
 /// The policies the cache applies to one VD. Each takes effect for the next request a shard
-/// serves.
+/// serves. The atomics come first (`repr(C)`): every request reads them, next to the
+/// other fields of its [`crate::VirtualDrive`] that it reads.
+#[repr(C)]
 pub struct Policies {
     write: AtomicU8,
     read: AtomicU8,
