@@ -89,13 +89,16 @@ pub(crate) struct RoundTrips {
     counted: [u32; 2],
     /// When the last request that came alone arrived; `None` after one that came in a burst.
     last_alone: Option<Instant>,
+    /// False once a measurement found too few round trips (the client keeps requests in flight
+    /// or sends at its own pace), until the next measurement finds enough.
+    client_waits: bool,
     choices: Arc<TurnChoices>,
 }
 
 impl RoundTrips {
     /// A new connection measures from its first request.
     pub(crate) fn new(choices: Arc<TurnChoices>) -> RoundTrips {
-        RoundTrips { phase: MEASURING, total_ns: [0; 2], counted: [0; 2], last_alone: None, choices }
+        RoundTrips { phase: MEASURING, total_ns: [0; 2], counted: [0; 2], last_alone: None, client_waits: true, choices }
     }
 
     /// Whether the readers hand the turn over now.
@@ -104,6 +107,14 @@ impl RoundTrips {
             Phase::Measuring { window, .. } => window % 2 == 1,
             Phase::Settled { hand_over, .. } => hand_over,
         }
+    }
+
+    /// Whether the client waits for each reply before it sends again, as far as the last
+    /// measurement saw (a new connection is taken to): then a reader that finds the socket
+    /// empty sleeps in `recv`, whose wake-up costs the client's `send` least, instead of in
+    /// `poll`, which lets a burst gather first (see `DeadlineSocket::read`).
+    pub(crate) fn client_waits(&self) -> bool {
+        self.client_waits
     }
 
     /// A request arrived; `alone`: its header was not already buffered. `now_and_idle` (the
@@ -164,6 +175,7 @@ impl RoundTrips {
                         "nbd: a connection's client does not wait for its replies: its readers keep the turn"
                     );
                     self.choices.too_few_round_trips.fetch_add(1, Ordering::Relaxed);
+                    self.client_waits = false;
                     self.phase = Phase::Settled { hand_over: false, requests_left: REMEASURE_AFTER_RARE };
                 }
             }
@@ -190,6 +202,7 @@ impl RoundTrips {
         );
         let chosen = if hand_over { &self.choices.hand_over } else { &self.choices.keep };
         chosen.fetch_add(1, Ordering::Relaxed);
+        self.client_waits = true;
         self.phase = Phase::Settled { hand_over, requests_left: SETTLED_REQUESTS };
     }
 
@@ -302,6 +315,7 @@ mod tests {
     #[test]
     fn a_client_that_does_not_wait_for_its_replies_ends_the_measurement_at_once() {
         let mut trips = RoundTrips::new(Arc::default());
+        assert!(trips.client_waits(), "a new connection's client is taken to wait for its replies");
         let mut now = Instant::now();
         let mut requests = 0;
         // One request in eight comes alone to an idle connection, as under a paced load.
@@ -316,9 +330,15 @@ mod tests {
         assert_eq!(requests, RARE_CHECK_REQUESTS, "the first check ends it");
         assert!(!trips.hands_over());
         assert_eq!(trips.choices.too_few_round_trips.load(Ordering::Relaxed), 1);
+        assert!(!trips.client_waits(), "its readers let bursts gather (sleep in poll)");
         for _ in 0..REMEASURE_AFTER_RARE {
             trips.arrived_untimed();
         }
         assert_eq!(trips.phase, MEASURING, "measured again sooner than after a settled choice");
+        assert!(!trips.client_waits(), "what the last measurement found holds while the next runs");
+        // The client now waits for each reply: the measurement completes, and says so.
+        measure(&mut trips, Duration::from_micros(60), Duration::from_micros(60));
+        assert!(matches!(trips.phase, Phase::Settled { .. }));
+        assert!(trips.client_waits());
     }
 }

@@ -196,6 +196,8 @@ fn read_requests<D: BlockDevice>(
             replies.open_cork();
         } else {
             replies.flush_cork();
+            let sleep_in_poll = session.round_trips.as_ref().is_some_and(|trips| !trips.client_waits());
+            session.reader.get_mut().set_sleep_in_poll(sleep_in_poll);
         }
         if !read_header(&mut session.reader, &mut header)? {
             return Ok(None); // The client closed between requests.
