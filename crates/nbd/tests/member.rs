@@ -192,7 +192,9 @@ fn dropping_a_member_with_requests_stuck_in_flight_does_not_hang() {
     }
     assert!(out.iter().all(|c| c.result == Err(DriveError::Gone)), "{:?}", out.iter().map(|c| &c.result).collect::<Vec<_>>());
     assert_eq!(ctx.in_flight(), 0);
-    pause.send(b'r');
+    // Not resumed: nbdkit is killed when `nbdkit` drops. Resumed, it would answer the requests
+    // of the connection the drop closed, and nbdkit aborts on that at times (connections.c,
+    // "Assertion `sock >= 0' failed") before it acknowledges the resume, which failed this test.
     let _ = std::fs::remove_dir_all(&dir);
 }
 
